@@ -1,0 +1,154 @@
+"""Checks for 02_cosine_similarity."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..reference import similarity as ref
+from ._core import Check, to_numpy
+
+_FORBID = [
+    "course_utils.reference.similarity.cosine_similarity",
+    "course_utils.reference.similarity.cosine_similarity_matrix",
+    "course_utils.reference.similarity.most_similar",
+    "course_utils.reference.similarity.analogy",
+    "torch.nn.functional.cosine_similarity",
+    "torch.cosine_similarity",
+]
+
+
+def _forbid_except(name: str) -> list[str]:
+    """Every built-in cosine, but a later exercise may use the student's own earlier ones."""
+    return [p for p in _FORBID if not p.startswith("course_utils") or p.endswith("." + name)]
+
+
+def check_cosine_similarity(cosine_similarity, hidden: bool = False) -> None:
+    c = Check("cosine_similarity", _forbid_except("cosine_similarity"), hidden)
+    king, queen = [0.9, 0.8, 0.7, 0.1, 0.2], [0.9, 0.8, 0.7, 0.1, 0.7]
+    got = c.call(cosine_similarity, np.array(king), np.array(queen))
+    c.that(np.ndim(got) == 0, f"should return one number, got an array of shape {np.shape(got)}.")
+    c.that(-1.0 - 1e-9 <= float(got) <= 1.0 + 1e-9,
+           f"a cosine lies in [-1, 1], got {float(got):.4f}: divide the dot product by BOTH norms.",
+           "returns one number in [-1, 1]")
+    c.close(got, ref.cosine_similarity(king, queen),
+            "for the toy king/queen vectors: is the formula u·v / (|u| |v|)?",
+            atol=1e-6, passed="king vs queen from the toy vectors")
+    u = np.array([3.0, 4.0])
+    c.close(c.call(cosine_similarity, u, u), 1.0,
+            "a vector has cosine 1 with itself.", passed="cos(u, u) = 1")
+    c.close(c.call(cosine_similarity, np.array([1.0, 0.0]), np.array([0.0, 2.0])), 0.0,
+            "perpendicular vectors have cosine 0.", passed="perpendicular vectors give 0")
+    if hidden:
+        rng = np.random.default_rng(1)
+        u, v = rng.normal(size=7), rng.normal(size=7)
+        c.close(c.call(cosine_similarity, 5.0 * u, v), ref.cosine_similarity(u, v),
+                "cosine should not change when a vector is scaled: normalise both u and v.",
+                passed="ignores the vectors' lengths")
+        c.close(c.call(cosine_similarity, u, 0.1 * v), ref.cosine_similarity(u, v),
+                "cosine should not change when a vector is scaled: normalise both u and v.",
+                passed="ignores the other vector's length too")
+        c.close(c.call(cosine_similarity, u, -u), -1.0,
+                "opposite vectors have cosine -1 (similarity, not distance).",
+                passed="opposite vectors give -1")
+        c.close(c.call(cosine_similarity, [1, 2, 2], [2, 1, 2]), 8 / 9,
+                "plain Python lists of ints should work too (convert with np.asarray).",
+                passed="lists of ints")
+    c.done()
+
+
+def check_cosine_similarity_matrix(cosine_similarity_matrix, hidden: bool = False) -> None:
+    c = Check("cosine_similarity_matrix", _forbid_except("cosine_similarity_matrix"), hidden)
+    rng = np.random.default_rng(2)
+    A, B = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
+    got = c.call(cosine_similarity_matrix, A, B)
+    c.shape(got, (3, 5), "cosine_similarity_matrix(A, B) for A (3, 4) and B (5, 4)",
+            "Entry [i, j] compares row i of A with row j of B.")
+    c.close(got, ref.cosine_similarity_matrix(A, B),
+            "entry [i, j] should be the cosine of A[i] and B[j]: normalise every ROW of both "
+            "A and B (axis=1) before the matrix product.", passed="matches pairwise cosines")
+    if hidden:
+        A2 = A * np.array([[0.1], [10.0], [3.0]])
+        B2 = B * np.array([[7.0], [0.5], [1.0], [2.0], [0.01]])
+        c.close(c.call(cosine_similarity_matrix, A2, B2), ref.cosine_similarity_matrix(A, B),
+                "rows of different lengths must not matter: normalise each row of A and of B.",
+                passed="ignores row lengths")
+        C = rng.normal(size=(4, 4))
+        D = rng.normal(size=(4, 4)) * np.array([[1.0, 9.0, 0.2, 3.0]])
+        c.close(c.call(cosine_similarity_matrix, C, D), ref.cosine_similarity_matrix(C, D),
+                "with square inputs, normalising columns instead of rows (axis 0 vs 1) gives "
+                "wrong values.", passed="normalises rows, not columns")
+        got = c.call(cosine_similarity_matrix, A, A)
+        c.close(np.diag(to_numpy(got)), np.ones(3), "a row has cosine 1 with itself.",
+                passed="diagonal of cos(A, A) is 1")
+    c.done()
+
+
+def _vectors_with_lengths(seed: int = 3):
+    """Unit directions scaled very differently, so dot product and cosine disagree."""
+    rng = np.random.default_rng(seed)
+    E = rng.normal(size=(12, 6))
+    E /= np.linalg.norm(E, axis=1, keepdims=True)
+    return E * rng.uniform(0.2, 5.0, size=(12, 1)), rng
+
+
+def check_most_similar(most_similar, hidden: bool = False) -> None:
+    c = Check("most_similar", _forbid_except("most_similar"), hidden)
+    E, rng = _vectors_with_lengths()
+    q = rng.normal(size=6)
+    got = np.asarray(c.call(most_similar, q, E, k=3))
+    c.shape(got, (3,), "most_similar(query, E, k=3)", "Return the ids of the k best rows.")
+    c.that(np.issubdtype(got.dtype, np.integer),
+           "should return row ids (integers), not similarities.", "returns k integer ids")
+    want = ref.most_similar(q, E, k=3)
+    c.that(set(got.tolist()) == set(want.tolist()),
+           "these are not the k most cosine-similar rows: rank by cosine (not the raw dot "
+           "product, which favours long vectors), highest first.", "finds the k nearest rows")
+    c.that(got.tolist() == want.tolist(), "right rows, wrong order: most similar first.",
+           "most similar first")
+    if hidden:
+        target = E[4] / np.linalg.norm(E[4]) * 0.3
+        got = np.asarray(c.call(most_similar, target, E, k=2, exclude=(4,)))
+        c.that(4 not in got.tolist(), "an id in exclude was returned.", "never returns excluded ids")
+        c.that(len(got) == 2, f"with exclude, still return k ids (got {len(got)}): drop the "
+               "excluded ids before taking the top k, not after.", "still k ids with exclude")
+        c.that(got.tolist() == ref.most_similar(target, E, k=2, exclude=(4,)).tolist(),
+               "wrong ids once exclude is used.", "right ids with exclude")
+        got = np.asarray(c.call(most_similar, q, E, k=5))
+        c.that(got.tolist() == ref.most_similar(q, E, k=5).tolist(),
+               "k=5 gives wrong ids: take exactly the k highest cosines.", "k=5")
+        got = np.asarray(c.call(most_similar, q, E))
+        c.that(len(got) == 5, "the default k is 5.", "default k=5")
+    c.done()
+
+
+def check_analogy(analogy, hidden: bool = False) -> None:
+    c = Check("analogy", _forbid_except("analogy"), hidden)
+    # a toy world: a=man, b=king, c=woman; queen = king - man + woman
+    E = np.array([
+        [1.0, 0.0, 0.2],   # 0 man
+        [1.0, 1.0, 0.2],   # 1 king
+        [0.0, 1.0, 0.2],   # 2 woman
+        [0.1, 2.0, 0.2],   # 3 queen: nearest to king - man + woman = (0, 2, 0.2)
+        [0.0, 0.0, 1.0],   # 4 nearest to the sign-flipped man - king + woman = (0, 0, 0.2)
+        [-1.0, 0.2, 0.0],  # 5
+    ])
+    got = np.atleast_1d(np.asarray(c.call(analogy, 0, 1, 2, E)))
+    c.that(len(got) == 1, f"with k=1 return one id (got {len(got)}).", "k=1 gives one id")
+    c.that(np.issubdtype(got.dtype, np.integer), "return ids as integers.")
+    c.that(int(got[0]) == 3, "'man is to king as woman is to ?' should be queen (id 3) here. "
+           "The target vector is E[b] - E[a] + E[c]; check the signs.", "king - man + woman")
+    if hidden:
+        rng = np.random.default_rng(5)
+        E2 = rng.normal(size=(30, 8))
+        for (a, b, cc) in [(0, 1, 2), (5, 9, 11), (3, 20, 7)]:
+            got = np.asarray(c.call(analogy, a, b, cc, E2, k=4)).tolist()
+            want = ref.analogy(a, b, cc, E2, k=4).tolist()
+            c.that(not {a, b, cc} & set(got), "a, b and c must never be answers: exclude them.")
+            c.that(got == want, "wrong ids for a random analogy: nearest by cosine to "
+                   "E[b] - E[a] + E[c], most similar first (is the sign of a or b flipped?).")
+        c.ok("excludes a, b, c; right ids, right order, right signs")
+        # without exclusion, b itself would win here
+        E3 = np.array([[1.0, 0.0], [0.0, 1.0], [0.9, 0.1], [-0.8, 0.9], [0.5, -1.0]])
+        got = np.atleast_1d(np.asarray(c.call(analogy, 0, 1, 2, E3)))
+        c.that(int(got[0]) not in (0, 1, 2), "one of the input words came back: exclude a, b, c.",
+               "inputs excluded even when they are nearest")
+    c.done()

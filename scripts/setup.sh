@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs whatever is missing for the course into ./.venv (idempotent, quick when nothing changed).
+#   scripts/setup.sh          the course: numpy, torch, jupyterlab, nbgrader, ipywidgets, matplotlib
+#   scripts/setup.sh --test   also pytest, playwright, and (where apt-get and root are at hand)
+#                             Debian's chromium for the real-browser test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${COURSE_VENV:-$ROOT/.venv}
+WANT_TEST=0
+[ "${1:-}" = "--test" ] && WANT_TEST=1
+
+say() { printf '[setup] %s\n' "$*"; }
+
+pick_python() {
+    for p in ${PYTHON:-} python3.12 python3.11 python3.10 python3 python; do
+        if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
+            echo "$p"; return 0
+        fi
+    done
+    return 1
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+    PY=$(pick_python) || { echo "[setup] error: Python 3.10 or newer is needed (python3 --version)" >&2; exit 1; }
+    say "creating virtual environment $VENV with $("$PY" --version)"
+    "$PY" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+fi
+
+extras=""
+[ $WANT_TEST = 1 ] && extras="[test]"
+stamp="$VENV/.course-installed$( [ $WANT_TEST = 1 ] && echo -test)"
+want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -c1-16)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    say "installing the course packages (first time: a few minutes)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -c scripts/constraints.txt -e ".$extras"
+    echo "$want" > "$stamp"
+else
+    say "packages up to date"
+fi
+
+if [ $WANT_TEST = 1 ]; then
+    if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+            say "installing Debian's chromium for the browser test"
+            apt-get update -qq >/dev/null
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+        else
+            say "note: no chromium found; the real-browser test will be skipped (install chromium to run it)"
+        fi
+    fi
+fi

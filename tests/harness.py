@@ -1,0 +1,67 @@
+"""Run a solution notebook's grade cells in-process, with some functions swapped out.
+
+This is how the tests prove that the graders catch mistakes, in milliseconds instead of a full
+nbgrader round trip: execute the notebook's setup cell and its solution cells, replace one
+solution with a buggy (or alternative) implementation, then execute the grade cell, hidden
+tests included, exactly as nbgrader would. A grade cell "passes" the way nbgrader scores it:
+no exception and nothing written to stderr.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import traceback
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Outcome:
+    passed: bool
+    message: str  # the exception line, or the stderr text, when it failed
+
+
+@lru_cache(maxsize=None)
+def cells(assignment: str) -> dict:
+    """The solution notebook's setup, solution and grade cells, by role."""
+    path = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
+    nb = json.loads(path.read_text())
+    setup, solutions, grades = [], {}, {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        src = "".join(cell["source"])
+        if meta.get("grade"):
+            grades[meta["grade_id"]] = src
+        elif meta.get("solution"):
+            solutions[meta["grade_id"]] = src
+        elif meta.get("locked") and meta.get("grade_id", "").startswith("setup"):
+            setup.append(src)
+    return {"setup": setup, "solutions": solutions, "grades": grades}
+
+
+def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = None) -> Outcome:
+    """Execute setup + solutions (+ ``replacement`` source) and then grade cell ``grade_id``."""
+    c = cells(assignment)
+    if grade_id not in c["grades"]:
+        raise KeyError(f"{assignment} has no grade cell {grade_id!r}; it has {sorted(c['grades'])}")
+    ns: dict = {"__name__": "__main__"}
+    for src in c["setup"] + list(c["solutions"].values()):
+        exec(compile(src, f"<{assignment}>", "exec"), ns)
+    if replacement is not None:
+        exec(compile(replacement, "<variant>", "exec"), ns)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(c["grades"][grade_id], f"<{grade_id}>", "exec"), ns)
+    except BaseException as exc:  # noqa: BLE001 - a grade cell may raise anything
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        return Outcome(False, last)
+    if err.getvalue():
+        return Outcome(False, "stderr: " + err.getvalue().strip()[:300])
+    return Outcome(True, "")

@@ -1,0 +1,122 @@
+"""Unit tests of course_utils: device choice, seeding, GloVe, and the check machinery."""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import course_utils
+from course_utils.checks._core import Check, CheckFailed, quiet
+from course_utils.glove import load_glove
+
+
+def test_get_device_prefers_accelerators_and_honours_overrides(monkeypatch):
+    monkeypatch.delenv("COURSE_DEVICE", raising=False)
+    dev = course_utils.get_device()
+    if torch.cuda.is_available():
+        assert dev.type == "cuda"
+    elif getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        assert dev.type == "mps"
+    else:
+        assert dev.type == "cpu"
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")
+    assert course_utils.get_device().type == "cpu"
+    assert course_utils.get_device("meta").type == "meta"
+
+
+def test_seed_everything_repeats_numbers():
+    course_utils.seed_everything(3)
+    a = (np.random.rand(), torch.rand(2))
+    course_utils.seed_everything(3)
+    b = (np.random.rand(), torch.rand(2))
+    assert a[0] == b[0] and torch.equal(a[1], b[1])
+
+
+def test_grading_follows_nbgrader_environment(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("COURSE_GRADING", raising=False)
+    assert not course_utils.grading()
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert course_utils.grading()
+
+
+def test_glove_loads_real_vectors():
+    g = load_glove()
+    assert len(g) == 20000 and g.dim == 50 and g.vectors.dtype == np.float32
+    assert g.words[0] == "the" and "king" in g and "zzzqqq" not in g
+    # The first GloVe 6B 50-d line, as published: "the 0.418 0.24968 -0.41242 ..."
+    assert g["the"][:3] == pytest.approx([0.418, 0.24968, -0.41242], abs=2e-3)
+    u, v = g["king"], g["queen"]
+    assert float(u @ v / np.linalg.norm(u) / np.linalg.norm(v)) == pytest.approx(0.784, abs=2e-3)
+    with pytest.raises(KeyError, match="not among"):
+        g.id("zzzqqq")
+
+
+def test_quiet_swallows_warnings_and_stderr(capsys):
+    with quiet():
+        warnings.warn("noisy")
+        print("to stderr", file=sys.stderr)
+        print("to stdout")
+    captured = capsys.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+def test_check_call_turns_not_implemented_into_a_clear_message():
+    def todo(x):
+        raise NotImplementedError()
+
+    with pytest.raises(CheckFailed, match="not implemented yet"):
+        Check("todo").call(todo, 1)
+
+
+def test_check_call_reports_the_students_exception():
+    def broken(x):
+        return x.nope
+
+    with pytest.raises(CheckFailed, match="raised AttributeError"):
+        Check("broken").call(broken, 1)
+
+
+def test_check_call_forbids_builtins_called_directly_aliased_or_as_methods():
+    forbidden = ["torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax"]
+    F = torch.nn.functional
+
+    def direct(x):
+        return F.softmax(x, dim=-1)
+
+    def method(x):
+        return x.softmax(-1)
+
+    def swallowed(x):  # catching the tripwire does not help
+        try:
+            return torch.softmax(x, -1)
+        except Exception:
+            return x
+
+    for fn in (direct, method, swallowed, torch.softmax):
+        with pytest.raises(CheckFailed, match="the very thing this exercise asks you to build"):
+            Check("softmax", forbidden).call(fn, torch.ones(3))
+    # restored afterwards
+    assert torch.nn.functional.softmax(torch.zeros(2), dim=-1).tolist() == [0.5, 0.5]
+    assert torch.zeros(2).softmax(-1).tolist() == [0.5, 0.5]
+
+
+def test_check_call_allows_what_is_not_forbidden():
+    def mine(x):
+        e = torch.exp(x - x.max())
+        return e / e.sum()
+
+    out = Check("softmax", ["torch.softmax"]).call(mine, torch.zeros(4))
+    assert out.tolist() == [0.25] * 4
+
+
+def test_close_names_nan_and_values():
+    c = Check("f")
+    with pytest.raises(CheckFailed, match="NaN or inf"):
+        c.close(torch.tensor([float("nan")]), torch.tensor([1.0]), "hint")
+    with pytest.raises(CheckFailed, match="largest difference"):
+        c.close(np.array([1.0, 2.0]), np.array([1.0, 2.5]), "hint")
+    c.close(np.array([1.0, float("-inf")]), np.array([1.0, float("-inf")]), "hint")

@@ -1,0 +1,106 @@
+"""Author course notebooks as plain text, and turn them back into text to edit.
+
+The .ipynb files under solutions/ are the sources of truth. This tool is for writing them
+comfortably: a "percent" text file whose cell headers carry the nbgrader role.
+
+    # %% [markdown]                  a markdown cell (each line starts with "# ")
+    # %%                             an ordinary code cell
+    # %% [locked] id=setup           read-only code cell (students can't edit it)
+    # %% [solution] id=softmax       an autograded answer cell (### BEGIN/END SOLUTION inside)
+    # %% [tests] id=test_softmax points=2   a locked grade cell (### BEGIN/END HIDDEN TESTS inside)
+
+    python tools/nbpercent.py to-ipynb src.py solutions/03_attention/03_attention.ipynb
+    python tools/nbpercent.py to-py solutions/03_attention/03_attention.ipynb > src.py
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from course_utils.nbformat_tools import normalize, write_notebook  # noqa: E402
+
+HEADER = re.compile(r"^# %%(?: \[(\w+)\])?(.*)$")
+
+
+def _nbgrader(kind: str, opts: dict) -> dict | None:
+    base = {"schema_version": 3, "grade": False, "solution": False, "locked": False,
+            "task": False}
+    if kind == "solution":
+        return {**base, "solution": True, "grade_id": opts["id"]}
+    if kind == "tests":
+        return {**base, "grade": True, "locked": True, "grade_id": opts["id"],
+                "points": float(opts.get("points", 1))}
+    if kind == "locked":
+        return {**base, "locked": True, "grade_id": opts["id"]}
+    return None
+
+
+def to_notebook(text: str):
+    nb = nbformat.v4.new_notebook()
+    cells: list[tuple[str, dict, list[str]]] = []
+    for line in text.splitlines():
+        m = HEADER.match(line)
+        if m:
+            kind = m.group(1) or "code"
+            opts = dict(kv.split("=", 1) for kv in m.group(2).split())
+            cells.append((kind, opts, []))
+        elif cells:
+            cells[-1][2].append(line)
+    for kind, opts, lines in cells:
+        while lines and not lines[-1].strip():
+            lines.pop()
+        if kind == "markdown":
+            body = "\n".join(re.sub(r"^# ?", "", ln) for ln in lines)
+            cell = nbformat.v4.new_markdown_cell(body)
+        else:
+            cell = nbformat.v4.new_code_cell("\n".join(lines))
+        meta = _nbgrader(kind, opts)
+        if meta:
+            cell.metadata["nbgrader"] = meta
+        nb.cells.append(cell)
+    return normalize(nb)
+
+
+def to_text(nb) -> str:
+    out = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "markdown":
+            out.append("# %% [markdown]")
+            out.extend(("# " + ln).rstrip() for ln in cell.source.splitlines())
+        else:
+            if meta.get("grade"):
+                pts = meta.get("points", 1)
+                pts = int(pts) if float(pts).is_integer() else pts
+                out.append(f"# %% [tests] id={meta['grade_id']} points={pts}")
+            elif meta.get("solution"):
+                out.append(f"# %% [solution] id={meta['grade_id']}")
+            elif meta.get("locked"):
+                out.append(f"# %% [locked] id={meta['grade_id']}")
+            else:
+                out.append("# %%")
+            out.extend(cell.source.splitlines())
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "to-ipynb":
+        nb = to_notebook(Path(argv[1]).read_text())
+        dest = Path(argv[2])
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        write_notebook(nb, dest)
+        return 0
+    if len(argv) == 2 and argv[0] == "to-py":
+        sys.stdout.write(to_text(nbformat.read(argv[1], as_version=4)))
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
