@@ -47,10 +47,12 @@ def check_softmax(softmax, hidden: bool = False) -> None:
             passed="matches the formula on a small example")
     big = torch.tensor([[1e4, 1e4 - 1.0, 0.0]])
     got = c.call(softmax, big)
+    # atol 1e-3: float32 near 1e4 has steps of ~1e-3, so exact log-domain forms (exp(x - logsumexp))
+    # differ by ~1e-4; an overflow gives NaN, far outside any tolerance.
     c.close(got, ref.softmax(big),
             "logits of 1e4 overflow exp() to inf and the result becomes NaN: subtract the "
             "maximum along `dim` first (it does not change the result).",
-            passed="numerically stable for logits of 1e4")
+            atol=1e-3, passed="numerically stable for logits of 1e4")
     if hidden:
         g = _gen(0)
         x3 = torch.randn(2, 3, 4, generator=g) * 3
@@ -66,15 +68,23 @@ def check_softmax(softmax, hidden: bool = False) -> None:
         small = torch.tensor([[-1e4, -1e4 + 2.0, -1e4 + 1.0]])
         c.close(c.call(softmax, small), ref.softmax(small),
                 "logits of -1e4 underflow to 0/0 = NaN without the max trick.",
-                passed="stable for very negative logits")
+                atol=1e-3, passed="stable for very negative logits")
+        apart = torch.tensor([[1e4, 1e4 - 1.0, 1e4 - 2.0], [-1e4, -1e4 + 1.0, -1e4 + 2.0]])
+        for dim, x_ in ((-1, apart), (0, apart.T.contiguous())):
+            c.close(c.call(softmax, x_, dim=dim), ref.softmax(x_, dim=dim),
+                    "rows whose scores sit far apart (one near 1e4, one near -1e4) come out as "
+                    "NaN or zeros: each slice along `dim` needs its own maximum, not one "
+                    "maximum for the whole tensor.", atol=1e-3)
+        c.ok("each row shifted by its own maximum")
         x64 = torch.randn(3, 5, generator=g, dtype=torch.float64)
         out64 = c.call(softmax, x64)
         c.that(out64.dtype == torch.float64, "float64 input should give float64 output: don't "
                "create tensors with a fixed dtype.", "keeps float64")
         c.close(out64, ref.softmax(x64), "wrong values in float64.", atol=1e-12, rtol=1e-10)
-        before = x3.clone()
-        c.call(softmax, x3)
-        c.that(torch.equal(x3, before), "softmax modified its input in place (e.g. x -= ...): "
+        fresh = torch.randn(3, 4, generator=g) + 5.0  # a tensor no earlier call has touched
+        before = fresh.clone()
+        c.call(softmax, fresh)
+        c.that(torch.equal(fresh, before), "softmax modified its input in place (e.g. x -= ...): "
                "compute into a new tensor.", "leaves the input unchanged")
         for dev in _devices()[1:]:
             out = c.call(softmax, x3.to(dev))
@@ -148,7 +158,9 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention, hidden: boo
            "scores to -inf before the softmax (a score of 0 still gets weight; and True means "
            "'may attend').", "masked positions get weight 0")
     c.close(w, ref.scaled_dot_product_attention(Qm, Km, Vm, m)[1],
-            "with a mask, the allowed positions should share all the weight.",
+            "with a mask (here d_k = 4, d_v = 2), the allowed keys should share all the weight "
+            "of softmax(Q Kᵀ / √d_k): is the mask applied to the scores, before the softmax, "
+            "and is d_k the queries' size rather than the values'?",
             passed="mask applied before the softmax")
     if hidden:
         Q, K, V = _qkv(g, 2, q=5, k=7, d_k=4, d_v=9)

@@ -1,0 +1,207 @@
+"""Attention heatmaps, and the numbers behind the 03_attention widget.
+
+- ``plot_attention(weights, query_tokens, key_tokens)``: a heatmap of any (q, k) weight matrix,
+  rows = queries, columns = keys. Later notebooks use it for heads and cross-attention.
+- ``sentence_attention(sentence, scale, causal, attention_fn)``: GloVe vectors of a typed
+  sentence attend to each other; scores are divided by ``scale`` (√d_k by default).
+- ``plot_sentence_attention(result)``: that heatmap next to the entropy of each row.
+
+matplotlib and torch are imported inside the functions: importing this module is cheap.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
+
+import numpy as np
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*|[^\sa-z0-9]")
+
+
+def tokenize(sentence: str) -> list[str]:
+    """Lower-case words and punctuation marks, the way GloVe's vocabulary spells them."""
+    return _TOKEN.findall(sentence.lower())
+
+
+def _as_numpy(x) -> np.ndarray:
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().double()
+    return np.asarray(x, dtype=np.float64)
+
+
+def row_entropy(weights) -> np.ndarray:
+    """Entropy of each row of ``weights`` in nats, -Σ_j w_ij log w_ij, with 0 log 0 = 0.
+
+    0 means all the weight sits on one key; log(n) means it is spread evenly over n keys.
+    """
+    w = _as_numpy(weights)
+    logs = np.log(np.where(w > 0, w, 1.0))
+    return -(w * logs).sum(axis=-1)
+
+
+class AttentionPlot(NamedTuple):
+    fig: object      # matplotlib Figure
+    ax: object       # the heatmap's Axes
+    weights: np.ndarray  # (q, k) the numbers drawn
+
+
+def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[str] | None = None,
+                   ax=None, title: str | None = None, annotate: bool | None = None,
+                   cmap: str = "viridis", colorbar: bool = True, mask=None) -> AttentionPlot:
+    """Heatmap of attention weights: row i = query i, column j = key j, colour = w_ij in [0, 1].
+
+    ``weights`` is (q, k), a NumPy array or a tensor on any device. ``annotate`` writes each
+    weight in its cell (default: when the matrix is at most 12 × 12). ``mask`` (bool, True = may
+    attend, broadcastable to (q, k)) greys out the forbidden cells.
+    Returns ``AttentionPlot(fig, ax, weights)`` with the weights as a float64 array.
+    """
+    import matplotlib.pyplot as plt
+
+    w = _as_numpy(weights)
+    if w.ndim != 2:
+        raise ValueError(f"weights should be (queries, keys), got shape {w.shape}; "
+                         "pick one batch element / head first, e.g. weights[0, 0]")
+    key_tokens = list(query_tokens) if key_tokens is None else list(key_tokens)
+    query_tokens = list(query_tokens)
+    if w.shape != (len(query_tokens), len(key_tokens)):
+        raise ValueError(f"weights have shape {w.shape} but there are {len(query_tokens)} query "
+                         f"and {len(key_tokens)} key tokens")
+    if ax is None:
+        side = max(3.0, 0.55 * max(w.shape) + 1.5)
+        fig, ax = plt.subplots(figsize=(side + (1.0 if colorbar else 0.0), side))
+    fig = ax.figure
+    image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=45, ha="right")
+    ax.set_yticks(range(len(query_tokens)), query_tokens)
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    if title:
+        ax.set_title(title)
+    allowed = np.ones(w.shape, bool) if mask is None else np.broadcast_to(
+        _as_numpy(mask).astype(bool), w.shape)
+    if not allowed.all():
+        ax.imshow(np.where(allowed, np.nan, 1.0), cmap="Greys", vmin=0.0, vmax=4.0,
+                  aspect="auto")
+    if annotate is None:
+        annotate = max(w.shape) <= 12
+    if annotate:
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                if not allowed[i, j]:
+                    continue
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="black" if w[i, j] > 0.6 else "white")
+    if colorbar:
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
+    return AttentionPlot(fig, ax, w)
+
+
+@dataclass(frozen=True)
+class SentenceAttention:
+    """What the widget draws for one sentence, one scale and one mask setting."""
+
+    tokens: list[str]
+    known: np.ndarray        # (n,) bool: the word has a GloVe vector (unknown words get zeros)
+    scale: float             # the scores X Xᵀ are divided by this
+    causal: bool
+    scores: np.ndarray       # (n, n) X Xᵀ / scale, -inf where the mask forbids
+    weights: np.ndarray      # (n, n) softmax of the scores, rows sum to 1
+    entropy: np.ndarray      # (n,) entropy of each row, nats
+    max_entropy: np.ndarray  # (n,) log(number of keys each row may attend to)
+
+    @property
+    def labels(self) -> list[str]:
+        """Tokens, with unknown words marked by a trailing '?'."""
+        return [t if k else f"{t}?" for t, k in zip(self.tokens, self.known)]
+
+
+def sentence_attention(sentence: str, scale: float | None = None, causal: bool = False,
+                       attention_fn: Callable | None = None, vectors=None) -> SentenceAttention:
+    """Self-attention of a sentence's GloVe vectors with the scores divided by ``scale``.
+
+    Q = K = V = X, the (n, 50) word vectors (a word outside the vocabulary gets a zero vector:
+    its score with every word is 0). ``scale`` defaults to √d_k = √50. ``attention_fn`` has the
+    signature of ``scaled_dot_product_attention(Q, K, V, mask=None) -> (output, weights)``
+    (default: the course's reference). It divides by √d_k itself, so the queries are rescaled
+    by √d_k / scale to make its scores exactly X Xᵀ / scale.
+    """
+    import torch
+
+    from ..glove import load_glove
+    from ..reference import attention as ref
+
+    tokens = tokenize(sentence)
+    if not tokens:
+        raise ValueError("type at least one word")
+    if scale is None:
+        scale = math.sqrt(50)
+    scale = float(scale)
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    glove = vectors if vectors is not None else load_glove()
+    d = glove.dim
+    known = np.array([t in glove for t in tokens])
+    X = np.stack([glove[t] if k else np.zeros(d, np.float32) for t, k in zip(tokens, known)])
+    X = torch.tensor(X, dtype=torch.float32)  # (n, d)
+    n = len(tokens)
+    mask = ref.causal_mask(n) if causal else None
+    fn = attention_fn or ref.scaled_dot_product_attention
+    Q = X * (math.sqrt(d) / scale)  # the function divides by √d: Q Kᵀ / √d = X Xᵀ / scale
+    _, weights = fn(Q, X, X, mask=mask)  # (n, n)
+    scores = (X.double() @ X.double().T / scale).numpy()
+    allowed = np.ones((n, n), bool) if mask is None else mask.numpy()
+    scores = np.where(allowed, scores, -np.inf)
+    w = _as_numpy(weights)
+    return SentenceAttention(tokens=tokens, known=known, scale=scale, causal=bool(causal),
+                             scores=scores, weights=w, entropy=row_entropy(w),
+                             max_entropy=np.log(allowed.sum(axis=1)))
+
+
+class SentencePlot(NamedTuple):
+    fig: object
+    axes: tuple      # (heatmap Axes, entropy Axes)
+    result: SentenceAttention
+
+
+def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot:
+    """The weights as a heatmap, and each row's entropy next to its maximum log(n)."""
+    import matplotlib.pyplot as plt
+
+    n = len(result.tokens)
+    if fig is None:
+        fig = plt.figure(figsize=(max(8.0, 0.6 * n + 6.0), max(3.6, 0.45 * n + 2.0)))
+    else:
+        fig.clear()
+    grid = fig.add_gridspec(1, 2, width_ratios=[max(n, 3), 3], wspace=0.08)
+    ax_w = fig.add_subplot(grid[0])
+    ax_h = fig.add_subplot(grid[1], sharey=ax_w)
+    labels = result.labels
+    allowed = np.isfinite(result.scores)
+    plot_attention(result.weights, labels, labels, ax=ax_w, annotate=n <= 12, colorbar=False,
+                   mask=allowed)
+    d_k = 50
+    note = " (= √d_k)" if math.isclose(result.scale, math.sqrt(d_k), rel_tol=1e-3) else ""
+    ax_w.set_title(f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})"
+                   + ("  · causal" if result.causal else ""), fontsize=10)
+    y = np.arange(n)
+    ax_h.barh(y, result.entropy, color="tab:orange", height=0.6)
+    ax_h.scatter(result.max_entropy, y, marker="|", s=200, color="black")
+    ax_h.set_xlim(0, max(float(np.log(n)), 0.1) * 1.08)
+    ax_h.set_xlabel("row entropy (nats)\n0 = all on one key")
+    ax_h.tick_params(axis="y", labelleft=False)
+    ax_h.set_title("entropy;  | = spread evenly", fontsize=10)
+    if not result.known.all():
+        fig.text(0.01, 0.01, "word? = not among the 20k GloVe words: zero vector",
+                 fontsize=8, color="dimgray")
+    return SentencePlot(fig, (ax_w, ax_h), result)
+
+
+def figure_png(fig, dpi: int = 90) -> bytes:
+    """The figure as PNG bytes (what an ipywidgets.Image shows)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return buf.getvalue()

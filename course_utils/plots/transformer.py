@@ -1,0 +1,91 @@
+"""06_encoder, 07_decoder, 08_generation: read and draw the attention inside a transformer.
+
+The reference layers keep no attention weights of their own. Every attention block in them
+(``self_attn`` in encoder and decoder layers, ``cross_attn`` in decoder layers) is the course's
+MultiHeadAttention, whose forward returns ``(output, weights)``; :func:`attention_maps` runs the
+model once with forward hooks on those blocks and collects the weights. It works on any model
+that names its attention blocks that way: the reference Encoder/Decoder/Transformer, or yours.
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import torch
+
+from .attention import AttentionPlot, plot_attention
+
+KINDS = ("encoder self", "decoder self", "cross")
+
+
+def _kind(name: str, in_decoder: bool) -> str | None:
+    last = name.rsplit(".", 1)[-1]
+    if last == "cross_attn":
+        return "cross"
+    if last == "self_attn":
+        return "decoder self" if in_decoder or name.startswith("decoder") else "encoder self"
+    return None
+
+
+def attention_maps(model: torch.nn.Module, *inputs, **kwargs) -> dict[str, list[torch.Tensor]]:
+    """Run ``model(*inputs, **kwargs)`` once and return its attention weights.
+
+    Returns ``{"encoder self": [...], "decoder self": [...], "cross": [...]}``, one tensor per
+    layer in order, each ``(batch, heads, q_len, k_len)`` on the CPU; kinds the model does not
+    have are left out. E.g. ``attention_maps(transformer, src, tgt, src_mask, tgt_mask)`` or
+    ``attention_maps(encoder, src)``.
+    """
+    in_decoder = any(n.rsplit(".", 1)[-1] == "cross_attn" for n, _ in model.named_modules())
+    found: list[tuple[str, int, str, torch.nn.Module]] = []
+    for name, module in model.named_modules():
+        kind = _kind(name, in_decoder and not name.startswith("encoder"))
+        if kind is None:
+            continue
+        index = re.findall(r"(?:^|\.)(\d+)(?:\.|$)", name)
+        found.append((kind, int(index[-1]) if index else 0, name, module))
+    if not found:
+        raise ValueError("no attention blocks named self_attn or cross_attn in this model")
+    captured: dict[str, torch.Tensor] = {}
+    hooks = []
+    for kind, _, name, module in found:
+        def hook(mod, args, output, name=name):
+            captured[name] = output[1].detach().float().cpu()
+        hooks.append(module.register_forward_hook(hook))
+    try:
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            model(*inputs, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    maps: dict[str, list[torch.Tensor]] = {}
+    for kind, _, name, _ in sorted(found, key=lambda f: (KINDS.index(f[0]), f[1])):
+        if name in captured:
+            maps.setdefault(kind, []).append(captured[name])
+    return maps
+
+
+def plot_transformer_attention(maps: dict, kind: str, layer: int = 0, head: int = 0,
+                               example: int = 0, src_tokens: Sequence[str] | None = None,
+                               tgt_tokens: Sequence[str] | None = None, ax=None) -> AttentionPlot:
+    """Draw the attention of one head in one layer for one example of a batch.
+
+    ``maps`` comes from :func:`attention_maps`; ``kind`` is "encoder self" (source attends to
+    source), "decoder self" (target to earlier target) or "cross" (target to source).
+    Returns ``AttentionPlot(fig, ax, weights)`` (the heatmap is drawn by
+    :func:`course_utils.plots.attention.plot_attention`). Token lists default to positions.
+    """
+    if kind not in maps:
+        raise ValueError(f"this model has no {kind!r} attention; it has {sorted(maps)}")
+    layers = maps[kind]
+    if not 0 <= layer < len(layers):
+        raise ValueError(f"layer {layer} out of range: {kind!r} has {len(layers)} layers")
+    w = layers[layer][example, head]  # (q_len, k_len)
+    rows = tgt_tokens if kind != "encoder self" else src_tokens
+    cols = src_tokens if kind != "decoder self" else tgt_tokens
+    rows = [str(t) for t in (rows if rows is not None else range(w.shape[0]))][: w.shape[0]]
+    cols = [str(t) for t in (cols if cols is not None else range(w.shape[1]))][: w.shape[1]]
+    return plot_attention(w, rows, cols, ax=ax,
+                          title=f"{kind} attention, layer {layer}, head {head}")

@@ -1,0 +1,48 @@
+"""The angle explorer: two 2-D vectors, sliders for the angle and both lengths.
+
+Thin on purpose: ``course_utils.plots.similarity`` computes the cosine, dot product and
+distance and draws them; this only wires three sliders to it.
+"""
+from __future__ import annotations
+
+from ..device import grading
+
+
+def angle_explorer(angle: float = 45.0, len_u: float = 1.0, len_v: float = 2.0):
+    """Drag the angle: the cosine moves. Drag a length: the dot product and the distance move,
+    the cosine does not. Returns the ipywidgets container, or None while grading."""
+    if grading():
+        return None
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+
+    from ..plots.attention import figure_png
+    from ..plots.similarity import plot_two_vectors, two_vectors
+
+    box = dict(continuous_update=False, layout=W.Layout(width="380px"))
+    theta = W.FloatSlider(value=angle, min=0, max=180, step=5, description="angle θ (°)",
+                          style={"description_width": "initial"}, **box)
+    lu = W.FloatSlider(value=len_u, min=0.25, max=3, step=0.25, description="|u|", **box)
+    lv = W.FloatSlider(value=len_v, min=0.25, max=3, step=0.25, description="|v|", **box)
+    table = W.HTML()
+    image = W.Image(format="png")
+    ui = W.HBox([image, W.VBox([theta, lu, lv, table])])
+
+    def redraw(*_):
+        pair = two_vectors(theta.value, lu.value, lv.value)
+        fig = plot_two_vectors(pair, limit=3.3).fig
+        image.value = figure_png(fig)
+        plt.close(fig)
+        table.value = (
+            "<table style='font-size:14px'>"
+            f"<tr><td>cosine&nbsp;&nbsp;</td><td><b>{pair.cosine:+.3f}</b></td>"
+            "<td>&nbsp;angle only</td></tr>"
+            f"<tr><td>dot product</td><td>{pair.dot:+.3f}</td><td>&nbsp;= |u| |v| cos θ</td></tr>"
+            f"<tr><td>distance |u − v|</td><td>{pair.euclidean:.3f}</td>"
+            "<td>&nbsp;angle and lengths</td></tr></table>")
+        ui.pair = pair  # the numbers drawn
+
+    for control in (theta, lu, lv):
+        control.observe(redraw, names="value")
+    redraw()
+    return ui

@@ -1,0 +1,154 @@
+"""A real browser: JupyterLab in headless Chromium opens a student notebook whose exercises are
+filled in with working code, runs it, and the notebook's widget renders and responds to input.
+
+Needs Debian's chromium (scripts/test.sh installs it when it can). Skipped without it, except in
+CI, where a missing browser is a failure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+# notebooks whose widget this test drives (the widget is the last one each notebook shows)
+NOTEBOOKS = [n for n in ("03_attention", "04_multi_head_attention", "05_positional_encoding")
+             if (ROOT / "notebooks" / n / f"{n}.ipynb").exists()]
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _require_browser():
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("playwright is not installed (scripts/setup.sh --test installs it)")
+        pytest.skip("playwright is not installed")
+    if not CHROMIUM:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed (scripts/setup.sh --test installs it as root)")
+        pytest.skip("no chromium on this machine: install it to run the browser test")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _filled_in(assignment: str, dest: Path) -> Path:
+    """The student release with every solution cell replaced by the working solution."""
+    release = json.loads((ROOT / "notebooks" / assignment / f"{assignment}.ipynb").read_text())
+    source = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text())
+    answers = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in source["cells"]
+               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    for cell in release["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("solution") and meta.get("grade_id") in answers:
+            cell["source"] = answers[meta["grade_id"]]
+    path = dest / f"{assignment}.ipynb"
+    path.write_text(json.dumps(release))
+    return path
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    _require_browser()
+    work = tmp_path_factory.mktemp("lab")
+    for name in NOTEBOOKS:
+        _filled_in(name, work)
+    port, token = _free_port(), "course-test-token"
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
+           "--ServerApp.open_browser=False", "--LabApp.news_url=", "--allow-root"]
+    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                _get(f"{base}/api/status?token={token}")
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("JupyterLab did not start within 60 s")
+        yield base, token
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_for_one_idle_kernel(base: str, token: str, timeout: float = 60) -> None:
+    """A fresh page may start its kernel twice: wait until one kernel is idle and stays so."""
+    deadline, stable = time.time() + timeout, 0
+    while time.time() < deadline:
+        sessions = _get(f"{base}/api/sessions?token={token}")
+        states = [s["kernel"]["execution_state"] for s in sessions if s.get("kernel")]
+        stable = stable + 1 if states == ["idle"] else 0
+        if stable >= 4:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"the notebook's kernel never settled: {states}")
+
+
+@pytest.mark.parametrize("assignment", NOTEBOOKS)
+def test_widget_renders_and_responds_in_jupyterlab(lab, assignment, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    base, token = lab
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(f"{base}/lab/tree/{assignment}.ipynb?token={token}")
+            page.wait_for_selector(".jp-Notebook", timeout=60_000)
+            _wait_for_one_idle_kernel(base, token)
+            page.click("text=Run", timeout=10_000)  # the Run menu
+            page.click("text=Run All Cells", timeout=10_000)
+            widget = page.locator(".jp-OutputArea-output .widget-vbox, "
+                                  ".jp-OutputArea-output .widget-hbox").last
+            widget.wait_for(timeout=120_000)
+            widget.scroll_into_view_if_needed()
+            image = widget.locator("img").last
+            image.wait_for(timeout=60_000)
+            before = image.get_attribute("src")
+            control = widget.locator(".noUi-handle, .widget-slider input, input[type=checkbox], "
+                                     "select").first
+            control.wait_for(timeout=10_000)
+            tag = control.evaluate("e => e.tagName + ':' + (e.type || '')")
+            if "checkbox" in tag:
+                control.click()
+            elif tag.startswith("SELECT"):
+                options = control.locator("option").all_inner_texts()
+                control.select_option(index=min(1, len(options) - 1))
+            else:
+                control.focus()
+                for _ in range(3):
+                    page.keyboard.press("ArrowRight")
+            page.wait_for_function(
+                "([el, old]) => el.getAttribute('src') !== old",
+                arg=[image.element_handle(), before], timeout=30_000)
+            page.screenshot(path=str(tmp_path / f"{assignment}.png"))
+        finally:
+            browser.close()

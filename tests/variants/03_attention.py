@@ -1,0 +1,385 @@
+"""Variants for 03_attention: BUGGY ones must fail their grade cell, CORRECT ones must pass.
+
+Each source replaces the solution's function of the same name; it runs after the setup cell and
+the solution cells, so `torch`, `F`, `math` and the other solutions (`softmax`, ...) exist.
+"""
+
+BUGGY = {
+    "test_softmax": {
+        "no_max_subtraction": '''
+def softmax(x, dim=-1):
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        "hard_coded_dim_1": '''
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=1, keepdim=True))
+    return e / e.sum(dim=1, keepdim=True)
+''',
+        "ignores_dim_always_last": '''
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+''',
+        "sums_over_everything": '''
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.max())
+    return e / e.sum()
+''',
+        "subtracts_the_min": '''
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.amin(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        "one_global_max_for_all_rows": '''
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.max())
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        "max_without_keepdim": '''
+def softmax(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim))
+    return e / e.sum(dim=dim)
+''',
+        "in_place_shift": '''
+def softmax(x, dim=-1):
+    x -= x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        "casts_to_float32": '''
+def softmax(x, dim=-1):
+    x = x.float()
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        "calls_F_softmax": '''
+def softmax(x, dim=-1):
+    return F.softmax(x, dim=dim)
+''',
+        "calls_tensor_softmax_method": '''
+def softmax(x, dim=-1):
+    return x.softmax(dim)
+''',
+        "exp_of_log_softmax": '''
+def softmax(x, dim=-1):
+    return torch.exp(torch.log_softmax(x, dim=dim))
+''',
+        "not_implemented": '''
+def softmax(x, dim=-1):
+    raise NotImplementedError()
+''',
+    },
+    "test_simple_self_attention": {
+        "softmax_over_dim_minus_2": '''
+def simple_self_attention(X):
+    scores = X @ X.transpose(-2, -1)
+    return softmax(scores, dim=-2) @ X
+''',
+        "no_softmax": '''
+def simple_self_attention(X):
+    return (X @ X.transpose(-2, -1)) @ X
+''',
+        "X_dot_T_breaks_batches": '''
+def simple_self_attention(X):
+    scores = X @ X.T
+    return softmax(scores, dim=-1) @ X
+''',
+        "scaled_by_sqrt_d": '''
+def simple_self_attention(X):
+    scores = X @ X.transpose(-2, -1) / math.sqrt(X.shape[-1])
+    return softmax(scores, dim=-1) @ X
+''',
+        "returns_the_weights": '''
+def simple_self_attention(X):
+    return softmax(X @ X.transpose(-2, -1), dim=-1)
+''',
+        "weights_on_the_wrong_side": '''
+def simple_self_attention(X):
+    W = softmax(X @ X.transpose(-2, -1), dim=-1)
+    return (X.transpose(-2, -1) @ W).transpose(-2, -1)
+''',
+        "calls_builtin_attention": '''
+def simple_self_attention(X):
+    return F.scaled_dot_product_attention(X, X, X, scale=1.0)
+''',
+    },
+    "test_scaled_dot_product_attention": {
+        "no_sqrt_d_k": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "scaled_by_sqrt_d_v": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(V.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "scaled_by_d_k": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / Q.size(-1)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "d_k_from_dim_1": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "softmax_over_queries": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-2)
+    return w @ V, w
+''',
+        "masked_scores_set_to_zero": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, 0.0)
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "mask_polarity_reversed": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "mask_applied_after_softmax": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    w = softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1)), dim=-1)
+    if mask is not None:
+        w = w * mask
+    return w @ V, w
+''',
+        "mask_ignored": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    w = softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1)), dim=-1)
+    return w @ V, w
+''',
+        "unstable_hand_written_softmax": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    e = torch.exp(scores)
+    w = e / e.sum(dim=-1, keepdim=True)
+    return w @ V, w
+''',
+        "K_dot_T_breaks_batches": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.T / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "returns_weights_then_output": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w, w @ V
+''',
+        "returns_only_the_output": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return softmax(scores, dim=-1) @ V
+''',
+        "calls_F_scaled_dot_product_attention": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return out, softmax(scores, dim=-1)
+''',
+    },
+    "test_causal_mask": {
+        "upper_triangle": '''
+def causal_mask(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu()
+''',
+        "diagonal_excluded": '''
+def causal_mask(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril(-1)
+''',
+        "float_mask": '''
+def causal_mask(size, device=None):
+    return torch.tril(torch.ones(size, size, device=device))
+''',
+        "additive_minus_inf_mask": '''
+def causal_mask(size, device=None):
+    return torch.full((size, size), float("-inf"), device=device).triu(1)
+''',
+        "ignores_device": '''
+def causal_mask(size, device=None):
+    return torch.ones(size, size, dtype=torch.bool).tril()
+''',
+        "hard_coded_size": '''
+def causal_mask(size, device=None):
+    return torch.ones(4, 4, dtype=torch.bool, device=device).tril()
+''',
+    },
+}
+
+CORRECT = {
+    "test_softmax": {
+        "logsumexp": '''
+def softmax(x, dim=-1):
+    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))
+''',
+        "max_values_unsqueeze": '''
+def softmax(x, dim=-1):
+    m = x.max(dim=dim).values.unsqueeze(dim)
+    e = (x - m).exp()
+    return e / e.sum(dim, keepdim=True)
+''',
+        "loop_over_rows": '''
+def softmax(x, dim=-1):
+    moved = x.movedim(dim, -1)
+    flat = moved.reshape(-1, moved.shape[-1])
+    rows = []
+    for row in flat:
+        e = torch.exp(row - row.max())
+        rows.append(e / e.sum())
+    return torch.stack(rows).reshape(moved.shape).movedim(-1, dim)
+''',
+        "warns_and_writes_to_stderr": '''
+import sys as _sys
+import warnings as _warnings
+def softmax(x, dim=-1):
+    _warnings.warn("softmax: debugging")
+    print("softmax called", file=_sys.stderr)
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+        "prints_debug_output": '''
+def softmax(x, dim=-1):
+    print("x has shape", tuple(x.shape))
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+''',
+    },
+    "test_simple_self_attention": {
+        "einsum": '''
+def simple_self_attention(X):
+    scores = torch.einsum("...id,...jd->...ij", X, X)
+    return torch.einsum("...ij,...jd->...id", softmax(scores, dim=-1), X)
+''',
+        "mT_and_F_softmax": '''
+def simple_self_attention(X):
+    return F.softmax(X @ X.mT, dim=-1) @ X
+''',
+        "matmul_and_torch_softmax": '''
+def simple_self_attention(X):
+    return torch.matmul(torch.softmax(torch.matmul(X, X.transpose(-1, -2)), dim=-1), X)
+''',
+    },
+    "test_scaled_dot_product_attention": {
+        "einsum": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", Q, K) / math.sqrt(K.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return torch.einsum("...qk,...kd->...qd", w, V), w
+''',
+        "fill_minus_1e9": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / Q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask == False, -1e9)  # noqa: E712
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "torch_where": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf"), dtype=scores.dtype,
+                                                        device=scores.device))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "F_softmax_inside_is_allowed": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = F.softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "scale_queries_first_float64_safe": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    d_k = torch.tensor(K.shape[-1], dtype=Q.dtype, device=Q.device)
+    scores = (Q / d_k.sqrt()) @ K.mT
+    if mask is not None:
+        neg = torch.finfo(scores.dtype).min
+        scores = scores.masked_fill(torch.logical_not(mask), neg)
+    w = softmax(scores, dim=-1)
+    return torch.matmul(w, V), w
+''',
+        "additive_mask_from_bool": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        bias = torch.zeros(mask.shape, dtype=scores.dtype, device=scores.device)
+        scores = scores + bias.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "warns_about_mask": '''
+import warnings as _warnings
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    if mask is None:
+        _warnings.warn("no mask given: every query sees every key")
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+    },
+    "test_causal_mask": {
+        "arange_comparison": '''
+def causal_mask(size, device=None):
+    i = torch.arange(size, device=device)
+    return i[:, None] >= i[None, :]
+''',
+        "tril_of_bool_ones": '''
+def causal_mask(size, device=None):
+    return torch.tril(torch.ones((size, size), device=device)).bool()
+''',
+        "loop": '''
+def causal_mask(size, device=None):
+    m = torch.zeros(size, size, dtype=torch.bool, device=device)
+    for i in range(size):
+        m[i, : i + 1] = True
+    return m
+''',
+        "not_triu": '''
+def causal_mask(size, device=None):
+    return ~torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+''',
+    },
+}
