@@ -1,0 +1,251 @@
+"""Variants for 07_decoder: BUGGY must fail their grade cell, CORRECT must pass it.
+
+Each source runs after the notebook's setup and solution cells, replacing one class/function.
+"""
+
+_DL = '''
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+{body}
+'''
+
+
+def _dl(body: str) -> str:
+    return _DL.format(body=body)
+
+
+PRE = '''\
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.self_attn(h, h, h, tgt_mask)[0]
+            x = x + self.cross_attn(self.norm2(x), memory, memory, memory_mask)[0]
+            return x + self.ffn(self.norm3(x))
+'''
+POST = '''\
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x, memory, memory, memory_mask)[0])
+        return self.norm3(x + self.ffn(x))'''
+
+_DEC = '''
+class Decoder(nn.Module):
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
+        super().__init__()
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
+        self.layers = nn.ModuleList([DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None):
+{body}
+'''
+
+
+def _dec(body: str) -> str:
+    return _DEC.format(body=body)
+
+
+_TR = '''
+class Transformer(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=128, num_heads=4, d_ff=512,
+                 num_layers=2, max_len=512, dropout=0.0):
+        super().__init__()
+        self.encoder = Encoder(src_vocab_size, d_model, num_heads, d_ff, num_layers, max_len, dropout)
+        self.decoder = Decoder(tgt_vocab_size, d_model, num_heads, d_ff, num_layers, max_len, dropout)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+
+    def encode(self, src, src_mask=None):
+        return self.encoder(src, src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        return self.generator(self.decoder(tgt, memory, tgt_mask, memory_mask))
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+{body}
+'''
+
+
+def _tr(body: str) -> str:
+    return _TR.format(body=body)
+
+
+BUGGY = {
+    "test_decoder_layer": {
+        "cross_kv_from_decoder": _dl(PRE + '''\
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x, x, x)[0])
+        return self.norm3(x + self.ffn(x))'''),
+        "cross_kv_from_decoder_with_mask": _dl(PRE + '''\
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x, x, x, memory_mask)[0])
+        return self.norm3(x + self.ffn(x))'''),
+        "queries_from_memory": _dl(PRE + '''\
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(memory, x, x)[0])
+        return self.norm3(x + self.ffn(x))'''),
+        "tgt_mask_ignored": _dl('''\
+        tgt_mask = None
+''' + PRE + POST),
+        "memory_mask_ignored": _dl('''\
+        memory_mask = None
+''' + PRE + POST),
+        "always_pre_norm": _dl(PRE.replace("if self.norm_first:", "if True:") + POST),
+        "always_post_norm": _dl(POST),
+        "no_cross_residual": _dl(PRE + '''\
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(self.cross_attn(x, memory, memory, memory_mask)[0])
+        return self.norm3(x + self.ffn(x))'''),
+        "cross_before_self": _dl(PRE + '''\
+        x = self.norm1(x + self.cross_attn(x, memory, memory, memory_mask)[0])
+        x = self.norm2(x + self.self_attn(x, x, x, tgt_mask)[0])
+        return self.norm3(x + self.ffn(x))'''),
+        "shared_attention": _dl(PRE + POST).replace(
+            "self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)",
+            "self.cross_attn = self.self_attn"),
+        "uses_torch_sdpa": _dl(PRE + '''\
+        b, t, d = x.shape
+        a = self.self_attn
+        h = a.num_heads if hasattr(a, "num_heads") else 4
+        q, k, v = (p(x).view(b, t, h, d // h).transpose(1, 2) for p in (a.q_proj, a.k_proj, a.v_proj))
+        o = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=tgt_mask)
+        x = self.norm1(x + a.out_proj(o.transpose(1, 2).reshape(b, t, d)))
+        x = self.norm2(x + self.cross_attn(x, memory, memory, memory_mask)[0])
+        return self.norm3(x + self.ffn(x))'''),
+    },
+    "test_decoder": {
+        "no_sqrt_scale": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x'''),
+        "no_positions": _dec('''\
+        x = self.embedding(tgt) * math.sqrt(self.d_model)
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x'''),
+        "tgt_mask_not_passed": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, memory, memory_mask=memory_mask)
+        return x'''),
+        "memory_mask_not_passed": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask)
+        return x'''),
+        "masks_swapped": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, memory, memory_mask, tgt_mask)
+        return x'''),
+    },
+    "test_make_padding_mask": {
+        "polarity": '''
+def make_padding_mask(ids, pad_id):
+    return (ids == pad_id)[:, None, None, :]
+''',
+        "flat_shape": '''
+def make_padding_mask(ids, pad_id):
+    return ids != pad_id
+''',
+        "query_axis": '''
+def make_padding_mask(ids, pad_id):
+    return (ids != pad_id)[:, None, :, None]
+''',
+        "float_mask": '''
+def make_padding_mask(ids, pad_id):
+    return (ids != pad_id).float()[:, None, None, :]
+''',
+        "fixed_pad_zero": '''
+def make_padding_mask(ids, pad_id):
+    return (ids != 0)[:, None, None, :]
+''',
+        "three_dims": '''
+def make_padding_mask(ids, pad_id):
+    return (ids != pad_id).unsqueeze(1)
+''',
+    },
+    "test_transformer": {
+        "src_mask_not_in_cross_attention": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask)'''),
+        "src_mask_not_in_encoder": _tr('''\
+        return self.decode(tgt, self.encode(src), tgt_mask, src_mask)'''),
+        "tgt_mask_ignored": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), None, src_mask)'''),
+        "returns_probabilities": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask).softmax(-1)'''),
+        "generator_on_source_vocab": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)''').replace(
+            "nn.Linear(d_model, tgt_vocab_size)", "nn.Linear(d_model, src_vocab_size)"),
+        "decode_without_generator": _tr('''\
+        return self.generator(self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask))''').replace(
+            "return self.generator(self.decoder(tgt, memory, tgt_mask, memory_mask))",
+            "return self.decoder(tgt, memory, tgt_mask, memory_mask)"),
+        "wrong_default_d_ff": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)''').replace(
+            "d_ff=512", "d_ff=2048"),
+    },
+}
+
+CORRECT = {
+    "test_decoder_layer": {
+        "explicit_branches": _dl(PRE + POST),
+        "with_dropout_and_warning": '''
+import warnings as _w
+''' + _dl('''\
+        _w.warn("just a warning")
+        d = self.dropout
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + d(self.self_attn(h, h, h, mask=tgt_mask)[0])
+            h = self.norm2(x)
+            x = x + d(self.cross_attn(query=h, key=memory, value=memory, mask=memory_mask)[0])
+            return x + d(self.ffn(self.norm3(x)))
+        sa, _ = self.self_attn(x, x, x, tgt_mask)
+        x = self.norm1(x + d(sa))
+        ca, _ = self.cross_attn(x, memory, memory, memory_mask)
+        x = self.norm2(x + d(ca))
+        return self.norm3(x + d(self.ffn(x)))'''),
+        "torch_layer_norms": _dl(PRE + POST).replace(
+            "LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)",
+            "nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)"),
+    },
+    "test_decoder": {
+        "explicit": _dec('''\
+        e = self.embedding(tgt)
+        x = self.pos_encoding(e * e.shape[-1] ** 0.5)
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask)
+        return x'''),
+    },
+    "test_make_padding_mask": {
+        "ne_unsqueeze": '''
+def make_padding_mask(ids, pad_id):
+    return ids.ne(pad_id).unsqueeze(1).unsqueeze(2)
+''',
+        "view": '''
+def make_padding_mask(ids, pad_id):
+    b, s = ids.shape
+    return (ids != pad_id).view(b, 1, 1, s)
+''',
+    },
+    "test_transformer": {
+        "no_xavier_init": _tr('''\
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, tgt_mask=tgt_mask, memory_mask=src_mask)'''),
+        "reference_parts_and_prints": '''
+from course_utils.reference.decoder import Decoder as _RefDecoder
+''' + _tr('''\
+        print("forward", src.shape, tgt.shape)
+        return self.generator(self.decoder(tgt, self.encoder(src, src_mask), tgt_mask, src_mask))''').replace(
+            "self.decoder = Decoder(", "self.decoder = _RefDecoder("),
+    },
+}
