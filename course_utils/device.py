@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 
 import numpy as np
 
@@ -26,14 +27,16 @@ def get_device(prefer: str | None = None):
 
 
 def seed_everything(seed: int = 0) -> None:
-    """Seed Python, NumPy and torch (every device) so a notebook gives the same numbers twice."""
+    """Seed Python, NumPy and torch (every device) so a notebook gives the same numbers twice.
+
+    torch is seeded when it has been imported: the NumPy-only notebooks don't pay for loading
+    it, and a notebook that uses torch imports it before calling this.
+    """
     random.seed(seed)
     np.random.seed(seed)
-    try:
-        import torch
-    except ImportError:  # the numpy-only notebooks work without torch
-        return
-    torch.manual_seed(seed)  # seeds CUDA and MPS generators too
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)  # seeds CUDA and MPS generators too
 
 
 def grading() -> bool:

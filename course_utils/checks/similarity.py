@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..reference import similarity as ref
-from ._core import Check, to_numpy
+from ._core import Check, CheckFailed, to_numpy
 
 _FORBID = [
     "course_utils.reference.similarity.cosine_similarity",
@@ -112,6 +112,30 @@ def check_most_similar(most_similar, hidden: bool = False) -> None:
                "excluded ids before taking the top k, not after.", "still k ids with exclude")
         c.that(got.tolist() == ref.most_similar(target, E, k=2, exclude=(4,)).tolist(),
                "wrong ids once exclude is used.", "right ids with exclude")
+        best3 = [int(i) for i in ref.most_similar(q, E, k=3)]
+        want = ref.most_similar(q, E, k=3, exclude=best3).tolist()
+        for excl in (tuple(best3), list(best3), set(best3)):
+            try:
+                got = np.asarray(c.call(most_similar, q, E, k=3, exclude=excl))
+            except CheckFailed as exc:
+                if "IndexError" in str(exc):
+                    c.fail(f"raised an IndexError with exclude={excl!r}. NumPy reads a tuple "
+                           "index as one index per axis; turn exclude into a list first.")
+                raise
+            c.that(not set(got.tolist()) & set(best3),
+                   f"with exclude={excl!r} an excluded id came back: every id in exclude must "
+                   "be left out, not just the first.")
+            c.that(got.tolist() == want, f"wrong ids with exclude={excl!r}.")
+        c.ok("several excluded ids, given as a tuple, a list or a set")
+        # every row left after the exclusion points away from the query
+        F = np.array([[1.0, 0.0], [-1.0, 0.1], [-1.0, -0.2], [-0.5, -1.0]])
+        got = np.asarray(c.call(most_similar, np.array([2.0, 0.0]), F, k=2, exclude=(0,)))
+        c.that(0 not in got.tolist(),
+               "an excluded id came back when all the other cosines are negative: give excluded "
+               "ids a score that no cosine can fall below (0 is not enough).",
+               "excluded ids lose even against negative cosines")
+        c.that(got.tolist() == ref.most_similar(np.array([2.0, 0.0]), F, k=2, exclude=(0,)).tolist(),
+               "wrong ids when every candidate has a negative cosine: still highest first.")
         got = np.asarray(c.call(most_similar, q, E, k=5))
         c.that(got.tolist() == ref.most_similar(q, E, k=5).tolist(),
                "k=5 gives wrong ids: take exactly the k highest cosines.", "k=5")
@@ -142,6 +166,8 @@ def check_analogy(analogy, hidden: bool = False) -> None:
         for (a, b, cc) in [(0, 1, 2), (5, 9, 11), (3, 20, 7)]:
             got = np.asarray(c.call(analogy, a, b, cc, E2, k=4)).tolist()
             want = ref.analogy(a, b, cc, E2, k=4).tolist()
+            c.that(len(got) == 4, f"with k=4 return 4 ids (got {len(got)}): pass k on, and "
+                   "exclude a, b, c before taking the top k, not after.")
             c.that(not {a, b, cc} & set(got), "a, b and c must never be answers: exclude them.")
             c.that(got == want, "wrong ids for a random analogy: nearest by cosine to "
                    "E[b] - E[a] + E[c], most similar first (is the sign of a or b flipped?).")

@@ -42,6 +42,8 @@ def embedding_projector(analogy_fn: Callable | None = None,
     status = W.HTML()
     image = W.Image(format="png")
     ui = W.VBox([words_box, W.HBox([a_box, b_box, c_box]), k_slider, status, image])
+    ui.controls = {"words": words_box, "a": a_box, "b": b_box, "c": c_box,
+                   "neighbours": k_slider, "status": status, "image": image}
 
     def redraw(*_):
         try:

@@ -27,6 +27,7 @@ def angle_explorer(angle: float = 45.0, len_u: float = 1.0, len_v: float = 2.0):
     table = W.HTML()
     image = W.Image(format="png")
     ui = W.HBox([image, W.VBox([theta, lu, lv, table])])
+    ui.controls = {"angle": theta, "len_u": lu, "len_v": lv, "table": table, "image": image}
 
     def redraw(*_):
         pair = two_vectors(theta.value, lu.value, lv.value)

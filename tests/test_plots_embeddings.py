@@ -1,0 +1,177 @@
+"""The 01/02 embedding plots and the projector widget, headless: the numbers they draw, and
+that the controls respond."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from course_utils import load_glove  # noqa: E402
+from course_utils.plots import embeddings as pe  # noqa: E402
+from course_utils.reference import similarity as ref  # noqa: E402
+
+TOY = np.array([[0.9, 0.8, 0.7, 0.1, 0.2], [0.9, 0.8, 0.7, 0.1, 0.7],
+                [0.8, 0.6, 0.6, 0.2, 0.1], [0.8, 0.6, 0.6, 0.2, 0.6]])
+
+
+@pytest.fixture(autouse=True)
+def _not_grading(monkeypatch):
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("COURSE_GRADING", raising=False)
+    yield
+    plt.close("all")
+
+
+# -- pca_2d ----------------------------------------------------------------------------------
+def test_pca_2d_matches_the_svd_and_keeps_all_variance_of_the_toy_words():
+    p = pe.pca_2d(TOY)
+    Xc = TOY - TOY.mean(0)
+    U, S, _ = np.linalg.svd(Xc, full_matrices=False)
+    assert p.coords.shape == (4, 2) and p.components.shape == (2, 5)
+    assert np.allclose(np.abs(p.coords), np.abs(U[:, :2] * S[:2]))
+    assert np.allclose(p.components @ p.components.T, np.eye(2))      # orthonormal
+    assert np.allclose(p.coords.mean(0), 0.0)                          # centred
+    assert np.isclose(p.explained.sum(), 1.0)                          # the toy world is 2-D
+    assert np.allclose(p.coords @ p.components + p.mean, TOY)          # so nothing is lost
+    # king - man + woman = queen survives the projection exactly
+    assert np.allclose(p.coords[0] - p.coords[2] + p.coords[3], p.coords[1])
+
+
+def test_pca_2d_is_deterministic_and_validates():
+    X = np.random.default_rng(0).normal(size=(10, 6))
+    a, b = pe.pca_2d(X), pe.pca_2d(X.copy())
+    assert np.array_equal(a.coords, b.coords)
+    for comp in a.components:
+        assert comp[np.argmax(np.abs(comp))] > 0
+    assert 0 < a.explained.sum() < 1 and a.explained[0] >= a.explained[1]
+    with pytest.raises(ValueError):
+        pe.pca_2d(np.ones((1, 3)))
+
+
+# -- plot_projection / word_projection -----------------------------------------------------
+def test_plot_projection_draws_the_points_labels_and_arrows():
+    coords = np.array([[0.0, 0.0], [1.0, 2.0], [3.0, -1.0]])
+    fig, ax, drawn = pe.plot_projection(coords, ["a", "b", "c"], arrows=[(0, 1), (2, 1)])
+    assert np.allclose(drawn, coords)
+    assert np.allclose(ax.collections[0].get_offsets(), coords)
+    texts = [t.get_text() for t in ax.texts]
+    assert {"a", "b", "c"} <= set(texts)
+    assert sum(getattr(t, "arrow_patch", None) is not None for t in ax.texts) == 2
+    with pytest.raises(ValueError):
+        pe.plot_projection(coords, ["a", "b"])
+
+
+def test_parse_words():
+    assert pe.parse_words("King, queen  man king") == ["king", "queen", "man"]
+    assert pe.parse_words("  ") == []
+
+
+def test_word_projection_uses_glove_rows_and_lists_unknown_words():
+    g = load_glove()
+    p = pe.word_projection("paris france xyzzyq rome", g)
+    assert p.words == ["paris", "france", "rome"] and p.unknown == ["xyzzyq"]
+    expected = pe.pca_2d(g.vectors[g.ids(p.words)])
+    assert np.allclose(p.coords, expected.coords)
+    out = pe.plot_word_projection(p, arrows=[("france", "paris"), ("nope", "rome")])
+    assert sum(getattr(t, "arrow_patch", None) is not None for t in out.ax.texts) == 1
+    assert "variance" in out.ax.get_xlabel()
+    with pytest.raises(ValueError, match="at least two"):
+        pe.word_projection("paris xyzzyq", g)
+
+
+# -- analogy_projection ----------------------------------------------------------------------
+def test_analogy_projection_with_the_reference_finds_queen():
+    g = load_glove()
+    r = pe.analogy_projection("man", "king", "woman", "prince princess", neighbours=3)
+    assert r.answer == "queen" and "reference" in r.by
+    assert r.words[:4] == ["man", "king", "woman", "queen"]
+    assert {"prince", "princess"} <= set(r.words)
+    assert len(r.neighbours) == 3 and "queen" not in r.neighbours
+    t = g["king"].astype(float) - g["man"] + g["woman"]
+    assert np.isclose(r.answer_cosine, ref.cosine_similarity(t, g["queen"]))
+    assert np.allclose(r.target, (t - r.pca.mean) @ r.pca.components.T)
+    assert np.allclose(r.pca.coords, pe.pca_2d(g.vectors[g.ids(r.words)]).coords)
+
+
+def test_analogy_projection_calls_the_functions_it_is_given():
+    g = load_glove()
+    calls = {}
+
+    def my_analogy(a, b, c, E, k=1):
+        calls["analogy"] = (a, b, c, k)
+        return np.array([g.id("prince")])
+
+    def my_most_similar(query, E, k=5, exclude=()):
+        calls["most_similar"] = (k, set(exclude))
+        return ref.most_similar(query, E, k=k, exclude=exclude)
+
+    r = pe.analogy_projection("man", "king", "woman", analogy_fn=my_analogy,
+                              most_similar_fn=my_most_similar, neighbours=2)
+    assert r.answer == "prince" and r.by == "your analogy, your most_similar"
+    assert calls["analogy"] == (g.id("man"), g.id("king"), g.id("woman"), 1)
+    assert calls["most_similar"] == (3, {g.id("man"), g.id("king"), g.id("woman")})
+    assert len(r.neighbours) == 2 and "prince" not in r.neighbours
+
+
+def test_analogy_projection_rejects_unknown_words():
+    with pytest.raises(KeyError, match="xyzzyq"):
+        pe.analogy_projection("man", "xyzzyq", "woman")
+
+
+def test_plot_analogy_draws_two_arrows_and_the_target_star():
+    r = pe.analogy_projection("france", "paris", "italy", "germany berlin")
+    fig, ax, drawn = pe.plot_analogy(r)
+    assert np.allclose(drawn, r.pca.coords)
+    assert sum(getattr(t, "arrow_patch", None) is not None for t in ax.texts) == 2
+    assert np.allclose(ax.collections[-1].get_offsets(), r.target[None])
+    assert ax.get_title() == "france : paris :: italy : rome"
+    lo, hi = ax.get_xlim()
+    assert lo <= r.target[0] <= hi
+
+
+# -- the widget --------------------------------------------------------------------------------
+def test_projector_builds_and_responds():
+    from course_utils.widgets.embeddings import embedding_projector
+
+    ui = embedding_projector(neighbours=2)
+    ctl = ui.controls
+    assert ui.result.answer == "queen" and len(ui.result.neighbours) == 2
+    assert "queen" in ctl["status"].value and len(ctl["image"].value) > 1000
+    before = ctl["image"].value
+    ctl["b"].value = "queen"          # man : queen :: woman : ?
+    assert ui.result.b == "queen" and ui.result.answer != "queen"
+    assert ctl["image"].value != before
+    ctl["neighbours"].value = 5
+    assert len(ui.result.neighbours) == 5
+    ctl["words"].value = "paris rome"
+    assert {"paris", "rome"} <= set(ui.result.words)
+    ctl["c"].value = "xyzzyq"        # an unknown word: a message, not a crash
+    assert "KeyError" in ctl["status"].value and "xyzzyq" in ctl["status"].value
+
+
+def test_projector_uses_the_learners_function_and_falls_back_when_not_implemented():
+    from course_utils.widgets.embeddings import embedding_projector
+
+    g = load_glove()
+    ui = embedding_projector(lambda a, b, c, E, k=1: np.array([g.id("throne")]))
+    assert ui.result.answer == "throne" and "your analogy" in ui.result.by
+
+    def todo(*args, **kwargs):
+        raise NotImplementedError()
+
+    ui = embedding_projector(todo, todo, neighbours=1)
+    assert ui.result.answer == "queen" and "reference" in ui.result.by
+
+
+def test_projector_is_none_while_grading(monkeypatch):
+    from course_utils.widgets.embeddings import embedding_projector
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert embedding_projector() is None
