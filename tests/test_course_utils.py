@@ -120,3 +120,21 @@ def test_close_names_nan_and_values():
     with pytest.raises(CheckFailed, match="largest difference"):
         c.close(np.array([1.0, 2.0]), np.array([1.0, 2.5]), "hint")
     c.close(np.array([1.0, float("-inf")]), np.array([1.0, float("-inf")]), "hint")
+
+
+def test_check_call_catches_a_builtin_imported_inside_the_function():
+    import subprocess
+    code = (
+        "import sys\n"
+        "from course_utils.checks.embeddings import check_one_hot\n"
+        "def one_hot(ids, vocab_size):\n"
+        "    import torch\n"
+        "    return torch.nn.functional.one_hot(torch.as_tensor(ids), vocab_size).double().numpy()\n"
+        "assert 'torch' not in sys.modules\n"
+        "try:\n"
+        "    check_one_hot(one_hot)\n"
+        "except AssertionError as e:\n"
+        "    print('caught:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "caught:" in out.stdout and "torch.nn.functional.one_hot" in out.stdout, out.stdout + out.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import sys
 import warnings
 from typing import Callable, Iterable
 
@@ -33,8 +34,14 @@ def quiet():
 
 
 def _resolve(path: str):
-    """'torch.nn.functional.softmax' -> (module or class, attribute name, object)."""
+    """'torch.nn.functional.softmax' -> (module or class, attribute name, object).
+
+    None when the package was never imported: the student's code can't be calling it then,
+    and a NumPy-only notebook should not pay for importing torch.
+    """
     parts = path.split(".")
+    if parts[0] not in sys.modules:
+        return None
     for cut in range(len(parts) - 1, 0, -1):
         try:
             owner = importlib.import_module(".".join(parts[:cut]))
@@ -116,6 +123,15 @@ class Check:
         hits = _referenced_forbidden(fn, self.forbidden)
         if hits:
             self._forbidden_failure(hits[0])
+        loaded = set(sys.modules)
+        result = self._guarded_call(fn, args, kwargs)
+        if any(p.split(".")[0] not in loaded and p.split(".")[0] in sys.modules
+               for p in self.forbidden):
+            # the code imported a forbidden package itself: call again, now with the tripwires
+            result = self._guarded_call(fn, args, kwargs)
+        return result
+
+    def _guarded_call(self, fn, args, kwargs):
         calls: list[str] = []
         try:
             with quiet(), _forbidden(self.forbidden, calls):
