@@ -1,0 +1,114 @@
+"""Pictures of the sinusoidal positional encoding, and the numbers behind the 05 widget.
+
+- ``plot_encoding(pe)``: the (positions × features) table as a heatmap.
+- ``position_similarity(pe, pos)``: PE[pos] · PE[j] for every position j.
+- ``plot_position_similarity(pe, pos)``: that curve.
+- ``wavelengths(d_model, base)``: 2π · base^(2i/d_model), the period of each sin/cos pair.
+- ``plot_explorer(d_model, pos, ...)``: the heatmap and the similarity curve together.
+"""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .attention import _as_numpy
+
+
+def wavelengths(d_model: int, base: float = 10000.0) -> np.ndarray:
+    """(ceil(d_model/2),) the period, in positions, of pair i: 2π · base^(2i/d_model)."""
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)
+    return 2 * np.pi * base ** (two_i / d_model)
+
+
+def position_similarity(pe, pos: int) -> np.ndarray:
+    """(max_len,) dot products PE[pos] · PE[j]. For the sinusoidal table this is
+    Σ_i cos((pos - j) ω_i) (+ a leftover sine for odd d_model): a function of pos - j alone."""
+    table = _as_numpy(pe)
+    if not 0 <= pos < len(table):
+        raise ValueError(f"pos must be in 0 … {len(table) - 1}, got {pos}")
+    return table @ table[pos]
+
+
+class EncodingPlot(NamedTuple):
+    fig: object
+    ax: object
+    values: np.ndarray  # what was drawn
+
+
+def plot_encoding(pe, ax=None, title: str | None = None, colorbar: bool = True,
+                  mark: int | None = None) -> EncodingPlot:
+    """Heatmap of the table: row = position, column = feature, colour = value in [-1, 1]."""
+    import matplotlib.pyplot as plt
+
+    table = _as_numpy(pe)
+    if table.ndim != 2:
+        raise ValueError(f"pe should be (max_len, d_model), got shape {table.shape}")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.2, 5.0))
+    fig = ax.figure
+    image = ax.imshow(table, cmap="RdBu", vmin=-1.0, vmax=1.0, aspect="auto",
+                      interpolation="nearest")
+    ax.set_xlabel("feature (column 2i = sin, 2i+1 = cos)")
+    ax.set_ylabel("position")
+    ax.set_title(title or f"sinusoidal positional encoding, {table.shape[0]} × {table.shape[1]}")
+    if mark is not None:
+        ax.axhline(mark, color="black", lw=1.2, ls="--")
+    if colorbar:
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return EncodingPlot(fig, ax, table)
+
+
+def plot_position_similarity(pe, pos: int, ax=None, label: str | None = None) -> EncodingPlot:
+    """PE[pos] · PE[j] against j: the peak sits at j = pos, the curve depends on j - pos only."""
+    import matplotlib.pyplot as plt
+
+    sims = position_similarity(pe, pos)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.2, 3.2))
+    fig = ax.figure
+    ax.plot(np.arange(len(sims)), sims, lw=1.6, label=label)
+    ax.axvline(pos, color="black", lw=1.0, ls="--")
+    ax.set_xlabel("position j")
+    ax.set_ylabel(f"PE[{pos}] · PE[j]")
+    ax.set_title(f"how alike position {pos} is to every position", fontsize=10)
+    ax.grid(alpha=0.3)
+    return EncodingPlot(fig, ax, sims)
+
+
+class ExplorerPlot(NamedTuple):
+    fig: object
+    axes: tuple          # (heatmap, similarity curve)
+    table: np.ndarray    # (max_len, d_model)
+    similarity: np.ndarray  # (max_len,)
+
+
+def plot_explorer(d_model: int = 100, pos: int = 20, max_len: int = 100, base: float = 10000.0,
+                  encoding_fn: Callable | None = None, fig=None) -> ExplorerPlot:
+    """The widget's picture: the table with row ``pos`` marked, and PE[pos] · PE[j] for all j.
+
+    ``encoding_fn(max_len, d_model)`` builds the table (the learner's function); when None, or
+    for a base other than 10000, the reference is used.
+    """
+    import matplotlib.pyplot as plt
+
+    from ..reference.positional import sinusoidal_positional_encoding
+
+    if encoding_fn is not None and base == 10000.0:
+        table = encoding_fn(max_len, d_model)
+    else:
+        table = sinusoidal_positional_encoding(max_len, d_model, base=base)
+    table = _as_numpy(table)
+    if fig is None:
+        fig = plt.figure(figsize=(12.5, 4.6))
+    else:
+        fig.clear()
+    grid = fig.add_gridspec(1, 2, width_ratios=[1, 1.15], wspace=0.3)
+    ax_t, ax_s = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
+    plot_encoding(table, ax=ax_t, mark=pos,
+                  title=f"PE table: {max_len} positions × d_model = {d_model}, base {base:g}")
+    sims = plot_position_similarity(table, pos, ax=ax_s).values
+    ax_s.set_ylim(min(0.0, float(sims.min())) - 1, d_model / 2 + 2)
+    ax_s.axhline(d_model / 2, color="gray", lw=0.8, ls=":")
+    ax_s.text(0, d_model / 2, " ‖PE‖² = d_model/2", va="bottom", fontsize=8, color="gray")
+    return ExplorerPlot(fig, (ax_t, ax_s), table, sims)

@@ -1,0 +1,401 @@
+"""Variants for 04_multi_head_attention: BUGGY ones must fail their grade cell, CORRECT ones pass.
+
+Each source runs after the setup cell and the solution cells, so `torch`, `nn`, `F`, `math`,
+`scaled_dot_product_attention`, `causal_mask` and the solutions (`split_heads`, `merge_heads`)
+exist; it replaces the solution of the same name.
+"""
+
+_MHA_INIT = '''
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+'''
+
+
+def _mha(forward: str, init: str = _MHA_INIT) -> str:
+    return "class MultiHeadAttention(nn.Module):" + init + forward
+
+
+_FORWARD_OK = '''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
+'''
+
+BUGGY = {
+    "test_split_heads": {
+        "view_without_transpose": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, num_heads, s, d // num_heads)
+''',
+        "heads_interleaved": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, s, d // num_heads, num_heads).permute(0, 3, 1, 2)
+''',
+        "no_transpose_b_s_h_d": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, s, num_heads, d // num_heads)
+''',
+        "heads_into_batch": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, s, num_heads, d // num_heads).transpose(1, 2).reshape(b * num_heads, s, -1)
+''',
+        "hard_coded_three_heads": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, s, 3, d // 3).transpose(1, 2)
+''',
+        "swaps_last_two_axes": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.view(b, s, num_heads, d // num_heads).permute(0, 2, 3, 1)
+''',
+        "detaches": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.detach().view(b, s, num_heads, d // num_heads).transpose(1, 2)
+''',
+        "casts_to_float32": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.float().view(b, s, num_heads, d // num_heads).transpose(1, 2)
+''',
+        "imports_the_reference": '''
+from course_utils.reference.multi_head import split_heads
+''',
+        "not_implemented": '''
+def split_heads(x, num_heads):
+    raise NotImplementedError()
+''',
+    },
+    "test_merge_heads": {
+        "reshape_without_transpose": '''
+def merge_heads(x):
+    b, h, s, d = x.shape
+    return x.reshape(b, s, h * d)
+''',
+        "transpose_then_view": '''
+def merge_heads(x):
+    b, h, s, d = x.shape
+    return x.transpose(1, 2).view(b, s, h * d)
+''',
+        "heads_interleaved": '''
+def merge_heads(x):
+    b, h, s, d = x.shape
+    return x.permute(0, 2, 3, 1).reshape(b, s, h * d)
+''',
+        "keeps_the_head_axis": '''
+def merge_heads(x):
+    return x.transpose(1, 2)
+''',
+        "hard_coded_d_model_12": '''
+def merge_heads(x):
+    b, h, s, d = x.shape
+    return x.transpose(1, 2).reshape(b, s, 12)
+''',
+        "calls_the_reference": '''
+import course_utils.reference.multi_head as _ref_mh
+def merge_heads(x):
+    return _ref_mh.merge_heads(x)
+''',
+    },
+    "test_multi_head_attention": {
+        "scales_by_d_model": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.num_heads * self.d_head)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(scores, dim=-1)
+        return self.out_proj(merge_heads(w @ V)), w
+'''),
+        "no_output_projection": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return merge_heads(out), w
+'''),
+        "split_without_transpose": _mha('''
+    def forward(self, query, key, value, mask=None):
+        def split(t):
+            b, s, d = t.shape
+            return t.reshape(b, self.num_heads, s, self.d_head)
+        Q, K, V = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "merge_without_transpose": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        b, h, q, d = out.shape
+        return self.out_proj(out.reshape(b, q, h * d)), w
+'''),
+        "mask_repeat_not_repeat_interleave": _mha('''
+    def forward(self, query, key, value, mask=None):
+        b, q, _ = query.shape
+        k = key.shape[1]
+        Q = split_heads(self.q_proj(query), self.num_heads).reshape(b * self.num_heads, q, -1)
+        K = split_heads(self.k_proj(key), self.num_heads).reshape(b * self.num_heads, k, -1)
+        V = split_heads(self.v_proj(value), self.num_heads).reshape(b * self.num_heads, k, -1)
+        if mask is not None:
+            mask = mask.expand(b, 1, q, k).reshape(b, q, k).repeat(self.num_heads, 1, 1)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        out, w = out.view(b, self.num_heads, q, -1), w.view(b, self.num_heads, q, k)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "mask_unsqueezed_for_3d_masks": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        if mask is not None:
+            mask = mask.unsqueeze(1)  # assumes (b, q, k)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "ignores_the_mask": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "keys_from_query": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(query), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "values_from_key": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(key), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "returns_head_averaged_weights": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out)), w.mean(dim=1)
+'''),
+        "returns_only_the_output": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out))
+'''),
+        "assert_instead_of_value_error": _mha(_FORWARD_OK, _MHA_INIT.replace(
+            '''if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")''',
+            "assert d_model % num_heads == 0")),
+        "no_divisibility_check": _mha(_FORWARD_OK, _MHA_INIT.replace(
+            '''if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")''',
+            "pass")),
+        "ignores_bias_argument": _mha(_FORWARD_OK, _MHA_INIT.replace("bias=bias", "bias=True")),
+        "extra_learned_temperature": _mha(_FORWARD_OK, _MHA_INIT + '''
+        self.temperature = nn.Parameter(torch.ones(1))
+'''),
+        "dropout_never_applied": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "dropout_even_in_eval_mode": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        out = F.dropout(w, p=self.dropout.p, training=True) @ V
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "wraps_nn_MultiheadAttention": '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        d = self.q_proj.in_features
+        attn = nn.MultiheadAttention(d, self.num_heads, batch_first=True, bias=self.q_proj.bias is not None)
+        attn = attn.to(query.dtype)
+        with torch.no_grad():
+            attn.in_proj_weight.copy_(torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))
+            attn.out_proj.weight.copy_(self.out_proj.weight)
+        return attn(query, key, value, attn_mask=None if mask is None else ~mask,
+                    average_attn_weights=False)
+''',
+        "uses_F_scaled_dot_product_attention": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "subclasses_the_reference": '''
+from course_utils.reference.multi_head import MultiHeadAttention as _Ref
+class MultiHeadAttention(_Ref):
+    pass
+''',
+        "not_implemented": '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        raise NotImplementedError()
+''',
+    },
+}
+
+CORRECT = {
+    "test_split_heads": {
+        "reshape_and_permute": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    return x.reshape(b, s, num_heads, d // num_heads).permute(0, 2, 1, 3)
+''',
+        "unflatten_and_transpose": '''
+def split_heads(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+''',
+        "stack_of_chunks": '''
+def split_heads(x, num_heads):
+    return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
+''',
+    },
+    "test_merge_heads": {
+        "contiguous_view": '''
+def merge_heads(x):
+    b, h, s, d = x.shape
+    return x.transpose(1, 2).contiguous().view(b, s, h * d)
+''',
+        "permute_flatten": '''
+def merge_heads(x):
+    return x.permute(0, 2, 1, 3).flatten(2)
+''',
+        "cat_of_heads": '''
+def merge_heads(x):
+    return torch.cat(x.unbind(dim=1), dim=-1)
+''',
+    },
+    "test_multi_head_attention": {
+        "einsum": _mha('''
+    def forward(self, query, key, value, mask=None):
+        b, q, d = query.shape
+        k = key.shape[1]
+        h, dh = self.num_heads, self.d_head
+        Q = self.q_proj(query).view(b, q, h, dh)
+        K = self.k_proj(key).view(b, k, h, dh)
+        V = self.v_proj(value).view(b, k, h, dh)
+        scores = torch.einsum("bqhd,bkhd->bhqk", Q, K) / math.sqrt(dh)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = F.softmax(scores, dim=-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", self.dropout(w), V).reshape(b, q, d)
+        return self.out_proj(out), w
+'''),
+        "fused_qkv_for_self_attention": _mha('''
+    def forward(self, query, key, value, mask=None):
+        if query is key and key is value:  # one matrix product for all three
+            W = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+            bias = None if self.q_proj.bias is None else torch.cat(
+                [self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
+            q, k, v = F.linear(query, W, bias).chunk(3, dim=-1)
+        else:
+            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        Q, K, V = (split_heads(t, self.num_heads) for t in (q, k, v))
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
+'''),
+        "loop_over_heads_and_concatenate": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Qa, Ka, Va = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        outs, ws = [], []
+        for i in range(self.num_heads):
+            cols = slice(i * self.d_head, (i + 1) * self.d_head)
+            m = None
+            if mask is not None:
+                m = mask if mask.dim() < 4 else mask[:, 0]  # (b, q, k) / (b, 1, k) for this head
+            o, w = scaled_dot_product_attention(Qa[..., cols], Ka[..., cols], Va[..., cols], m)
+            outs.append(self.dropout(w) @ Va[..., cols])
+            ws.append(w)
+        return self.out_proj(torch.cat(outs, dim=-1)), torch.stack(ws, dim=1)
+'''),
+        "unflatten_permute_and_own_attention": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = self.q_proj(query).unflatten(-1, (self.num_heads, self.d_head)).permute(0, 2, 1, 3)
+        K = self.k_proj(key).unflatten(-1, (self.num_heads, self.d_head)).permute(0, 2, 1, 3)
+        V = self.v_proj(value).unflatten(-1, (self.num_heads, self.d_head)).permute(0, 2, 1, 3)
+        scores = Q @ K.mT * self.d_head ** -0.5
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+        w = scores.softmax(dim=-1)
+        out = self.dropout(w) @ V
+        return self.out_proj(out.permute(0, 2, 1, 3).flatten(2)), w
+'''),
+        "dropout_only_when_training_like_the_reference": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        if self.training and self.dropout.p > 0:
+            out = self.dropout(w) @ V
+        return self.out_proj(merge_heads(out)), w
+'''),
+        "flatten_heads_into_batch_with_repeat_interleave": _mha('''
+    def forward(self, query, key, value, mask=None):
+        b, q, _ = query.shape
+        k, h = key.shape[1], self.num_heads
+        Q = split_heads(self.q_proj(query), h).reshape(b * h, q, -1)
+        K = split_heads(self.k_proj(key), h).reshape(b * h, k, -1)
+        V = split_heads(self.v_proj(value), h).reshape(b * h, k, -1)
+        if mask is not None:
+            mask = mask.expand(b, 1, q, k).reshape(b, q, k).repeat_interleave(h, dim=0)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        out = (self.dropout(w) @ V).view(b, h, q, -1)
+        return self.out_proj(merge_heads(out)), w.view(b, h, q, k)
+'''),
+    },
+}
