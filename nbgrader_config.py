@@ -26,8 +26,9 @@ c.Execute.skip_cells_with_tag = "skip-" + secrets.token_hex(16)
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 
-# Feedback goes back to students: hidden tests stay hidden.
+# Feedback goes back to students: hidden tests stay hidden, in the cells and in tracebacks.
 c.GenerateFeedback.preprocessors = [
+    "course_utils.grader.ScrubHiddenTracebacks",
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",

@@ -1,0 +1,64 @@
+"""Generic fixtures: a tiny nbgrader course in a temporary folder."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils.nbformat_tools import write_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENT = "01_tiny"
+
+SOLUTION_CELL = '''def double(x):
+    """Twice x."""
+    ### BEGIN SOLUTION
+    result_value = x + x
+    return result_value
+    ### END SOLUTION
+'''
+
+TEST_CELL = '''assert double(2) == 4, "double(2) should be 4"
+### BEGIN HIDDEN TESTS
+assert double(-21) == -42, "hidden: double(-21) should be -42"
+### END HIDDEN TESTS
+'''
+
+
+def nbgrader_meta(grade_id: str, *, solution=False, grade=False, points=None) -> dict:
+    """nbgrader cell metadata (schema 3) for a solution, grade or locked cell."""
+    meta = {"schema_version": 3, "grade": grade, "solution": solution,
+            "locked": not solution, "task": False, "grade_id": grade_id}
+    if grade:
+        meta["points"] = points
+    return {"nbgrader": meta}
+
+
+def tiny_notebook(solution=SOLUTION_CELL, test=TEST_CELL, points=2):
+    """A solution notebook: a markdown cell, one solution cell and one graded test cell."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Tiny\nWrite `double`."),
+        nbformat.v4.new_code_cell(solution, metadata=nbgrader_meta("double", solution=True)),
+        nbformat.v4.new_code_cell(test, metadata=nbgrader_meta("test_double", grade=True, points=points)),
+    ]
+    return nb
+
+
+def make_course(root: Path, notebooks: dict) -> Path:
+    """A course at ``root``: the real nbgrader_config.py and ``{assignment: notebook}`` sources."""
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "nbgrader_config.py", root / "nbgrader_config.py")
+    for assignment, nb in notebooks.items():
+        folder = root / "solutions" / assignment
+        folder.mkdir(parents=True, exist_ok=True)
+        write_notebook(nb, folder / f"{assignment}.ipynb")
+    return root
+
+
+@pytest.fixture
+def tiny_course(tmp_path) -> Path:
+    """A course with one assignment, ``01_tiny``, not yet released."""
+    return make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})

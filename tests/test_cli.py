@@ -1,0 +1,139 @@
+"""The ``course`` command, in-process: bad input gets one clear line and exit status 2 (and the
+input file is left as it was); ``course start`` builds the right JupyterLab command."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
+from course_utils import cli
+from course_utils.nbformat_tools import write_notebook
+
+OTHER = "02_other"
+
+
+def other_notebook():
+    """A notebook of a second assignment: different exercises, the same shape."""
+    nb = tiny_notebook(solution="def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION\n",
+                       test="assert triple(1) == 3\n")
+    nb.cells[1].metadata = nbgrader_meta("triple", solution=True)
+    nb.cells[2].metadata = nbgrader_meta("test_triple", grade=True, points=1)
+    return nb
+
+
+@pytest.fixture
+def course(tmp_path) -> Path:
+    return make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook(), OTHER: other_notebook()})
+
+
+def run_error(capsys, *argv) -> str:
+    """Run ``course argv``; assert exit status 2 and exactly one stderr line; return it."""
+    assert cli.main(list(argv)) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith("course: error: ") and "Traceback" not in captured.err
+    return lines[0]
+
+
+def test_check_missing_file(course, capsys, tmp_path):
+    line = run_error(capsys, "--root", str(course), "check", str(tmp_path / "absent.ipynb"))
+    assert "absent.ipynb: no such file" in line
+
+
+def test_check_directory_without_notebooks(course, capsys, tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert "holds no notebook" in run_error(capsys, "--root", str(course), "check", str(tmp_path / "empty"))
+
+
+@pytest.mark.parametrize("content, expected", [
+    ('{"cells": [', "invalid JSON"),
+    ("", "invalid JSON"),
+    ('{"hello": "world"}', "not a Jupyter notebook"),
+    ('[1, 2, 3]', "not a Jupyter notebook"),
+    ('{"cells": [], "nbformat": 3}', "not a Jupyter notebook"),
+])
+def test_check_corrupt_notebook(course, capsys, tmp_path, content, expected):
+    path = tmp_path / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    path.parent.mkdir()
+    path.write_text(content)
+    assert expected in run_error(capsys, "--root", str(course), "check", str(path))
+    assert path.read_text() == content
+
+
+def test_check_binary_file(course, capsys, tmp_path):
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    assert "not UTF-8" in run_error(capsys, "--root", str(course), "check", str(path))
+    assert path.read_bytes() == b"\xff\xfe\x00garbage"
+
+
+def test_check_notebook_of_another_assignment(course, capsys, tmp_path):
+    path = tmp_path / f"{ASSIGNMENT}.ipynb"  # named like 01_tiny, but holds 02_other's cells
+    write_notebook(other_notebook(), path)
+    before = path.read_bytes()
+    line = run_error(capsys, "--root", str(course), "check", str(path))
+    assert f"is not a notebook of assignment {ASSIGNMENT}" in line and "triple" in line
+    assert path.read_bytes() == before
+
+
+def test_check_notebook_of_no_assignment(course, capsys, tmp_path):
+    path = tmp_path / "mine.ipynb"
+    nb = tiny_notebook()
+    for cell in nb.cells[1:]:
+        cell.metadata = {}
+    write_notebook(nb, path)
+    assert "no nbgrader cells" in run_error(capsys, "--root", str(course), "check", str(path))
+
+
+def test_check_unrecognisable_notebook(course, capsys, tmp_path):
+    path = tmp_path / "mine.ipynb"
+    nb = other_notebook()
+    nb.cells[1].metadata = nbgrader_meta("quadruple", solution=True)
+    nb.cells[2].metadata = nbgrader_meta("test_quadruple", grade=True, points=1)
+    write_notebook(nb, path)
+    assert "cannot tell which assignment" in run_error(capsys, "--root", str(course), "check", str(path))
+
+
+def test_unknown_assignment(course, capsys):
+    assert "unknown assignment 'nope'" in run_error(capsys, "--root", str(course), "release", "nope")
+    assert "unknown assignment 'nope'" in run_error(capsys, "--root", str(course), "autograde", "nope")
+
+
+def test_autograde_without_submissions(course, capsys):
+    assert "no submissions to grade" in run_error(capsys, "--root", str(course), "autograde")
+
+
+def test_feedback_before_autograde(course, capsys):
+    assert "run `course autograde` first" in run_error(capsys, "--root", str(course), "feedback")
+
+
+def test_not_a_course_directory(capsys, tmp_path):
+    assert "no nbgrader_config.py" in run_error(capsys, "--root", str(tmp_path), "release")
+
+
+def test_bad_jobs_value_is_a_usage_error(course, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--root", str(course), "autograde", "--jobs", "0"])
+    assert info.value.code == 2 and "positive whole number" in capsys.readouterr().err
+
+
+def test_root_is_found_from_the_current_directory(course, monkeypatch):
+    (course / "solutions" / ASSIGNMENT / "deep").mkdir()
+    monkeypatch.chdir(course / "solutions" / ASSIGNMENT / "deep")
+    assert cli.find_root() == course.resolve()
+
+
+def test_start_runs_jupyter_lab_on_the_first_notebook(course, monkeypatch):
+    first = course / cli.FIRST_NOTEBOOK
+    first.parent.mkdir(parents=True)
+    shutil.copy(course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", first)
+    calls = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda command, cwd: calls.append((command, cwd)) or 0)
+    assert cli.main(["--root", str(course), "start", "--no-browser", "--port", "8899"]) == 0
+    (command, cwd), = calls
+    assert Path(command[0]).name == "jupyter" and command[1] == "lab"
+    assert cli.FIRST_NOTEBOOK in command and "--no-browser" in command and "--port=8899" in command
+    assert f"--ServerApp.root_dir={course.resolve()}" in command and cwd == course.resolve()

@@ -1,0 +1,235 @@
+"""The nbgrader pipeline: notebook normalization, the leak scan, and a full round trip on a
+tiny synthetic course (release -> autograde -> feedback -> export, and a self-check)."""
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import ASSIGNMENT, nbgrader_meta, tiny_notebook
+from course_utils import grader
+from course_utils.cli import main
+from course_utils.nbformat_tools import is_normalized, normalize, write_notebook
+
+SOLUTION_LINE = "result_value = x + x"
+HIDDEN_LINE = 'assert double(-21) == -42, "hidden: double(-21) should be -42"'
+TEST_WITH_MARKER = "assert double(2) == 4\n### END HIDDEN TESTS\n"
+
+
+# --------------------------------------------------------------------------- normalize
+
+def messy_notebook():
+    """A notebook as Jupyter leaves it: outputs, counts, random ids, machine metadata."""
+    nb = tiny_notebook()
+    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Py", "language": "python"},
+                   "language_info": {"name": "python", "version": "3.11.7"},
+                   "widgets": {"state": {}}}
+    code = nb.cells[1]
+    code.execution_count = 7
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hi\n")]
+    code.metadata.update({"collapsed": True, "tags": ["keep"], "ExecuteTime": {"start": "x"}})
+    nb.cells.append(nbformat.v4.new_code_cell("print(1)", metadata={"scrolled": True}))
+    return nb
+
+
+def test_normalize_strips_run_and_machine_state():
+    nb = normalize(messy_notebook())
+    assert nb.metadata == {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
+                                          "name": "python3"},
+                           "language_info": {"name": "python"}}
+    assert (nb.nbformat, nb.nbformat_minor) == (4, 5)
+    code = nb.cells[1]
+    assert code.outputs == [] and code.execution_count is None
+    assert set(code.metadata) == {"nbgrader", "tags"}
+    assert nb.cells[3].metadata == {}
+    assert [c.id for c in nb.cells] == ["cell-0", "double", "test_double", "cell-3"]
+
+
+def test_normalize_keeps_lock_flags_and_makes_ids_unique():
+    nb = tiny_notebook()
+    nb.cells[2].metadata.update({"deletable": False, "editable": True})
+    nb.cells.append(nbformat.v4.new_code_cell("x = 1", metadata=nbgrader_meta("double")))
+    nb.cells.append(nbformat.v4.new_code_cell("y = 1", metadata=nbgrader_meta("bad id/with:chars")))
+    out = normalize(nb)
+    assert out.cells[2].metadata["deletable"] is False and "editable" not in out.cells[2].metadata
+    ids = [c.id for c in out.cells]
+    assert len(set(ids)) == len(ids) and ids[3] == "double-3" and ids[4] == "bad-id-with-chars"
+    nbformat.validate(out)
+
+
+def test_write_notebook_is_deterministic(tmp_path):
+    first, second = tmp_path / "a.ipynb", tmp_path / "b.ipynb"
+    write_notebook(messy_notebook(), first)
+    write_notebook(nbformat.read(str(first), as_version=4), second)
+    text = first.read_text(encoding="utf-8")
+    assert first.read_bytes() == second.read_bytes()
+    assert text.endswith("}\n") and text.startswith('{\n "cells": [\n  {\n')
+    assert is_normalized(first)
+    nbformat.write(messy_notebook(), str(second))
+    assert not is_normalized(second)
+
+
+def test_write_notebook_keeps_unicode(tmp_path):
+    nb = tiny_notebook()
+    nb.cells[0].source = "# Aufmerksamkeit · αβ"
+    write_notebook(nb, tmp_path / "u.ipynb")
+    assert "Aufmerksamkeit · αβ" in (tmp_path / "u.ipynb").read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- leak scan
+
+def test_secret_lines_are_the_nontrivial_region_lines():
+    nb = tiny_notebook(solution=(
+        "def double(x):\n"
+        "    ### BEGIN SOLUTION\n"
+        "    result_value = x + x\n"
+        "    # a comment inside the solution\n"
+        "    return res\n"                     # short: ignored
+        "    print('shared line here')\n"      # also outside the region: public
+        "    ### END SOLUTION\n"
+        "print('shared line here')\n"))
+    assert grader.secret_lines(nb) == {SOLUTION_LINE, HIDDEN_LINE}
+
+
+def test_whole_solution_cell_without_markers_is_secret():
+    nb = tiny_notebook(solution="def double(x):\n    return x * 2  # the answer\n")
+    assert "return x * 2  # the answer" in grader.secret_lines(nb)
+
+
+def test_find_leaks_names_notebook_cell_and_line():
+    source = tiny_notebook()
+    leaky = normalize(tiny_notebook(solution="def double(x):\n    result_value = x + x\n",
+                                    test=TEST_WITH_MARKER))
+    leaks = grader.find_leaks(source, leaky, notebook="nb.ipynb")
+    assert grader.Leak("nb.ipynb", "double", SOLUTION_LINE) in leaks
+    assert grader.Leak("nb.ipynb", "test_double", "### END HIDDEN TESTS") in leaks
+    clean = normalize(tiny_notebook(solution="def double(x):\n    raise NotImplementedError()\n",
+                                    test="assert double(2) == 4\n"))
+    assert grader.find_leaks(source, clean) == []
+
+
+def test_release_refuses_a_leak_and_writes_nothing(tiny_course, monkeypatch):
+    """A generator that forgets to clear a solution line: the scan must stop the release."""
+    def leaky_generate(config_root, assignment, release_dir, **overrides):
+        nb = nbformat.read(str(Path(config_root) / "solutions" / assignment / f"{assignment}.ipynb"), 4)
+        for cell in nb.cells:
+            cell.source = "\n".join(ln for ln in cell.source.splitlines()
+                                    if "BEGIN" not in ln and "END" not in ln and "HIDDEN" not in ln)
+        (Path(release_dir) / assignment).mkdir(parents=True)
+        nbformat.write(nb, str(Path(release_dir) / assignment / f"{assignment}.ipynb"))
+
+    monkeypatch.setattr(grader, "_generate", leaky_generate)
+    committed = tiny_course / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    committed.parent.mkdir(parents=True)
+    committed.write_text("committed\n")
+    with pytest.raises(grader.LeakError) as info:
+        grader.release(tiny_course)
+    message = str(info.value)
+    assert f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb" in message and "'double'" in message
+    assert SOLUTION_LINE in message
+    assert {leak.line for leak in info.value.leaks} == {SOLUTION_LINE, "return result_value", HIDDEN_LINE}
+    assert committed.read_text() == "committed\n"
+    assert sorted(p.name for p in (tiny_course / "notebooks").rglob("*")) == [ASSIGNMENT, f"{ASSIGNMENT}.ipynb"]
+
+
+def test_release_of_unknown_assignment_is_refused(tiny_course):
+    with pytest.raises(grader.GradingError, match="unknown assignment 'nope'"):
+        grader.release(tiny_course, ["nope"])
+
+
+# --------------------------------------------------------------------------- round trip
+
+def submit(course: Path, student: str, notebook: Path) -> None:
+    folder = course / "submitted" / student / ASSIGNMENT
+    folder.mkdir(parents=True)
+    shutil.copy(notebook, folder / f"{ASSIGNMENT}.ipynb")
+
+
+@pytest.mark.slow
+def test_round_trip(tiny_course, capsys):
+    course = tiny_course
+    released = course / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    source = course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+
+    assert grader.release(course) == [f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"]
+    first = released.read_bytes()
+    text = first.decode("utf-8")
+    assert is_normalized(released)
+    assert "raise NotImplementedError()" in text and 'assert double(2) == 4' in text
+    for secret in (SOLUTION_LINE, "double(-21)", "BEGIN", "END SOLUTION"):
+        assert secret not in text
+    assert grader.release(course) == [] and released.read_bytes() == first
+    assert grader.release(course, check_only=True) == []
+
+    submit(course, "alice", source)
+    submit(course, "bob", released)
+    (course / "submitted" / "carol" / ASSIGNMENT).mkdir(parents=True)
+    (course / "submitted" / "carol" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text("{not json")
+
+    results = {r.student: r for r in grader.autograde(course, jobs=2)}
+    assert "[3/3]" in capsys.readouterr().err
+    alice, bob, carol = results["alice"], results["bob"], results["carol"]
+    assert [(e.grade_id, e.score, e.max_score, e.passed) for e in alice.exercises] == [("test_double", 2, 2, True)]
+    assert (bob.score, bob.max_score, bob.error) == (0, 2, "")
+    assert bob.exercises[0].message.startswith("NotImplementedError")
+    assert carol.exercises == [] and "JSON" in carol.error
+
+    rows = list(csv.DictReader(grader.write_csv(list(results.values()), course / "reports" / "grades.csv").open()))
+    assert [(r["student"], r["exercise"], r["score"]) for r in rows] == [
+        ("alice", "test_double", "2"), ("bob", "test_double", "0"), ("carol", "", "")]
+    assert "grading failed" in rows[2]["message"]
+    table = grader.format_table(list(results.values()))
+    assert "test_double" in table and "ERROR" in table
+
+    # The command: failed tests are not an error, a broken submission is.
+    assert main(["--root", str(course), "autograde", "--student", "alice", "bob", "--jobs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1:4] == ["student  test_double  total", "alice    2/2          2/2",
+                                     "bob      0/2          0/2"]
+    assert f"grades: {course / 'reports' / 'grades.csv'}" in out
+    assert main(["--root", str(course), "autograde", ASSIGNMENT, "--student", "carol"]) == 1
+    assert "grading failed for carol/01_tiny" in capsys.readouterr().err
+
+    pages = grader.feedback(course)
+    assert [p.relative_to(course).parts[:2] for p in pages] == [("feedback", "alice"), ("feedback", "bob")]
+    for page in pages:
+        html = page.read_text(encoding="utf-8")
+        assert "double(-21)" not in html and "HIDDEN TESTS" not in html
+    assert "NotImplementedError" in pages[1].read_text(encoding="utf-8")
+
+    exported = grader.export(course, course / "out" / "grades.csv")
+    scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(exported.open())}
+    assert scores == {"alice": 2.0, "bob": 0.0, "carol": 0.0}
+
+
+@pytest.mark.slow
+def test_check_grades_a_notebook_without_touching_the_course(tiny_course, tmp_path, capsys):
+    course = tiny_course
+    mine = tmp_path / "my_work.ipynb"  # any name: the cells tell the assignment
+    nb = tiny_notebook(solution="def double(x):\n    return x + x if x > 0 else 0\n")
+    write_notebook(nb, mine)
+    before = mine.read_bytes()
+
+    assert main(["--root", str(course), "check", str(mine)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("FAIL  test_double  0/2  AssertionError: hidden: double(-21) should be -42")
+    assert out[-1] == "total  0.0 / 2.0"
+    assert mine.read_bytes() == before
+    assert sorted(p.name for p in course.iterdir()) == ["nbgrader_config.py", "solutions"]
+
+    write_notebook(tiny_notebook(), mine)
+    assert main(["--root", str(course), "check", str(mine)]) == 0
+    assert capsys.readouterr().out.splitlines() == ["PASS  test_double  2/2", "total  2.0 / 2.0"]
+
+
+def test_release_check_reports_stale_notebooks(tiny_course, capsys):
+    course = tiny_course
+    assert main(["--root", str(course), "release", "--check"]) == 1
+    assert f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb" in capsys.readouterr().out
+    assert not (course / "notebooks").exists() and not (course / "gradebook.db").exists()
+    assert main(["--root", str(course), "release"]) == 0
+    assert main(["--root", str(course), "release", "--check"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "notebooks/ is up to date"
