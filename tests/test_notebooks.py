@@ -22,6 +22,13 @@ def test_every_solution_has_a_release():
     assert [_name(p) for p in SOLUTIONS] == [_name(p) for p in RELEASES]
 
 
+def test_committed_releases_are_what_course_release_generates():
+    from course_utils.grader import release
+
+    stale = release(ROOT, check_only=True)
+    assert not stale, f"notebooks/ is out of date, run `course release`: {stale}"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", SOLUTIONS, ids=_name)
 def test_solution_notebook_runs_and_passes_all_tests(path):
@@ -44,22 +51,16 @@ def test_released_notebook_fails_only_on_unimplemented_exercises(path):
 
 @pytest.mark.parametrize("path", RELEASES, ids=_name)
 def test_release_has_no_solution_or_hidden_test_text(path):
+    import nbformat
+
+    from course_utils.grader import find_leaks
+
     text = path.read_text()
     for marker in MARKERS:
         assert marker not in text
-    solution = (ROOT / "solutions" / _name(path) / path.name).read_text()
-    hidden = []
-    for cell in json.loads(solution)["cells"]:
-        src = "".join(cell["source"])
-        for start, end in (("### BEGIN SOLUTION", "### END SOLUTION"),
-                           ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")):
-            while start in src:
-                head, _, rest = src.partition(start)
-                body, _, src = rest.partition(end)
-                hidden += [ln.strip() for ln in body.splitlines() if len(ln.strip()) > 12]
-    released_lines = {ln.strip() for c in json.loads(text)["cells"] for ln in "".join(c["source"]).splitlines()}
-    leaked = [ln for ln in hidden if ln in released_lines and not ln.startswith("#")]
-    assert not leaked, f"solution or hidden-test lines in the student notebook: {leaked[:5]}"
+    source = nbformat.read(ROOT / "solutions" / _name(path) / path.name, as_version=4)
+    leaks = find_leaks(source, nbformat.reads(text, as_version=4), path.name)
+    assert not leaks, f"solution or hidden-test lines in the student notebook: {leaks[:5]}"
 
 
 @pytest.mark.parametrize("path", SOLUTIONS + RELEASES, ids=lambda p: f"{p.parts[-3]}-{_name(p)}")
@@ -68,5 +69,6 @@ def test_committed_notebooks_carry_no_outputs_or_machine_metadata(path):
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [] and cell["execution_count"] is None
-        assert set(cell.get("metadata", {})) <= {"nbgrader", "tags"}
+        # nbgrader marks locked cells deletable/editable False so JupyterLab enforces the lock
+        assert set(cell.get("metadata", {})) <= {"nbgrader", "tags", "deletable", "editable"}
     assert set(nb["metadata"]) <= {"kernelspec", "language_info"}
