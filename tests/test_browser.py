@@ -112,6 +112,13 @@ def _wait_for_one_idle_kernel(base: str, token: str, timeout: float = 60) -> Non
     pytest.fail(f"the notebook's kernel never settled: {states}")
 
 
+def _shut_down_kernels(base: str, token: str) -> None:
+    for session in _get(f"{base}/api/sessions?token={token}"):
+        req = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
+                                     method="DELETE")
+        urllib.request.urlopen(req, timeout=10).close()
+
+
 @pytest.mark.parametrize("assignment", NOTEBOOKS)
 def test_widget_renders_and_responds_in_jupyterlab(lab, assignment, tmp_path):
     from playwright.sync_api import sync_playwright
@@ -121,16 +128,17 @@ def test_widget_renders_and_responds_in_jupyterlab(lab, assignment, tmp_path):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(f"{base}/lab/tree/{assignment}.ipynb?token={token}")
+            # a workspace of its own, so no tab of an earlier notebook is restored
+            page.goto(f"{base}/lab/workspaces/{assignment}/tree/{assignment}.ipynb?reset&token={token}")
             page.wait_for_selector(".jp-Notebook", timeout=60_000)
             _wait_for_one_idle_kernel(base, token)
             page.click("text=Run", timeout=10_000)  # the Run menu
             page.click("text=Run All Cells", timeout=10_000)
-            widget = page.locator(".jp-OutputArea-output .widget-vbox, "
-                                  ".jp-OutputArea-output .widget-hbox").last
+            # the output area of the notebook's last widget: controls and a picture
+            widget = page.locator(".jp-OutputArea-output:has(.jupyter-widgets):has(img)").last
             widget.wait_for(timeout=120_000)
             widget.scroll_into_view_if_needed()
-            image = widget.locator("img").last
+            image = widget.locator("img").first
             image.wait_for(timeout=60_000)
             before = image.get_attribute("src")
             control = widget.locator(".noUi-handle, .widget-slider input, input[type=checkbox], "
@@ -150,5 +158,9 @@ def test_widget_renders_and_responds_in_jupyterlab(lab, assignment, tmp_path):
                 "([el, old]) => el.getAttribute('src') !== old",
                 arg=[image.element_handle(), before], timeout=30_000)
             page.screenshot(path=str(tmp_path / f"{assignment}.png"))
+        except Exception:
+            page.screenshot(path="/tmp/browser-failure.png", full_page=False)
+            raise
         finally:
             browser.close()
+            _shut_down_kernels(base, token)
