@@ -1,0 +1,250 @@
+"""08_generation's shared code: the dates task, tokenisers, reference decoders, training,
+the shipped checkpoint, plots and the stepper widget."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import matplotlib
+import pytest
+import torch
+
+matplotlib.use("Agg")
+
+from course_utils.reference import generation as G  # noqa: E402
+from course_utils.toy_task import (BOS_ID, EOS_ID, HELD_OUT_DATES, PAD_ID, LookupModel,  # noqa: E402
+                                   cardinal, make_pairs, ordinal, source_tokenizer, split_dates,
+                                   target_tokenizer, year_words)
+from course_utils import training  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """These models are tiny: one thread is faster, and immune to a busy machine's cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# -- the task --------------------------------------------------------------------------------
+def test_pairs_are_deterministic_and_vary_with_the_seed():
+    assert make_pairs(50, seed=3) == make_pairs(50, seed=3)
+    assert make_pairs(50, seed=3) != make_pairs(50, seed=4)
+    assert make_pairs(20, "test") == make_pairs(20, "test")
+
+
+def test_held_out_dates_never_appear_in_training():
+    train_dates, test_dates = split_dates()
+    assert len(test_dates) == HELD_OUT_DATES
+    assert not set(train_dates) & set(test_dates)
+    train_targets = {t for _, t in make_pairs(20_000, "train")}
+    test_targets = {t for _, t in make_pairs(HELD_OUT_DATES, "test")}
+    assert len(test_targets) == HELD_OUT_DATES  # each held-out date once
+    assert not train_targets & test_targets
+
+
+def test_surface_forms_and_targets():
+    import datetime as dt
+    import random
+
+    assert cardinal(42) == "forty-two" and ordinal(23) == "twenty-third" and ordinal(30) == "thirtieth"
+    assert year_words(1991, random.Random(0)) == "nineteen ninety-one"
+    assert year_words(1905, random.Random(0)) in ("nineteen oh five", "nineteen hundred and five")
+    pairs = make_pairs(2_000, seed=1)
+    for src, tgt in pairs[:200]:
+        dt.date.fromisoformat(tgt)  # a valid ISO date
+    assert len({s.split()[0] for s, _ in pairs}) > 20  # many surface forms
+
+
+def test_tokenisers_round_trip_and_know_every_token():
+    src_tok, tgt_tok = source_tokenizer(), target_tokenizer()
+    for tok in (src_tok, tgt_tok):
+        assert tok.itos[:4] == ["<pad>", "<bos>", "<eos>", "<unk>"]
+        assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (PAD_ID, BOS_ID, EOS_ID, 3)
+    for src, tgt in make_pairs(500, seed=2):
+        ids = src_tok.encode(src)
+        assert src_tok.unk_id not in ids
+        assert src_tok.decode(ids) == " ".join(src_tok.tokenize(src))
+        t = tgt_tok.encode(tgt, bos=True, eos=True)
+        assert t[0] == BOS_ID and t[-1] == EOS_ID and tgt_tok.decode(t) == tgt
+    assert src_tok.tokenize("March 23rd, 1991") == ["march", "2", "3", "rd", ",", "1", "9", "9", "1"]
+    assert src_tok.encode("zzz") == [src_tok.unk_id]
+
+
+# -- reference decoders ----------------------------------------------------------------------
+def _brute_force(model, src, max_len, lp, V):
+    source = tuple(src[0].tolist())
+    best, best_score = None, -math.inf
+    for n in range(1, max_len):
+        for tail in itertools.product(range(V), repeat=n):
+            if EOS_ID in tail[:-1] or (tail[-1] != EOS_ID and n < max_len - 1):
+                continue
+            seq = (BOS_ID,) + tail
+            total = sum(float(torch.log_softmax(torch.tensor(
+                model.logits_for(source, seq[:i]), dtype=torch.float64), -1)[seq[i]])
+                for i in range(1, len(seq)))
+            if total / n ** lp > best_score:
+                best, best_score = list(seq), total / n ** lp
+    return best
+
+
+@pytest.mark.parametrize("seed,lp", [(0, 1.0), (1, 0.0), (2, 0.5), (3, 2.0)])
+def test_wide_beam_equals_brute_force(seed, lp):
+    model = LookupModel(4, seed=seed, eos_id=EOS_ID, eos_bias=0.5, scale=2.0)
+    src = torch.tensor([[3, 4]])
+    got = G.beam_search(model, src, 4 ** 4, 5, BOS_ID, EOS_ID, lp).tolist()
+    assert got == _brute_force(model, src, 5, lp, 4)
+
+
+def test_the_checks_brute_force_cases_discriminate_length_normalisation():
+    """Some brute-force case of the visible beam check has a different winner without the
+    normalisation, so a search that forgets it fails."""
+    src = torch.tensor([[3, 4, 5]])
+    differs = [_brute_force(m, src, 5, 1.0, 4) != _brute_force(m, src, 5, 0.0, 4)
+               for m in (LookupModel(4, seed=s, eos_id=EOS_ID, eos_bias=0.5, scale=2.0)
+                         for s in (0, 3))]
+    assert any(differs)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_beam_size_one_is_greedy(seed):
+    model = LookupModel(7, seed=seed, eos_id=EOS_ID, eos_bias=1.0)
+    src = torch.tensor([[3, 4, 5]])
+    assert G.beam_search(model, src, 1, 9, BOS_ID, EOS_ID).tolist() == \
+        G.greedy_decode(model, src, 9, BOS_ID, EOS_ID)[0].tolist()
+
+
+def test_greedy_stops_and_pads_with_eos():
+    scripts = {(5, 6): [4, EOS_ID], (6, 5): [4, 5, 6, EOS_ID]}
+    model = LookupModel(8, seed=0, scripts=scripts, eos_id=EOS_ID)
+    ys = G.greedy_decode(model, torch.tensor([[5, 6], [6, 5]]), 10, BOS_ID, EOS_ID)
+    assert ys.tolist() == [[1, 4, 2, 2, 2], [1, 4, 5, 6, 2]]
+    never = LookupModel(8, seed=0, eos_id=EOS_ID, eos_bias=-50.0)
+    assert G.greedy_decode(never, torch.tensor([[5, 6]]), 6, BOS_ID, EOS_ID).shape == (1, 6)
+
+
+def test_sampling_filters_and_frequencies():
+    probs = torch.tensor([0.15, 0.5, 0.05, 0.3])
+    kept = torch.softmax(G.filter_logits(probs.log()[None], top_p=0.7), -1)[0]
+    assert torch.allclose(kept, torch.tensor([0.0, 0.625, 0.0, 0.375]))
+    kept = torch.softmax(G.filter_logits(probs.log()[None], top_k=3), -1)[0]
+    assert kept[2] == 0 and torch.isclose(kept.sum(), torch.tensor(1.0))
+    z = torch.tensor([1.0, 2.0, 0.0])
+    assert torch.allclose(torch.softmax(G.filter_logits(z[None], temperature=0.5), -1)[0],
+                          torch.softmax(z * 2, -1))
+    g = torch.Generator().manual_seed(0)
+    draws = G.sample_next_token(z.expand(30_000, -1), temperature=2.0, generator=g)
+    freq = torch.bincount(draws, minlength=3).double() / draws.numel()
+    assert torch.allclose(freq, torch.softmax(z.double() / 2, -1), atol=0.015)
+    a = G.sample_next_token(z.expand(5, -1), generator=torch.Generator().manual_seed(1))
+    b = G.sample_next_token(z.expand(5, -1), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and a.dtype == torch.long and a.shape == (5,)
+
+
+# -- training and the checkpoint -------------------------------------------------------------
+def test_checkpoint_is_small_loads_and_translates_held_out_dates():
+    assert training.CHECKPOINT.stat().st_size < 3_000_000
+    info = training.describe_checkpoint()
+    assert info["held_out_exact_match_greedy"] >= 0.99
+    model, src_tok, tgt_tok = training.load_toy_model(device="cpu")
+    assert not model.training
+    assert training.exact_match(model, make_pairs(200, "test", seed=5)) >= 0.99
+
+
+def test_training_runs_and_the_loss_falls():
+    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    history = training.train(model, make_pairs(1_000), steps=40, batch_size=32, warmup=5,
+                             device="cpu", show="quiet")
+    assert history.steps == 40 and not model.training
+    first, last = sum(history.losses[:5]) / 5, sum(history.losses[-5:]) / 5
+    assert last < 0.8 * first
+    assert history.lrs[4] == pytest.approx(training.lr_at(4, 3e-3, 5, 40))
+
+
+def test_lr_schedule_warms_up_then_decays():
+    lrs = [training.lr_at(s, 1.0, 10, 100) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] < 0.1
+
+
+def test_teacher_forcing_ignores_padding():
+    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    src_tok, tgt_tok = source_tokenizer(), target_tokenizer()
+    from course_utils.toy_task import encode_pairs
+
+    pairs = make_pairs(4)
+    src, tgt = encode_pairs(pairs, src_tok, tgt_tok)
+    wide_src = torch.cat([src, torch.zeros(4, 3, dtype=torch.long)], 1)  # extra padding
+    wide_tgt = torch.cat([tgt, torch.zeros(4, 2, dtype=torch.long)], 1)
+    a = training.teacher_forcing_loss(model, src, tgt, PAD_ID)
+    b = training.teacher_forcing_loss(model, wide_src, wide_tgt, PAD_ID)
+    assert torch.isclose(a, b, atol=1e-5)
+
+
+def test_text_progress_prints_to_stdout_only(capsys):
+    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    training.train(model, make_pairs(200), steps=3, batch_size=16, device="cpu", show="text")
+    out = capsys.readouterr()
+    assert "step 3/3" in out.out and out.err == ""
+
+
+# -- plots and widget ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def trained():
+    return training.load_toy_model(device="cpu")
+
+
+def test_cross_attention_and_plots(trained):
+    import matplotlib.pyplot as plt
+
+    from course_utils.plots import generation as P
+
+    model, src_tok, tgt_tok = trained
+    text, target = make_pairs(1, "test")[0]
+    ids = tgt_tok.encode(target, bos=True, eos=True)
+    w = P.cross_attention(model, text, ids, src_tok)
+    assert w.shape == (2, 4, len(ids) - 1, len(src_tok.tokenize(text)))
+    assert torch.allclose(w.sum(-1), torch.ones(()), atol=1e-5)
+    plot = P.plot_cross_attention(w, src_tok.tokenize(text), tgt_tok.tokens(ids[1:]))
+    assert plot.weights.shape == (len(ids) - 1, len(src_tok.tokenize(text)))
+    step = P.next_token_step(model, text, [BOS_ID], temperature=0.5, top_k=3)
+    assert step.chosen == int(step.filtered.argmax()) and (step.filtered > 0).sum() <= 3
+    assert abs(step.filtered.sum() - 1) < 1e-9 and step.attention.shape[0] == 1
+    ax = P.plot_next_token(step)
+    ax2, probs = P.plot_temperatures([1.0, 0.0, -1.0], "abc", (0.5, 2.0))
+    assert probs.shape == (2, 3) and probs[0, 0] > probs[1, 0]
+    plt.close("all")
+
+
+def test_stepper_widget_steps_and_resets(trained, monkeypatch):
+    import matplotlib.pyplot as plt
+
+    from course_utils.widgets.generation import decoding_stepper
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("COURSE_GRADING", raising=False)
+    model, src_tok, tgt_tok = trained
+    sources = [s for s, _ in make_pairs(3, "test")]
+    box = decoding_stepper(model, sources, src_tok, tgt_tok)
+    buttons = [w for hb in box.children if hasattr(hb, "children") for w in hb.children
+               if type(w).__name__ == "Button"]
+    step_btn, reset_btn = buttons
+    for _ in range(12):
+        step_btn.click()
+    status = box.children[3].value
+    assert "(finished)" in status and step_btn.disabled
+    reset_btn.click()
+    assert "∅" in box.children[3].value and not step_btn.disabled
+    plt.close("all")
+
+
+def test_widget_and_training_are_silent_under_grading(trained, monkeypatch, capsys):
+    from course_utils.widgets.generation import decoding_stepper
+
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert decoding_stepper(trained[0], ["march 3, 1999"]) is None
+    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    training.train(model, make_pairs(100), steps=2, batch_size=16, device="cpu")
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
