@@ -23,7 +23,8 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 # notebooks whose widget this test drives (the widget is the last one each notebook shows)
-NOTEBOOKS = [n for n in ("03_attention", "04_multi_head_attention", "05_positional_encoding")
+NOTEBOOKS = [n for n in ("03_attention", "04_multi_head_attention", "05_positional_encoding",
+                         "06_encoder", "07_decoder", "08_generation")
              if (ROOT / "notebooks" / n / f"{n}.ipynb").exists()]
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
