@@ -80,7 +80,8 @@ def lab(tmp_path_factory):
            f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
            "--ServerApp.open_browser=False", "--LabApp.news_url=", "--allow-root"]
     env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    log = open(work / "jupyterlab.log", "w")  # read it when a test here fails
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
@@ -98,6 +99,7 @@ def lab(tmp_path_factory):
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 def _wait_for_one_idle_kernel(base: str, token: str, timeout: float = 60) -> None:
@@ -111,6 +113,37 @@ def _wait_for_one_idle_kernel(base: str, token: str, timeout: float = 60) -> Non
             return
         time.sleep(0.5)
     pytest.fail(f"the notebook's kernel never settled: {states}")
+
+
+def _picture_changed(page, image, before: str, timeout_ms: int) -> bool:
+    try:
+        page.wait_for_function("([el, old]) => el.getAttribute('src') !== old",
+                               arg=[image.element_handle(), before], timeout=timeout_ms)
+        return True
+    except Exception:  # playwright's TimeoutError
+        return False
+
+
+def _some_control_changes_the_picture(page, widget, image, before: str) -> bool:
+    """Move sliders, pick menu entries, tick boxes, until the widget redraws its picture."""
+    for handle in widget.locator(".noUi-handle").all():
+        handle.focus()
+        for _ in range(2):
+            page.keyboard.press("ArrowRight")
+        if _picture_changed(page, image, before, 20_000):
+            return True
+    for select in widget.locator("select").all():
+        if select.locator("option").count() > 1:
+            current = select.input_value()
+            values = [o.get_attribute("value") for o in select.locator("option").all()]
+            select.select_option(next(v for v in values if v != current))
+            if _picture_changed(page, image, before, 20_000):
+                return True
+    for box in widget.locator("input[type=checkbox]").all():
+        box.click()
+        if _picture_changed(page, image, before, 20_000):
+            return True
+    return False
 
 
 def _shut_down_kernels(base: str, token: str) -> None:
@@ -135,6 +168,11 @@ def test_widget_renders_and_responds_in_jupyterlab(lab, assignment, tmp_path):
             _wait_for_one_idle_kernel(base, token)
             page.click("text=Run", timeout=10_000)  # the Run menu
             page.click("text=Run All Cells", timeout=10_000)
+            page.wait_for_function(  # every code cell has run: each prompt shows [n]
+                "() => { const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+                ".map(e => e.textContent.trim());"
+                " return p.length > 0 && p.every(t => /^\\[\\d+\\]:$/.test(t)); }",
+                timeout=240_000)
             # the output area of the notebook's last widget: controls and a picture
             widget = page.locator(".jp-OutputArea-output:has(.jupyter-widgets):has(img)").last
             widget.wait_for(timeout=120_000)
@@ -142,22 +180,8 @@ def test_widget_renders_and_responds_in_jupyterlab(lab, assignment, tmp_path):
             image = widget.locator("img").first
             image.wait_for(timeout=60_000)
             before = image.get_attribute("src")
-            control = widget.locator(".noUi-handle, .widget-slider input, input[type=checkbox], "
-                                     "select").first
-            control.wait_for(timeout=10_000)
-            tag = control.evaluate("e => e.tagName + ':' + (e.type || '')")
-            if "checkbox" in tag:
-                control.click()
-            elif tag.startswith("SELECT"):
-                options = control.locator("option").all_inner_texts()
-                control.select_option(index=min(1, len(options) - 1))
-            else:
-                control.focus()
-                for _ in range(3):
-                    page.keyboard.press("ArrowRight")
-            page.wait_for_function(
-                "([el, old]) => el.getAttribute('src') !== old",
-                arg=[image.element_handle(), before], timeout=30_000)
+            assert _some_control_changes_the_picture(page, widget, image, before), (
+                "no slider, menu or checkbox of the widget changed its picture")
             page.screenshot(path=str(tmp_path / f"{assignment}.png"))
         except Exception:
             page.screenshot(path="/tmp/browser-failure.png", full_page=False)
