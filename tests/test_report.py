@@ -1,0 +1,65 @@
+"""The class report on synthetic results: per-exercise statistics, the CSV and the PNG."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from course_utils import report
+from course_utils.grader import ExerciseResult, SubmissionResult
+
+NIE = "NotImplementedError"
+ROWS = "AssertionError: each row should sum to 1 along dim=-1"
+
+
+def submission(student, softmax, mask, assignment="03_attention", msg_softmax=ROWS, msg_mask=NIE):
+    return SubmissionResult(student, assignment, [
+        ExerciseResult("test_softmax", softmax, 2, "" if softmax == 2 else msg_softmax),
+        ExerciseResult("test_causal_mask", mask, 1, "" if mask == 1 else msg_mask),
+    ])
+
+
+@pytest.fixture
+def results():
+    return [
+        submission("ann", 2, 1),
+        submission("ben", 2, 0),
+        submission("cat", 0, 0),
+        submission("dan", 0, 0, msg_softmax=NIE),
+        submission("eve", 0, 1, msg_softmax=ROWS),
+        SubmissionResult("fay", "03_attention", error="invalid JSON"),
+        SubmissionResult("ann", "01_embeddings", [ExerciseResult("test_one_hot", 1, 1)]),
+    ]
+
+
+def test_exercise_stats(results):
+    stats = report.exercise_stats(results)
+    assert [(s.assignment, s.exercise) for s in stats] == [
+        ("01_embeddings", "test_one_hot"), ("03_attention", "test_softmax"),
+        ("03_attention", "test_causal_mask"), ("03_attention", report.GRADING_FAILED)]
+    one_hot, softmax, mask, broken = stats
+    assert (one_hot.attempts, one_hot.passed, one_hot.pass_rate, one_hot.common_failures()) == (1, 1, 1.0, [])
+    assert (softmax.attempts, softmax.passed, softmax.mean_score, softmax.max_score) == (5, 2, 0.8, 2)
+    assert softmax.common_failures() == [(ROWS, 2), (NIE, 1)]
+    assert (mask.passed, mask.pass_rate) == (2, 0.4) and mask.common_failures() == [(NIE, 3)]
+    assert (broken.attempts, broken.common_failures()) == (1, [("invalid JSON", 1)])
+
+
+def test_report_files(results, tmp_path):
+    csv_path, png_path = report.write_report(results, tmp_path)
+    assert csv_path == tmp_path / "reports" / "class_report.csv"
+    rows = list(csv.DictReader(csv_path.open(encoding="utf-8")))
+    assert [r["exercise"] for r in rows] == ["test_one_hot", "test_softmax", "test_causal_mask",
+                                             report.GRADING_FAILED]
+    softmax = rows[1]
+    assert (softmax["attempts"], softmax["passed"], softmax["pass_rate"], softmax["mean_score"]) == (
+        "5", "2", "0.400", "0.8")
+    assert (softmax["failure_1"], softmax["failure_1_count"]) == (ROWS, "2")
+    assert (softmax["failure_2"], softmax["failure_2_count"], softmax["failure_3"]) == (NIE, "1", "")
+    assert rows[3]["pass_rate"] == "" and rows[3]["failure_1"] == "invalid JSON"
+    assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png_path.stat().st_size > 10_000
+
+
+def test_report_of_nothing_graded(tmp_path):
+    csv_path, png_path = report.write_report([SubmissionResult("x", "a", error="boom")], tmp_path)
+    assert len(list(csv.reader(csv_path.open()))) == 2 and png_path.is_file()

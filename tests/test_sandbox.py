@@ -1,0 +1,71 @@
+"""The bubblewrap sandbox: what a grading kernel can and cannot do."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from course_utils import sandbox
+
+needs_bwrap = pytest.mark.skipif(not sandbox.available()[0], reason="needs a working bubblewrap sandbox")
+
+
+def test_available_says_why_when_missing(monkeypatch):
+    sandbox.available.cache_clear()
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    try:
+        ok, why = sandbox.available()
+        assert not ok and "not installed" in why
+    finally:
+        sandbox.available.cache_clear()
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_kernel_runs_inside_the_sandbox(tmp_path, monkeypatch):
+    course = tmp_path / "course"
+    (course / "autograded" / "s").mkdir(parents=True)
+    (course / "gradebook.db").write_text("secret")
+    (course / "submitted" / "other").mkdir(parents=True)
+    monkeypatch.setenv("COURSE_SANDBOX_HIDE", str(course))
+    probes = [
+        "import os, socket\nprint(sorted(os.listdir('.')), os.path.exists(%r))" % str(course / "gradebook.db"),
+        "open(%r).read()" % str(course / "gradebook.db"),
+        "socket.create_connection(('127.0.0.1', 9), 1)",
+        "open(%r, 'w')" % str(Path(sandbox.__file__)),
+        "open('scratch.txt', 'w').write('mine'); print(open('scratch.txt').read())",
+        "print(os.environ.get('COURSE_SANDBOX_HIDE'), os.environ.get('COURSE_SANDBOXED'))",
+    ]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(p) for p in probes]
+    NotebookClient(nb, kernel_manager_class=sandbox.SandboxKernelManager, allow_errors=True, timeout=60,
+                   resources={"metadata": {"path": str(course / "autograded" / "s")}}).execute()
+    out = [c.outputs[0] for c in nb.cells]
+    assert out[0]["text"].strip() == "[] False"
+    assert out[1]["ename"] == "FileNotFoundError"
+    assert out[2]["ename"] in ("OSError", "ConnectionRefusedError") and "unreachable" in out[2]["evalue"] or \
+        out[2]["ename"] == "ConnectionRefusedError"
+    assert out[3]["ename"] == "OSError" and "Read-only" in out[3]["evalue"]
+    assert out[4]["text"].strip() == "mine"
+    assert out[5]["text"].strip() == "None 1"
+    assert not (course / "autograded" / "s" / "scratch.txt").exists()
+    assert (course / "gradebook.db").read_text() == "secret"
+
+
+@needs_bwrap
+def test_wrapped_process_has_limits(tmp_path):
+    import subprocess
+    import sys
+    code = ("import resource, os, sys; print(resource.getrlimit(resource.RLIMIT_CPU)[0], "
+            "resource.getrlimit(resource.RLIMIT_FSIZE)[0], len([p for p in os.listdir('/proc') if p.isdigit()]), file=sys.stderr)")
+    argv, groups = sandbox.wrap([sys.executable, "-c", code], scratch=tmp_path, cwd=tmp_path,
+                                limits=sandbox.Limits(cpu_seconds=7, file_mb=1))
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    finally:
+        groups.remove()
+    cpu, fsize, procs = out.stderr.split() if out.stderr else ("", "", "")
+    assert (cpu, fsize) == ("7", str(1 << 20)) and int(procs) <= 3, out
