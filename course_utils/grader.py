@@ -12,6 +12,7 @@ can run the pipeline on a small course in a temporary folder. nbgrader's log goe
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -421,7 +422,7 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool) -> list[Submission
         for task in tasks:
             done(_grade_task(*task))
         return results
-    with ProcessPoolExecutor(jobs, mp_context=_mp_context()) as pool:
+    with _threads_per_kernel(jobs), ProcessPoolExecutor(jobs, mp_context=_mp_context()) as pool:
         futures = {pool.submit(_grade_task, *task): task for task in tasks}
         for future in as_completed(futures):
             _, _, student, assignment, _ = futures[future]
@@ -430,6 +431,24 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool) -> list[Submission
             except Exception as exc:  # the worker process itself died (killed, out of memory)
                 done(SubmissionResult(student, assignment, error=f"worker died: {exc!r}"))
     return results
+
+
+@contextlib.contextmanager
+def _threads_per_kernel(jobs: int):
+    """Share the cores between the parallel kernels: each gets cores // jobs math threads.
+
+    Without this every kernel's torch starts one thread per core, and ``jobs`` kernels on the
+    same cores fight over them (much slower than one thread each). An explicit
+    ``OMP_NUM_THREADS`` in the environment wins.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    try:
+        yield
+    finally:
+        del os.environ["OMP_NUM_THREADS"]
 
 
 def _mp_context():

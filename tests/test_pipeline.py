@@ -233,3 +233,18 @@ def test_release_check_reports_stale_notebooks(tiny_course, capsys):
     assert main(["--root", str(course), "release"]) == 0
     assert main(["--root", str(course), "release", "--check"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == "notebooks/ is up to date"
+
+
+def test_parallel_kernels_share_the_cores(monkeypatch):
+    import os
+
+    from course_utils.grader import _threads_per_kernel
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    with _threads_per_kernel(4):
+        assert os.environ["OMP_NUM_THREADS"] == "2"
+    assert "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    with _threads_per_kernel(4):
+        assert os.environ["OMP_NUM_THREADS"] == "3"
