@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -175,9 +176,11 @@ def cmd_check(args, root: Path) -> int:
         return 1
     width = max((len(e.grade_id) for e in result.exercises), default=0)
     for e in result.exercises:
-        line = f"{'PASS' if e.passed else 'FAIL'}  {e.grade_id.ljust(width)}  {e.score:g}/{e.max_score:g}"
-        print(f"{line}  {e.message}" if not e.passed and e.message else line)
-    print(f"total  {result.score:.1f} / {result.max_score:.1f}")
+        print(f"{'PASS' if e.passed else 'FAIL'}  {e.grade_id.ljust(width)}  {e.score:g}/{e.max_score:g}")
+        if not e.passed and e.message:  # the whole message: its end is usually the hint
+            print(textwrap.fill(e.message, width=96, initial_indent="      ",
+                                subsequent_indent="      ", break_on_hyphens=False))
+    print(f"total  {result.score:g}/{result.max_score:g}")
     if result.flags:
         print(grader.format_flags([result]))
     return 0 if all(e.passed for e in result.exercises) else 1

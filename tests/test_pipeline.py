@@ -215,14 +215,15 @@ def test_check_grades_a_notebook_without_touching_the_course(tiny_course, tmp_pa
 
     assert main(["--root", str(course), "check", str(mine)]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("FAIL  test_double  0/2  AssertionError: hidden: double(-21) should be -42")
-    assert out[-1] == "total  0.0 / 2.0"
+    assert out[0] == "FAIL  test_double  0/2"
+    assert out[1].strip().startswith("AssertionError: hidden: double(-21) should be -42")
+    assert out[-1] == "total  0/2"
     assert mine.read_bytes() == before
     assert sorted(p.name for p in course.iterdir()) == ["nbgrader_config.py", "solutions"]
 
     write_notebook(tiny_notebook(), mine)
     assert main(["--root", str(course), "check", str(mine)]) == 0
-    assert capsys.readouterr().out.splitlines() == ["PASS  test_double  2/2", "total  2.0 / 2.0"]
+    assert capsys.readouterr().out.splitlines() == ["PASS  test_double  2/2", "total  2/2"]
 
 
 def test_release_check_reports_stale_notebooks(tiny_course, capsys):

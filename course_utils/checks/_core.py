@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import os
 import sys
 import warnings
 from typing import Callable, Iterable
@@ -54,6 +55,21 @@ def _resolve(path: str):
         except AttributeError:
             return None
     return None
+
+
+_LIBRARIES = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python",
+              os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen")
+
+
+def _where(exc: BaseException) -> str:
+    """' in line `...`': the last line of the student's own code in the traceback, if known."""
+    import traceback
+
+    mine = [f for f in traceback.extract_tb(exc.__traceback__)
+            if not any(lib in f.filename for lib in _LIBRARIES)]
+    if mine and mine[-1].line:
+        return f" in line `{mine[-1].line.strip()}`"
+    return ""
 
 
 class _Tripwire:
@@ -131,6 +147,15 @@ class Check:
             result = self._guarded_call(fn, args, kwargs)
         return result
 
+    def call_on(self, what: str, fn: Callable, *args, **kwargs):
+        """Like ``call``, and a failure says which input it was (``what``, e.g. "a batch")."""
+        try:
+            return self.call(fn, *args, **kwargs)
+        except CheckFailed as exc:
+            if "not implemented yet" in str(exc) or "the very thing" in str(exc):
+                raise
+            raise CheckFailed(f"{exc} (when called on {what})") from exc.__cause__
+
     def _guarded_call(self, fn, args, kwargs):
         calls: list[str] = []
         try:
@@ -149,8 +174,7 @@ class Check:
             if calls:
                 self._forbidden_failure(calls[0])
             raise CheckFailed(
-                f"{self.exercise} raised {type(exc).__name__}: {exc} (see the traceback above "
-                "for the line in your code)"
+                f"{self.exercise} raised {type(exc).__name__}: {exc}{_where(exc)}"
             ) from exc
         if calls:
             self._forbidden_failure(calls[0])

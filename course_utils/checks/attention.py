@@ -8,7 +8,7 @@ import torch
 
 from ..device import get_device
 from ..reference import attention as ref
-from ._core import Check, to_numpy
+from ._core import Check, CheckFailed, to_numpy
 
 _SOFTMAX_BUILTINS = [
     "torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
@@ -36,7 +36,17 @@ def _gen(seed: int) -> torch.Generator:
 def check_softmax(softmax, hidden: bool = False) -> None:
     c = Check("softmax", _SOFTMAX_BUILTINS, hidden)
     x = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]])
-    out = c.call(softmax, x)
+    before = x.clone()
+    try:
+        out = c.call(softmax, x)
+    except CheckFailed as exc:
+        if "must match the size" in str(exc):
+            raise CheckFailed(f"{exc}. A max or sum over `dim` drops that dimension unless you "
+                              "keep it (keepdim=True), and then it can't broadcast back against x."
+                              ) from exc.__cause__
+        raise
+    c.that(torch.equal(x, before), "softmax modified its input in place (e.g. x -= ... or "
+           "x.exp_()): compute into a new tensor and leave x as it was.")
     c.that(isinstance(out, torch.Tensor), f"should return a tensor, got {type(out).__name__}.")
     c.shape(out, (2, 3), "softmax(x) for x of shape (2, 3)", "softmax keeps the input's shape.")
     c.that(bool((out >= 0).all()), "probabilities can't be negative.")
@@ -104,15 +114,16 @@ def check_simple_self_attention(simple_self_attention, hidden: bool = False) -> 
             "expected softmax(X Xᵀ) X with the softmax over the LAST dim (each row of scores "
             "is one token's weights over all tokens). No scaling in this parameter-free form.",
             passed="softmax(X Xᵀ) X on a (3, 2) example")
+    g = _gen(1)
+    Xb = torch.randn(2, 4, 3, generator=g)
+    got = c.call_on("a batch of shape (2, 4, 3): transpose only the last two dims",
+                    simple_self_attention, Xb)
+    c.shape(got, (2, 4, 3), "a batch (2, 4, 3)",
+            "Transpose the last two dims only (X.transpose(-2, -1)), not X.T.")
+    c.close(got, ref.simple_self_attention(Xb),
+            "wrong values for a batch: each sequence attends within itself "
+            "(transpose(-2, -1), softmax over dim=-1).", passed="batched input")
     if hidden:
-        g = _gen(1)
-        Xb = torch.randn(2, 4, 3, generator=g)
-        got = c.call(simple_self_attention, Xb)
-        c.shape(got, (2, 4, 3), "a batch (2, 4, 3)",
-                "Transpose the last two dims only (X.transpose(-2, -1)), not X.T.")
-        c.close(got, ref.simple_self_attention(Xb),
-                "wrong values for a batch: each sequence attends within itself "
-                "(transpose(-2, -1), softmax over dim=-1).", passed="batched input")
         Xw = torch.randn(5, 3, generator=g) * 2
         c.close(c.call(simple_self_attention, Xw), ref.simple_self_attention(Xw),
                 "wrong values: don't scale the scores here, and return the weighted values, "

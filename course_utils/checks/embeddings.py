@@ -23,13 +23,13 @@ def check_one_hot(one_hot, hidden: bool = False) -> None:
     c.that(np.array_equal(out.argmax(axis=-1), ids),
            "the 1 is in the wrong column: row i should have its 1 at column ids[i] "
            "(check for an off-by-one or a transposed result).", "the 1 sits at column ids[i]")
+    grid = np.array([[1, 4, 0], [3, 3, 2]])
+    got = c.call_on("a (2, 3) grid of ids", one_hot, grid, 6)
+    c.shape(got, (2, 3, 6), "one_hot on a (2, 3) grid of ids with vocab_size 6",
+            "The result should be shaped (*ids.shape, vocab_size): don't flatten the ids.")
+    c.close(got, ref.one_hot(grid, 6), "A grid of ids should give a grid of one-hot rows.",
+            passed="works for ids of any shape")
     if hidden:
-        grid = np.array([[1, 4, 0], [3, 3, 2]])
-        got = c.call(one_hot, grid, 6)
-        c.shape(got, (2, 3, 6), "one_hot on a (2, 3) grid of ids with vocab_size 6",
-                "The result should be shaped (*ids.shape, vocab_size): don't flatten the ids.")
-        c.close(got, ref.one_hot(grid, 6), "A grid of ids should give a grid of one-hot rows.",
-                passed="works for ids of any shape")
         got = c.call(one_hot, [0, 1], 3)
         c.close(got, ref.one_hot([0, 1], 3), "A plain Python list of ids should work too.",
                 passed="accepts a Python list")
