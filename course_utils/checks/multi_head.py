@@ -383,6 +383,87 @@ def _expect_value_error(c: Check, cls, d_model: int, num_heads: int) -> None:
            f"divisible by {num_heads}, so the heads can't share the features equally. Raise a "
            "ValueError in __init__.")
 
+P_DROP = 0.5
+
+
+def _eval_without_dropout(c: Check, m, r, x, what: str) -> None:
+    out, w = _forward(c, m, what, x, x, x)
+    want, want_w = r(x, x, x)
+    tol = (ATOL64, RTOL64) if x.dtype == torch.float64 else (ATOL32, RTOL32)
+    c.that(_near(w, want_w, *tol) and _near(out, want, *tol), f"{what}: with dropout={P_DROP} "
+           "the results differ from the ones without dropout, although the module is in eval "
+           "mode. After model.eval() dropout must do nothing: use dropout that follows the "
+           "module's training flag (as the module's own dropout layer does), not dropout that "
+           "is always on.")
+
+
+def _check_dropout(c: Check, md, D: int, H: int) -> None:
+    """Dropout=0.5: off in eval mode; in training mode it drops attention weights (not the
+    output), and forward returns the weights from before dropout.
+
+    The training-mode checks are properties, so any way of drawing the mask passes: with
+    out_proj undone and one query's V_h square and invertible, the output gives back the
+    coefficients each value was mixed with; each must be 0 (dropped) or weight / (1 - p)."""
+    r = reference_module(D, H, seed=20, dtype=torch.float64)
+    _load(c, md, r)
+    md.double()
+    g = _gen(23)
+    x = torch.randn(2, D // H, D, generator=g, dtype=torch.float64)  # k = d_head: V_h square
+    _eval_without_dropout(c, md, r, x, "dropout=0.5 in eval mode")
+    want, want_w = r(x, x, x)
+    md.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        out, w = _forward(c, md, "dropout=0.5 in training mode", x, x, x)
+    c.shape(out, tuple(want.shape), "the output (dropout=0.5 in training mode)")
+    c.shape(w, tuple(want_w.shape), "the weights (dropout=0.5 in training mode)")
+    w, out = w.detach(), out.detach()
+    # (a) the weights returned are the ones before dropout
+    if not _near(w, want_w, 1e-8, 1e-8):
+        dropped = (w == 0) & (want_w > 0)
+        scaled = torch.isclose(w, want_w / (1 - P_DROP), atol=1e-8, rtol=1e-8)
+        if bool(dropped.any()) or bool((dropped | scaled).all()):
+            c.fail(f"with dropout={P_DROP} in training mode the weights you return have dropout "
+                   "applied (some are 0, the others scaled up, so the rows no longer sum to 1). "
+                   "Return the attention weights from before dropout; only the product with V "
+                   "uses the dropped-out copy.")
+        c.fail(f"with dropout={P_DROP} in training mode the weights you return differ from the "
+               "ones in eval mode. Return the attention weights from before dropout (each row "
+               "sums to 1): dropout changes only what is multiplied with V.")
+    c.ok("training mode returns the weights before dropout (rows still sum to 1)")
+    c.that(not _near(out, want, 1e-9, 1e-9), f"MultiHeadAttention(..., dropout={P_DROP}) in "
+           "training mode gives the same output as without dropout: keep an nn.Dropout and "
+           "apply it to the attention weights.", "dropout is active in training mode")
+    # (b) the output is out_proj(merge(dropout(weights) @ V)): recover the coefficients
+    W, b = r.out_proj.weight, r.out_proj.bias
+    Y = ref.split_heads(torch.linalg.solve(W, (out - b).mT).mT, H)  # (b, h, q, d_head)
+    V = ref.split_heads(r.v_proj(x), H).detach()  # (b, h, k, d_head), k = d_head
+    coef = torch.linalg.solve(V.mT, Y.mT).mT  # Y = coef @ V
+    zero = torch.isclose(coef, torch.zeros_like(coef), atol=1e-7, rtol=0)
+    kept = torch.isclose(coef, want_w / (1 - P_DROP), atol=1e-7, rtol=1e-6)
+    if bool((zero | kept).all()):
+        c.ok("training mode drops attention weights and rescales the rest by 1 / (1 - p)")
+        md.eval()
+        _eval_without_dropout(c, md, r, x, "back in eval mode after training")
+        return
+    unscaled = torch.isclose(coef, want_w, atol=1e-7, rtol=1e-6)
+    if bool((zero | unscaled).all()):
+        c.fail(f"with dropout={P_DROP} in training mode the weights are dropped but the ones "
+               "kept are not scaled up by 1 / (1 - p), so the expected output changes between "
+               "training and eval. Use inverted dropout (as nn.Dropout does).")
+    zeros_out = float((out == 0).double().mean())
+    zeros_heads = float((Y.abs() < 1e-9).double().mean())
+    if max(zeros_out, zeros_heads) > 0.2:
+        c.fail(f"with dropout={P_DROP} in training mode whole entries of the output (or of the "
+               "heads' outputs before out_proj) are zeroed: dropout seems to be applied to the "
+               "output. It belongs on the attention weights, between the softmax and the "
+               "product with V.")
+    c.fail(f"with dropout={P_DROP} in training mode the output is not the values mixed by the "
+           "dropped-out attention weights: each weight should either be dropped (0) or scaled "
+           "by 1 / (1 - p), and the output built from those exactly as in eval mode. Apply "
+           "dropout to the attention weights only, not to the output, the values or the "
+           "scores.")
+
 
 def check_multi_head_attention(MultiHeadAttention, hidden: bool = False) -> None:
     c = Check("MultiHeadAttention", _MHA_BUILTINS, hidden)
@@ -442,18 +523,7 @@ def check_multi_head_attention(MultiHeadAttention, hidden: bool = False) -> None
         _compare(c, m, r, "training mode with the default dropout=0.0", x, x, x)
         c.that(torch.equal(x, before), "forward changed its input in place.")
         md = _build(c, MultiHeadAttention, D, H, dropout=0.5)
-        _load(c, md, r)
-        _compare(c, md, r, "dropout=0.5 in eval mode", x, x, x,
-                 passed="dropout does nothing in eval mode",
-                 hint="Dropout must do nothing in eval mode: use the module's nn.Dropout, which "
-                      "knows whether the module is training.")
-        md.train()
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            noisy, _ = _forward(c, md, "dropout", x, x, x)
-        c.that(not _near(noisy, r(x, x, x)[0], 1e-6, 1e-6), "MultiHeadAttention(..., dropout=0.5) "
-               "in training mode gives the same output as without dropout: keep an nn.Dropout "
-               "and apply it to the attention weights.", "dropout is active in training mode")
+        _check_dropout(c, md, D, H)
         # gradients reach every projection
         mg = _build(c, MultiHeadAttention, D, H)
         _load(c, mg, r)

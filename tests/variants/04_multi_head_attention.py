@@ -243,6 +243,59 @@ def merge_heads(x):
         out = F.dropout(w, p=self.dropout.p, training=True) @ V
         return self.out_proj(merge_heads(out)), w
 '''),
+        "returns_weights_after_dropout": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        w = self.dropout(w)
+        return self.out_proj(merge_heads(w @ V)), w
+'''),
+        "dropout_on_the_output": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.dropout(self.out_proj(merge_heads(out))), w
+'''),
+        "dropout_on_the_heads_before_out_proj": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(self.dropout(merge_heads(out))), w
+'''),
+        "dropout_on_the_values": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(w @ self.dropout(V))), w
+'''),
+        "F_dropout_always_on": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(F.dropout(w, self.dropout.p) @ V)), w
+'''),
+        "dropout_mask_not_rescaled": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        if self.training:
+            w_d = w * (torch.rand_like(w) >= self.dropout.p)
+        else:
+            w_d = w
+        return self.out_proj(merge_heads(w_d @ V)), w
+'''),
         "wraps_nn_MultiheadAttention": '''
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
@@ -383,6 +436,27 @@ def merge_heads(x):
         if self.training and self.dropout.p > 0:
             out = self.dropout(w) @ V
         return self.out_proj(merge_heads(out)), w
+'''),
+        "F_dropout_following_self_training": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        dropped = F.dropout(w, p=self.p_drop, training=self.training)
+        return self.out_proj(merge_heads(dropped @ V)), w
+''', _MHA_INIT.replace("self.dropout = nn.Dropout(dropout)", "self.p_drop = dropout")),
+        "manual_inverted_dropout_mask": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        p = self.dropout.p
+        w_d = w
+        if self.training and p > 0:
+            w_d = w * (torch.rand_like(w) >= p) / (1 - p)
+        return self.out_proj(merge_heads(w_d @ V)), w
 '''),
         "flatten_heads_into_batch_with_repeat_interleave": _mha('''
     def forward(self, query, key, value, mask=None):
