@@ -1,0 +1,49 @@
+"""The whole course through the real grading pipeline: for every assignment, the solution scores
+full marks in every grade cell and the blank student release scores zero, in one parallel
+`course autograde` run (sandboxed kernels and the integrity audit included, as instructors run
+it), with no red flag raised against either."""
+from __future__ import annotations
+
+import csv
+import shutil
+
+import pytest
+
+from conftest import ROOT
+from course_utils.cli import main
+
+pytestmark = pytest.mark.slow
+
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.name[:2].isdigit())
+
+
+def test_solutions_score_full_marks_and_blank_releases_zero(tmp_path, capsys):
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course)
+    shutil.copytree(ROOT / "solutions", course / "solutions")
+    for name in ASSIGNMENTS:
+        for student, folder in (("solution", "solutions"), ("blank", "notebooks")):
+            dest = course / "submitted" / student / name
+            dest.mkdir(parents=True)
+            shutil.copy(ROOT / folder / name / f"{name}.ipynb", dest)
+
+    assert main(["--root", str(course), "autograde", "--jobs", "2"]) == 0
+    capsys.readouterr()
+
+    rows = list(csv.DictReader((course / "reports" / "grades.csv").open()))
+    by = {}
+    for row in rows:
+        by.setdefault((row["student"], row["assignment"]), []).append(row)
+    for name in ASSIGNMENTS:
+        full, blank = by[("solution", name)], by[("blank", name)]
+        assert full and len(full) == len(blank)
+        for row in full:
+            assert float(row["score"]) == float(row["max_score"]) > 0, (name, row)
+        for row in blank:
+            assert float(row["score"]) == 0, (name, row)
+            assert "not implemented yet" in row["message"] or "NotImplementedError" in row["message"]
+    flags = course / "reports" / "flags.csv"
+    if flags.exists():
+        flagged = [r for r in csv.DictReader(flags.open())]
+        assert not flagged, f"red flags on the course's own notebooks: {flagged[:3]}"
