@@ -1,6 +1,8 @@
-"""Generic fixtures: a tiny nbgrader course in a temporary folder."""
+"""Shared test set-up: headless matplotlib, tests run as "not grading", and a tiny nbgrader
+course in a temporary folder."""
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -9,7 +11,20 @@ import pytest
 
 from course_utils.nbformat_tools import write_notebook
 
+os.environ.setdefault("MPLBACKEND", "Agg")  # before anything imports pyplot
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _not_grading(monkeypatch):
+    """Widgets hide while nbgrader grades; tests see them unless a test says otherwise."""
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.delenv("COURSE_GRADING", raising=False)
+    yield
+    import sys
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
 ASSIGNMENT = "01_tiny"
 
 SOLUTION_CELL = '''def double(x):

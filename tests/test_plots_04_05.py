@@ -4,8 +4,6 @@ from __future__ import annotations
 import math
 import os
 
-os.environ.setdefault("MPLBACKEND", "Agg")
-
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -21,12 +19,6 @@ from course_utils.reference.multi_head import MultiHeadAttention  # noqa: E402
 from course_utils.reference.positional import sinusoidal_positional_encoding  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _not_grading(monkeypatch):
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    monkeypatch.delenv("COURSE_GRADING", raising=False)
-    yield
-    plt.close("all")
 
 
 # -- 04 ---------------------------------------------------------------------------------------

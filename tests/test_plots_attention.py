@@ -4,8 +4,6 @@ from __future__ import annotations
 import math
 import os
 
-os.environ.setdefault("MPLBACKEND", "Agg")
-
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -20,12 +18,6 @@ from course_utils.reference import attention as ref  # noqa: E402
 SENTENCE = "we sat on the bank of the river"
 
 
-@pytest.fixture(autouse=True)
-def _not_grading(monkeypatch):
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    monkeypatch.delenv("COURSE_GRADING", raising=False)
-    yield
-    plt.close("all")
 
 
 def test_tokenize_lowercases_and_splits_punctuation():

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("MPLBACKEND", "Agg")
-
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -21,12 +19,6 @@ TOY = np.array([[0.9, 0.8, 0.7, 0.1, 0.2], [0.9, 0.8, 0.7, 0.1, 0.7],
                 [0.8, 0.6, 0.6, 0.2, 0.1], [0.8, 0.6, 0.6, 0.2, 0.6]])
 
 
-@pytest.fixture(autouse=True)
-def _not_grading(monkeypatch):
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    monkeypatch.delenv("COURSE_GRADING", raising=False)
-    yield
-    plt.close("all")
 
 
 # -- pca_2d ----------------------------------------------------------------------------------

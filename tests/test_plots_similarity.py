@@ -4,8 +4,6 @@ from __future__ import annotations
 import math
 import os
 
-os.environ.setdefault("MPLBACKEND", "Agg")
-
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
@@ -17,12 +15,6 @@ from course_utils.plots import similarity as ps  # noqa: E402
 from course_utils.reference import similarity as ref  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _not_grading(monkeypatch):
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    monkeypatch.delenv("COURSE_GRADING", raising=False)
-    yield
-    plt.close("all")
 
 
 @pytest.mark.parametrize("angle,len_u,len_v", [(0, 1, 1), (40, 1, 2.5), (90, 2, 3), (150, 0.5, 1),

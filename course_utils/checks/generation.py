@@ -58,6 +58,13 @@ def _greedy_ok(c: Check, greedy_decode, model, src, max_len, src_mask=None, what
            "max_len counts every column, bos included (stop when L == max_len).")
     c.that(_rows_after_eos_ok(got.cpu(), EOS), "a row goes on with other tokens after its "
            "eos_id: once a row has produced eos_id, append eos_id to it (and only eos_id).")
+    if src_mask is not None and not torch.equal(got.cpu(), expected.cpu()):
+        unmasked = ref.greedy_decode(model, src, max_len, BOS, EOS)
+        if torch.equal(got.cpu(), unmasked.cpu()):
+            c.fail(f"wrong tokens{what}: your output is exactly what decoding gives when the "
+                   "<pad> positions are NOT masked, so the model read the padding as part of "
+                   "the source. The likely cause: src_mask is not passed on to model.encode "
+                   "and to model.decode (as its memory_mask).")
     n = min(got.size(1), expected.size(1))
     if not torch.equal(got[:, :n].cpu(), expected[:, :n].cpu()):
         first = (got[:, :n].cpu() != expected[:, :n].cpu()).any(0).nonzero()[0].item()
@@ -88,6 +95,13 @@ def check_greedy_decode(greedy_decode, hidden: bool = False) -> None:
     got = _greedy_ok(c, greedy_decode, model, src[:2], 6, what=" (rows that never produce "
                      "eos_id, max_len = 6)")
     c.that(got.size(1) == 6, "", "stops at L == max_len when no row ends")
+    src = torch.tensor([[5, 6, 7, 0, 0], [4, 4, 5, 6, 3]])  # row 0 padded with two <pad> = 0
+    scripts = {(5, 6, 7): [3, 4, EOS], (4, 4, 5, 6, 3): [6, EOS]}
+    model = LookupModel(8, seed=3, scripts=scripts, eos_id=EOS)
+    mask = (src != 0)[:, None, None, :]  # (b, 1, 1, s) True = a real token
+    _greedy_ok(c, greedy_decode, model, src, 8, mask, what=" (a batch whose first source is "
+               "padded, with its src_mask)")
+    c.ok("uses src_mask: a padded source decodes like the unpadded one")
     if hidden:
         for seed in range(4):
             model = LookupModel(7, seed=10 + seed, eos_id=EOS, eos_bias=1.0)
@@ -95,19 +109,23 @@ def check_greedy_decode(greedy_decode, hidden: bool = False) -> None:
             src = torch.randint(3, 7, (5, 4), generator=g)
             _greedy_ok(c, greedy_decode, model, src, 9, what=f" (random model {seed})")
         c.ok("matches on four random models with a batch of 5")
-        src = torch.tensor([[5, 6, 7, 0, 0], [4, 4, 5, 6, 3]])
-        scripts = {(5, 6, 7): [3, 4, EOS], (4, 4, 5, 6, 3): [6, EOS]}
-        model = LookupModel(8, seed=3, scripts=scripts, eos_id=EOS)
-        mask = (src != 0)[:, None, None, :]  # (b, 1, 1, s)
-        _greedy_ok(c, greedy_decode, model, src, 8, mask, what=" with a padded source: pass "
-                   "src_mask to model.encode and as memory_mask to model.decode")
-        c.ok("passes src_mask to encode and decode")
+        for seed in range(2):
+            g = torch.Generator().manual_seed(20 + seed)
+            src = torch.randint(3, 7, (4, 6), generator=g)
+            lengths = torch.tensor([6, 3, 5, 2])
+            src[torch.arange(6)[None, :] >= lengths[:, None]] = 0  # pad the ends of the rows
+            model = LookupModel(7, seed=30 + seed, eos_id=EOS, eos_bias=1.0)
+            _greedy_ok(c, greedy_decode, model, src, 9, (src != 0)[:, None, None, :],
+                       what=f" (random model {seed}, a batch of 4 padded sources)")
+        c.ok("padded batches of random models")
         model = LookupModel(6, seed=4, eos_id=EOS, eos_bias=0.5)
         _greedy_ok(c, greedy_decode, model, torch.tensor([[3, 4, 5]]), 7, what=" (batch of 1)")
         _greedy_ok(c, greedy_decode, model, torch.tensor([[3, 4, 5]]), 1, what=" (max_len = 1)")
         c.ok("a batch of one, and max_len = 1 (just bos)")
+        src = torch.tensor([[5, 6, 7, 0, 0], [4, 4, 5, 6, 3]])
+        mask = (src != 0)[:, None, None, :]
         for dev in _devices()[1:]:
-            model = LookupModel(8, seed=1, scripts=scripts, eos_id=EOS, device=dev)
+            model = LookupModel(8, seed=3, scripts=scripts, eos_id=EOS, device=dev)
             out = _greedy_ok(c, greedy_decode, model, src.to(dev), 8, mask.to(dev),
                              what=f" on {dev.type}")
             c.that(out.device.type == dev.type, f"the result should stay on {dev.type}: create "
@@ -150,6 +168,9 @@ def _sampling_case(c: Check, sample_next_token, logits_row, what: str, hint: str
     support, allowed = set((f > 0).nonzero().flatten().tolist()), set(
         (p > 0).nonzero().flatten().tolist())
     if not support <= allowed:
+        if kwargs.get("top_p") is not None:
+            hint += (" Is the decision made in sorted order mapped back to the vocabulary order "
+                     "(e.g. scatter)?")
         c.fail(f"{what}: drew tokens that should have been filtered out. {hint}")
     if allowed - support and bool(p[list(allowed - support)].max() > 0.01):
         c.fail(f"{what}: some tokens that should stay possible were never drawn in {_N} "
@@ -253,8 +274,11 @@ def check_sample_next_token(sample_next_token, hidden: bool = False) -> None:
 
 
 # -- beam search -----------------------------------------------------------------------------
-def _brute_force(model, src, max_len, length_penalty, vocab_size) -> tuple[list[int], float]:
-    """The best of ALL sequences: ended by eos (anywhere) or cut at max_len, by the same score."""
+def _brute_force(model, src, max_len, length_penalty, vocab_size,
+                 count_bos: bool = False) -> tuple[list[int], float]:
+    """The best of ALL sequences: ended by eos (anywhere) or cut at max_len, by the same score.
+
+    ``count_bos`` divides by (n + 1) ** length_penalty instead: the classic off-by-one."""
     source = tuple(src[0].tolist())
     best, best_score = None, -math.inf
     for n in range(1, max_len):
@@ -265,7 +289,7 @@ def _brute_force(model, src, max_len, length_penalty, vocab_size) -> tuple[list[
             for i in range(1, len(seq)):
                 lg = torch.tensor(model.logits_for(source, seq[:i]), dtype=torch.float64)
                 total += float(torch.log_softmax(lg, -1)[seq[i]])
-            score = total / n ** length_penalty
+            score = total / (n + count_bos) ** length_penalty
             if score > best_score:
                 best, best_score = list(seq), score
     return best, best_score
@@ -281,7 +305,11 @@ def _beam(c: Check, beam_search, model, src, beam_size, max_len, length_penalty=
     c.that(got.numel() >= 1 and int(got[0]) == BOS, "the sequence should start with bos_id.")
     c.that(got.numel() <= max_len, f"returned {got.numel()} tokens, more than max_len = "
            f"{max_len} (bos included).")
-    return got.cpu().tolist()
+    seq = got.cpu().tolist()
+    c.that(EOS not in seq[1:-1], f"the returned sequence {seq} goes on after eos_id: a "
+           "hypothesis that ends in eos_id is finished. It leaves the beam, is set aside among "
+           "the finished hypotheses and is never extended again.")
+    return seq
 
 
 def _beam_vs_reference(c: Check, beam_search, model, src, beam_size, max_len,
@@ -295,6 +323,26 @@ def _beam_vs_reference(c: Check, beam_search, model, src, beam_size, max_len,
            "by total log-probability; an extension ending in eos_id is finished and leaves the "
            "beam (it is not extended again and does not take a place in the next step's beam); "
            "the final choice divides each total by n ** length_penalty.")
+
+
+def _length_normalisation_hint(c: Check, model, src, got, want, lp) -> None:
+    """Fail with a named cause when a wide beam's wrong winner is the raw or bos-counted best."""
+    if got == want:
+        return
+    raw = got == _brute_force(model, src, 5, 0.0, 4)[0]
+    with_bos = lp != 0 and got == _brute_force(model, src, 5, lp, 4, count_bos=True)[0]
+    if not (raw or with_bos):
+        return
+    if raw and with_bos:
+        looks = ("the best by RAW total log-probability (not length-normalised), or the best "
+                 "normalised with n counting <bos> too: both give this sequence here")
+    elif raw:
+        looks = "the best by RAW total log-probability: it was not length-normalised"
+    else:
+        looks = "the best normalised with n counting <bos> too (n one too large)"
+    c.fail(f"with length_penalty = {lp} and a beam wide enough to keep every hypothesis, your "
+           f"result {got} looks like {looks}. The winner asked for is the best by total "
+           "log-prob / n ** length_penalty, with n = the tokens after <bos> (<eos> included).")
 
 
 def check_beam_search(beam_search, hidden: bool = False) -> None:
@@ -316,25 +364,43 @@ def check_beam_search(beam_search, hidden: bool = False) -> None:
            "looks best leads nowhere certain, the search should find the sequence with the "
            "higher total log-probability: rank extensions by the SUM of log-probs so far, "
            "not by the last token's.", "beam_size = 2 beats greedy's myopia")
-    for seed, lp in ((0, 1.0), (3, 1.0)):
+    for seed, lp in ((79, 1.0), (3, 1.0)):  # 79: raw, bos-counted, right: 3 winners
         model = LookupModel(4, seed=seed, eos_id=EOS, eos_bias=0.5, scale=2.0)
         want, _ = _brute_force(model, src, 5, lp, 4)
         got = _beam(c, beam_search, model, src, 4 ** 4, 5, lp)
-        raw, _ = _brute_force(model, src, 5, 0.0, 4)
-        if got != want and got == raw:
-            c.fail("with a beam wide enough to keep everything, the result is the sequence "
-                   "with the best TOTAL log-probability; the winner should be the best by total "
-                   "log-prob / n ** length_penalty (n = tokens after bos).")
+        _length_normalisation_hint(c, model, src, got, want, lp)
         c.that(got == want, "with a beam wide enough to keep every hypothesis, beam search "
                "should return the best of all sequences (ended by eos_id or cut at max_len) by "
                "total log-prob / n ** length_penalty: check the scores and the stopping rule.")
     c.ok("a beam wide enough to keep everything finds the brute-force optimum "
          "(length-normalised)")
+    # "<bos> <eos>" is the best first step; once it is finished, both places of the beam must
+    # go to live hypotheses, which find "<bos> 3 5 <eos>" (a better per-token score)
+    lg, no = math.log, -30.0
+    table = {(BOS,): [no, no, lg(0.5), lg(0.3), lg(0.2), no],
+             (BOS, 3): [no, no, no, no, lg(0.55), lg(0.45)],
+             (BOS, 3, 4): [no, no, lg(0.6), lg(0.4), no, no],
+             (BOS, 3, 5): [no, no, 0.0, no, no, no]}
+    model = LookupModel(6, table=table, eos_id=EOS)
+    got = _beam(c, beam_search, model, src, 2, 6)
+    want = [BOS, 3, 5, EOS]
+    if got == [BOS, EOS]:
+        c.fail(f"beam_size = 2 on a model whose best first step is <bos> <eos>: expected {want}, "
+               f"you returned {got}. A hypothesis ending in eos_id is finished: it leaves the "
+               "beam (set aside with the finished ones, never extended, taking no place in the "
+               "next step's beam), and all beam_size places go to extensions of the live "
+               "hypotheses. Does a finished hypothesis keep its place in your beam?")
+    c.that(got == want, f"beam_size = 2 on a model whose best first step is <bos> <eos>: "
+           f"expected {want}, you returned {got}. Each step keeps the beam_size best "
+           "extensions of ALL the live hypotheses together, by total log-probability; those "
+           "ending in eos_id leave the beam; the final choice is among finished and live, by "
+           "total / n ** length_penalty.", "finished hypotheses leave the beam and the beam "
+           "refills from the live ones")
     for seed, bias, k, max_len in ((6, 2.5, 2, 7), (102, 1.0, 3, 8)):
         model = LookupModel(6, seed=seed, eos_id=EOS, eos_bias=bias)
         _beam_vs_reference(c, beam_search, model, src, k, max_len,
                            what=f"beam_size {k}, model {seed}")
-    c.ok("finished hypotheses leave the beam, which refills from the live ones")
+    c.ok("matches the reference on two random models (beam sizes 2 and 3)")
     if hidden:
         for seed in range(8):
             model = LookupModel(6, seed=100 + seed, eos_id=EOS, eos_bias=1.0)
@@ -345,6 +411,7 @@ def check_beam_search(beam_search, hidden: bool = False) -> None:
             model = LookupModel(4, seed=seed, eos_id=EOS, eos_bias=0.5, scale=2.0)
             want, _ = _brute_force(model, src, 5, lp, 4)
             got = _beam(c, beam_search, model, src, 4 ** 4, 5, lp)
+            _length_normalisation_hint(c, model, src, got, want, lp)
             c.that(got == want, f"with length_penalty = {lp} and a beam wide enough to keep "
                    "everything, the best by total log-prob / n ** length_penalty should win.")
         c.ok("length_penalty 0, 0.5 and 2 against brute force")

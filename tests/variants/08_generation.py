@@ -92,6 +92,7 @@ BUGGY = {
         "stops_when_any_row_done": _greedy(loop="ys.size(1) < max_len and not done.any()"),
         "max_len_new_tokens": _greedy(loop="ys.size(1) <= max_len and not done.all()"),
         "ignores_src_mask": _greedy(encode_mask="None", decode_mask="None"),
+        "src_mask_only_to_encode": _greedy(decode_mask="None"),
         "not_implemented": '''
 def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
     raise NotImplementedError()
