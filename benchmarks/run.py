@@ -1,19 +1,15 @@
 """Benchmark the course on this machine (not a test: it measures, it never fails on a slow box).
 
-    python benchmarks/run.py                  # everything, writes benchmarks/results.md + .json
+    python benchmarks/run.py                  # everything below; writes benchmarks/results.md + .json
     python benchmarks/run.py --only 03 --no-autograde
-    python benchmarks/run.py --class-size 40  # class throughput only (benchmarks/class_results.*)
+    python benchmarks/run.py --class-size 40  # class throughput only; writes class_results.md + .json
 
 For each solution notebook: wall time to execute it top to bottom in a fresh kernel, and the
 kernel's peak memory (max RSS). For each assignment: the time to autograde one submission with
-`course autograde` (in-process nbgrader API) next to plain `nbgrader autograde` from the CLI,
-on the same submission.
-
-With ``--class-size N``: a class of N submissions of 03_attention (a mix of full solutions, blank
-releases, partial and buggy ones) graded by `course autograde` (default jobs: one per core) and
-by one serial `nbgrader autograde` CLI run, in two copies of the same course. It checks that
-every student got the same score in every grade cell from both, and reports submissions per
-minute for each and the ratio.
+`course autograde` (sandboxed kernel and integrity audit included, as instructors run it) next
+to plain `nbgrader autograde` from the CLI, on the same submission. Then the time and held-out
+accuracy of training notebook 08's model from scratch. With --class-size: N submissions of
+notebook 03 graded by `course autograde` and by serial `nbgrader autograde`, scores compared.
 """
 from __future__ import annotations
 
@@ -21,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import subprocess
@@ -248,7 +245,20 @@ def render_class(info: dict, row: dict) -> str:
     return "\n".join(lines)
 
 
-def render(info: dict, rows: list[dict]) -> str:
+def bench_training() -> dict:
+    """Train notebook 08's toy Transformer from scratch (`tools/train_toy_model.py`, nothing saved)."""
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, str(ROOT / "tools" / "train_toy_model.py")],
+                         capture_output=True, text=True, check=True).stdout
+    wall = time.perf_counter() - start
+    trained = re.search(r"trained (\d+) steps in ([\d.]+)s on (\S+) \((\d+) threads", out)
+    accuracy = re.search(r"held-out exact match .*?: ([\d.]+) float32", out)
+    return {"steps": int(trained.group(1)), "train_s": float(trained.group(2)),
+            "device": trained.group(3), "threads": int(trained.group(4)),
+            "held_out_exact_match": float(accuracy.group(1)), "wall_s": round(wall, 1)}
+
+
+def render(info: dict, rows: list[dict], training: dict | None = None) -> str:
     lines = ["# Benchmark results", "", "Produced by `python benchmarks/run.py` on:", ""]
     lines += [f"- {k}: {v}" for k, v in info.items()]
     lines += ["", "| notebook | execute (s) | peak kernel memory (MB) | errors | "
@@ -261,6 +271,11 @@ def render(info: dict, rows: list[dict]) -> str:
                      f"{r.get('course_autograde_s', '')} | {r.get('nbgrader_autograde_s', '')} | {ratio} |")
     total = sum(r["seconds"] for r in rows)
     lines += ["", f"All {len(rows)} notebooks executed in {total:.1f} s in total.", ""]
+    if training:
+        lines += ["Training notebook 08's model from scratch (`python tools/train_toy_model.py`): "
+                  f"{training['steps']} steps in {training['train_s']} s on {training['device']} "
+                  f"({training['threads']} threads), held-out exact match "
+                  f"{training['held_out_exact_match']:.2%} (whole command {training['wall_s']} s).", ""]
     return "\n".join(lines)
 
 
@@ -268,6 +283,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", nargs="*", help="notebook numbers or names, e.g. 01 03_attention")
     ap.add_argument("--no-autograde", action="store_true", help="skip the grading timings")
+    ap.add_argument("--no-train", action="store_true", help="skip training the toy model of 08")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"),
                     help="results file stem (.md and .json are written)")
     ap.add_argument("--class-size", type=int, nargs="?", const=40, metavar="N",
@@ -300,9 +316,11 @@ def main(argv=None) -> int:
             row.update(bench_autograde(name))
         rows.append(row)
         print(json.dumps(row), flush=True)
-    report = render(info, rows)
+    training = None if args.no_train or args.only else bench_training()
+    report = render(info, rows, training)
     Path(args.out + ".md").write_text(report)
-    Path(args.out + ".json").write_text(json.dumps({"machine": info, "notebooks": rows}, indent=1) + "\n")
+    Path(args.out + ".json").write_text(
+        json.dumps({"machine": info, "notebooks": rows, "training": training}, indent=1) + "\n")
     print(report)
     return 0
 
