@@ -422,7 +422,8 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool) -> list[Submission
         for task in tasks:
             done(_grade_task(*task))
         return results
-    with _threads_per_kernel(jobs), ProcessPoolExecutor(jobs, mp_context=_mp_context()) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=_mp_context(), initializer=_set_environment,
+                             initargs=(_kernel_threads(jobs),)) as pool:
         futures = {pool.submit(_grade_task, *task): task for task in tasks}
         for future in as_completed(futures):
             _, _, student, assignment, _ = futures[future]
@@ -433,27 +434,34 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool) -> list[Submission
     return results
 
 
-@contextlib.contextmanager
-def _threads_per_kernel(jobs: int):
+def _set_environment(env: dict[str, str]) -> None:
+    os.environ.update(env)
+
+
+def _kernel_threads(jobs: int) -> dict[str, str]:
     """Share the cores between the parallel kernels: each gets cores // jobs math threads.
 
     Without this every kernel's torch starts one thread per core, and ``jobs`` kernels on the
     same cores fight over them (much slower than one thread each). An explicit
-    ``OMP_NUM_THREADS`` in the environment wins.
+    ``OMP_NUM_THREADS`` in the environment wins. Set in each worker, so its kernels inherit it.
     """
     if "OMP_NUM_THREADS" in os.environ:
-        yield
-        return
-    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
-    try:
-        yield
-    finally:
-        del os.environ["OMP_NUM_THREADS"]
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
 
 
 def _mp_context():
-    """Fork where it is safe (Linux): workers start without re-importing nbgrader."""
-    return multiprocessing.get_context("fork") if sys.platform == "linux" else None
+    """Workers come from a fresh fork server, never from a fork of the calling process.
+
+    A forked copy of a process that has already run torch (its OpenMP thread pool) can hang
+    on its first tensor operation: seen when grading from inside a test run. The server
+    imports this module once, so workers still start without re-importing nbgrader.
+    """
+    if sys.platform != "linux":
+        return None
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
 
 
 def _grade_task(config_root: str, overrides: dict, student: str, assignment: str,

@@ -239,13 +239,11 @@ def test_release_check_reports_stale_notebooks(tiny_course, capsys):
 def test_parallel_kernels_share_the_cores(monkeypatch):
     import os
 
-    from course_utils.grader import _threads_per_kernel
+    from course_utils.grader import _kernel_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
-    with _threads_per_kernel(4):
-        assert os.environ["OMP_NUM_THREADS"] == "2"
-    assert "OMP_NUM_THREADS" not in os.environ
+    assert _kernel_threads(4) == {"OMP_NUM_THREADS": "2"}
+    assert _kernel_threads(16) == {"OMP_NUM_THREADS": "1"}
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
-    with _threads_per_kernel(4):
-        assert os.environ["OMP_NUM_THREADS"] == "3"
+    assert _kernel_threads(4) == {}
