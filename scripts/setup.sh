@@ -48,33 +48,31 @@ else
     say "packages up to date"
 fi
 
-if ! command -v bwrap >/dev/null 2>&1; then
+apt_updated=0
+# debian_package PACKAGE WHY NOTE: install PACKAGE with apt-get when we are root on Debian/Ubuntu
+# (saying WHY), else print NOTE. Callers check first whether it is already there.
+debian_package() {
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-        say "installing Debian's bubblewrap: grading kernels run sandboxed"
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null
+        say "installing Debian's $1 $2"
+        if [ $apt_updated = 0 ]; then apt-get update -qq >/dev/null; apt_updated=1; fi
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
     else
-        say "note: no bubblewrap (bwrap) found; grading will run student code UNSANDBOXED (install bubblewrap)"
+        say "note: $3"
     fi
+}
+
+if ! command -v bwrap >/dev/null 2>&1; then
+    debian_package bubblewrap "(grading kernels run sandboxed)" \
+        "no bubblewrap (bwrap) found; grading will run student code UNSANDBOXED (install bubblewrap)"
 fi
 
 if [ $WANT_TEST = 1 ]; then
     if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
-        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-            say "installing Debian's chromium for the browser test"
-            apt-get update -qq >/dev/null
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-        else
-            say "note: no chromium found; the real-browser test will be skipped (install chromium to run it)"
-        fi
+        debian_package chromium "for the browser test" \
+            "no chromium found; the real-browser test will be skipped (install chromium to run it)"
     fi
     if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
-        if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-            say "installing Debian's postgresql for the shared-gradebook test"
-            apt-get update -qq >/dev/null
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
-        else
-            say "note: no PostgreSQL found; the shared-gradebook test will be skipped (install postgresql to run it)"
-        fi
+        debian_package postgresql "for the shared-gradebook test" \
+            "no PostgreSQL found; the shared-gradebook test will be skipped (install postgresql to run it)"
     fi
 fi
