@@ -10,7 +10,8 @@ time, file size, memory where there is no cgroup, open files) and a clean enviro
 runs ``bwrap``, which gives the code:
 
 * no network (``--unshare-net``: only its own loopback), its own PID namespace (it sees and
-  signals only its own processes), a new session, and it dies with its parent;
+  signals only its own processes), a new session, no capabilities (even when the grader runs
+  as root), and it dies with its parent;
 * the whole filesystem read-only, with empty private ``/tmp``, ``/var/tmp`` and ``$HOME``;
 * the course root hidden behind an empty tmpfs: no gradebook, no ``submitted/``,
   ``autograded/``, ``feedback/`` or ``solutions/``; only the Python environment and the
@@ -79,8 +80,10 @@ def available() -> tuple[bool, str]:
 
 
 def _namespace_options() -> list[str]:
+    # --cap-drop ALL: a grader running as root (a container, CI) would otherwise hand the
+    # student's code root's capabilities, enough to unmount what hides the course folders.
     return ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--die-with-parent", "--new-session"]
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
 
 
 def _inside(path: Path, folder: Path) -> bool:
@@ -99,22 +102,22 @@ def _python_dirs() -> list[Path]:
 
 def bwrap_options(*, hidden_roots: tuple[Path, ...] = (), scratch: Path, cwd: Path,
                   rw: tuple[Path, ...] = (), home: Path | None = None) -> list[str]:
-    """bwrap options: read-only everything, private /tmp and $HOME, ``hidden_roots`` emptied
-    (the Python environment and this package mounted back), ``scratch`` at ``cwd`` writable,
-    and ``rw`` folders writable at their own paths."""
-    home = Path(os.path.expanduser("~")).resolve()
-    hidden = [Path("/tmp"), Path("/var/tmp"), home, *(Path(h).resolve() for h in hidden_roots)]
+    """bwrap options: read-only everything, private /tmp and $HOME (empty, or ``home``
+    bound there), ``hidden_roots`` emptied (the Python environment and this package mounted
+    back), ``scratch`` at ``cwd`` writable, and ``rw`` folders writable at their own paths."""
+    real_home = Path(os.path.expanduser("~")).resolve()
+    hidden = [Path("/tmp"), Path("/var/tmp"), real_home, *(Path(h).resolve() for h in hidden_roots)]
     options = [*_namespace_options(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for folder in dict.fromkeys(hidden):
         if folder != Path("/") and folder.is_dir():
             options += ["--tmpfs", str(folder)]
+    if home is not None:  # a private, pre-seeded $HOME (before the environment, which may live in it)
+        options += ["--bind", str(home), str(real_home)]
     for folder in _python_dirs():
         if any(_inside(folder, h) for h in hidden):
             options += ["--ro-bind", str(folder), str(folder)]
     for folder in rw:
         options += ["--bind", str(folder), str(folder)]
-    if home is not None:  # a private, pre-seeded $HOME instead of an empty one
-        options += ["--bind", str(home), str(Path(os.path.expanduser("~")).resolve())]
     options += ["--bind", str(scratch), str(cwd), "--chdir", str(cwd)]
     return options
 

@@ -1,4 +1,4 @@
-"""The adversarial catalogue: 25 kinds of broken or cheating submissions of 01_embeddings,
+"""The adversarial catalogue: 27 kinds of broken or cheating submissions of 01_embeddings,
 graded together in ONE sandboxed, audited autograde run (two workers).
 
 Whatever a submission does, the run completes, every student has a row, honest students get
@@ -81,6 +81,15 @@ CATALOGUE = {
     "writes_gradebook": ({"one_hot": "import sqlite3\ntry:\n    db = sqlite3.connect(GRADEBOOK)\n"
                           "    db.execute('UPDATE grade SET manual_score = 99')\n    db.commit()\n"
                           "except Exception:\n    pass\n" + WRONG_ONE_HOT}, "zero:test_one_hot+flag"),
+    "unmounts_what_hides_the_course": ({"one_hot": "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                                        "for _ in range(3):\n    libc.umount2(os.path.dirname(GRADEBOOK).encode(), 2)\n"
+                                        "if os.path.exists(GRADEBOOK):\n" + _body(CORRECT_ONE_HOT)
+                                        + "\nelse:\n" + _body(WRONG_ONE_HOT)}, "zero:test_one_hot+flag"),
+    "plants_in_home": ({"one_hot": "import os\nstartup = os.path.expanduser('~/.ipython/profile_default/startup')\n"
+                        "try:\n    os.makedirs(startup, exist_ok=True)\n"
+                        "    open(os.path.join(startup, %r), 'w').write('PLANTED = 1')\n"
+                        "except OSError:\n    pass\n" % "00-course-adversarial.py" + WRONG_ONE_HOT},
+                       "zero:test_one_hot"),
     "patches_checker_file": ({"one_hot": "try:\n    open(CHECKS_FILE, 'a').write('\\n# patched\\n')\n"
                               "except OSError:\n    pass\n" + WRONG_ONE_HOT}, "zero:test_one_hot+flag"),
     "network": ({"one_hot": "import socket\ntry:\n    socket.create_connection(('127.0.0.1', PORT), 2).sendall(b'leak')\n"
@@ -221,6 +230,7 @@ def test_catalogue_in_one_run(tmp_path):
     assert _grade_cells_digest(course / "gradebook.db") == digest
     assert received == []
     assert checks_file.read_bytes() == checks_before
+    assert not (Path.home() / ".ipython" / "profile_default" / "startup" / "00-course-adversarial.py").exists()
     huge = course / "autograded" / "correct_huge_output" / A / f"{A}.ipynb"
     assert huge.stat().st_size < 5_000_000
 

@@ -38,11 +38,18 @@ def test_kernel_runs_inside_the_sandbox(tmp_path, monkeypatch):
         "open(%r, 'w')" % str(Path(sandbox.__file__)),
         "open('scratch.txt', 'w').write('mine'); print(open('scratch.txt').read())",
         "print(os.environ.get('COURSE_SANDBOX_HIDE'), os.environ.get('COURSE_SANDBOXED'))",
+        "print(sorted(os.listdir(os.path.expanduser('~'))))\n"
+        "open(os.path.expanduser('~/course-sandbox-probe'), 'w').write('x')",
     ]
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(p) for p in probes]
-    NotebookClient(nb, kernel_manager_class=sandbox.SandboxKernelManager, allow_errors=True, timeout=60,
-                   resources={"metadata": {"path": str(course / "autograded" / "s")}}).execute()
+    marker = Path.home() / ".course-sandbox-marker"
+    marker.write_text("the grader's own home")
+    try:
+        NotebookClient(nb, kernel_manager_class=sandbox.SandboxKernelManager, allow_errors=True, timeout=60,
+                       resources={"metadata": {"path": str(course / "autograded" / "s")}}).execute()
+    finally:
+        marker.unlink()
     out = [c.outputs[0] for c in nb.cells]
     # printed text may arrive as several stream messages: join them
     printed = ["".join(o.get("text", "") for o in c.outputs if o["output_type"] == "stream").strip()
@@ -54,6 +61,8 @@ def test_kernel_runs_inside_the_sandbox(tmp_path, monkeypatch):
     assert out[3]["ename"] == "OSError" and "Read-only" in out[3]["evalue"]
     assert printed[4] == "mine"
     assert printed[5] == "None 1"
+    assert ".course-sandbox-marker" not in printed[6]  # a private home, not the grader's
+    assert not (Path.home() / "course-sandbox-probe").exists()
     assert not (course / "autograded" / "s" / "scratch.txt").exists()
     assert (course / "gradebook.db").read_text() == "secret"
 
@@ -63,12 +72,14 @@ def test_wrapped_process_has_limits(tmp_path):
     import subprocess
     import sys
     code = ("import resource, os, sys; print(resource.getrlimit(resource.RLIMIT_CPU)[0], "
-            "resource.getrlimit(resource.RLIMIT_FSIZE)[0], len([p for p in os.listdir('/proc') if p.isdigit()]), file=sys.stderr)")
+            "resource.getrlimit(resource.RLIMIT_FSIZE)[0], len([p for p in os.listdir('/proc') if p.isdigit()]), "
+            "[l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0], file=sys.stderr)")
     argv, groups = sandbox.wrap([sys.executable, "-c", code], scratch=tmp_path, cwd=tmp_path,
                                 limits=sandbox.Limits(cpu_seconds=7, file_mb=1))
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     finally:
         groups.remove()
-    cpu, fsize, procs = out.stderr.split() if out.stderr else ("", "", "")
+    cpu, fsize, procs, caps = out.stderr.split() if out.stderr else ("", "", "", "")
     assert (cpu, fsize) == ("7", str(1 << 20)) and int(procs) <= 3, out
+    assert int(caps, 16) == 0, out  # no capabilities, even when the grader runs as root
