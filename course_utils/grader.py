@@ -28,6 +28,11 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# jsonschema imports rfc3987_syntax, when installed, for its "iri" format check; that module
+# builds a grammar on import (1.2 s of every `course` command here). Notebook validation never
+# checks that format, so it is kept out of this process unless something loaded it already.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
 import nbformat
 import nbgrader.api
 from alembic.script import ScriptDirectory
