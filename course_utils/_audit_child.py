@@ -1,6 +1,6 @@
 """The audit's untrusted half: runs a submission's code on given inputs, writes plain data.
 
-    python -I _audit_child.py FOLDER
+    python -I _audit_child.py FOLDER     (or main(FOLDER) in a fresh fork of the warm sandbox)
 
 FOLDER/cells.json: [[cell_id, source], ...] (the setup cell and the solution cells);
 FOLDER/calls.json: {grade_id: {"function": name, "calls": [{"args": [...], "kwargs": {...}}]}}
@@ -18,7 +18,7 @@ import types
 
 import numpy as np
 
-FOLDER = sys.argv[1]
+FOLDER = ""  # set by main()
 _save, _load, _dumps = np.save, np.load, json.dumps  # taken before any student code runs
 _open, _isinstance, _str = open, isinstance, str
 CALL_SECONDS = 5
@@ -86,7 +86,9 @@ def _encode(value, prefix, counter):
     raise TypeError(f"returned a {type(value).__name__}")
 
 
-def main():
+def main(folder):
+    global FOLDER
+    FOLDER = folder
     _stub_matplotlib()
     with _open(os.path.join(FOLDER, "cells.json"), encoding="utf-8") as fh:
         cells = json.load(fh)
@@ -132,4 +134,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1])

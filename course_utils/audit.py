@@ -268,7 +268,16 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
     rng = np.random.default_rng(seed)
     nb = read_notebook(notebook)
     plans = {gid: ex.inputs(rng) for gid, ex in exercises.items()}
-    folder = Path(tempfile.mkdtemp(prefix="course-audit-"))
+    warm = sandbox.current_warm() if sandboxed else None
+    if warm is not None and warm.key[0] != tuple(Path(h) for h in hide):
+        warm = None
+    if warm is not None:
+        try:  # the warm sandbox, emptied of the kernel that graded the notebook
+            folder = warm.prepare()
+        except sandbox.WarmError:
+            warm = None
+    if warm is None:
+        folder = Path(tempfile.mkdtemp(prefix="course-audit-"))
     try:
         names: list = []
         calls = {gid: {"function": ex.function,
@@ -278,21 +287,9 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
                  for gid, ex in exercises.items()}
         (folder / "calls.json").write_text(json.dumps(calls), encoding="utf-8")
         (folder / "cells.json").write_text(json.dumps(_cells(nb, exercises)), encoding="utf-8")
-        command = [sys.executable, "-I", str(CHILD), str(folder)]
-        groups = None
-        if sandboxed:
-            command, groups = sandbox.wrap(command, scratch=folder, cwd=folder,
-                                           hidden_roots=tuple(Path(h) for h in hide),
-                                           limits=sandbox.Limits(cpu_seconds=timeout))
-        try:
-            subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=timeout, cwd=folder)
-            ended = ""
-        except subprocess.TimeoutExpired:
-            ended = f"the audit ran out of time ({timeout} s)"
-        finally:
-            if groups is not None:
-                groups.remove()
+        ended = _run_warm(warm, folder, timeout) if warm is not None else None
+        if ended is None:
+            ended = _run_cold(folder, sandboxed, hide, timeout)
         verdicts = []
         for gid, ex in exercises.items():
             module, name = ex.reference.rsplit(".", 1)
@@ -300,7 +297,50 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
             verdicts.append(_judge(gid, ex, ref, plans[gid], folder, ended))
         return verdicts
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        if warm is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_cold(folder: Path, sandboxed: bool, hide, timeout: int) -> str:
+    """The child as a new (sandboxed) Python process; '' or why it ended early."""
+    command = [sys.executable, "-I", str(CHILD), str(folder)]
+    groups = None
+    if sandboxed:
+        command, groups = sandbox.wrap(command, scratch=folder, cwd=folder,
+                                       hidden_roots=tuple(Path(h) for h in hide),
+                                       limits=sandbox.Limits(cpu_seconds=timeout))
+    try:
+        subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=timeout, cwd=folder)
+        return ""
+    except subprocess.TimeoutExpired:
+        return f"the audit ran out of time ({timeout} s)"
+    finally:
+        if groups is not None:
+            groups.remove()
+
+
+def _run_warm(warm, folder: Path, timeout: int) -> str | None:
+    """The child forked by the warm sandbox; '' or why it ended early, None if the warm
+    sandbox failed before the child started (the caller then runs it cold)."""
+    import time
+
+    try:
+        pid = warm.spawn_audit(folder, timeout)
+    except sandbox.WarmError:
+        sandbox.discard_warm(warm)
+        return None
+    deadline = time.monotonic() + timeout
+    try:
+        while warm.poll(pid) is None:
+            if time.monotonic() > deadline:
+                warm.signal(pid, 9)
+                return f"the audit ran out of time ({timeout} s)"
+            time.sleep(0.02)
+    except sandbox.WarmError:
+        sandbox.discard_warm(warm)
+        return "the audit's sandbox ended before the audit did"
+    return ""
 
 
 def _judge(gid: str, ex: Exercise, ref, plan, folder: Path, ended: str) -> Verdict:

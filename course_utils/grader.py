@@ -18,6 +18,7 @@ import io
 import json
 import logging
 import multiprocessing
+import multiprocessing.util
 import os
 import re
 import shutil
@@ -355,11 +356,20 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     known = set(source_assignments(root))
     overrides = {"submitted_directory": str(submitted), **_db_override(db_url),
                  **_safety(sandboxed, audit)}
-    _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
-                       _db_override(db_url))
     tasks = [(str(root), overrides, student, assignment, assignment in known)
              for student, assignment in pairs]
-    results = _grade_all(tasks, jobs or os.cpu_count() or 1, progress)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    warm = overrides["sandbox"] and jobs == 1
+    if warm:  # its imports overlap with the gradebook's set-up below
+        sandbox.hide(root)
+        sandbox.start_warm()
+    try:
+        _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
+                           _db_override(db_url))
+        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None)
+    finally:
+        if warm:
+            sandbox.stop_warm()
     return sorted(results, key=lambda r: (r.student, r.assignment))
 
 
@@ -411,8 +421,10 @@ def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
         return False
 
 
-def _grade_all(tasks: list[tuple], jobs: int, progress: bool) -> list[SubmissionResult]:
-    """Run ``_grade_task`` over ``tasks``, in ``jobs`` processes when more than one."""
+def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
+               sandbox_root: str | None = None) -> list[SubmissionResult]:
+    """Run ``_grade_task`` over ``tasks``, in ``jobs`` processes when more than one (each
+    starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given)."""
     jobs = max(1, min(jobs, len(tasks)))
     results = []
 
@@ -427,8 +439,8 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool) -> list[Submission
         for task in tasks:
             done(_grade_task(*task))
         return results
-    with ProcessPoolExecutor(jobs, mp_context=_mp_context(), initializer=_set_environment,
-                             initargs=(_kernel_threads(jobs),)) as pool:
+    with ProcessPoolExecutor(jobs, mp_context=_mp_context(), initializer=_start_worker,
+                             initargs=(_kernel_threads(jobs), sandbox_root)) as pool:
         futures = {pool.submit(_grade_task, *task): task for task in tasks}
         for future in as_completed(futures):
             _, _, student, assignment, _ = futures[future]
@@ -439,8 +451,14 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool) -> list[Submission
     return results
 
 
-def _set_environment(env: dict[str, str]) -> None:
+def _start_worker(env: dict[str, str], sandbox_root: str | None) -> None:
+    """A grading worker: its kernels' environment, and its warm sandbox, started at once
+    (closed when the worker ends)."""
     os.environ.update(env)
+    if sandbox_root is not None:
+        sandbox.hide(sandbox_root)
+        sandbox.start_warm()
+        multiprocessing.util.Finalize(None, sandbox.stop_warm, exitpriority=10)
 
 
 def _kernel_threads(jobs: int) -> dict[str, str]:
@@ -497,6 +515,8 @@ def _grade_submission(config_root, overrides: dict, student: str, assignment: st
     audited = overrides.pop("audit", False)
     coursedir = _course_directory(config_root, student_id=student, assignment_id=assignment,
                                   **overrides)
+    if overrides.get("sandbox"):  # a running one is kept; a broken one is replaced
+        sandbox.start_warm()
     _expect_notebooks(coursedir, student, assignment)
     for attempt in range(_LOCK_RETRIES):
         converter = Autograde(coursedir=coursedir, config=coursedir.config, log=LOG)
@@ -732,9 +752,17 @@ def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
         target = course / "submitted" / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
         shutil.copyfile(notebook_path, target)
-        overrides = {"root": str(course), "db_url": f"sqlite:///{course / 'gradebook.db'}"}
-        _generate(root, assignment, course / "release", **overrides)
-        return _grade_submission(root, {**overrides, **_safety(sandboxed, audit)}, CHECK_STUDENT, assignment)
+        overrides = {"root": str(course), "db_url": f"sqlite:///{course / 'gradebook.db'}",
+                     **_safety(sandboxed, audit)}
+        if overrides["sandbox"]:  # its imports overlap with generating the assignment
+            sandbox.hide(course, root)
+            sandbox.start_warm()
+        try:
+            _generate(root, assignment, course / "release",
+                      **{k: v for k, v in overrides.items() if k not in ("sandbox", "audit")})
+            return _grade_submission(root, overrides, CHECK_STUDENT, assignment)
+        finally:
+            sandbox.stop_warm()
 
 
 def locate_notebook(path) -> Path:

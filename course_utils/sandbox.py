@@ -27,10 +27,13 @@ grader runs the kernel unsandboxed, loudly.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -235,6 +238,8 @@ class SandboxKernelManager(AsyncKernelManager):
         self._scratch = self._folder / "work"
         self._cwd: Path | None = None
         self._groups: Cgroups | None = None
+        self._warm: WarmSandbox | None = None
+        self._kernel_args: list[str] = []
         self.transport = "ipc"
         self.ip = str(self._folder / "ipc" / "kernel")
         self.connection_file = str(self._folder / "ipc" / "connection.json")
@@ -249,31 +254,60 @@ class SandboxKernelManager(AsyncKernelManager):
 
     async def _async_pre_start_kernel(self, **kw):
         self._cwd = Path(kw.get("cwd") or os.getcwd()).resolve()
+        self._warm = current_warm()
+        if self._warm is not None:
+            try:  # the warm sandbox: emptied, then given this submission's folder
+                self._warm.prepare(self._cwd)
+                self.ip = str(self._warm.ipc / "kernel")
+                self.connection_file = str(self._warm.ipc / "connection.json")
+                kw["cwd"] = str(self._warm.work)
+            except WarmError:
+                self._warm = None
+        if self._warm is None:
+            self._copy_scratch()
+        return await super()._async_pre_start_kernel(**kw)
+
+    def _copy_scratch(self):
         if self._scratch.exists():
             shutil.rmtree(self._scratch)
         shutil.copytree(self._cwd, self._scratch, symlinks=True,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-        return await super()._async_pre_start_kernel(**kw)
 
     def format_kernel_cmd(self, extra_arguments=None):
-        command = [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file,
-                   *(extra_arguments or [])]
+        self._kernel_args = ["-f", self.connection_file, *(extra_arguments or [])]
+        if self._warm is not None:  # launched by _async_launch_kernel, not as a command
+            return [sys.executable, "-m", "ipykernel_launcher", *self._kernel_args]
+        return self._cold_command()
+
+    def _cold_command(self) -> list[str]:
+        command = [sys.executable, "-m", "ipykernel_launcher", *self._kernel_args]
         if self._groups is not None:
             self._groups.remove()
         argv, self._groups = wrap(command, scratch=self._scratch, cwd=self._cwd or Path.cwd(),
                                   hidden_roots=hidden_roots(),
-                                  rw=(self._folder / "ipc",), home=self._home())
+                                  rw=(Path(self.connection_file).parent,), home=self._home())
         return argv
 
+    async def _async_launch_kernel(self, kernel_cmd, **kw):
+        if self._warm is not None:
+            try:
+                pid = self._warm.spawn_kernel(self._kernel_args)
+            except WarmError:  # the warm sandbox broke: this kernel starts the slow way
+                discard_warm(self._warm)
+                self._warm = None
+                self._copy_scratch()
+                return await super()._async_launch_kernel(self._cold_command(), **kw)
+            self.provisioner.process = RemoteProcess(self._warm, pid)
+            self.provisioner.pid, self.provisioner.pgid = None, None
+            self.provisioner.cwd = str(self._warm.work)
+            self._reconcile_connection_info(self.provisioner.connection_info)
+            return None
+        return await super()._async_launch_kernel(kernel_cmd, **kw)
+
     def _home(self) -> Path:
-        """A private $HOME holding a copy of matplotlib's font cache (else rebuilt each time)."""
         home = self._folder / "home"
-        cache = Path(os.path.expanduser("~")) / ".cache" / "matplotlib"
         if not home.exists():
-            home.mkdir()
-            for font_list in cache.glob("fontlist-*.json") if cache.is_dir() else []:
-                (home / ".cache" / "matplotlib").mkdir(parents=True, exist_ok=True)
-                shutil.copy(font_list, home / ".cache" / "matplotlib" / font_list.name)
+            seed_home(home)
         return home
 
     async def _async_cleanup_resources(self, restart=False):
@@ -290,9 +324,234 @@ class SandboxKernelManager(AsyncKernelManager):
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
+def seed_home(home: Path) -> None:
+    """A private $HOME holding a copy of matplotlib's font cache (else rebuilt each time)."""
+    home.mkdir(parents=True, exist_ok=True)
+    cache = Path(os.path.expanduser("~")) / ".cache" / "matplotlib"
+    for font_list in cache.glob("fontlist-*.json") if cache.is_dir() else []:
+        (home / ".cache" / "matplotlib").mkdir(parents=True, exist_ok=True)
+        shutil.copy(font_list, home / ".cache" / "matplotlib" / font_list.name)
+
+
+# --------------------------------------------------------------------------- the warm sandbox
+
+class WarmError(Exception):
+    """The warm sandbox did not answer as it should (it is then replaced, or bypassed)."""
+
+
+class WarmSandbox:
+    """One ``_warm_server`` in bubblewrap, started by a grading process, that forks its
+    kernels and audits with torch, IPython and the course already imported.
+
+    Submissions pass through it one at a time: before each launch it is reset (every other
+    process in it killed, its private /tmp and $HOME emptied inside) and its ``work`` and
+    ``ipc`` folders are emptied from outside, ``work`` given the next submission's files.
+    """
+
+    START_SECONDS = 120
+
+    def __init__(self, hide: tuple[Path, ...], limits: Limits = Limits()):
+        self.key = (tuple(hide), limits)
+        self.folder = Path(tempfile.mkdtemp(prefix="course-warm-"))
+        self.ipc, self.work = self.folder / "ipc", self.folder / "work"
+        for folder in (self.ipc, self.work):
+            folder.mkdir()
+        ours, theirs = socket.socketpair()
+        command = [sys.executable, "-I", "-m", "course_utils._warm_server", str(theirs.fileno()),
+                   str(self.ipc), str(self.work)]
+        argv, self.groups = wrap(command, scratch=self.work, cwd=self.work, hidden_roots=tuple(hide),
+                                 limits=limits, rw=(self.ipc,))  # $HOME: its own tmpfs, emptied by reset
+        self.log = (self.folder / "server.log").open("wb")
+        self.process = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=self.log,
+                                        cwd=self.work, start_new_session=True)
+        theirs.close()
+        self.sock = ours
+        self.reader = ours.makefile("rb")
+        self.ready = False
+        self.broken = False
+
+    def _read(self, timeout: float) -> dict:
+        self.sock.settimeout(timeout)
+        try:
+            line = self.reader.readline()
+        except OSError as exc:
+            self.broken = True
+            raise WarmError(f"no answer from the warm sandbox: {exc}") from None
+        if not line:
+            self.broken = True
+            raise WarmError("the warm sandbox has ended")
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            self.broken = True
+            raise WarmError("garbled answer from the warm sandbox") from None
+        if not isinstance(answer, dict) or "error" in answer:
+            raise WarmError(f"the warm sandbox refused: {answer}")
+        return answer
+
+    def request(self, timeout: float = 30, **message) -> dict:
+        """Send one request and return the answer; WarmError if the sandbox is gone."""
+        if self.broken:
+            raise WarmError("the warm sandbox is broken")
+        if not self.ready:
+            self._read(self.START_SECONDS)
+            self.ready = True
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError as exc:
+            self.broken = True
+            raise WarmError(f"the warm sandbox is gone: {exc}") from None
+        return self._read(timeout)
+
+    def reset(self) -> None:
+        """Kill every process left in the sandbox, empty its private folders and ours."""
+        answer = self.request(timeout=30, op="reset")
+        if not answer.get("ok"):
+            self.broken = True
+            raise WarmError(f"{answer.get('left')} processes survived the reset")
+        for folder in (self.work, self.ipc):  # bound into the sandbox: kept, emptied
+            _empty(folder)
+
+    def prepare(self, source: Path | None = None) -> Path:
+        """Reset, then copy ``source`` (a submission's folder) into ``work``; returns ``work``."""
+        self.reset()
+        if source is not None:
+            for item in Path(source).iterdir():
+                if item.name == ".ipynb_checkpoints":
+                    continue
+                if item.is_dir() and not item.is_symlink():
+                    shutil.copytree(item, self.work / item.name, symlinks=True)
+                else:
+                    shutil.copy2(item, self.work / item.name, follow_symlinks=False)
+        return self.work
+
+    def spawn_kernel(self, argv: list[str]) -> int:
+        return int(self.request(op="kernel", argv=argv, cwd=str(self.work))["pid"])
+
+    def spawn_audit(self, folder: Path, cpu_seconds: int) -> int:
+        return int(self.request(op="audit", folder=str(folder), cpu=cpu_seconds)["pid"])
+
+    def poll(self, pid: int):
+        return self.request(op="poll", pid=pid)["returncode"]
+
+    def signal(self, pid: int, signum: int) -> None:
+        self.request(op="signal", pid=pid, signal=int(signum))
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        if self.process.poll() is None:
+            self.process.kill()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.groups.remove()
+        self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _empty(folder: Path) -> None:
+    for item in folder.iterdir():
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
+
+
+class RemoteProcess:
+    """What jupyter_client's LocalProvisioner needs of a ``Popen``, for a warm kernel."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, warm: WarmSandbox, pid: int):
+        self.warm, self.pid, self.returncode = warm, pid, None
+
+    def poll(self):
+        if self.returncode is None:
+            try:
+                self.returncode = self.warm.poll(self.pid)
+            except WarmError:
+                self.returncode = -9  # the whole sandbox is gone, and the kernel with it
+        return self.returncode
+
+    def wait(self, timeout=None):
+        import time
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired("kernel", timeout)
+            time.sleep(0.05)
+        return self.returncode
+
+    def send_signal(self, signum):
+        if self.poll() is None:
+            try:
+                self.warm.signal(self.pid, signum)
+            except WarmError:
+                pass
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+
+_WARM: list[WarmSandbox] = []  # at most one per process
+
+
+def current_warm() -> WarmSandbox | None:
+    """This process's warm sandbox, if ``warm_sandbox`` started one for the current roots."""
+    if not _WARM or _WARM[0].broken:
+        return None
+    warm = _WARM[0]
+    return warm if warm.key[0] == hidden_roots() else None
+
+
+def start_warm() -> WarmSandbox | None:
+    """Start (without waiting for it) this process's warm sandbox for the current hidden
+    roots; any other one is closed first. None where there is no sandbox."""
+    if not available()[0] or os.environ.get("COURSE_NO_WARM"):
+        return None
+    warm = current_warm()
+    if warm is not None:
+        return warm
+    stop_warm()
+    try:
+        _WARM.append(WarmSandbox(hidden_roots()))
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _WARM[0]
+
+
+def discard_warm(warm: WarmSandbox | None = None) -> None:
+    if _WARM and (warm is None or _WARM[0] is warm):
+        stop_warm()
+
+
+def stop_warm() -> None:
+    while _WARM:
+        _WARM.pop().close()
+
+
+atexit.register(stop_warm)
+
+
 def hidden_roots() -> tuple[Path, ...]:
     """The course folders every sandbox hides (``COURSE_SANDBOX_HIDE``, set by ``configure``)."""
     return tuple(Path(p) for p in os.environ.get("COURSE_SANDBOX_HIDE", "").split(os.pathsep) if p)
+
+
+def hide(*roots) -> None:
+    """Add ``roots`` to the course folders every sandbox hides (``COURSE_SANDBOX_HIDE``)."""
+    known = [str(p) for p in hidden_roots()]
+    os.environ["COURSE_SANDBOX_HIDE"] = os.pathsep.join(
+        dict.fromkeys(known + [str(Path(r).resolve()) for r in roots]))
 
 
 def configure(config, *roots) -> bool:
@@ -301,9 +560,7 @@ def configure(config, *roots) -> bool:
     ok, _ = available()
     if not ok:
         return False
-    known = [str(p) for p in hidden_roots()]
-    os.environ["COURSE_SANDBOX_HIDE"] = os.pathsep.join(
-        dict.fromkeys(known + [str(Path(r).resolve()) for r in roots]))
+    hide(*roots)
     config.Execute.kernel_manager_class = "course_utils.sandbox.SandboxKernelManager"
     return True
 
