@@ -49,6 +49,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from . import sandbox
 from .audit import review
+from .scan import scan
 from .nbformat_tools import dumps, read_notebook
 
 
@@ -495,9 +496,27 @@ def _grade_task(config_root: str, overrides: dict, student: str, assignment: str
     try:
         return _grade_submission(config_root, overrides, student, assignment)
     except GradingError as exc:
-        return SubmissionResult(student, assignment, error=str(exc))
+        result = SubmissionResult(student, assignment, error=str(exc))
     except Exception as exc:  # keep grading the others, whatever this one did
-        return SubmissionResult(student, assignment, error=_short(f"{type(exc).__name__}: {exc}"))
+        result = SubmissionResult(student, assignment, error=_short(f"{type(exc).__name__}: {exc}"))
+    if overrides.get("audit"):  # what broke the grading may be what the scanner looks for
+        result.flags = _scan_only(config_root, overrides, student, assignment)
+    return result
+
+
+def _scan_only(config_root: str, overrides: dict, student: str, assignment: str) -> list:
+    """The scanner's red flags of a submission whose grading failed (nothing of it runs)."""
+    root = Path(overrides.get("root") or config_root)
+    folder = Path(overrides.get("submitted_directory") or root / "submitted") / student / assignment
+    flags = []
+    try:
+        for path in sorted(folder.glob("*.ipynb")):
+            source = Path(config_root) / "solutions" / assignment / path.name
+            if source.is_file():
+                flags += scan(path, source)
+    except Exception:  # noqa: BLE001 - an unreadable notebook: the error row says enough
+        return flags
+    return flags
 
 
 def _safety(sandboxed: bool, audit: bool) -> dict:

@@ -39,8 +39,8 @@ def _body(code: str) -> str:
 
 # kind -> (changes, expected): changes maps a grade_id to new source (or a callable on the
 # cell); expected is "full", "zero:<grade_id>" (that exercise scores 0), or "flag:<grade_id>"
-# (flagged, whatever it scored). "+flag" adds that a flag must be raised as well (or the
-# grading of that submission broke: an error row, scored 0 in the gradebook).
+# (flagged, whatever it scored). "+flag" adds that a flag must be raised as well (also when
+# the grading of that submission broke: an error row, scored 0 in the gradebook).
 CATALOGUE = {
     "correct": ({}, "full"),
     "correct_warns": ({"one_hot": "import warnings, sys\n" + CORRECT_ONE_HOT.replace(
@@ -211,8 +211,8 @@ def test_catalogue_in_one_run(tmp_path):
         cheated = 0 if r.error else scores.get(gid, 0)
         if what == "zero":
             assert cheated == 0, (kind, outcomes[kind])
-        if what == "flag" or need_flag:  # a submission whose grading broke is an error row at 0
-            assert r.flags or r.error, (kind, outcomes[kind])
+        if what == "flag" or need_flag:  # flagged, even when its grading broke (an error row at 0)
+            assert r.flags, (kind, outcomes[kind])
         if what == "flag":
             assert cheated == 0 or gid in flagged, (kind, outcomes[kind])
 
