@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -41,14 +41,51 @@ class T:
         self.array = np.asarray(array)
 
 
+class ToyModel:
+    """The trained dates Transformer shipped with the course (``load_toy_model``), as an input
+    of the decoding functions of 08."""
+
+
+class Lookup:
+    """A ``toy_task.LookupModel`` (deterministic logits from a seed, the source and the prefix;
+    rows say eos at different steps), as an input of the decoding functions of 08."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
+class Gen:
+    """A ``torch.Generator`` seeded with ``seed``."""
+
+    def __init__(self, seed: int):
+        self.seed = int(seed)
+
+
+@dataclass
+class Init:
+    """How a class under audit is built: constructor arguments, then the reference's own
+    parameters (drawn at random from the audit's seed) loaded into it by name."""
+
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+
+
 @dataclass
 class Exercise:
-    """One audited grade cell: the contract function, and how to draw its inputs."""
+    """One audited grade cell: the contract function or class, and how to draw its inputs.
+
+    For a function, ``inputs(rng)`` gives a list of (args, kwargs). For a class
+    (``kind="module"``) it gives (Init, args, kwargs): the class is built with Init, given
+    the reference's parameters by name, put in eval mode and called with (args, kwargs).
+    With ``compare="support"`` (sampling) the reference gives the filtered logits (its
+    ``generator`` argument dropped) and every sampled id must be one they keep.
+    """
 
     function: str
     reference: str                        # "module.name" in course_utils.reference
-    inputs: Callable                      # rng -> list of (args, kwargs)
-    compare: str = "close"                # "close" | "exact" | "ids"
+    inputs: Callable
+    compare: str = "close"                # "close" | "exact" | "ids" | "support"
+    kind: str = "function"                # "function" | "module"
 
 
 def _f32(rng, *shape):
@@ -127,6 +164,137 @@ def _sinusoidal_inputs(rng):
     return [((int(rng.integers(3, 12)), 2 * int(rng.integers(1, 5))), {})]
 
 
+def _i64(rng, high, *shape):
+    return T(rng.integers(0, high, size=shape).astype(np.int64))
+
+
+def _padding(ids: np.ndarray, pad_id: int = 0) -> T:
+    return T((ids != pad_id)[:, None, None, :])
+
+
+def _padded_ids(rng, vocab: int, batch: int, length: int) -> np.ndarray:
+    ids = rng.integers(1, vocab, size=(batch, length)).astype(np.int64)
+    for row in range(1, batch):  # later rows end in padding (id 0)
+        ids[row, length - int(rng.integers(1, length)):] = 0
+    return ids
+
+
+def _causal(size: int) -> T:
+    return T(np.tril(np.ones((size, size), dtype=bool)))
+
+
+def _mha_inputs(rng):
+    h = int(rng.choice([1, 2, 4]))
+    d = h * int(rng.integers(2, 5))
+    q, k = int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    x = _f32(rng, 2, q, d)
+    return [(Init((d, h)), (_f32(rng, 2, q, d), _f32(rng, 2, k, d), _f32(rng, 2, k, d)), {}),
+            (Init((d, h), {"bias": False}), (x, x, x), {"mask": _causal(q)})]
+
+
+def _pe_module_inputs(rng):
+    d = 2 * int(rng.integers(1, 6))
+    return [(Init((d,), {"max_len": int(rng.integers(8, 20))}), (_f32(rng, 2, int(rng.integers(1, 8)), d),), {})]
+
+
+def _layer_norm_inputs(rng):
+    d = int(rng.integers(3, 9))
+    shifted = T(rng.standard_normal((2, 3, d)).astype(np.float32) * 3 + 1)
+    return [(Init((d,)), (shifted,), {}), (Init((d,), {"eps": 1e-3}), (_f32(rng, 4, d),), {})]
+
+
+def _feed_forward_inputs(rng):
+    d, ff = int(rng.integers(3, 9)), int(rng.integers(8, 17))
+    return [(Init((d, ff)), (_f32(rng, 2, 3, d),), {})]
+
+
+def _encoder_layer_inputs(rng):
+    h = int(rng.choice([1, 2]))
+    d, ff, s = 4 * h, int(rng.integers(8, 17)), int(rng.integers(3, 7))
+    ids = _padded_ids(rng, 9, 2, s)
+    return [(Init((d, h, ff)), (_f32(rng, 2, s, d),), {"mask": _padding(ids)}),
+            (Init((d, h, ff), {"norm_first": True}), (_f32(rng, 2, s, d),), {})]
+
+
+def _encoder_inputs(rng):
+    v, s = int(rng.integers(6, 15)), int(rng.integers(3, 8))
+    ids = _padded_ids(rng, v, 2, s)
+    return [(Init((v, 8, 2, 16, int(rng.integers(1, 3)))), (T(ids),), {"src_mask": _padding(ids)})]
+
+
+def _decoder_layer_inputs(rng):
+    d, ff, t, s = 8, int(rng.integers(8, 17)), int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    ids = _padded_ids(rng, 9, 2, s)
+    return [(Init((d, 2, ff)), (_f32(rng, 2, t, d), _f32(rng, 2, s, d)),
+             {"tgt_mask": _causal(t), "memory_mask": _padding(ids)}),
+            (Init((d, 2, ff), {"norm_first": True}), (_f32(rng, 2, t, d), _f32(rng, 2, s, d)), {})]
+
+
+def _decoder_inputs(rng):
+    v, t, s = int(rng.integers(6, 15)), int(rng.integers(2, 6)), int(rng.integers(2, 6))
+    ids = _padded_ids(rng, 9, 2, s)
+    return [(Init((v, 8, 2, 16, int(rng.integers(1, 3)))), (_i64(rng, v, 2, t), _f32(rng, 2, s, 8)),
+             {"tgt_mask": _causal(t), "memory_mask": _padding(ids)})]
+
+
+def _transformer_inputs(rng):
+    sv, tv, s, t = int(rng.integers(6, 15)), int(rng.integers(6, 15)), int(rng.integers(3, 7)), int(rng.integers(2, 6))
+    src = _padded_ids(rng, sv, 2, s)
+    return [(Init((sv, tv), {"d_model": 8, "num_heads": 2, "d_ff": 16, "num_layers": 1}),
+             (T(src), _i64(rng, tv, 2, t)), {"src_mask": _padding(src), "tgt_mask": _causal(t)}),
+            (Init((sv, tv)), (T(src), _i64(rng, tv, 2, t)), {"tgt_mask": _causal(t)})]  # the defaults
+
+
+def _padding_mask_inputs(rng):
+    ids = _padded_ids(rng, 9, 3, int(rng.integers(3, 8)))
+    pad = int(rng.integers(1, 4))
+    return [((T(ids), 0), {}), ((T(np.where(ids == 0, pad, ids)), pad), {})]
+
+
+def _date_sources(rng, n: int) -> np.ndarray:
+    """``n`` dates in words, tokenised for the toy model and padded (id 0)."""
+    import datetime
+    import random
+
+    from .toy_task import pad_batch, source_tokenizer, to_words
+
+    tok, words = source_tokenizer(), random.Random(int(rng.integers(1 << 30)))
+    dates = [datetime.date(1900, 1, 1) + datetime.timedelta(days=int(d)) for d in rng.integers(0, 73000, n)]
+    return pad_batch([tok.encode(to_words(d, words)) for d in dates], tok.pad_id).numpy()
+
+
+def _lookup(rng, eos_bias: float) -> Lookup:
+    return Lookup(vocab_size=8, seed=int(rng.integers(1 << 30)), eos_id=2, eos_bias=eos_bias)
+
+
+def _greedy_inputs(rng):
+    src, ids = _date_sources(rng, 3), _padded_ids(rng, 8, 4, 5)
+    return [((ToyModel(), T(src), 12, 1, 2), {"src_mask": _padding(src)}),
+            ((ToyModel(), T(src[:1, :int((src[0] != 0).sum())]), int(rng.integers(3, 8)), 1, 2), {}),
+            ((_lookup(rng, 1.5), T(ids), 10, 1, 2), {"src_mask": _padding(ids)}),
+            ((_lookup(rng, 0.5), T(ids), 10, 1, 2), {})]
+
+
+def _sample_inputs(rng):
+    logits = np.repeat(rng.standard_normal((3, 9)).astype(np.float32) * 2, 8, axis=0)  # 24 draws
+    seed = int(rng.integers(1 << 31))
+    return [((T(logits),), {"generator": Gen(seed)}),
+            ((T(logits),), {"temperature": 0.7, "top_k": 4, "generator": Gen(seed + 1)}),
+            ((T(logits),), {"top_p": 0.8, "generator": Gen(seed + 2)}),
+            ((T(logits),), {"temperature": 1.5, "top_k": 6, "top_p": 0.6, "generator": Gen(seed + 3)})]
+
+
+def _beam_inputs(rng):
+    src = _date_sources(rng, 2)
+    one = lambda row: T(src[row:row + 1, :int((src[row] != 0).sum())])  # noqa: E731
+    ids = _padded_ids(rng, 8, 1, 4)
+    return [((ToyModel(), one(0), 3, 12, 1, 2), {}),
+            ((ToyModel(), one(1), 2, 12, 1, 2), {"length_penalty": 0.6}),
+            ((_lookup(rng, 1.0), T(ids), 3, 9, 1, 2), {}),
+            ((_lookup(rng, 1.5), T(ids), 4, 9, 1, 2), {"length_penalty": 0.5}),
+            ((_lookup(rng, 0.0), T(ids), 1, 9, 1, 2), {})]
+
+
 EXERCISES: dict[str, dict[str, Exercise]] = {
     "01_embeddings": {
         "test_one_hot": Exercise("one_hot", "embeddings.one_hot", _one_hot_inputs),
@@ -151,10 +319,35 @@ EXERCISES: dict[str, dict[str, Exercise]] = {
     "04_multi_head_attention": {
         "test_split_heads": Exercise("split_heads", "multi_head.split_heads", _split_inputs),
         "test_merge_heads": Exercise("merge_heads", "multi_head.merge_heads", _merge_inputs),
+        "test_multi_head_attention": Exercise("MultiHeadAttention", "multi_head.MultiHeadAttention",
+                                              _mha_inputs, kind="module"),
     },
     "05_positional_encoding": {
         "test_sinusoidal_positional_encoding": Exercise(
             "sinusoidal_positional_encoding", "positional.sinusoidal_positional_encoding", _sinusoidal_inputs),
+        "test_positional_encoding": Exercise("PositionalEncoding", "positional.PositionalEncoding",
+                                             _pe_module_inputs, kind="module"),
+    },
+    "06_encoder": {
+        "test_layer_norm": Exercise("LayerNorm", "encoder.LayerNorm", _layer_norm_inputs, kind="module"),
+        "test_feed_forward": Exercise("FeedForward", "encoder.FeedForward", _feed_forward_inputs, kind="module"),
+        "test_encoder_layer": Exercise("EncoderLayer", "encoder.EncoderLayer", _encoder_layer_inputs,
+                                       kind="module"),
+        "test_encoder": Exercise("Encoder", "encoder.Encoder", _encoder_inputs, kind="module"),
+    },
+    "07_decoder": {
+        "test_decoder_layer": Exercise("DecoderLayer", "decoder.DecoderLayer", _decoder_layer_inputs,
+                                       kind="module"),
+        "test_decoder": Exercise("Decoder", "decoder.Decoder", _decoder_inputs, kind="module"),
+        "test_make_padding_mask": Exercise("make_padding_mask", "decoder.make_padding_mask",
+                                           _padding_mask_inputs, "exact"),
+        "test_transformer": Exercise("Transformer", "decoder.Transformer", _transformer_inputs, kind="module"),
+    },
+    "08_generation": {
+        "test_greedy_decode": Exercise("greedy_decode", "generation.greedy_decode", _greedy_inputs, "exact"),
+        "test_sample_next_token": Exercise("sample_next_token", "generation.filter_logits",
+                                           _sample_inputs, "support"),
+        "test_beam_search": Exercise("beam_search", "generation.beam_search", _beam_inputs, "exact"),
     },
 }
 
@@ -171,6 +364,12 @@ class Verdict:
 # --------------------------------------------------------------------------- inputs and outputs
 
 def _encode_input(value, folder: Path, names: list):
+    if isinstance(value, ToyModel):
+        return {"toy_model": True}
+    if isinstance(value, Gen):
+        return {"generator": value.seed}
+    if isinstance(value, Lookup):
+        return {"lookup_model": value.kwargs}
     if isinstance(value, (T, np.ndarray)):
         name = f"in-{len(names)}.npy"
         names.append(name)
@@ -182,10 +381,72 @@ def _encode_input(value, folder: Path, names: list):
 
 
 def _as_reference_input(value):
+    import torch
     if isinstance(value, T):
-        import torch
         return torch.from_numpy(value.array.copy())
+    if isinstance(value, ToyModel):
+        return _toy_model()
+    if isinstance(value, Gen):
+        return torch.Generator().manual_seed(value.seed)
+    if isinstance(value, Lookup):
+        from .toy_task import LookupModel
+        return LookupModel(**value.kwargs)
     return value
+
+
+def _toy_model():
+    from .training import load_toy_model
+    return load_toy_model("cpu")[0]
+
+
+def _reference_module(ref_cls, init: Init, rng):
+    """The reference class built with ``init``, every parameter drawn from ``rng``."""
+    import torch
+    module = ref_cls(*init.args, **init.kwargs)
+    with torch.no_grad():
+        for _, p in module.named_parameters():
+            p.copy_(torch.from_numpy((0.3 * rng.standard_normal(tuple(p.shape))).astype(np.float32)))
+    return module.eval()
+
+
+def _plan(ex: Exercise, rng) -> list[dict]:
+    """The calls of one exercise: args and kwargs, and for a class its Init and the
+    reference module (with its drawn parameters) that the child's copy must match."""
+    from . import reference  # noqa: F401
+    import importlib
+
+    module, name = ex.reference.rsplit(".", 1)
+    ref = getattr(importlib.import_module(f"course_utils.reference.{module}"), name)
+    calls = []
+    for entry in ex.inputs(rng):
+        if ex.kind == "module":
+            init, args, kwargs = entry
+            calls.append({"init": init, "module": _reference_module(ref, init, rng), "args": args,
+                          "kwargs": kwargs})
+        else:
+            args, kwargs = entry
+            calls.append({"function": ref, "args": args, "kwargs": kwargs})
+    return calls
+
+
+def _encode_call(call: dict, folder: Path, names: list) -> dict:
+    encoded = {"args": [_encode_input(a, folder, names) for a in call["args"]],
+               "kwargs": {k: _encode_input(v, folder, names) for k, v in call["kwargs"].items()}}
+    if "init" in call:
+        encoded["init"] = {"args": [_encode_input(a, folder, names) for a in call["init"].args],
+                           "kwargs": {k: _encode_input(v, folder, names) for k, v in call["init"].kwargs.items()}}
+        encoded["state"] = {n: _encode_input(T(p.detach().numpy()), folder, names)
+                            for n, p in call["module"].named_parameters()}
+    return encoded
+
+
+def _expected(call: dict, compare: str):
+    import torch
+    args = [_as_reference_input(a) for a in call["args"]]
+    kwargs = {k: _as_reference_input(v) for k, v in call["kwargs"].items()
+              if not (compare == "support" and k == "generator")}
+    with torch.no_grad():
+        return (call["module"] if "module" in call else call["function"])(*args, **kwargs)
 
 
 def _load_output(entry, folder: Path):
@@ -217,8 +478,9 @@ def _compare(kind: str, got_entry, expected, folder: Path) -> str:
     if hasattr(expected, "detach"):
         if "t" not in got_entry:
             return f"returned {got_entry.get('type') or got_entry.get('dtype')}, expected a tensor"
-        if got_entry.get("dtype") != str(expected.dtype):
-            return f"dtype {got_entry.get('dtype')}, expected {expected.dtype}"
+        want = "torch.int64" if kind == "support" else str(expected.dtype)
+        if got_entry.get("dtype") != want:
+            return f"dtype {got_entry.get('dtype')}, expected {want}"
         if got_entry.get("device") != str(expected.device):
             return f"device {got_entry.get('device')}, expected {expected.device}"
         expected = expected.detach().cpu().double().numpy() if expected.is_floating_point() else expected.numpy()
@@ -227,6 +489,14 @@ def _compare(kind: str, got_entry, expected, folder: Path) -> str:
         arr = np.asarray(got)
     except Exception:
         return "unreadable output"
+    if kind == "support":  # sampled ids (b,), each kept by the filtered logits (b, vocab)
+        if arr.shape != exp.shape[:1] or arr.dtype.kind not in "iu":
+            return f"returned {arr.dtype} of shape {arr.shape}, expected int64 ids of shape {exp.shape[:1]}"
+        if arr.min() < 0 or arr.max() >= exp.shape[1]:
+            return "ids outside the vocabulary"
+        if not np.all(np.isfinite(exp[np.arange(len(arr)), arr])):
+            return "sampled a token that temperature/top-k/top-p should have removed"
+        return ""
     if arr.shape != exp.shape:
         return f"shape {arr.shape}, expected {exp.shape}"
     if kind in ("exact", "ids") or exp.dtype == bool:
@@ -255,20 +525,19 @@ def _cells(nb, exercises: dict[str, Exercise]) -> list[list[str]]:
 
 
 def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: int | None = None,
-          timeout: int = TIMEOUT) -> list[Verdict]:
-    """Audit the graded functions of ``notebook`` (a path) for ``assignment``; [] when the
-    assignment has no audited exercises."""
-    from . import reference  # noqa: F401
-    import importlib
-
+          timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None) -> list[Verdict]:
+    """Audit the graded functions and classes of ``notebook`` (a path) for ``assignment``;
+    [] when the assignment has no audited exercises. ``runner(folder)`` replaces the child
+    process (the tests run the child in-process on hundreds of variants); it returns '' or why
+    the child ended early."""
     exercises = EXERCISES.get(assignment, {})
     if not exercises:
         return []
     seed = secrets.randbits(63) if seed is None else seed
     rng = np.random.default_rng(seed)
     nb = read_notebook(notebook)
-    plans = {gid: ex.inputs(rng) for gid, ex in exercises.items()}
-    warm = sandbox.current_warm() if sandboxed else None
+    plans = {gid: _plan(ex, rng) for gid, ex in exercises.items()}
+    warm = sandbox.current_warm() if sandboxed and runner is None else None
     if warm is not None and warm.key[0] != tuple(Path(h) for h in hide):
         warm = None
     if warm is not None:
@@ -280,22 +549,16 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
         folder = Path(tempfile.mkdtemp(prefix="course-audit-"))
     try:
         names: list = []
-        calls = {gid: {"function": ex.function,
-                       "calls": [{"args": [_encode_input(a, folder, names) for a in args],
-                                  "kwargs": {k: _encode_input(v, folder, names) for k, v in kwargs.items()}}
-                                 for args, kwargs in plans[gid]]}
+        calls = {gid: {"function": ex.function, "module": ex.kind == "module",
+                       "calls": [_encode_call(call, folder, names) for call in plans[gid]]}
                  for gid, ex in exercises.items()}
         (folder / "calls.json").write_text(json.dumps(calls), encoding="utf-8")
         (folder / "cells.json").write_text(json.dumps(_cells(nb, exercises)), encoding="utf-8")
-        ended = _run_warm(warm, folder, timeout) if warm is not None else None
+        ended = runner(folder) if runner is not None else (
+            _run_warm(warm, folder, timeout) if warm is not None else None)
         if ended is None:
             ended = _run_cold(folder, sandboxed, hide, timeout)
-        verdicts = []
-        for gid, ex in exercises.items():
-            module, name = ex.reference.rsplit(".", 1)
-            ref = getattr(importlib.import_module(f"course_utils.reference.{module}"), name)
-            verdicts.append(_judge(gid, ex, ref, plans[gid], folder, ended))
-        return verdicts
+        return [_judge(gid, ex, plans[gid], folder, ended) for gid, ex in exercises.items()]
     finally:
         if warm is None:
             shutil.rmtree(folder, ignore_errors=True)
@@ -343,7 +606,7 @@ def _run_warm(warm, folder: Path, timeout: int) -> str | None:
     return ""
 
 
-def _judge(gid: str, ex: Exercise, ref, plan, folder: Path, ended: str) -> Verdict:
+def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
     try:
         data = json.loads((folder / f"out-{gid}.json").read_text(encoding="utf-8"))
         outputs = data["outputs"]
@@ -351,12 +614,11 @@ def _judge(gid: str, ex: Exercise, ref, plan, folder: Path, ended: str) -> Verdi
         return Verdict(gid, False, ended or "the audited code ended before this exercise (crashed or exited)")
     if not isinstance(outputs, list) or len(outputs) != len(plan):
         return Verdict(gid, False, "malformed audit output")
-    for index, ((args, kwargs), out) in enumerate(zip(plan, outputs)):
+    for index, (call, out) in enumerate(zip(plan, outputs)):
         if not isinstance(out, dict) or "value" not in out:
             error = out.get("error", "no output") if isinstance(out, dict) else "no output"
             return Verdict(gid, False, f"{ex.function} failed on fresh input {index + 1}: {error}")
-        expected = ref(*[_as_reference_input(a) for a in args],
-                       **{k: _as_reference_input(v) for k, v in kwargs.items()})
+        expected = _expected(call, ex.compare)
         try:
             reason = _compare(ex.compare, out["value"], expected, folder)
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -1,0 +1,100 @@
+"""The integrity audit on every variant of tests/variants/: it agrees with every correct way of
+writing an audited exercise (no false flag), and disagrees with most buggy ones. Not all:
+some bugs leave the outputs right on every input (calling a forbidden built-in, a warning,
+dropout in training mode, a missing error message); the grade cells catch those, and the
+audit has no reason to.
+
+The audit's child runs in-process here (``runner``): the same code as in the sandbox, on the
+same fresh inputs and with the same trusted comparison, hundreds of times in seconds.
+"""
+from __future__ import annotations
+
+import importlib.util
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import _audit_child, audit
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = Path(__file__).parent / "variants"
+
+def _load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _in_process(folder: Path) -> str:
+    _audit_child.main(str(folder))
+    return ""
+
+
+def _cases(kind: str):
+    for assignment in sorted(audit.EXERCISES):
+        path = VARIANTS / f"{assignment}.py"
+        if not path.exists():
+            continue
+        for grade_id, variants in getattr(_load(path), kind).items():
+            if grade_id in audit.EXERCISES[assignment]:
+                for name, source in variants.items():
+                    yield pytest.param(assignment, grade_id, name, source, id=f"{assignment}-{grade_id}-{name}")
+
+
+def _verdict(tmp_path: Path, assignment: str, grade_id: str, source: str):
+    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
+    cell = nbformat.v4.new_code_cell(source)
+    cell.metadata["nbgrader"] = {"solution": True, "grade_id": "variant", "grade": False, "locked": False}
+    nb.cells.append(cell)  # after the solutions: it replaces one of them, as in the grade-cell tests
+    path = tmp_path / f"{assignment}.ipynb"
+    nbformat.write(nb, str(path))
+    verdicts = {v.grade_id: v for v in audit.audit(path, assignment, seed=1234, runner=_in_process)}
+    return verdicts[grade_id]
+
+
+@pytest.mark.parametrize("assignment", sorted(audit.EXERCISES))
+def test_every_graded_component_is_audited(assignment):
+    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
+    graded = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+              if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"].get("grade_id", "").startswith("test_")}
+    assert graded == set(audit.EXERCISES[assignment])
+
+
+@pytest.mark.parametrize("assignment,grade_id,name,source", list(_cases("CORRECT")))
+def test_correct_variant_agrees(tmp_path, assignment, grade_id, name, source):
+    verdict = _verdict(tmp_path, assignment, grade_id, source)
+    assert verdict.agrees, verdict.reason
+
+
+def _buggy_by_exercise():
+    found: dict = {}
+    for param in _cases("BUGGY"):
+        assignment, grade_id, name, source = param.values
+        found.setdefault((assignment, grade_id), []).append((name, source))
+    return found
+
+
+BUGGY = _buggy_by_exercise()
+
+
+@lru_cache(maxsize=None)
+def _caught(assignment: str, grade_id: str) -> tuple[str, ...]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return tuple(name for name, source in BUGGY[(assignment, grade_id)]
+                     if not _verdict(Path(tmp), assignment, grade_id, source).agrees)
+
+
+@pytest.mark.parametrize("assignment,grade_id", sorted(BUGGY), ids=lambda v: str(v))
+def test_audit_catches_buggy_variants(assignment, grade_id):
+    assert _caught(assignment, grade_id), f"the audit agreed with every buggy variant of {grade_id}"
+
+
+def test_audit_catches_most_buggy_variants():
+    caught = sum(len(_caught(a, g)) for a, g in BUGGY)
+    total = sum(len(v) for v in BUGGY.values())
+    print(f"the audit disagrees with {caught} of {total} buggy variants")
+    assert caught >= 0.7 * total, f"the audit caught {caught} of {total} buggy variants"
