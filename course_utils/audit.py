@@ -537,9 +537,7 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
     rng = np.random.default_rng(seed)
     nb = read_notebook(notebook)
     plans = {gid: _plan(ex, rng) for gid, ex in exercises.items()}
-    warm = sandbox.current_warm() if sandboxed and runner is None else None
-    if warm is not None and warm.key[0] != tuple(Path(h) for h in hide):
-        warm = None
+    warm = sandbox.current_warm(tuple(Path(h) for h in hide)) if sandboxed and runner is None else None
     if warm is not None:
         try:  # the warm sandbox, emptied of the kernel that graded the notebook
             folder = warm.prepare()
