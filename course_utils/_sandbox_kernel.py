@@ -87,7 +87,7 @@ class SandboxKernelManager(AsyncKernelManager):
     async def _async_launch_kernel(self, kernel_cmd, **kw):
         if self._warm is not None:
             try:
-                pid = self._warm.spawn_kernel(self._kernel_args)
+                pid = self._warm.spawn_kernel(self._kernel_args, _grading_env())
             except WarmError:  # the warm sandbox broke: this kernel starts the slow way
                 discard_warm(self._warm)
                 self._warm = None
@@ -152,3 +152,9 @@ class LimitedExecute(Execute):
 def autograde_preprocessors(default: list) -> list:
     """nbgrader's autograde preprocessors with Execute replaced by LimitedExecute."""
     return [LimitedExecute if p is Execute else p for p in default]
+
+
+def _grading_env() -> dict[str, str]:
+    """What a warm kernel takes from the grader's environment at launch: nbgrader's grading
+    flag (the notebooks skip their demos under it)."""
+    return {k: os.environ[k] for k in ("NBGRADER_EXECUTION",) if k in os.environ}

@@ -13,7 +13,8 @@ filesystem, and every child closes it before anything else runs); KEEP are the f
 into the sandbox (the grader empties them itself). Requests and replies are JSON lines:
 
     (on start)                                  -> {"ready": true, "seconds": s}
-    {"op": "kernel", "argv": [...], "cwd": p}   -> {"pid": n}   an IPython kernel (ipykernel's argv)
+    {"op": "kernel", "argv": [...], "cwd": p, "env": {...}}
+                                                -> {"pid": n}   an IPython kernel (ipykernel's argv)
     {"op": "audit", "folder": p, "cpu": s}      -> {"pid": n}   course_utils._audit_child on p
     {"op": "poll", "pid": n}                    -> {"returncode": n or null}
     {"op": "signal", "pid": n, "signal": s}     -> {"ok": true}  to the child's process group
@@ -37,6 +38,7 @@ import time
 
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
+ALLOWED_ENV = ("NBGRADER_EXECUTION",)  # what a kernel request may set in the kernel's environment
 PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", os.path.expanduser("~"))  # tmpfs of this sandbox
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "matplotlib", "matplotlib.pyplot",
            "matplotlib_inline.backend_inline", "ipywidgets", "IPython", "ipykernel.kernelapp",
@@ -128,9 +130,10 @@ class Server:
             code = 1
         os._exit(code)
 
-    def kernel(self, argv: list[str], cwd: str) -> int:
+    def kernel(self, argv: list[str], cwd: str, env: dict) -> int:
         def run():
             _prctl(PR_SET_DUMPABLE, 1)
+            os.environ.update(env)
             os.chdir(cwd)
             sys.argv = [sys.executable, *argv]
             from ipykernel import kernelapp
@@ -237,7 +240,8 @@ class Server:
     def handle(self, request: dict) -> dict:
         op = request.get("op")
         if op == "kernel":
-            return {"pid": self.kernel([str(a) for a in request["argv"]], str(request["cwd"]))}
+            env = {str(k): str(v) for k, v in (request.get("env") or {}).items() if k in ALLOWED_ENV}
+            return {"pid": self.kernel([str(a) for a in request["argv"]], str(request["cwd"]), env)}
         if op == "audit":
             return {"pid": self.audit(str(request["folder"]), int(request.get("cpu", 40)))}
         if op == "poll":

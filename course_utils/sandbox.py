@@ -189,7 +189,8 @@ class Cgroups:
 
 
 def _environment(home: str) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    keep = ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+            "NBGRADER_EXECUTION")  # set by nbgrader while it grades: notebooks skip their demos
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(HOME=home, PYTHONNOUSERSITE="1", MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1",
                COURSE_SANDBOXED="1")
@@ -320,8 +321,8 @@ class WarmSandbox:
                     shutil.copy2(item, self.work / item.name, follow_symlinks=False)
         return self.work
 
-    def spawn_kernel(self, argv: list[str]) -> int:
-        return int(self.request(op="kernel", argv=argv, cwd=str(self.work))["pid"])
+    def spawn_kernel(self, argv: list[str], env: dict | None = None) -> int:
+        return int(self.request(op="kernel", argv=argv, cwd=str(self.work), env=env or {})["pid"])
 
     def spawn_audit(self, folder: Path, cpu_seconds: int) -> int:
         return int(self.request(op="audit", folder=str(folder), cpu=cpu_seconds)["pid"])

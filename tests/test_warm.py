@@ -48,12 +48,13 @@ def _run(folder: Path, *cells: str) -> list[str]:
     return printed
 
 
-def test_warm_kernel_is_sandboxed_preloaded_and_cannot_reach_its_server(course):
+def test_warm_kernel_is_sandboxed_preloaded_and_cannot_reach_its_server(course, monkeypatch):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # nbgrader sets it while grading
     warm = sandbox.start_warm()
     assert warm is sandbox.current_warm() is not None
     spawned = []
     original = warm.spawn_kernel
-    warm.spawn_kernel = lambda argv: spawned.append(1) or original(argv)
+    warm.spawn_kernel = lambda argv, env=None: spawned.append(1) or original(argv, env)
     folder = _submission(course, "a")
     out = _run(folder,
                "import os, sys\nprint(sorted(os.listdir('.')), os.path.exists(%r))" % str(course / "gradebook.db"),
@@ -62,14 +63,14 @@ def test_warm_kernel_is_sandboxed_preloaded_and_cannot_reach_its_server(course):
                "os.readlink(f'/proc/{os.getppid()}/fd/0')",
                "open(f'/proc/{os.getppid()}/mem', 'rb')",
                "open('scratch.txt', 'w').write('mine'); print(open('scratch.txt').read())",
-               "print(os.environ.get('COURSE_SANDBOXED'))")
+               "print(os.environ.get('COURSE_SANDBOXED'), os.environ.get('NBGRADER_EXECUTION'))")
     assert spawned == [1]
     assert out[0] == "['notes.txt'] False"
     assert out[1] == "True True"  # imported before the kernel started
     assert out[2] in ("OSError", "ConnectionRefusedError")
     assert out[3] == out[4] == "PermissionError"  # the server is not dumpable: its socket and
     assert out[5] == "mine" and not (folder / "scratch.txt").exists()  # memory stay its own
-    assert out[6] == "1"
+    assert out[6] == "1 autograde"  # the notebooks' grading() sees it: demos are skipped
     assert (course / "gradebook.db").read_text() == "secret"
 
 
