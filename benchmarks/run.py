@@ -201,15 +201,16 @@ def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None) -> dic
     """`course autograde` vs serial `nbgrader autograde` on the same ``size`` submissions."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg"}
     timings, scores = {}, {}
+    course_cmd = [str(BIN / "course"), "autograde", assignment] + (["--jobs", str(jobs)] if jobs else [])
+    commands = {"course": course_cmd,
+                "course_no_audit": course_cmd + ["--no-audit"],
+                "course_bare": course_cmd + ["--no-sandbox", "--no-audit"],
+                "nbgrader": [str(BIN / "nbgrader"), "autograde", assignment, "--force"]}
     with tempfile.TemporaryDirectory(prefix="class-bench-") as tmp:
-        for how in ("course", "nbgrader"):
+        for how, command in commands.items():
             course = Path(tmp) / how
             course.mkdir()
             students = make_class_course(course, assignment, size)
-            if how == "course":
-                command = [str(BIN / "course"), "autograde", assignment] + (["--jobs", str(jobs)] if jobs else [])
-            else:
-                command = [str(BIN / "nbgrader"), "autograde", assignment, "--force"]
             start = time.perf_counter()
             done = subprocess.run(command, cwd=course, env=env, capture_output=True, text=True)
             timings[how] = time.perf_counter() - start
@@ -217,17 +218,21 @@ def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None) -> dic
                 raise SystemExit(f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
             scores[how] = gradebook_scores(course, assignment)
             print(f"{how}: {size} submissions in {timings[how]:.1f} s", flush=True)
-    mismatches = sorted(k for k in scores["course"].keys() | scores["nbgrader"].keys()
-                        if scores["course"].get(k) != scores["nbgrader"].get(k))
-    cells = {name for _, name in scores["course"]}
-    if mismatches or len(scores["course"]) != size * len(cells):
-        raise SystemExit(f"scores differ between course and nbgrader autograde: {mismatches[:10]}")
+    cells = {name for _, name in scores["nbgrader"]}
+    for how in commands:
+        mismatches = sorted(k for k in scores[how].keys() | scores["nbgrader"].keys()
+                            if scores[how].get(k) != scores["nbgrader"].get(k))
+        if mismatches or len(scores[how]) != size * len(cells):
+            raise SystemExit(f"scores differ between {how} and nbgrader autograde: {mismatches[:10]}")
     per_min = {how: round(60 * size / t, 2) for how, t in timings.items()}
     return {"assignment": assignment, "class_size": size, "jobs": jobs or os.cpu_count(),
             "mix": {k: sum(1 for i in range(size) if CLASS_MIX[i % len(CLASS_MIX)] == k) for k in set(CLASS_MIX)},
             "course_autograde_s": round(timings["course"], 1), "nbgrader_autograde_s": round(timings["nbgrader"], 1),
             "course_per_min": per_min["course"], "nbgrader_per_min": per_min["nbgrader"],
             "ratio": round(timings["nbgrader"] / timings["course"], 2),
+            "course_no_audit_s": round(timings["course_no_audit"], 1),
+            "course_bare_s": round(timings["course_bare"], 1),
+            "safety_overhead": round(timings["course"] / timings["course_bare"] - 1, 3),
             "total_score": sum(v[0] for v in scores["course"].values()),
             "grade_cells_compared": len(scores["course"]), "identical": True}
 
@@ -239,9 +244,14 @@ def render_class(info: dict, row: dict) -> str:
     lines += ["", f"{row['class_size']} submissions of {row['assignment']} ({', '.join(f'{v} {k}' for k, v in sorted(row['mix'].items()))}):", "",
               "| grader | wall time (s) | submissions / minute |", "| --- | ---: | ---: |",
               f"| `course autograde` ({row['jobs']} jobs) | {row['course_autograde_s']} | {row['course_per_min']} |",
+              f"| `course autograde --no-audit` | {row['course_no_audit_s']} | {60 * row['class_size'] / row['course_no_audit_s']:.2f} |",
+              f"| `course autograde --no-sandbox --no-audit` | {row['course_bare_s']} | {60 * row['class_size'] / row['course_bare_s']:.2f} |",
               f"| `nbgrader autograde` (serial CLI) | {row['nbgrader_autograde_s']} | {row['nbgrader_per_min']} |",
-              "", f"Throughput ratio: {row['ratio']}x. Scores identical in all {row['grade_cells_compared']} "
-              f"(student, grade cell) pairs (total {row['total_score']:g} points).", ""]
+              "", f"Throughput ratio (`course autograde` / `nbgrader autograde`): {row['ratio']}x. Scores "
+              f"identical to nbgrader's in all {row['grade_cells_compared']} (student, grade cell) pairs, "
+              f"for every `course autograde` row (total {row['total_score']:g} points).",
+              "", f"Sandbox and audit together vs neither: {row['safety_overhead']:+.1%} wall time "
+              "(sandboxed kernels are forked from the warm sandbox; unsandboxed ones start cold).", ""]
     return "\n".join(lines)
 
 
