@@ -30,6 +30,9 @@ def _load(path: Path):
 
 
 def _in_process(folder: Path) -> str:
+    import ipywidgets  # noqa: F401 - loaded for real first: the child stubs what is not loaded
+    import matplotlib.pyplot  # noqa: F401
+
     _audit_child.main(str(folder))
     return ""
 
