@@ -12,8 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-
+from .course_dir import find_submissions, search_root
 
 def main() -> int:
     try:
@@ -68,17 +67,6 @@ def _value(argv: list[str], option: str) -> str | None:
     return None
 
 
-def _root(argv: list[str]) -> Path | None:
-    explicit = _value(argv, "--root")
-    if explicit:
-        return Path(explicit).resolve()
-    cwd = Path.cwd().resolve()
-    for folder in (cwd, *cwd.parents, PACKAGE_ROOT):
-        if (folder / "nbgrader_config.py").is_file():
-            return folder
-    return None
-
-
 def _single_submission(argv: list[str], root: Path) -> bool:
     """``course autograde`` arguments that grade in this process: --jobs 1, or one submission."""
     if _value(argv, "--jobs") == "1":
@@ -100,12 +88,7 @@ def _single_submission(argv: list[str], root: Path) -> bool:
             students.append(word)
         elif mode == "assignments":
             assignments.append(word)
-    submitted = root / "submitted"
-    found = [a for s in submitted.iterdir() if s.is_dir() and not s.name.startswith(".")
-             and (not students or s.name in students)
-             for a in s.iterdir() if a.is_dir() and not a.name.startswith(".")
-             and (not assignments or a.name in assignments)] if submitted.is_dir() else []
-    return len(found) == 1
+    return len(find_submissions(root / "submitted", students, assignments)) == 1
 
 
 def _start_early(argv: list[str]) -> bool:
@@ -113,7 +96,7 @@ def _start_early(argv: list[str]) -> bool:
     command = _command(argv)
     if command not in ("check", "autograde") or "--no-sandbox" in argv or os.environ.get("COURSE_NO_WARM"):
         return False
-    root = _root(argv)
+    root = search_root(_value(argv, "--root"))
     if root is None or not (root / "nbgrader_config.py").is_file():
         return False
     if command == "autograde" and not _single_submission(argv, root):

@@ -23,8 +23,8 @@ import warnings
 from pathlib import Path
 
 from . import grader, report
+from .course_dir import search_root
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 EXPORT_CSV = Path("reports") / "export.csv"
 NO_SANDBOX_HELP = ("run student code WITHOUT the bubblewrap sandbox (it can then read and "
@@ -131,16 +131,12 @@ def _log_to_stderr() -> logging.Handler:
 def find_root(explicit=None) -> Path:
     """The course directory: ``explicit``, else the nearest folder above the current directory
     holding nbgrader_config.py, else the directory this package was installed from."""
-    if explicit:
-        root = Path(explicit).resolve()
-        if not (root / "nbgrader_config.py").is_file():
-            raise grader.GradingError(f"{root} is not a course directory: it has no nbgrader_config.py")
-        return root
-    cwd = Path.cwd().resolve()
-    for folder in (cwd, *cwd.parents, PACKAGE_ROOT):
-        if (folder / "nbgrader_config.py").is_file():
-            return folder
-    raise grader.GradingError("not inside a course directory (no nbgrader_config.py found); use --root")
+    root = search_root(explicit)
+    if root is None:
+        raise grader.GradingError("not inside a course directory (no nbgrader_config.py found); use --root")
+    if not (root / "nbgrader_config.py").is_file():
+        raise grader.GradingError(f"{root} is not a course directory: it has no nbgrader_config.py")
+    return root
 
 
 # --------------------------------------------------------------------------- commands

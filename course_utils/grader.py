@@ -49,6 +49,7 @@ from traitlets.config.loader import PyFileConfigLoader
 
 from . import sandbox
 from .audit import review
+from .course_dir import find_submissions
 from .scan import scan
 from .nbformat_tools import dumps, read_notebook
 
@@ -374,19 +375,6 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     return sorted(results, key=lambda r: (r.student, r.assignment))
 
 
-def find_submissions(submitted: Path, students=None, assignments=None) -> list[tuple[str, str]]:
-    """(student, assignment) for each folder ``submitted/<student>/<assignment>/``."""
-    if not Path(submitted).is_dir():
-        return []
-    return [(s.name, a.name)
-            for s in sorted(Path(submitted).iterdir()) if s.is_dir() and _wanted(s.name, students)
-            for a in sorted(s.iterdir()) if a.is_dir() and _wanted(a.name, assignments)]
-
-
-def _wanted(name: str, chosen) -> bool:
-    return not name.startswith(".") and (not chosen or name in chosen)
-
-
 def _db_override(db_url) -> dict:
     return {"db_url": db_url} if db_url else {}
 
@@ -510,10 +498,8 @@ def _scan_only(config_root: str, overrides: dict, student: str, assignment: str)
     folder = Path(overrides.get("submitted_directory") or root / "submitted") / student / assignment
     flags = []
     try:
-        for path in sorted(folder.glob("*.ipynb")):
-            source = Path(config_root) / "solutions" / assignment / path.name
-            if source.is_file():
-                flags += scan(path, source)
+        for path, source in _with_sources(folder, Path(config_root), assignment):
+            flags += scan(path, source)
     except Exception:  # noqa: BLE001 - an unreadable notebook: the error row says enough
         return flags
     return flags
@@ -559,12 +545,16 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
     flags = []
     folder = Path(coursedir.format_path(coursedir.submitted_directory, result.student, result.assignment))
     scores = {e.grade_id: e.score for e in result.exercises}
-    for path in sorted(folder.glob("*.ipynb")):
-        source = Path(coursedir.root) / "solutions" / result.assignment / path.name
-        if source.is_file():
-            flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
-                            hide=sandbox.hidden_roots())
+    for path, source in _with_sources(folder, Path(coursedir.root), result.assignment):
+        flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
+                        hide=sandbox.hidden_roots())
     return flags
+
+
+def _with_sources(folder: Path, root: Path, assignment: str) -> list[tuple[Path, Path]]:
+    """Each submitted notebook of ``folder`` with its source in ``root/solutions``."""
+    pairs = [(path, root / "solutions" / assignment / path.name) for path in sorted(folder.glob("*.ipynb"))]
+    return [(path, source) for path, source in pairs if source.is_file()]
 
 
 def format_flags(results: list[SubmissionResult]) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
 from course_utils import _launch, sandbox
+from course_utils.course_dir import search_root
 from course_utils.nbformat_tools import write_notebook
 
 BIN = Path(sys.executable).parent
@@ -41,7 +42,7 @@ def test_command_and_root(tmp_path):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     assert _launch._command(["--root", str(course), "check", "x.ipynb"]) == "check"
     assert _launch._command(["-v", "autograde"]) == "autograde"
-    assert _launch._root(["--root", str(course), "check"]) == course.resolve()
+    assert search_root(_launch._value(["--root", str(course), "check"], "--root")) == course.resolve()
 
 
 @pytest.mark.parametrize("argv", [["release"], ["feedback"], ["autograde", "--no-sandbox"],
