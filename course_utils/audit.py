@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -394,7 +395,9 @@ def _as_reference_input(value):
     return value
 
 
+@lru_cache(maxsize=1)
 def _toy_model():
+    """The shipped toy model, loaded once per process (decoding does not change it)."""
     from .training import load_toy_model
     return load_toy_model("cpu")[0]
 
@@ -412,7 +415,6 @@ def _reference_module(ref_cls, init: Init, rng):
 def _plan(ex: Exercise, rng) -> list[dict]:
     """The calls of one exercise: args and kwargs, and for a class its Init and the
     reference module (with its drawn parameters) that the child's copy must match."""
-    from . import reference  # noqa: F401
     import importlib
 
     module, name = ex.reference.rsplit(".", 1)
