@@ -9,6 +9,7 @@ no exception and nothing written to stderr.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import traceback
@@ -65,3 +66,22 @@ def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = Non
     if err.getvalue():
         return Outcome(False, "stderr: " + err.getvalue().strip()[:300])
     return Outcome(True, "")
+
+
+VARIANTS = Path(__file__).parent / "variants"
+
+
+def load_variants(path: Path):
+    """The module tests/variants/<assignment>.py (BUGGY and CORRECT: {grade_id: {name: source}})."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def variants(kind: str):
+    """(assignment, grade_id, name, source) of every ``kind`` ("BUGGY" or "CORRECT") variant."""
+    for path in sorted(VARIANTS.glob("[0-9]*.py")):
+        for grade_id, found in getattr(load_variants(path), kind).items():
+            for name, source in found.items():
+                yield path.stem, grade_id, name, source

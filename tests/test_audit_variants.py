@@ -9,7 +9,6 @@ same fresh inputs and with the same trusted comparison, hundreds of times in sec
 """
 from __future__ import annotations
 
-import importlib.util
 import tempfile
 import warnings
 from functools import lru_cache
@@ -19,15 +18,7 @@ import nbformat
 import pytest
 
 from course_utils import _audit_child, audit
-
-ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = Path(__file__).parent / "variants"
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from harness import ROOT, variants
 
 
 def _in_process(folder: Path) -> str:
@@ -41,14 +32,9 @@ def _in_process(folder: Path) -> str:
 
 
 def _cases(kind: str):
-    for assignment in sorted(audit.EXERCISES):
-        path = VARIANTS / f"{assignment}.py"
-        if not path.exists():
-            continue
-        for grade_id, variants in getattr(_load(path), kind).items():
-            if grade_id in audit.EXERCISES[assignment]:
-                for name, source in variants.items():
-                    yield pytest.param(assignment, grade_id, name, source, id=f"{assignment}-{grade_id}-{name}")
+    for assignment, grade_id, name, source in variants(kind):
+        if grade_id in audit.EXERCISES.get(assignment, {}):
+            yield pytest.param(assignment, grade_id, name, source, id=f"{assignment}-{grade_id}-{name}")
 
 
 def _verdict(tmp_path: Path, assignment: str, grade_id: str, source: str):

@@ -6,33 +6,18 @@ every solution notebook must have at least three buggy variants.
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-from harness import ROOT, cells, run_grade_cell
-
-VARIANTS = Path(__file__).parent / "variants"
-
-
-def _load(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from harness import ROOT, VARIANTS, cells, load_variants, run_grade_cell, variants
 
 def _assignments() -> list[str]:
     return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())
 
 
 def _cases(kind: str):
-    for path in sorted(VARIANTS.glob("[0-9]*.py")):
-        mod = _load(path)
-        for grade_id, variants in getattr(mod, kind).items():
-            for name, src in variants.items():
-                yield pytest.param(path.stem, grade_id, src, id=f"{path.stem}-{grade_id}-{name}")
+    for assignment, grade_id, name, src in variants(kind):
+        yield pytest.param(assignment, grade_id, src, id=f"{assignment}-{grade_id}-{name}")
 
 
 @pytest.mark.parametrize("assignment", _assignments())
@@ -46,7 +31,7 @@ def test_solution_passes_every_grade_cell(assignment):
 def test_every_grade_cell_has_three_buggy_variants(assignment):
     path = VARIANTS / f"{assignment}.py"
     assert path.exists(), f"no buggy variants for {assignment}: add {path.relative_to(ROOT)}"
-    buggy = _load(path).BUGGY
+    buggy = load_variants(path).BUGGY
     for grade_id in cells(assignment)["grades"]:
         assert len(buggy.get(grade_id, {})) >= 3, f"{assignment}/{grade_id}: fewer than 3 buggy variants"
 
