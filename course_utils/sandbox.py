@@ -245,7 +245,7 @@ class WarmSandbox:
     START_SECONDS = 120
 
     def __init__(self, hide: tuple[Path, ...], limits: Limits = Limits()):
-        self.key = (tuple(hide), limits)
+        self.hidden = tuple(hide)
         self.folder = Path(tempfile.mkdtemp(prefix="course-warm-"))
         self.ipc, self.work = self.folder / "ipc", self.folder / "work"
         for folder in (self.ipc, self.work):
@@ -312,13 +312,8 @@ class WarmSandbox:
         """Reset, then copy ``source`` (a submission's folder) into ``work``; returns ``work``."""
         self.reset()
         if source is not None:
-            for item in Path(source).iterdir():
-                if item.name == ".ipynb_checkpoints":
-                    continue
-                if item.is_dir() and not item.is_symlink():
-                    shutil.copytree(item, self.work / item.name, symlinks=True)
-                else:
-                    shutil.copy2(item, self.work / item.name, follow_symlinks=False)
+            shutil.copytree(source, self.work, symlinks=True, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
         return self.work
 
     def spawn_kernel(self, argv: list[str], env: dict | None = None) -> int:
@@ -405,7 +400,7 @@ def current_warm(required: tuple[Path, ...] | None = None) -> WarmSandbox | None
     if not _WARM or _WARM[0].broken:
         return None
     warm = _WARM[0]
-    return warm if covers(warm.key[0], hidden_roots() if required is None else required) else None
+    return warm if covers(warm.hidden, hidden_roots() if required is None else required) else None
 
 
 def covers(hidden: tuple[Path, ...], required: tuple[Path, ...]) -> bool:
