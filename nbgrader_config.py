@@ -28,7 +28,7 @@ c.Execute.interrupt_on_timeout = True
 
 # Feedback goes back to students: hidden tests stay hidden, in the cells and in tracebacks.
 c.GenerateFeedback.preprocessors = [
-    "course_utils.grader.ScrubHiddenTracebacks",
+    "course_grading.preprocessors.ScrubHiddenTracebacks",
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",

@@ -90,7 +90,7 @@ def bench_notebook(path: Path) -> dict:
 
 def bench_autograde(assignment: str) -> dict:
     """Grade the solution as one student's submission: `course autograde` vs `nbgrader autograde`."""
-    from course_utils import grader
+    from course_grading import release as course_release
 
     results = {}
     for how in ("course", "nbgrader"):
@@ -98,7 +98,7 @@ def bench_autograde(assignment: str) -> dict:
             course = Path(tmp)
             shutil.copy(ROOT / "nbgrader_config.py", course)
             shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment)
-            grader.release(course, [assignment])  # records the assignment in the gradebook
+            course_release.release(course, [assignment])  # records the assignment in the gradebook
             sub = course / "submitted" / "bench" / assignment
             sub.mkdir(parents=True)
             shutil.copy(course / "solutions" / assignment / f"{assignment}.ipynb", sub)
@@ -165,12 +165,12 @@ def make_class_course(course: Path, assignment: str, size: int, mix=CLASS_MIX) -
     kinds in ``mix`` in turn; returns the student ids."""
     import nbformat
 
-    from course_utils import grader
+    from course_grading import release as course_release
 
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    grader.release(course, [assignment])  # writes notebooks/ and records the assignment
+    course_release.release(course, [assignment])  # writes notebooks/ and records the assignment
     students = []
     for i in range(size):
         kind = mix[i % len(mix)]

@@ -420,7 +420,7 @@ def load_minilm(encoder_layer_cls=None, layer_norm_cls=None) -> MiniLM:
     """
     folder = _require_model_dir()
     if encoder_layer_cls is None or layer_norm_cls is None:
-        from .reference.encoder import EncoderLayer, LayerNorm
+        from course_grading.reference.encoder import EncoderLayer, LayerNorm
         encoder_layer_cls = encoder_layer_cls or EncoderLayer
         layer_norm_cls = layer_norm_cls or LayerNorm
     cfg = _config()

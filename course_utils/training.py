@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from .device import get_device, grading
-from .reference.attention import causal_mask
-from .reference.decoder import Transformer, make_padding_mask
-from .reference.generation import greedy_decode
+from course_grading.reference.attention import causal_mask
+from course_grading.reference.decoder import Transformer, make_padding_mask
+from course_grading.reference.generation import greedy_decode
 from .toy_task import Tokenizer, encode_pairs, source_tokenizer, target_tokenizer
 
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "dates_transformer.pt"

@@ -19,11 +19,13 @@ import pytest
 from nbgrader.utils import compute_checksum
 
 from conftest import ROOT
-from course_utils import grader, sandbox
-from course_utils.nbformat_tools import write_notebook
+from course_grading import autograde, feedback
+from course_grading.cells import hidden_lines
+from course_grading.sandbox import bubblewrap
+from course_grading.nbformat_tools import write_notebook
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not sandbox.available()[0], reason="needs a working bubblewrap sandbox")]
+              pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
 
 A = "01_embeddings"
 FULL = {"test_encode": 1.0, "test_one_hot": 2.0, "test_embed": 2.0}
@@ -96,7 +98,7 @@ CATALOGUE = {
                  "    CONNECTED = True\nexcept OSError:\n    CONNECTED = False\n"
                  "if CONNECTED:\n" + _body(CORRECT_ONE_HOT) + "\nelse:\n" + _body(WRONG_ONE_HOT)},
                 "zero:test_one_hot+flag"),
-    "calls_reference": ({"one_hot": "from course_utils.reference.embeddings import one_hot as _ref\n"
+    "calls_reference": ({"one_hot": "from course_grading.reference.embeddings import one_hot as _ref\n"
                          "def one_hot(ids, vocab_size):\n    return _ref(ids, vocab_size)\n"}, "zero:test_one_hot+flag"),
 }
 
@@ -186,12 +188,12 @@ def test_catalogue_in_one_run(tmp_path):
     alone = _course(tmp_path / "alone")
     for kind in ("correct", "honest_partial"):
         _submit(alone, kind, _variant(source, CATALOGUE[kind][0], constants))
-    alone_scores = {r.student: _scores(r) for r in grader.autograde(alone, jobs=2, progress=False)}
+    alone_scores = {r.student: _scores(r) for r in autograde.autograde(alone, jobs=2, progress=False)}
 
-    grader._prepare_gradebook(course, [A], sorted(CATALOGUE))
+    autograde._prepare_gradebook(course, [A], sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:
-        results = {r.student: r for r in grader.autograde(course, jobs=2, progress=False)}
+        results = {r.student: r for r in autograde.autograde(course, jobs=2, progress=False)}
     finally:
         stop.set()
         thread.join(2)
@@ -241,13 +243,13 @@ def test_feedback_leaks_no_hidden_test(tmp_path):
     source = nbformat.read(str(course / "solutions" / A / f"{A}.ipynb"), 4)
     _submit(course, "failing", _variant(source, {"one_hot": WRONG_ONE_HOT, "embed":
                                                  "def embed(ids, E):\n    return np.asarray(E)[0]\n"}, ""))
-    [result] = grader.autograde(course, jobs=1, progress=False)
+    [result] = autograde.autograde(course, jobs=1, progress=False)
     assert result.exercises and any(e.message for e in result.exercises if not e.passed)
-    [page] = grader.feedback(course)
+    [page] = feedback.feedback(course)
     html = page.read_text(encoding="utf-8")
     hidden = set()
     for cell in source.cells:
-        hidden |= grader._hidden_lines(cell.source)
+        hidden |= hidden_lines(cell.source)
     import inspect
     from course_utils.checks import embeddings
     hidden_values = _hidden_literals(inspect.getsource(embeddings))

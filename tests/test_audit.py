@@ -6,8 +6,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import audit, sandbox
-from course_utils.nbformat_tools import write_notebook
+from course_grading.audit import trusted as audit
+from course_grading.audit.exercises import EXERCISES
+from course_grading.sandbox import bubblewrap
+from course_grading.nbformat_tools import write_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,10 +29,10 @@ def _verdicts(path, assignment, **kw):
     return {v.grade_id: (v.agrees, v.reason) for v in audit.audit(path, assignment, **kw)}
 
 
-@pytest.mark.parametrize("assignment", sorted(audit.EXERCISES))
+@pytest.mark.parametrize("assignment", sorted(EXERCISES))
 def test_solutions_agree(assignment):
     found = _verdicts(ROOT / "solutions" / assignment / f"{assignment}.ipynb", assignment,
-                      sandboxed=sandbox.available()[0])
+                      sandboxed=bubblewrap.available()[0])
     assert found and all(ok for ok, _ in found.values()), found
 
 
@@ -61,6 +63,6 @@ def test_patched_checker_is_flagged_by_review(tmp_path):
 
 def test_seed_changes_inputs_and_is_never_written(tmp_path):
     import numpy as np
-    one = audit.EXERCISES["03_attention"]["test_sdpa" if False else "test_softmax"].inputs(np.random.default_rng(1))
-    two = audit.EXERCISES["03_attention"]["test_softmax"].inputs(np.random.default_rng(2))
+    one = EXERCISES["03_attention"]["test_sdpa" if False else "test_softmax"].inputs(np.random.default_rng(1))
+    two = EXERCISES["03_attention"]["test_softmax"].inputs(np.random.default_rng(2))
     assert not np.array_equal(one[0][0][0].array, two[0][0][0].array)

@@ -17,7 +17,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import _audit_child, audit
+from course_grading.audit import child as _audit_child, trusted as audit
+from course_grading.audit.exercises import EXERCISES
 from harness import ROOT, variants
 
 
@@ -33,7 +34,7 @@ def _in_process(folder: Path) -> str:
 
 def _cases(kind: str):
     for assignment, grade_id, name, source in variants(kind):
-        if grade_id in audit.EXERCISES.get(assignment, {}):
+        if grade_id in EXERCISES.get(assignment, {}):
             yield pytest.param(assignment, grade_id, name, source, id=f"{assignment}-{grade_id}-{name}")
 
 
@@ -48,12 +49,12 @@ def _verdict(tmp_path: Path, assignment: str, grade_id: str, source: str):
     return verdicts[grade_id]
 
 
-@pytest.mark.parametrize("assignment", sorted(audit.EXERCISES))
+@pytest.mark.parametrize("assignment", sorted(EXERCISES))
 def test_every_graded_component_is_audited(assignment):
     nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
     graded = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
               if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"].get("grade_id", "").startswith("test_")}
-    assert graded == set(audit.EXERCISES[assignment])
+    assert graded == set(EXERCISES[assignment])
 
 
 @pytest.mark.parametrize("assignment,grade_id,name,source", list(_cases("CORRECT")))

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from course_utils.cli import main
+from course_grading.cli import main
 
 pytestmark = pytest.mark.slow
 

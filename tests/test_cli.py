@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_utils import cli
-from course_utils.nbformat_tools import write_notebook
+from course_grading import cli
+from course_grading.nbformat_tools import write_notebook
 
 OTHER = "02_other"
 

@@ -11,7 +11,7 @@ import torch
 
 matplotlib.use("Agg")
 
-from course_utils.reference import generation as G  # noqa: E402
+from course_grading.reference import generation as G  # noqa: E402
 from course_utils.toy_task import (BOS_ID, EOS_ID, HELD_OUT_DATES, PAD_ID, LookupModel,  # noqa: E402
                                    cardinal, make_pairs, ordinal, source_tokenizer, split_dates,
                                    target_tokenizer, year_words)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
-from course_utils import _launch, sandbox
-from course_utils.course_dir import search_root
-from course_utils.nbformat_tools import write_notebook
+from course_grading import cli
+from course_grading.sandbox import bubblewrap, warm
+from course_grading.nbformat_tools import write_notebook
 
 BIN = Path(sys.executable).parent
 
@@ -24,25 +24,24 @@ def _submit(course: Path, student: str, assignment: str = ASSIGNMENT) -> None:
     write_notebook(tiny_notebook(), folder / f"{assignment}.ipynb")
 
 
+def _grades_here(argv, course):
+    return cli._grades_here(cli.build_parser().parse_args(argv), course)
+
+
 def test_single_submission_is_told_from_the_arguments(tmp_path):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook(), "02_other": tiny_notebook()})
     _submit(course, "ann")
-    assert _launch._single_submission(["autograde"], course)
+    assert _grades_here(["autograde"], course)
     _submit(course, "bob")
     _submit(course, "bob", "02_other")
-    assert not _launch._single_submission(["autograde"], course)
-    assert not _launch._single_submission(["autograde", ASSIGNMENT], course)
-    assert _launch._single_submission(["autograde", ASSIGNMENT, "--student", "bob"], course)
-    assert _launch._single_submission(["autograde", "--student", "ann"], course)
-    assert _launch._single_submission(["autograde", "--jobs", "1"], course)
-    assert not _launch._single_submission(["autograde", "--jobs", "2", "--csv", "x.csv"], course)
-
-
-def test_command_and_root(tmp_path):
-    course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
-    assert _launch._command(["--root", str(course), "check", "x.ipynb"]) == "check"
-    assert _launch._command(["-v", "autograde"]) == "autograde"
-    assert search_root(_launch._value(["--root", str(course), "check"], "--root")) == course.resolve()
+    assert not _grades_here(["autograde"], course)
+    assert not _grades_here(["autograde", ASSIGNMENT], course)
+    assert _grades_here(["autograde", ASSIGNMENT, "--student", "bob"], course)
+    assert _grades_here(["autograde", "--student", "ann"], course)
+    assert _grades_here(["autograde", "--jobs", "1"], course)
+    assert not _grades_here(["autograde", "--jobs", "2", "--csv", "x.csv"], course)
+    assert _grades_here(["--root", str(course), "check", "x.ipynb"], course)
+    assert not _grades_here(["check", "--no-sandbox", "x.ipynb"], course)
 
 
 @pytest.mark.parametrize("argv", [["release"], ["feedback"], ["autograde", "--no-sandbox"],
@@ -51,13 +50,14 @@ def test_no_early_start_for_other_commands(tmp_path, argv, monkeypatch):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")
     started = []
-    monkeypatch.setattr(sandbox, "start_warm", lambda: started.append(1))
-    assert _launch._start_early(["--root", str(course), *argv]) is False
+    monkeypatch.setattr(warm, "start_warm", lambda: started.append(1))
+    args = cli.build_parser().parse_args(["--root", str(course), *argv])
+    assert cli._start_early(args, course) is False
     assert started == []
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not sandbox.available()[0], reason="needs a working bubblewrap sandbox")
+@pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")
 def test_console_script_grades_one_submission(tmp_path):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from course_utils import minilm
-from course_utils.reference.multi_head import MultiHeadAttention
+from course_grading.reference.multi_head import MultiHeadAttention
 
 
 def _require_minilm():
@@ -112,7 +112,7 @@ def test_tokenizer_batch_pads_and_masks():
 # ---------------------------------------------------------------- the model
 
 def test_weights_load_into_the_reference_layers(model):
-    from course_utils.reference.encoder import EncoderLayer
+    from course_grading.reference.encoder import EncoderLayer
     assert len(model.layers) == 6
     layer = model.layers[0]
     assert isinstance(layer, EncoderLayer) and isinstance(layer.ffn, minilm.GELUFeedForward)
@@ -231,7 +231,7 @@ def test_a_learners_own_classes_give_the_same_vectors(model):
 
 def test_a_subclass_of_the_reference_layer_loads():
     _require_minilm()
-    from course_utils.reference.encoder import EncoderLayer
+    from course_grading.reference.encoder import EncoderLayer
 
     class Traced(EncoderLayer):
         calls = 0

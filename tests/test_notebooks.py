@@ -23,7 +23,7 @@ def test_every_solution_has_a_release():
 
 
 def test_committed_releases_are_what_course_release_generates():
-    from course_utils.grader import release
+    from course_grading.release import release
 
     stale = release(ROOT, check_only=True)
     assert not stale, f"notebooks/ is out of date, run `course release`: {stale}"
@@ -53,7 +53,7 @@ def test_released_notebook_fails_only_on_unimplemented_exercises(path):
 def test_release_has_no_solution_or_hidden_test_text(path):
     import nbformat
 
-    from course_utils.grader import find_leaks
+    from course_grading.release import find_leaks
 
     text = path.read_text()
     for marker in MARKERS:

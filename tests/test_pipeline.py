@@ -10,9 +10,11 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENT, nbgrader_meta, tiny_notebook
-from course_utils import grader
-from course_utils.cli import main
-from course_utils.nbformat_tools import is_normalized, normalize, write_notebook
+from course_grading import autograde, feedback, release
+from course_grading import results as grading_results
+from course_grading.cli import main
+from course_grading.nbgrader_setup import GradingError
+from course_grading.nbformat_tools import is_normalized, normalize, write_notebook
 
 SOLUTION_LINE = "result_value = x + x"
 HIDDEN_LINE = 'assert double(-21) == -42, "hidden: double(-21) should be -42"'
@@ -91,24 +93,24 @@ def test_secret_lines_are_the_nontrivial_region_lines():
         "    print('shared line here')\n"      # also outside the region: public
         "    ### END SOLUTION\n"
         "print('shared line here')\n"))
-    assert grader.secret_lines(nb) == {SOLUTION_LINE, HIDDEN_LINE}
+    assert release.secret_lines(nb) == {SOLUTION_LINE, HIDDEN_LINE}
 
 
 def test_whole_solution_cell_without_markers_is_secret():
     nb = tiny_notebook(solution="def double(x):\n    return x * 2  # the answer\n")
-    assert "return x * 2  # the answer" in grader.secret_lines(nb)
+    assert "return x * 2  # the answer" in release.secret_lines(nb)
 
 
 def test_find_leaks_names_notebook_cell_and_line():
     source = tiny_notebook()
     leaky = normalize(tiny_notebook(solution="def double(x):\n    result_value = x + x\n",
                                     test=TEST_WITH_MARKER))
-    leaks = grader.find_leaks(source, leaky, notebook="nb.ipynb")
-    assert grader.Leak("nb.ipynb", "double", SOLUTION_LINE) in leaks
-    assert grader.Leak("nb.ipynb", "test_double", "### END HIDDEN TESTS") in leaks
+    leaks = release.find_leaks(source, leaky, notebook="nb.ipynb")
+    assert release.Leak("nb.ipynb", "double", SOLUTION_LINE) in leaks
+    assert release.Leak("nb.ipynb", "test_double", "### END HIDDEN TESTS") in leaks
     clean = normalize(tiny_notebook(solution="def double(x):\n    raise NotImplementedError()\n",
                                     test="assert double(2) == 4\n"))
-    assert grader.find_leaks(source, clean) == []
+    assert release.find_leaks(source, clean) == []
 
 
 def test_release_refuses_a_leak_and_writes_nothing(tiny_course, monkeypatch):
@@ -121,12 +123,12 @@ def test_release_refuses_a_leak_and_writes_nothing(tiny_course, monkeypatch):
         (Path(release_dir) / assignment).mkdir(parents=True)
         nbformat.write(nb, str(Path(release_dir) / assignment / f"{assignment}.ipynb"))
 
-    monkeypatch.setattr(grader, "_generate", leaky_generate)
+    monkeypatch.setattr(release, "generate", leaky_generate)
     committed = tiny_course / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     committed.parent.mkdir(parents=True)
     committed.write_text("committed\n")
-    with pytest.raises(grader.LeakError) as info:
-        grader.release(tiny_course)
+    with pytest.raises(release.LeakError) as info:
+        release.release(tiny_course)
     message = str(info.value)
     assert f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb" in message and "'double'" in message
     assert SOLUTION_LINE in message
@@ -136,8 +138,8 @@ def test_release_refuses_a_leak_and_writes_nothing(tiny_course, monkeypatch):
 
 
 def test_release_of_unknown_assignment_is_refused(tiny_course):
-    with pytest.raises(grader.GradingError, match="unknown assignment 'nope'"):
-        grader.release(tiny_course, ["nope"])
+    with pytest.raises(GradingError, match="unknown assignment 'nope'"):
+        release.release(tiny_course, ["nope"])
 
 
 # --------------------------------------------------------------------------- round trip
@@ -154,22 +156,22 @@ def test_round_trip(tiny_course, capsys):
     released = course / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     source = course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 
-    assert grader.release(course) == [f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"]
+    assert release.release(course) == [f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"]
     first = released.read_bytes()
     text = first.decode("utf-8")
     assert is_normalized(released)
     assert "raise NotImplementedError()" in text and 'assert double(2) == 4' in text
     for secret in (SOLUTION_LINE, "double(-21)", "BEGIN", "END SOLUTION"):
         assert secret not in text
-    assert grader.release(course) == [] and released.read_bytes() == first
-    assert grader.release(course, check_only=True) == []
+    assert release.release(course) == [] and released.read_bytes() == first
+    assert release.release(course, check_only=True) == []
 
     submit(course, "alice", source)
     submit(course, "bob", released)
     (course / "submitted" / "carol" / ASSIGNMENT).mkdir(parents=True)
     (course / "submitted" / "carol" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").write_text("{not json")
 
-    results = {r.student: r for r in grader.autograde(course, jobs=2)}
+    results = {r.student: r for r in autograde.autograde(course, jobs=2)}
     assert "[3/3]" in capsys.readouterr().err
     alice, bob, carol = results["alice"], results["bob"], results["carol"]
     assert [(e.grade_id, e.score, e.max_score, e.passed) for e in alice.exercises] == [("test_double", 2, 2, True)]
@@ -177,11 +179,11 @@ def test_round_trip(tiny_course, capsys):
     assert bob.exercises[0].message.startswith("NotImplementedError")
     assert carol.exercises == [] and "JSON" in carol.error
 
-    rows = list(csv.DictReader(grader.write_csv(list(results.values()), course / "reports" / "grades.csv").open()))
+    rows = list(csv.DictReader(grading_results.write_csv(list(results.values()), course / "reports" / "grades.csv").open()))
     assert [(r["student"], r["exercise"], r["score"]) for r in rows] == [
         ("alice", "test_double", "2"), ("bob", "test_double", "0"), ("carol", "", "")]
     assert "grading failed" in rows[2]["message"]
-    table = grader.format_table(list(results.values()))
+    table = grading_results.format_table(list(results.values()))
     assert "test_double" in table and "ERROR" in table
 
     # The command: failed tests are not an error, a broken submission is.
@@ -193,14 +195,14 @@ def test_round_trip(tiny_course, capsys):
     assert main(["--root", str(course), "autograde", ASSIGNMENT, "--student", "carol"]) == 1
     assert "grading failed for carol/01_tiny" in capsys.readouterr().err
 
-    pages = grader.feedback(course)
+    pages = feedback.feedback(course)
     assert [p.relative_to(course).parts[:2] for p in pages] == [("feedback", "alice"), ("feedback", "bob")]
     for page in pages:
         html = page.read_text(encoding="utf-8")
         assert "double(-21)" not in html and "HIDDEN TESTS" not in html
     assert "NotImplementedError" in pages[1].read_text(encoding="utf-8")
 
-    exported = grader.export(course, course / "out" / "grades.csv")
+    exported = feedback.export(course, course / "out" / "grades.csv")
     scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(exported.open())}
     assert scores == {"alice": 2.0, "bob": 0.0, "carol": 0.0}
 
@@ -239,7 +241,7 @@ def test_release_check_reports_stale_notebooks(tiny_course, capsys):
 def test_parallel_kernels_share_the_cores(monkeypatch):
     import os
 
-    from course_utils.grader import _kernel_threads
+    from course_grading.autograde import _kernel_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)

@@ -15,8 +15,8 @@ from torch import nn  # noqa: E402
 
 from course_utils.plots import multi_head as pm  # noqa: E402
 from course_utils.plots import positional as pp  # noqa: E402
-from course_utils.reference.multi_head import MultiHeadAttention  # noqa: E402
-from course_utils.reference.positional import sinusoidal_positional_encoding  # noqa: E402
+from course_grading.reference.multi_head import MultiHeadAttention  # noqa: E402
+from course_grading.reference.positional import sinusoidal_positional_encoding  # noqa: E402
 
 
 

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from course_utils.plots import attention as pa  # noqa: E402
-from course_utils.reference import attention as ref  # noqa: E402
+from course_grading.reference import attention as ref  # noqa: E402
 
 SENTENCE = "we sat on the bank of the river"
 

@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from course_utils import load_glove  # noqa: E402
 from course_utils.plots import embeddings as pe  # noqa: E402
-from course_utils.reference import similarity as ref  # noqa: E402
+from course_grading.reference import similarity as ref  # noqa: E402
 
 TOY = np.array([[0.9, 0.8, 0.7, 0.1, 0.2], [0.9, 0.8, 0.7, 0.1, 0.7],
                 [0.8, 0.6, 0.6, 0.2, 0.1], [0.8, 0.6, 0.6, 0.2, 0.6]])

@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from course_utils.plots import similarity as ps  # noqa: E402
-from course_utils.reference import similarity as ref  # noqa: E402
+from course_grading.reference import similarity as ref  # noqa: E402
 
 
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils.reference.attention import causal_mask
-from course_utils.reference.multi_head import MultiHeadAttention, merge_heads, split_heads
-from course_utils.reference.positional import PositionalEncoding, sinusoidal_positional_encoding
+from course_grading.reference.attention import causal_mask
+from course_grading.reference.multi_head import MultiHeadAttention, merge_heads, split_heads
+from course_grading.reference.positional import PositionalEncoding, sinusoidal_positional_encoding
 
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.float64: dict(atol=1e-10, rtol=1e-10)}
 D, H = 12, 3

@@ -5,11 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils.reference.attention import causal_mask
-from course_utils.reference.decoder import (Decoder, DecoderLayer, Transformer,
+from course_grading.reference.attention import causal_mask
+from course_grading.reference.decoder import (Decoder, DecoderLayer, Transformer,
                                             make_padding_mask)
-from course_utils.reference.encoder import Encoder, EncoderLayer, FeedForward, LayerNorm
-from course_utils.reference.positional import sinusoidal_positional_encoding
+from course_grading.reference.encoder import Encoder, EncoderLayer, FeedForward, LayerNorm
+from course_grading.reference.positional import sinusoidal_positional_encoding
 
 D, H, FF = 16, 4, 40
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-5), torch.float64: dict(atol=1e-10, rtol=1e-10)}

@@ -5,8 +5,8 @@ import csv
 
 import pytest
 
-from course_utils import report
-from course_utils.grader import ExerciseResult, SubmissionResult
+from course_grading import class_report as report
+from course_grading.results import ExerciseResult, SubmissionResult
 
 NIE = "NotImplementedError"
 ROWS = "AssertionError: each row should sum to 1 along dim=-1"

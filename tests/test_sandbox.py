@@ -8,7 +8,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_utils import sandbox
+from course_grading.sandbox import bubblewrap as sandbox
+from course_grading.sandbox.sandbox_kernel_manager import SandboxKernelManager
 
 needs_bwrap = pytest.mark.skipif(not sandbox.available()[0], reason="needs a working bubblewrap sandbox")
 
@@ -46,7 +47,7 @@ def test_kernel_runs_inside_the_sandbox(tmp_path, monkeypatch):
     marker = Path.home() / ".course-sandbox-marker"
     marker.write_text("the grader's own home")
     try:
-        NotebookClient(nb, kernel_manager_class=sandbox.SandboxKernelManager, allow_errors=True, timeout=60,
+        NotebookClient(nb, kernel_manager_class=SandboxKernelManager, allow_errors=True, timeout=60,
                        resources={"metadata": {"path": str(course / "autograded" / "s")}}).execute()
     finally:
         marker.unlink()

@@ -8,7 +8,7 @@ import pytest
 from nbgrader.utils import compute_checksum
 
 from conftest import tiny_notebook
-from course_utils.scan import scan, visible_part
+from course_grading.red_flags import scan, visible_part
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def _reasons(sub, src=None):
     ("import os\nos._exit(0)", "process control"),
     ("signal.signal(signal.SIGINT, signal.SIG_IGN)", "process control"),
     ("import socket", "network"),
-    ("from course_utils.reference.embeddings import one_hot", "reference"),
+    ("from course_grading.reference.embeddings import one_hot", "reference"),
     ("exec('x=1')", "dynamic"),
 ])
 def test_patterns_in_student_code(code, why):

@@ -8,11 +8,14 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course_utils import audit, sandbox
+from course_grading.audit import trusted as audit
+from course_grading.sandbox import bubblewrap
+from course_grading.sandbox import warm as warm_sandbox
+from course_grading.sandbox.sandbox_kernel_manager import SandboxKernelManager
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not sandbox.available()[0], reason="needs a working bubblewrap sandbox")]
+              pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
 
 
 @pytest.fixture
@@ -22,7 +25,7 @@ def course(tmp_path, monkeypatch):
     (course / "gradebook.db").write_text("secret")
     monkeypatch.setenv("COURSE_SANDBOX_HIDE", str(course))
     yield course
-    sandbox.stop_warm()
+    warm_sandbox.stop_warm()
 
 
 def _submission(course: Path, name: str, files=("notes.txt",)) -> Path:
@@ -38,7 +41,7 @@ def _run(folder: Path, *cells: str) -> list[str]:
     (or its error's name)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    NotebookClient(nb, kernel_manager_class=sandbox.SandboxKernelManager, allow_errors=True, timeout=60,
+    NotebookClient(nb, kernel_manager_class=SandboxKernelManager, allow_errors=True, timeout=60,
                    resources={"metadata": {"path": str(folder)}}).execute()
     printed = []
     for cell in nb.cells:
@@ -50,8 +53,8 @@ def _run(folder: Path, *cells: str) -> list[str]:
 
 def test_warm_kernel_is_sandboxed_preloaded_and_cannot_reach_its_server(course, monkeypatch):
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")  # nbgrader sets it while grading
-    warm = sandbox.start_warm()
-    assert warm is sandbox.current_warm() is not None
+    warm = warm_sandbox.start_warm()
+    assert warm is warm_sandbox.current_warm() is not None
     spawned = []
     original = warm.spawn_kernel
     warm.spawn_kernel = lambda argv, env=None: spawned.append(1) or original(argv, env)
@@ -75,7 +78,7 @@ def test_warm_kernel_is_sandboxed_preloaded_and_cannot_reach_its_server(course, 
 
 
 def test_nothing_of_one_submission_reaches_the_next(course):
-    sandbox.start_warm()
+    warm_sandbox.start_warm()
     first = _run(_submission(course, "a"),
                  "import os, subprocess\n"
                  "subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
@@ -97,27 +100,27 @@ def test_nothing_of_one_submission_reaches_the_next(course):
 
 
 def test_a_killed_warm_sandbox_is_bypassed_then_replaced(course):
-    first = sandbox.start_warm()
+    first = warm_sandbox.start_warm()
     assert _run(_submission(course, "a"), "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
     # the next kernel finds the sandbox gone and starts the slow way, still sandboxed
     second = _run(_submission(course, "b"), "import os\nprint(sorted(os.listdir('.')), os.environ.get('COURSE_SANDBOXED'))")
     assert second == ["['notes.txt'] 1"]
-    assert first.broken and sandbox.current_warm() is None
-    replaced = sandbox.start_warm()
+    assert first.broken and warm_sandbox.current_warm() is None
+    replaced = warm_sandbox.start_warm()
     assert replaced is not None and replaced is not first
     third = _run(_submission(course, "c"), "import sys\nprint('torch' in sys.modules)")
     assert third == ["True"]
 
 
 def test_audit_runs_in_the_warm_sandbox(course, tmp_path):
-    warm = sandbox.start_warm()
+    warm = warm_sandbox.start_warm()
     spawned = []
     original = warm.spawn_audit
     warm.spawn_audit = lambda folder, cpu: spawned.append(folder) or original(folder, cpu)
     nb = nbformat.read(str(ROOT / "solutions" / "03_attention" / "03_attention.ipynb"), 4)
     path = tmp_path / "03_attention.ipynb"
     nbformat.write(nb, str(path))
-    hide = sandbox.hidden_roots()
+    hide = bubblewrap.hidden_roots()
     assert all(v.agrees for v in audit.audit(path, "03_attention", hide=hide))
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "softmax":

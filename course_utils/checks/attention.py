@@ -7,19 +7,19 @@ import math
 import torch
 
 from ..device import get_device
-from ..reference import attention as ref
+from course_grading.reference import attention as ref
 from ._core import Check, CheckFailed, to_numpy
 
 _SOFTMAX_BUILTINS = [
     "torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
     "torch.special.softmax", "torch.log_softmax", "torch.nn.functional.log_softmax",
     "torch.Tensor.log_softmax", "torch.nn.Softmax.forward",
-    "course_utils.reference.attention.softmax",
+    "course_grading.reference.attention.softmax",
 ]
 _ATTENTION_BUILTINS = [
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.MultiheadAttention.forward",
-    "course_utils.reference.attention.scaled_dot_product_attention",
+    "course_grading.reference.attention.scaled_dot_product_attention",
 ]
 
 

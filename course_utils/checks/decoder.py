@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..reference import decoder as ref
-from ..reference.attention import causal_mask
+from course_grading.reference import decoder as ref
+from course_grading.reference.attention import causal_mask
 from ._core import Check, CheckFailed
 from .encoder import (D, EVERYWHERE, FF, H, _devices, _gen, _near, _run_layers, build, compare,
                       embed_inputs, load_known_weights, reference)
@@ -80,7 +80,7 @@ def _dec_layer_outputs(r, x, memory, tm, mm):
 
 
 def check_decoder_layer(DecoderLayer, hidden: bool = False) -> None:
-    c = Check("DecoderLayer", EVERYWHERE + ["course_utils.reference.decoder.DecoderLayer.forward"],
+    c = Check("DecoderLayer", EVERYWHERE + ["course_grading.reference.decoder.DecoderLayer.forward"],
               hidden)
     names = "self_attn, cross_attn, ffn, norm1, norm2, norm3"
     g = _gen(40)
@@ -146,7 +146,7 @@ def check_decoder_layer(DecoderLayer, hidden: bool = False) -> None:
 
 # -- Decoder -----------------------------------------------------------------------------------
 def check_decoder(Decoder, hidden: bool = False) -> None:
-    c = Check("Decoder", EVERYWHERE + ["course_utils.reference.decoder.Decoder.forward"], hidden)
+    c = Check("Decoder", EVERYWHERE + ["course_grading.reference.decoder.Decoder.forward"], hidden)
     names = "embedding, pos_encoding, layers"
     dec = build(c, Decoder, 20, D, H, FF, 2)
     r = reference(ref.Decoder, 20, D, H, FF, 2, seed=5)
@@ -198,9 +198,9 @@ def check_decoder(Decoder, hidden: bool = False) -> None:
 # -- Transformer -------------------------------------------------------------------------------
 def check_transformer(Transformer, hidden: bool = False) -> None:
     c = Check("Transformer", EVERYWHERE + [
-        "course_utils.reference.decoder.Transformer.forward",
-        "course_utils.reference.decoder.Transformer.encode",
-        "course_utils.reference.decoder.Transformer.decode"], hidden)
+        "course_grading.reference.decoder.Transformer.forward",
+        "course_grading.reference.decoder.Transformer.encode",
+        "course_grading.reference.decoder.Transformer.decode"], hidden)
     names = "encoder, decoder, generator"
     model = build(c, Transformer, 11, 13, d_model=D, num_heads=H, d_ff=FF, num_layers=2)
     gen = getattr(model, "generator", None)
@@ -264,7 +264,7 @@ def check_transformer(Transformer, hidden: bool = False) -> None:
 
 # -- make_padding_mask -------------------------------------------------------------------------
 def check_make_padding_mask(make_padding_mask, hidden: bool = False) -> None:
-    c = Check("make_padding_mask", ["course_utils.reference.decoder.make_padding_mask"], hidden)
+    c = Check("make_padding_mask", ["course_grading.reference.decoder.make_padding_mask"], hidden)
     ids = torch.tensor([[5, 3, 9, 0, 0], [7, 0, 0, 0, 0]])
     m = c.call(make_padding_mask, ids, 0)
     c.that(isinstance(m, torch.Tensor), f"should return a tensor, got {type(m).__name__}.")

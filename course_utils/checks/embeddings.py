@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import embeddings as ref
+from course_grading.reference import embeddings as ref
 from ._core import Check, to_numpy
 
 
 def check_one_hot(one_hot, hidden: bool = False) -> None:
-    c = Check("one_hot", forbidden=["course_utils.reference.embeddings.one_hot",
+    c = Check("one_hot", forbidden=["course_grading.reference.embeddings.one_hot",
                                     "torch.nn.functional.one_hot"], hidden=hidden)
     ids = np.array([2, 0, 3, 2])
     out = c.call(one_hot, ids, 5)
@@ -40,7 +40,7 @@ def check_one_hot(one_hot, hidden: bool = False) -> None:
 
 
 def check_embed(embed, hidden: bool = False) -> None:
-    c = Check("embed", forbidden=["course_utils.reference.embeddings.embed",
+    c = Check("embed", forbidden=["course_grading.reference.embeddings.embed",
                                   "torch.nn.functional.embedding"], hidden=hidden)
     rng = np.random.default_rng(0)
     E = rng.normal(size=(6, 3))
@@ -70,7 +70,7 @@ def check_embed(embed, hidden: bool = False) -> None:
 
 
 def check_encode(encode, hidden: bool = False) -> None:
-    c = Check("encode", forbidden=["course_utils.reference.embeddings.encode"], hidden=hidden)
+    c = Check("encode", forbidden=["course_grading.reference.embeddings.encode"], hidden=hidden)
     vocab = {"<unk>": 0, "the": 1, "cat": 2, "sat": 3}
     out = c.call(encode, ["the", "cat", "sat"], vocab)
     c.that(isinstance(out, list), f"should return a list, got {type(out).__name__}.")

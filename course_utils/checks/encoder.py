@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from ..device import get_device
-from ..reference import encoder as ref
-from ..reference.positional import sinusoidal_positional_encoding
+from course_grading.reference import encoder as ref
+from course_grading.reference.positional import sinusoidal_positional_encoding
 from ._core import Check, _referenced_forbidden, to_numpy, _allclose
 
 D, H, FF = 16, 4, 32  # the small sizes every check uses
@@ -28,7 +28,7 @@ EVERYWHERE = [
 ]
 LAYER_NORM_BUILTINS = EVERYWHERE + [
     "torch.nn.LayerNorm.forward", "torch.nn.functional.layer_norm", "torch.layer_norm",
-    "torch.native_layer_norm", "course_utils.reference.encoder.LayerNorm.forward",
+    "torch.native_layer_norm", "course_grading.reference.encoder.LayerNorm.forward",
 ]
 
 
@@ -252,7 +252,7 @@ def _ff_mistakes(f, x):
 
 
 def check_feed_forward(FeedForward, hidden: bool = False) -> None:
-    c = Check("FeedForward", EVERYWHERE + ["course_utils.reference.encoder.FeedForward.forward"],
+    c = Check("FeedForward", EVERYWHERE + ["course_grading.reference.encoder.FeedForward.forward"],
               hidden)
     f = build(c, FeedForward, D, FF)
     for name, shape in (("linear1", (FF, D)), ("linear2", (D, FF))):
@@ -352,7 +352,7 @@ def _enc_layer_outputs(r, x, mask):
 
 
 def check_encoder_layer(EncoderLayer, hidden: bool = False) -> None:
-    c = Check("EncoderLayer", EVERYWHERE + ["course_utils.reference.encoder.EncoderLayer.forward"],
+    c = Check("EncoderLayer", EVERYWHERE + ["course_grading.reference.encoder.EncoderLayer.forward"],
               hidden)
     names = "self_attn, ffn, norm1, norm2"
     g = _gen(30)
@@ -445,7 +445,7 @@ def _run_layers(layers, x, *args):
 
 
 def check_encoder(Encoder, hidden: bool = False) -> None:
-    c = Check("Encoder", EVERYWHERE + ["course_utils.reference.encoder.Encoder.forward"], hidden)
+    c = Check("Encoder", EVERYWHERE + ["course_grading.reference.encoder.Encoder.forward"], hidden)
     names = "embedding, pos_encoding, layers"
     enc = build(c, Encoder, 20, D, H, FF, 2)
     r = reference(ref.Encoder, 20, D, H, FF, 2, seed=2)

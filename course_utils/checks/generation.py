@@ -14,16 +14,16 @@ import math
 import torch
 
 from ..device import get_device
-from ..reference import generation as ref
+from course_grading.reference import generation as ref
 from ..toy_task import LookupModel
 from ._core import Check
 
 _REFERENCE = [
-    "course_utils.reference.generation.greedy_decode",
-    "course_utils.reference.generation.sample_next_token",
-    "course_utils.reference.generation.filter_logits",
-    "course_utils.reference.generation.beam_search",
-    "course_utils.reference.generation.sample_decode",
+    "course_grading.reference.generation.greedy_decode",
+    "course_grading.reference.generation.sample_next_token",
+    "course_grading.reference.generation.filter_logits",
+    "course_grading.reference.generation.beam_search",
+    "course_grading.reference.generation.sample_decode",
 ]
 BOS, EOS = 1, 2
 

@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from ..device import get_device
-from ..reference import attention as ref_attention
-from ..reference import multi_head as ref
+from course_grading.reference import attention as ref_attention
+from course_grading.reference import multi_head as ref
 from ._core import Check, CheckFailed, _allclose, _referenced_forbidden, to_numpy
 
 # Reusing scaled_dot_product_attention from notebook 03 (yours or the course's) is the point;
@@ -23,9 +23,9 @@ _MHA_BUILTINS = [
     "torch.nn.MultiheadAttention.forward",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.functional.scaled_dot_product_attention",
-    "course_utils.reference.multi_head.MultiHeadAttention.forward",
-    "course_utils.reference.multi_head.split_heads",
-    "course_utils.reference.multi_head.merge_heads",
+    "course_grading.reference.multi_head.MultiHeadAttention.forward",
+    "course_grading.reference.multi_head.split_heads",
+    "course_grading.reference.multi_head.merge_heads",
 ]
 ATOL32, RTOL32 = 1e-5, 1e-5  # float32: orders of summation differ (einsum, fused projections)
 ATOL64, RTOL64 = 1e-10, 1e-10
@@ -178,7 +178,7 @@ def static_forbidden(c: Check, cls) -> None:
             continue
         if klass.__module__.startswith("course_utils"):
             if klass is ref.MultiHeadAttention:
-                c._forbidden_failure("course_utils.reference.multi_head.MultiHeadAttention")
+                c._forbidden_failure("course_grading.reference.multi_head.MultiHeadAttention")
             continue
         for attr in vars(klass).values():
             fn = getattr(attr, "__func__", attr)

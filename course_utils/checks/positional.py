@@ -10,13 +10,13 @@ import torch
 from torch import nn
 
 from ..device import get_device
-from ..reference import positional as ref
+from course_grading.reference import positional as ref
 from ._core import Check, CheckFailed
 from .multi_head import _near
 
 _PE_BUILTINS = [
-    "course_utils.reference.positional.sinusoidal_positional_encoding",
-    "course_utils.reference.positional.PositionalEncoding.forward",
+    "course_grading.reference.positional.sinusoidal_positional_encoding",
+    "course_grading.reference.positional.PositionalEncoding.forward",
 ]
 
 
@@ -122,7 +122,7 @@ def check_sinusoidal_positional_encoding(sinusoidal_positional_encoding,
 def _build(c: Check, cls, *args, **kwargs) -> nn.Module:
     for klass in getattr(cls, "__mro__", ()):
         if klass is ref.PositionalEncoding:
-            c._forbidden_failure("course_utils.reference.positional.PositionalEncoding")
+            c._forbidden_failure("course_grading.reference.positional.PositionalEncoding")
     m = c.call(cls, *args, **kwargs)
     c.that(isinstance(m, nn.Module), "PositionalEncoding(...) should create an nn.Module "
            "(class PositionalEncoding(nn.Module), with super().__init__() first), got "

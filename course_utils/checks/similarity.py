@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import similarity as ref
+from course_grading.reference import similarity as ref
 from ._core import Check, CheckFailed, to_numpy
 
 _FORBID = [
-    "course_utils.reference.similarity.cosine_similarity",
-    "course_utils.reference.similarity.cosine_similarity_matrix",
-    "course_utils.reference.similarity.most_similar",
-    "course_utils.reference.similarity.analogy",
+    "course_grading.reference.similarity.cosine_similarity",
+    "course_grading.reference.similarity.cosine_similarity_matrix",
+    "course_grading.reference.similarity.most_similar",
+    "course_grading.reference.similarity.analogy",
     "torch.nn.functional.cosine_similarity",
     "torch.cosine_similarity",
 ]

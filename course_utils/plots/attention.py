@@ -130,7 +130,7 @@ def sentence_attention(sentence: str, scale: float | None = None, causal: bool =
     import torch
 
     from ..glove import load_glove
-    from ..reference import attention as ref
+    from course_grading.reference import attention as ref
 
     tokens = tokenize(sentence)
     if not tokens:

@@ -185,8 +185,8 @@ def analogy_projection(a: str, b: str, c: str, words: Sequence[str] | str = (),
     the 02_cosine_similarity contract; the reference is used for whichever is None. The
     ``neighbours`` runners-up are the words ranked 2, 3, … nearest to the target.
     """
-    from ..reference.similarity import analogy as ref_analogy
-    from ..reference.similarity import cosine_similarity, most_similar as ref_most_similar
+    from course_grading.reference.similarity import analogy as ref_analogy
+    from course_grading.reference.similarity import cosine_similarity, most_similar as ref_most_similar
 
     glove = _glove(glove)
     E = glove.vectors

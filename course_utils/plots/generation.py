@@ -19,9 +19,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..reference.attention import causal_mask
-from ..reference.decoder import make_padding_mask
-from ..reference.generation import filter_logits
+from course_grading.reference.attention import causal_mask
+from course_grading.reference.decoder import make_padding_mask
+from course_grading.reference.generation import filter_logits
 from ..toy_task import Tokenizer, source_tokenizer, target_tokenizer
 from .attention import AttentionPlot, plot_attention
 from .transformer import attention_maps

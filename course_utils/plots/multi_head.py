@@ -29,7 +29,7 @@ def demo_module(num_heads: int = 5, seed: int = 0, sharpness: float = 4.0, mha_c
     """
     import torch
 
-    from ..reference.multi_head import MultiHeadAttention
+    from course_grading.reference.multi_head import MultiHeadAttention
 
     d_model = 50
     cls = mha_class or MultiHeadAttention

@@ -92,7 +92,7 @@ def plot_explorer(d_model: int = 100, pos: int = 20, max_len: int = 100, base: f
     """
     import matplotlib.pyplot as plt
 
-    from ..reference.positional import sinusoidal_positional_encoding
+    from course_grading.reference.positional import sinusoidal_positional_encoding
 
     if encoding_fn is not None and base == 10000.0:
         table = encoding_fn(max_len, d_model)

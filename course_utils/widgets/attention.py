@@ -25,7 +25,7 @@ def attention_explorer(attention_fn: Callable | None = None,
     import matplotlib.pyplot as plt
 
     from ..plots.attention import figure_png, plot_sentence_attention, sentence_attention
-    from ..reference.attention import scaled_dot_product_attention as reference_fn
+    from course_grading.reference.attention import scaled_dot_product_attention as reference_fn
 
     state = {"fn": attention_fn or reference_fn,
              "who": "your function" if attention_fn else "the reference"}

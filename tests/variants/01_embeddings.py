@@ -83,7 +83,7 @@ def one_hot(ids, vocab_size):
     return torch.nn.functional.one_hot(torch.as_tensor(np.asarray(ids)), vocab_size).double().numpy()
 ''',
         "calls_the_reference": '''
-from course_utils.reference.embeddings import one_hot as _ref
+from course_grading.reference.embeddings import one_hot as _ref
 def one_hot(ids, vocab_size):
     return _ref(ids, vocab_size)
 ''',

@@ -183,7 +183,7 @@ def most_similar(query, E, k=3, exclude=()):
     return np.argsort(-s)[:k]
 ''',
         "calls_the_reference": '''
-from course_utils.reference import similarity as _ref
+from course_grading.reference import similarity as _ref
 def most_similar(query, E, k=5, exclude=()):
     return _ref.most_similar(query, E, k, exclude)
 ''',
@@ -244,7 +244,7 @@ def analogy(a, b, c, E, k=1):
     return most_similar(E[b] - E[a] + E[c], E, k=k, exclude=(a, b, c)).astype(float)
 ''',
         "calls_the_reference": '''
-from course_utils.reference.similarity import analogy as _ref_analogy
+from course_grading.reference.similarity import analogy as _ref_analogy
 def analogy(a, b, c, E, k=1):
     return _ref_analogy(a, b, c, E, k)
 ''',

@@ -75,7 +75,7 @@ def split_heads(x, num_heads):
     return x.float().view(b, s, num_heads, d // num_heads).transpose(1, 2)
 ''',
         "imports_the_reference": '''
-from course_utils.reference.multi_head import split_heads
+from course_grading.reference.multi_head import split_heads
 ''',
         "not_implemented": '''
 def split_heads(x, num_heads):
@@ -108,7 +108,7 @@ def merge_heads(x):
     return x.transpose(1, 2).reshape(b, s, 12)
 ''',
         "calls_the_reference": '''
-import course_utils.reference.multi_head as _ref_mh
+import course_grading.reference.multi_head as _ref_mh
 def merge_heads(x):
     return _ref_mh.merge_heads(x)
 ''',
@@ -328,7 +328,7 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(merge_heads(out)), w
 '''),
         "subclasses_the_reference": '''
-from course_utils.reference.multi_head import MultiHeadAttention as _Ref
+from course_grading.reference.multi_head import MultiHeadAttention as _Ref
 class MultiHeadAttention(_Ref):
     pass
 ''',

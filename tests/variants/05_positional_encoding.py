@@ -94,7 +94,7 @@ def sinusoidal_positional_encoding(max_len, d_model):
 '''),
         "integer_positions_floor_divided": _table("angle = pos // 10000 ** (two_i / d_model)"),
         "calls_the_reference": '''
-from course_utils.reference.positional import sinusoidal_positional_encoding
+from course_grading.reference.positional import sinusoidal_positional_encoding
 ''',
     },
     "test_positional_encoding": {
@@ -136,7 +136,7 @@ class PositionalEncoding(nn.Module):
         "multiplies": _module(_BUFFER, '''        return self.dropout(x * self.pe[: x.size(1)])
 '''),
         "subclasses_the_reference": '''
-from course_utils.reference.positional import PositionalEncoding
+from course_grading.reference.positional import PositionalEncoding
 ''',
     },
 }

@@ -125,7 +125,7 @@ from torch.nn.functional import layer_norm as _normalise
 ''' + _ln('''\
         return _normalise(x, x.shape[-1:], self.weight, self.bias, self.eps)'''),
         "wraps_reference": '''
-from course_utils.reference.encoder import LayerNorm as _RefLN
+from course_grading.reference.encoder import LayerNorm as _RefLN
 class LayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5):
         super().__init__()
@@ -321,7 +321,7 @@ class FeedForward(nn.Module):
         f = self.ffn(x)
         return self.norm2(x + self.dropout(f))'''),
         "reference_parts": '''
-from course_utils.reference.encoder import FeedForward as _RefFF, LayerNorm as _RefLN
+from course_grading.reference.encoder import FeedForward as _RefFF, LayerNorm as _RefLN
 class EncoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
@@ -364,7 +364,7 @@ class Encoder(nn.Module):
         return x
 ''',
         "reference_layers": '''
-from course_utils.reference.encoder import EncoderLayer as _RefLayer
+from course_grading.reference.encoder import EncoderLayer as _RefLayer
 ''' + _enc('''\
         x = self.embedding(src) * math.sqrt(self.d_model)
         x = self.pos_encoding(x)

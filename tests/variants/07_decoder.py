@@ -242,7 +242,7 @@ def make_padding_mask(ids, pad_id):
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask=tgt_mask, memory_mask=src_mask)'''),
         "reference_parts_and_prints": '''
-from course_utils.reference.decoder import Decoder as _RefDecoder
+from course_grading.reference.decoder import Decoder as _RefDecoder
 ''' + _tr('''\
         print("forward", src.shape, tgt.shape)
         return self.generator(self.decoder(tgt, self.encoder(src, src_mask), tgt_mask, src_mask))''').replace(

@@ -98,7 +98,7 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
     raise NotImplementedError()
 ''',
         "calls_reference": '''
-from course_utils.reference.generation import greedy_decode as _ref_greedy
+from course_grading.reference.generation import greedy_decode as _ref_greedy
 def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
     return _ref_greedy(model, src, max_len, bos_id, eos_id, src_mask)
 ''',

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from nbgrader.api import MissingEntry
 
-from . import grader
-from .grader import SubmissionResult
+from .nbgrader_setup import course_directory, db_override, gradebook
+from .results import SubmissionResult, exercise_results
 
 REPORT_CSV = Path("reports") / "class_report.csv"
 REPORT_PNG = Path("reports") / "class_report.png"
@@ -195,15 +195,15 @@ def gradebook_results(root, assignments=None, db_url=None) -> list[SubmissionRes
     """Every autograded submission in the gradebook, with the failure messages of the
     autograded notebooks that are on this machine (none where another machine graded)."""
     root = Path(root).resolve()
-    coursedir = grader._course_directory(root, **({"db_url": db_url} if db_url else {}))
-    with grader._gradebook(coursedir) as gb:
+    coursedir = course_directory(root, **db_override(db_url))
+    with gradebook(coursedir) as gb:
         pairs = sorted((s.student.id, s.assignment.name) for a in gb.assignments
                        if not assignments or a.name in assignments for s in a.submissions)
     results = []
     for student, assignment in pairs:
         try:
             results.append(SubmissionResult(student, assignment,
-                                            grader._exercise_results(coursedir, student, assignment)))
+                                            exercise_results(coursedir, student, assignment)))
         except MissingEntry:
             results.append(SubmissionResult(student, assignment, error="not graded"))
     return results

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .cells import meta as _meta, text as _text, visible_part
 from .nbformat_tools import read_notebook
 
-HIDDEN = ("### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS")
 META_KEYS = ("grade", "solution", "locked", "points", "task")
 
 # (what it means, pattern) over the code of cells the student wrote or changed
@@ -24,7 +24,7 @@ PATTERNS = [
      r"\b(np|numpy|torch|math)\s*\.\s*(allclose|isclose|array_equal|equal|all|any|abs|max|isfinite)\s*=(?!=)"
      r"|\b(np|numpy|torch)\s*\.\s*testing\s*\.\s*\w+\s*=(?!=)|\btorch\s*\.\s*Tensor\s*\.\s*\w+\s*=(?!=)"
      r"|setattr\(\s*(np|numpy|torch)\b"),
-    ("patches the checks", r"^\s*check_\w+\s*=(?!=)|^\s*def\s+check_\w+|course_utils[./\\]checks|\bCheckFailed\b"
+    ("patches the checks", r"^\s*check_\w+\s*=(?!=)|^\s*def\s+check_\w+|course_(?:utils|grading)[./\\]checks|\bCheckFailed\b"
                            r"|\b_core\b|^\s*(Check|quiet|to_numpy)\s*=(?!=)"),
     ("IPython input or AST transformer / hook",
      r"input_transformers|ast_transformers|register_transformer|register_magic|events\s*\.\s*register"
@@ -34,7 +34,8 @@ PATTERNS = [
      r"\bos\s*\.\s*(_exit|kill|killpg|fork|forkpty|abort|setsid)\b|\bsignal\s*\.\s*(signal|alarm|setitimer|pthread)"
      r"|\bsys\s*\.\s*exit\b|\bfaulthandler\b|\bmultiprocessing\b|\bsubprocess\b|\bctypes\b"),
     ("network access", r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\burlopen\b"),
-    ("uses the reference implementations", r"course_utils\s*\.\s*reference|from\s+course_utils\s+import\s+reference"),
+    ("reaches into the grading side (reference implementations, hidden checks)",
+     r"\bcourse_grading\b|course_utils\s*\.\s*reference|from\s+course_utils\s+import\s+reference"),
     ("tampers with builtins or loaded modules",
      r"__builtins__|\bbuiltins\b|sys\s*\.\s*modules|sys\s*\.\s*(settrace|setprofile|stdout|stderr)\s*="
      r"|\bwarnings\s*\.\s*(showwarning|warn)\s*=(?!=)"),
@@ -54,33 +55,12 @@ class Flag:
         return f"{self.where}: {self.reason}"
 
 
-def _text(value) -> str:
-    return "".join(value) if isinstance(value, list) else (value or "")
-
-
-def visible_part(source: str) -> str:
-    """A test cell's source without its hidden region, as nbgrader releases it."""
-    kept, inside = [], False
-    for line in source.splitlines():
-        if HIDDEN[0] in line:
-            inside = True
-        elif HIDDEN[1] in line:
-            inside = False
-        elif not inside:
-            kept.append(line.rstrip())
-    return "\n".join(ln for ln in kept if ln.strip())
-
-
 def _checksum(cell) -> str:
     from nbgrader.utils import compute_checksum
     try:
         return compute_checksum(cell)
     except Exception:  # a malformed cell: its checksum cannot match
         return ""
-
-
-def _meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {}) or {}
 
 
 def scan(submitted, source) -> list[Flag]:

@@ -1,5 +1,4 @@
-"""The grading kernel in the sandbox (``SandboxKernelManager``) and nbgrader's Execute with
-bounded output (``LimitedExecute``); both reached as ``course_utils.sandbox.<name>``."""
+"""``SandboxKernelManager``: the grading kernel, started inside bubblewrap."""
 from __future__ import annotations
 
 import os
@@ -10,14 +9,10 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
-from nbgrader.preprocessors import Execute
-from traitlets import Integer
 
-from .sandbox import (Cgroups, RemoteProcess, WarmError, WarmSandbox, current_warm, discard_warm,
-                      hidden_roots, seed_home, wrap)
+from .bubblewrap import Cgroups, hidden_roots, seed_home, wrap
+from .warm import RemoteProcess, WarmError, WarmSandbox, current_warm, discard_warm
 
-
-# --------------------------------------------------------------------------- the grading kernel
 
 class SandboxKernelManager(AsyncKernelManager):
     """A Python kernel started inside bubblewrap, whatever kernel the notebook names.
@@ -118,40 +113,6 @@ class SandboxKernelManager(AsyncKernelManager):
             self._groups.remove()
             self._groups = None
         shutil.rmtree(self._folder, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- output size
-
-class LimitedExecute(Execute):
-    """nbgrader's Execute, keeping at most ``max_output_bytes`` of output per cell: a cell that
-    prints without end costs its own points, not the grader's memory."""
-
-    max_output_bytes = Integer(1_000_000, help="output kept per cell (bytes)").tag(config=True)
-    _TRUNCATED = "\n[course: output truncated, over {} bytes]\n"
-
-    def output(self, outs, msg, display_id, cell_index):
-        content = msg.get("content", {})
-        if msg.get("msg_type") == "error":
-            content["evalue"] = str(content.get("evalue", ""))[:2000]
-            content["traceback"] = [str(t)[:4000] for t in content.get("traceback", [])[-40:]]
-            return super().output(outs, msg, display_id, cell_index)
-        used = self._output_used if hasattr(self, "_output_used") else {}
-        self._output_used = used
-        size = sum(len(str(v)) for v in (content.get("data") or {}).values()) + len(str(content.get("text", "")))
-        before = used.get(cell_index, 0)
-        used[cell_index] = before + size
-        if used[cell_index] <= self.max_output_bytes:
-            return super().output(outs, msg, display_id, cell_index)
-        if before <= self.max_output_bytes:
-            from nbformat.v4 import new_output
-            outs.append(new_output("stream", name="stdout",
-                                   text=self._TRUNCATED.format(self.max_output_bytes)))
-        return None
-
-
-def autograde_preprocessors(default: list) -> list:
-    """nbgrader's autograde preprocessors with Execute replaced by LimitedExecute."""
-    return [LimitedExecute if p is Execute else p for p in default]
 
 
 def _grading_env() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The warm sandbox: one long-lived process per grader, inside bubblewrap, that forks every
 grading kernel and every audit process of that grader.
 
-    python -I -m course_utils._warm_server FD KEEP [KEEP ...]
+    python -I -m course_grading.sandbox.warm_server FD KEEP [KEEP ...]
 
 Starting a kernel costs about 2 s here before a notebook's first line runs (Python, IPython's
 kernel, then torch, NumPy, matplotlib and the course's own modules). This process pays that
@@ -15,7 +15,7 @@ into the sandbox (the grader empties them itself). Requests and replies are JSON
     (on start)                                  -> {"ready": true, "seconds": s}
     {"op": "kernel", "argv": [...], "cwd": p, "env": {...}}
                                                 -> {"pid": n}   an IPython kernel (ipykernel's argv)
-    {"op": "audit", "folder": p, "cpu": s}      -> {"pid": n}   course_utils._audit_child on p
+    {"op": "audit", "folder": p, "cpu": s}      -> {"pid": n}   course_grading.audit.child on p
     {"op": "poll", "pid": n}                    -> {"returncode": n or null}
     {"op": "signal", "pid": n, "signal": s}     -> {"ok": true}  to the child's process group
     {"op": "reset"}                             -> {"ok": true}  or {"ok": false, "left": n}
@@ -43,9 +43,10 @@ PRIVATE = ("/tmp", "/var/tmp", "/dev/shm", os.path.expanduser("~"))  # tmpfs of 
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "matplotlib", "matplotlib.pyplot",
            "matplotlib_inline.backend_inline", "ipywidgets", "IPython", "ipykernel.kernelapp",
            "ipykernel.ipkernel", "ipykernel.zmqshell", "course_utils", "course_utils.toy_task",
-           "course_utils.training", "course_utils.minilm", "course_utils._audit_child")
-PACKAGES = ("course_utils.reference", "course_utils.checks", "course_utils.plots",
-            "course_utils.widgets")  # not the grader's own modules: they never run in a kernel
+           "course_utils.training", "course_utils.minilm", "course_grading.audit.child")
+# The learner side only: the instructor's reference implementations and hidden checks are
+# never loaded here, so no audit process forked from here holds them.
+PACKAGES = ("course_utils.checks", "course_utils.plots", "course_utils.widgets")
 
 
 def _prctl(option: int, value: int) -> None:
@@ -144,8 +145,8 @@ class Server:
         def run():
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
             os.chdir(folder)
-            from course_utils import _audit_child
-            _audit_child.main(folder)
+            from course_grading.audit import child
+            child.main(folder)
         return self.fork(run)
 
     def poll(self, pid: int):

@@ -9,6 +9,12 @@
     course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
 
 Bad input ends with one line ``course: error: ...`` on stderr and exit status 2.
+
+Starting is kept quick: this module imports nothing of nbgrader. When the command grades one
+submission in this process (``course check``, or ``course autograde`` of one submission or
+with ``--jobs 1``), the warm sandbox starts before anything heavy is imported, so that its own
+imports (torch, IPython, ...) run on another core while this process imports nbgrader, and a
+thread imports what this process needs once the kernel has run.
 """
 from __future__ import annotations
 
@@ -19,18 +25,29 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 import warnings
 from pathlib import Path
 
-from . import grader, report
-from .course_dir import search_root
+from .course_dir import find_submissions, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 EXPORT_CSV = Path("reports") / "export.csv"
+GRADES_CSV = Path("reports") / "grades.csv"
+LOGGER = "course_grading.nbgrader"  # nbgrader_setup.LOG: shown with -v
 NO_SANDBOX_HELP = ("run student code WITHOUT the bubblewrap sandbox (it can then read and "
                    "change the gradebook); a warning says so")
 DB_HELP = ("gradebook database URL, e.g. postgresql://user@host/grades (default: "
            "CourseDirectory.db_url in nbgrader_config.py, else sqlite:///<root>/gradebook.db)")
+
+
+class UsageError(Exception):
+    """Bad input found before any grading module is loaded (no course directory, ...)."""
+
+
+def run() -> None:
+    """The console script: ``main`` on sys.argv, then exit at once (see ``_exit_now``)."""
+    _exit_now(main())
 
 
 def main(argv=None) -> int:
@@ -39,11 +56,18 @@ def main(argv=None) -> int:
     verbose = getattr(args, "verbose", False)
     handler = _log_to_stderr() if verbose else None
     try:
-        with warnings.catch_warnings():
-            if not verbose:
-                warnings.simplefilter("ignore")
-            return args.run(args, find_root(getattr(args, "root", None)))
-    except (grader.GradingError, OSError) as exc:
+        root = find_root(getattr(args, "root", None))
+        if _start_early(args, root):  # after parsing, before importing nbgrader
+            threading.Thread(target=_import_trusted_side, daemon=True).start()
+        from .nbgrader_setup import GradingError
+        try:
+            with warnings.catch_warnings():
+                if not verbose:
+                    warnings.simplefilter("ignore")
+                return args.run(args, root)
+        except GradingError as exc:
+            raise UsageError(str(exc)) from None
+    except (UsageError, OSError) as exc:
         print(f"course: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -51,7 +75,7 @@ def main(argv=None) -> int:
         return 130
     finally:
         if handler:
-            grader.LOG.removeHandler(handler)
+            logging.getLogger(LOGGER).removeHandler(handler)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     autograde.add_argument("--student", nargs="+", action="extend", metavar="S", help="only these students")
     autograde.add_argument("--jobs", type=_positive_int, help="worker processes (default: CPU count)")
-    autograde.add_argument("--csv", help=f"grades file (default: {grader.GRADES_CSV})")
+    autograde.add_argument("--csv", help=f"grades file (default: {GRADES_CSV})")
     autograde.add_argument("--db", help=DB_HELP)
     autograde.add_argument("--no-report", action="store_true",
                            help="skip the class report (one job per submission: run `course report` at the end)")
@@ -124,7 +148,7 @@ def _positive_int(text: str) -> int:
 def _log_to_stderr() -> logging.Handler:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[nbgrader] %(levelname)s %(message)s"))
-    grader.LOG.addHandler(handler)
+    logging.getLogger(LOGGER).addHandler(handler)
     return handler
 
 
@@ -133,9 +157,9 @@ def find_root(explicit=None) -> Path:
     holding nbgrader_config.py, else the directory this package was installed from."""
     root = search_root(explicit)
     if root is None:
-        raise grader.GradingError("not inside a course directory (no nbgrader_config.py found); use --root")
+        raise UsageError("not inside a course directory (no nbgrader_config.py found); use --root")
     if not (root / "nbgrader_config.py").is_file():
-        raise grader.GradingError(f"{root} is not a course directory: it has no nbgrader_config.py")
+        raise UsageError(f"{root} is not a course directory: it has no nbgrader_config.py")
     return root
 
 
@@ -160,13 +184,16 @@ def _jupyter() -> str:
     beside = Path(sys.executable).with_name("jupyter")
     found = str(beside) if beside.is_file() else shutil.which("jupyter")
     if not found:
-        raise grader.GradingError("jupyter is not installed in this environment (run scripts/setup.sh)")
+        raise UsageError("jupyter is not installed in this environment (run scripts/setup.sh)")
     return found
 
 
 def cmd_check(args, root: Path) -> int:
     """PASS/FAIL per exercise and the total; exit 0 only if everything passes."""
-    result = grader.check(args.path, root, sandboxed=not args.no_sandbox)
+    from .check import check
+    from .results import format_flags
+
+    result = check(args.path, root, sandboxed=not args.no_sandbox)
     if result.error:
         print(f"course: error: grading failed: {result.error}", file=sys.stderr)
         return 1
@@ -178,13 +205,15 @@ def cmd_check(args, root: Path) -> int:
                                 subsequent_indent="      ", break_on_hyphens=False))
     print(f"total  {result.score:g}/{result.max_score:g}")
     if result.flags:
-        print(grader.format_flags([result]))
+        print(format_flags([result]))
     return 0 if all(e.passed for e in result.exercises) else 1
 
 
 def cmd_release(args, root: Path) -> int:
     """Write the changed release files, or with --check list them and exit 1."""
-    changed = grader.release(root, args.assignments or None, check_only=args.check)
+    from .release import release
+
+    changed = release(root, args.assignments or None, check_only=args.check)
     if args.check and changed:
         print("notebooks/ is out of date (run `course release`):")
         print("\n".join(f"  {path}" for path in changed))
@@ -198,18 +227,21 @@ def cmd_release(args, root: Path) -> int:
 
 def cmd_autograde(args, root: Path) -> int:
     """The score table and CSV; exit 1 only if grading broke for some submission."""
-    results = grader.autograde(root, students=args.student, assignments=args.assignments or None,
-                               jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
-                               audit=not args.no_audit)
-    print(grader.format_table(results))
-    csv_path = grader.write_csv(results, args.csv or root / grader.GRADES_CSV)
+    from . import class_report, results as out
+    from .autograde import autograde
+
+    results = autograde(root, students=args.student, assignments=args.assignments or None,
+                        jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
+                        audit=not args.no_audit)
+    print(out.format_table(results))
+    csv_path = out.write_csv(results, args.csv or root / GRADES_CSV)
     print(f"\ngrades: {csv_path}")
     if not args.no_audit:
-        flags = grader.format_flags(results)
+        flags = out.format_flags(results)
         print(f"\n{flags}" if flags else "\nno red flags")
-        print(f"flags: {grader.write_flags_csv(results, csv_path.parent / grader.FLAGS_CSV.name)}")
+        print(f"flags: {out.write_flags_csv(results, csv_path.parent / out.FLAGS_CSV.name)}")
     if not args.no_report:
-        print("class report: {}, {}".format(*report.write_report(results, root)))
+        print("class report: {}, {}".format(*class_report.write_report(results, root)))
     broken = [r for r in results if r.error]
     for r in broken:
         print(f"course: error: grading failed for {r.student}/{r.assignment}: {r.error}", file=sys.stderr)
@@ -218,26 +250,88 @@ def cmd_autograde(args, root: Path) -> int:
 
 def cmd_feedback(args, root: Path) -> int:
     """One HTML file per autograded submission."""
-    for path in grader.feedback(root, args.assignments or None, args.student, db_url=args.db):
+    from .feedback import feedback
+
+    for path in feedback(root, args.assignments or None, args.student, db_url=args.db):
         print(path.relative_to(root))
     return 0
 
 
 def cmd_export(args, root: Path) -> int:
     """nbgrader's CSV export (one row per student and assignment)."""
-    print(grader.export(root, args.to or root / EXPORT_CSV, db_url=args.db))
+    from .feedback import export
+
+    print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
     return 0
 
 
 def cmd_report(args, root: Path) -> int:
     """The class report of every autograded submission in the gradebook."""
-    results = report.gradebook_results(root, args.assignments or None, db_url=args.db)
+    from . import class_report
+
+    results = class_report.gradebook_results(root, args.assignments or None, db_url=args.db)
     if not results:
-        raise grader.GradingError("no autograded submissions in the gradebook: run `course autograde` first")
-    for path in report.write_report(results, root):
+        raise UsageError("no autograded submissions in the gradebook: run `course autograde` first")
+    for path in class_report.write_report(results, root):
         print(path)
     return 0
 
 
+# --------------------------------------------------------------------------- starting early
+
+def _grades_here(args, root: Path) -> bool:
+    """Whether the command grades exactly one submission in this process, sandboxed."""
+    if args.run is cmd_check:
+        return not args.no_sandbox
+    if args.run is not cmd_autograde or args.no_sandbox:
+        return False
+    if args.jobs == 1:
+        return True
+    return len(find_submissions(root / "submitted", args.student, args.assignments or None)) == 1
+
+
+def _start_early(args, root: Path) -> bool:
+    """Start this process's warm sandbox now when the command will grade one submission
+    here; whether it did. Any doubt means no early start: it is only ever an optimisation."""
+    try:
+        if os.environ.get("COURSE_NO_WARM") or not _grades_here(args, root):
+            return False
+        from .sandbox import bubblewrap, warm
+
+        bubblewrap.hide(root)
+        return warm.start_warm() is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _import_trusted_side() -> None:
+    """What this process needs after the kernel has run: torch and the reference
+    implementations (the audit compares with them), matplotlib (the class report). Imported
+    while this process only waits for the sandbox."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+        import course_grading.reference.generation  # noqa: F401 - torch and the references
+        import course_grading.audit.trusted  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def _exit_now(code: int) -> None:
+    """End without the interpreter's teardown of torch, matplotlib and nbgrader (0.8 s here).
+    Everything the command wrote is closed by then; the sandbox and the logs are closed and
+    the streams flushed first."""
+    if "course_grading.sandbox.warm" in sys.modules:
+        sys.modules["course_grading.sandbox.warm"].stop_warm()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

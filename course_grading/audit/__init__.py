@@ -1,0 +1,8 @@
+"""The integrity audit: every graded function of a submission re-run, in a separate sandboxed
+process, on fresh inputs drawn from a secret seed, and compared with the reference.
+
+    trusted     the grader's side: draws the inputs, runs the child, judges what came back
+    child       the untrusted side: runs the submission's cells and calls, writes plain data
+    wire        the files the two exchange (JSON and .npy, never pickle)
+    exercises   what is audited, exercise by exercise, and how its inputs are drawn
+"""

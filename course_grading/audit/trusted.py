@@ -1,0 +1,288 @@
+"""The integrity audit: each graded function of a submission, re-run on inputs it never saw.
+
+The trusted side (this module, which never runs student code) draws fresh inputs from a
+secret seed made at run time (never written into any notebook), writes them as .npy/JSON
+into a scratch folder (``wire``), and starts ``child.py`` once per submission in a fresh
+sandboxed Python process (no Jupyter). The child runs the setup cell and the solution cells
+(taken from the submitted notebook by grade_id), calls every audited function and writes its
+outputs as plain data (JSON and .npy, never pickle). This side reads them back and compares
+them with ``course_grading.reference`` on the same inputs.
+
+``review()`` puts the audit and the static scanner together: an exercise whose autograded
+score gives points that the audit denies is flagged, with the reason; scanner findings are
+flagged as they are. Nothing here changes a score.
+"""
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..cells import setup_and_solution_sources
+from ..nbformat_tools import read_notebook
+from ..red_flags import Flag, scan
+from ..sandbox import bubblewrap, warm as warm_sandbox
+from . import wire
+from .exercises import EXERCISES, Exercise, Init
+from .wire import Gen, Lookup, T, ToyModel
+
+
+TIMEOUT = 40  # seconds for one submission's whole audit (each call: CALL_SECONDS in the child)
+
+
+@dataclass
+class Verdict:
+    """The audit of one grade cell: ``agrees`` with the reference, or why not."""
+
+    grade_id: str
+    agrees: bool
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+
+def _as_reference_input(value):
+    import torch
+    if isinstance(value, T):
+        return torch.from_numpy(value.array.copy())
+    if isinstance(value, ToyModel):
+        return _toy_model()
+    if isinstance(value, Gen):
+        return torch.Generator().manual_seed(value.seed)
+    if isinstance(value, Lookup):
+        from course_utils.toy_task import LookupModel
+        return LookupModel(**value.kwargs)
+    return value
+
+
+@lru_cache(maxsize=1)
+def _toy_model():
+    """The shipped toy model, loaded once per process (decoding does not change it)."""
+    from course_utils.training import load_toy_model
+    return load_toy_model("cpu")[0]
+
+
+def _reference_module(ref_cls, init: Init, rng):
+    """The reference class built with ``init``, every parameter drawn from ``rng``."""
+    import torch
+    module = ref_cls(*init.args, **init.kwargs)
+    with torch.no_grad():
+        for _, p in module.named_parameters():
+            p.copy_(torch.from_numpy((0.3 * rng.standard_normal(tuple(p.shape))).astype(np.float32)))
+    return module.eval()
+
+
+def _plan(ex: Exercise, rng) -> list[dict]:
+    """The calls of one exercise: args and kwargs, and for a class its Init and the
+    reference module (with its drawn parameters) that the child's copy must match."""
+    import importlib
+
+    module, name = ex.reference.rsplit(".", 1)
+    ref = getattr(importlib.import_module(f"course_grading.reference.{module}"), name)
+    calls = []
+    for entry in ex.inputs(rng):
+        if ex.kind == "module":
+            init, args, kwargs = entry
+            calls.append({"init": init, "module": _reference_module(ref, init, rng), "args": args,
+                          "kwargs": kwargs})
+        else:
+            args, kwargs = entry
+            calls.append({"function": ref, "args": args, "kwargs": kwargs})
+    return calls
+
+
+def _encode_call(call: dict, folder: Path, names: list) -> dict:
+    encoded = {"args": [wire.encode_input(a, folder, names) for a in call["args"]],
+               "kwargs": {k: wire.encode_input(v, folder, names) for k, v in call["kwargs"].items()}}
+    if "init" in call:
+        encoded["init"] = {"args": [wire.encode_input(a, folder, names) for a in call["init"].args],
+                           "kwargs": {k: wire.encode_input(v, folder, names) for k, v in call["init"].kwargs.items()}}
+        encoded["state"] = {n: wire.encode_input(T(p.detach().numpy()), folder, names)
+                            for n, p in call["module"].named_parameters()}
+    return encoded
+
+
+def _expected(call: dict, compare: str):
+    import torch
+    args = [_as_reference_input(a) for a in call["args"]]
+    kwargs = {k: _as_reference_input(v) for k, v in call["kwargs"].items()
+              if not (compare == "support" and k == "generator")}
+    with torch.no_grad():
+        return (call["module"] if "module" in call else call["function"])(*args, **kwargs)
+
+
+def _describe(entry) -> str:
+    return f"{entry.get('dtype', '?')} on {entry.get('device', 'cpu')}" if "t" in entry else ""
+
+
+def _compare(kind: str, got_entry, expected, folder: Path) -> str:
+    """'' when the child's output matches the reference's ``expected``, else the reason."""
+    if isinstance(expected, tuple) or (isinstance(expected, list) and kind != "exact"):
+        if "seq" not in got_entry or len(got_entry["seq"]) != len(expected):
+            return f"returned {got_entry.get('type', 'a single value')}, expected {len(expected)} values"
+        for part_entry, part in zip(got_entry["seq"], expected):
+            reason = _compare(kind, part_entry, part, folder)
+            if reason:
+                return reason
+        return ""
+    got = wire.load_output(got_entry, folder)
+    if hasattr(expected, "detach"):
+        if "t" not in got_entry:
+            return f"returned {got_entry.get('type') or got_entry.get('dtype')}, expected a tensor"
+        want = "torch.int64" if kind == "support" else str(expected.dtype)
+        if got_entry.get("dtype") != want:
+            return f"dtype {got_entry.get('dtype')}, expected {want}"
+        if got_entry.get("device") != str(expected.device):
+            return f"device {got_entry.get('device')}, expected {expected.device}"
+        expected = expected.detach().cpu().double().numpy() if expected.is_floating_point() else expected.numpy()
+    exp = np.asarray(expected)
+    try:
+        arr = np.asarray(got)
+    except Exception:
+        return "unreadable output"
+    if kind == "support":  # sampled ids (b,), each kept by the filtered logits (b, vocab)
+        if arr.shape != exp.shape[:1] or arr.dtype.kind not in "iu":
+            return f"returned {arr.dtype} of shape {arr.shape}, expected int64 ids of shape {exp.shape[:1]}"
+        if arr.min() < 0 or arr.max() >= exp.shape[1]:
+            return "ids outside the vocabulary"
+        if not np.all(np.isfinite(exp[np.arange(len(arr)), arr])):
+            return "sampled a token that temperature/top-k/top-p should have removed"
+        return ""
+    if arr.shape != exp.shape:
+        return f"shape {arr.shape}, expected {exp.shape}"
+    if kind in ("exact", "ids") or exp.dtype == bool:
+        return "" if np.array_equal(arr, exp) else "values differ from the reference"
+    if arr.dtype.kind not in "fiub" or exp.dtype.kind not in "fiub":
+        return f"dtype {arr.dtype}, expected {exp.dtype}"
+    if not np.array_equal(np.isfinite(arr), np.isfinite(exp)):
+        return "NaN or inf where the reference is finite"
+    finite = np.isfinite(exp)
+    if not np.allclose(arr[finite], exp[finite], atol=1e-5, rtol=1e-4):
+        return "values differ from the reference"
+    return ""
+
+
+# --------------------------------------------------------------------------- running
+
+def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: int | None = None,
+          timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None) -> list[Verdict]:
+    """Audit the graded functions and classes of ``notebook`` (a path) for ``assignment``;
+    [] when the assignment has no audited exercises. ``runner(folder)`` replaces the child
+    process (the tests run the child in-process on hundreds of variants); it returns '' or why
+    the child ended early."""
+    exercises = EXERCISES.get(assignment, {})
+    if not exercises:
+        return []
+    seed = secrets.randbits(63) if seed is None else seed
+    rng = np.random.default_rng(seed)
+    nb = read_notebook(notebook)
+    plans = {gid: _plan(ex, rng) for gid, ex in exercises.items()}
+    warm = warm_sandbox.current_warm(tuple(Path(h) for h in hide)) if sandboxed and runner is None else None
+    if warm is not None:
+        try:  # the warm sandbox, emptied of the kernel that graded the notebook
+            folder = warm.prepare()
+        except warm_sandbox.WarmError:
+            warm = None
+    if warm is None:
+        folder = Path(tempfile.mkdtemp(prefix="course-audit-"))
+    try:
+        names: list = []
+        calls = {gid: {"function": ex.function, "module": ex.kind == "module",
+                       "calls": [_encode_call(call, folder, names) for call in plans[gid]]}
+                 for gid, ex in exercises.items()}
+        (folder / wire.CALLS).write_text(json.dumps(calls), encoding="utf-8")
+        (folder / wire.CELLS).write_text(json.dumps(setup_and_solution_sources(nb)), encoding="utf-8")
+        ended = runner(folder) if runner is not None else (
+            _run_warm(warm, folder, timeout) if warm is not None else None)
+        if ended is None:
+            ended = _run_cold(folder, sandboxed, hide, timeout)
+        return [_judge(gid, ex, plans[gid], folder, ended) for gid, ex in exercises.items()]
+    finally:
+        if warm is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_cold(folder: Path, sandboxed: bool, hide, timeout: int) -> str:
+    """The child as a new (sandboxed) Python process; '' or why it ended early."""
+    command = [sys.executable, "-I", "-m", "course_grading.audit.child", str(folder)]
+    groups = None
+    if sandboxed:
+        command, groups = bubblewrap.wrap(command, scratch=folder, cwd=folder,
+                                       hidden_roots=tuple(Path(h) for h in hide),
+                                       limits=bubblewrap.Limits(cpu_seconds=timeout))
+    try:
+        subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=timeout, cwd=folder)
+        return ""
+    except subprocess.TimeoutExpired:
+        return f"the audit ran out of time ({timeout} s)"
+    finally:
+        if groups is not None:
+            groups.remove()
+
+
+def _run_warm(warm, folder: Path, timeout: int) -> str | None:
+    """The child forked by the warm sandbox; '' or why it ended early, None if the warm
+    sandbox failed before the child started (the caller then runs it cold)."""
+    import time
+
+    try:
+        pid = warm.spawn_audit(folder, timeout)
+    except warm_sandbox.WarmError:
+        warm_sandbox.discard_warm(warm)
+        return None
+    deadline = time.monotonic() + timeout
+    try:
+        while warm.poll(pid) is None:
+            if time.monotonic() > deadline:
+                warm.signal(pid, 9)
+                return f"the audit ran out of time ({timeout} s)"
+            time.sleep(0.02)
+    except warm_sandbox.WarmError:
+        warm_sandbox.discard_warm(warm)
+        return "the audit's sandbox ended before the audit did"
+    return ""
+
+
+def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
+    try:
+        data = json.loads((folder / wire.output_name(gid)).read_text(encoding="utf-8"))
+        outputs = data["outputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return Verdict(gid, False, ended or "the audited code ended before this exercise (crashed or exited)")
+    if not isinstance(outputs, list) or len(outputs) != len(plan):
+        return Verdict(gid, False, "malformed audit output")
+    for index, (call, out) in enumerate(zip(plan, outputs)):
+        if not isinstance(out, dict) or "value" not in out:
+            error = out.get("error", "no output") if isinstance(out, dict) else "no output"
+            return Verdict(gid, False, f"{ex.function} failed on fresh input {index + 1}: {error}")
+        expected = _expected(call, ex.compare)
+        try:
+            reason = _compare(ex.compare, out["value"], expected, folder)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            reason = f"unreadable output ({type(exc).__name__})"
+        if reason:
+            return Verdict(gid, False, f"{ex.function} on fresh input {index + 1}: {reason}")
+    return Verdict(gid, True)
+
+
+# --------------------------------------------------------------------------- review
+
+def review(submitted: Path, source: Path, assignment: str, scores: dict[str, float], *,
+           sandboxed: bool = True, hide=()) -> list[Flag]:
+    """Flags for one submission: scanner findings, and every exercise whose autograded score
+    (``scores``: grade_id -> points) gives points that the audit denies."""
+    flags = scan(submitted, source)
+    for verdict in audit(submitted, assignment, sandboxed=sandboxed, hide=hide):
+        if not verdict.agrees and scores.get(verdict.grade_id, 0) > 0:
+            flags.append(Flag(verdict.grade_id, f"audit disagrees with the autograded score: {verdict.reason}"))
+    return flags

@@ -1,0 +1,265 @@
+"""``course autograde``: every submission graded by nbgrader, in parallel, sandboxed, audited.
+
+``autograde`` records what the gradebook lacks (the assignments, generated from solutions/ into a
+temporary folder; the students), then grades ``submitted/<student>/<assignment>/`` in worker
+processes, one submission each at a time. A broken submission becomes an error row; the others
+go on. With ``audit`` each result also carries the red-flag scanner's findings and the
+integrity audit's disagreements (``audit.trusted.review``).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.util
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.converters import Autograde
+from nbgrader.coursedir import CourseDirectory
+from sqlalchemy.exc import SQLAlchemyError
+
+from .audit.trusted import review
+from .course_dir import find_submissions
+from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_directory, db_override,
+                             generate, gradebook, run_converter, select_assignments, short,
+                             source_assignments)
+from .red_flags import scan
+from .results import SubmissionResult, exercise_results
+from .sandbox import bubblewrap, warm
+
+LOCK_RETRIES = 5
+
+
+def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
+              progress=True, db_url=None, sandboxed=True, audit=True) -> list[SubmissionResult]:
+    """Grade every submission ``submitted/<student>/<assignment>/`` (optionally filtered).
+
+    The gradebook learns missing assignments from ``solutions/`` (``notebooks/`` is never
+    touched) and the students; then ``jobs`` worker processes (default: one per CPU) grade one
+    submission each. A broken submission becomes a result with ``error`` set; the rest go on.
+    Results are sorted by student and assignment. ``db_url`` (default: nbgrader_config.py's
+    ``CourseDirectory.db_url``, else ``root/gradebook.db``) may name a shared PostgreSQL
+    gradebook, which several graders can fill at once.
+
+    With ``sandboxed`` every kernel runs in bubblewrap (where it is missing, grading goes on
+    unsandboxed after a loud warning on stderr); with ``audit`` each result carries ``flags``:
+    red flags of the scanner and exercises whose points the integrity audit denies.
+    """
+    root = Path(root).resolve()
+    submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
+    select_assignments(root, assignments)
+    pairs = find_submissions(submitted, students, assignments)
+    if not pairs:
+        raise GradingError(f"no submissions to grade under {submitted}")
+    known = set(source_assignments(root))
+    overrides = {"submitted_directory": str(submitted), **db_override(db_url),
+                 **safety(sandboxed, audit)}
+    tasks = [(str(root), overrides, student, assignment, assignment in known)
+             for student, assignment in pairs]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
+    warm_here = overrides["sandbox"] and jobs == 1
+    if warm_here:  # its imports overlap with the gradebook's set-up below
+        bubblewrap.hide(root)
+        warm.start_warm()
+    try:
+        _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
+                           db_override(db_url))
+        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None)
+    finally:
+        if warm_here:
+            warm.stop_warm()
+    return sorted(results, key=lambda r: (r.student, r.assignment))
+
+
+def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
+                       overrides: dict | None = None) -> None:
+    """Record missing assignments (generated into a temporary folder) and the students.
+
+    Another grader sharing the gradebook (PostgreSQL) may be recording the same rows at the
+    same moment: a clash (a duplicate key) is retried, and the retry finds the rows there.
+    """
+    for attempt in range(LOCK_RETRIES):
+        try:
+            coursedir = course_directory(root, **(overrides or {}))
+            with gradebook(coursedir) as gb:
+                missing = [a for a in assignments if not _has_notebooks(gb, a)]
+                for student in students:
+                    gb.update_or_create_student(student)
+            for assignment in missing:
+                with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
+                    generate(root, assignment, tmp, **(overrides or {}))
+            return
+        except (SQLAlchemyError, NbgraderFailure):
+            if attempt == LOCK_RETRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+
+
+def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
+    try:
+        return len(gb.find_assignment(assignment).notebooks) > 0
+    except MissingEntry:
+        return False
+
+
+def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
+               sandbox_root: str | None = None) -> list[SubmissionResult]:
+    """Run ``_grade_task`` over ``tasks``, in ``jobs`` processes when more than one (each
+    starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given)."""
+    jobs = max(1, min(jobs, len(tasks)))
+    results = []
+
+    def done(result: SubmissionResult) -> None:
+        results.append(result)
+        if progress:
+            outcome = f"ERROR {result.error}" if result.error else f"{result.score:g}/{result.max_score:g}"
+            print(f"[{len(results)}/{len(tasks)}] {result.student} {result.assignment} {outcome}",
+                  file=sys.stderr, flush=True)
+
+    if jobs == 1:
+        for task in tasks:
+            done(_grade_task(*task))
+        return results
+    with ProcessPoolExecutor(jobs, mp_context=_mp_context(), initializer=_start_worker,
+                             initargs=(_kernel_threads(jobs), sandbox_root)) as pool:
+        futures = {pool.submit(_grade_task, *task): task for task in tasks}
+        for future in as_completed(futures):
+            _, _, student, assignment, _ = futures[future]
+            try:
+                done(future.result())
+            except Exception as exc:  # the worker process itself died (killed, out of memory)
+                done(SubmissionResult(student, assignment, error=f"worker died: {exc!r}"))
+    return results
+
+
+def _start_worker(env: dict[str, str], sandbox_root: str | None) -> None:
+    """A grading worker: its kernels' environment, and its warm sandbox, started at once
+    (closed when the worker ends)."""
+    os.environ.update(env)
+    if sandbox_root is not None:
+        bubblewrap.hide(sandbox_root)
+        warm.start_warm()
+        multiprocessing.util.Finalize(None, warm.stop_warm, exitpriority=10)
+
+
+def _kernel_threads(jobs: int) -> dict[str, str]:
+    """Share the cores between the parallel kernels: each gets cores // jobs math threads.
+
+    Without this every kernel's torch starts one thread per core, and ``jobs`` kernels on the
+    same cores fight over them (much slower than one thread each). An explicit
+    ``OMP_NUM_THREADS`` in the environment wins. Set in each worker, so its kernels inherit it.
+    """
+    if "OMP_NUM_THREADS" in os.environ:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
+
+
+def _mp_context():
+    """Workers come from a fresh fork server, never from a fork of the calling process.
+
+    A forked copy of a process that has already run torch (its OpenMP thread pool) can hang
+    on its first tensor operation: seen when grading from inside a test run. The server
+    imports this module once, so workers still start without re-importing nbgrader.
+    """
+    if sys.platform != "linux":
+        return None
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
+
+
+def _grade_task(config_root: str, overrides: dict, student: str, assignment: str,
+                known: bool) -> SubmissionResult:
+    """Grade one submission (in a worker process); any failure becomes an error result."""
+    if not known:
+        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in solutions/")
+    try:
+        return grade_submission(config_root, overrides, student, assignment)
+    except GradingError as exc:
+        result = SubmissionResult(student, assignment, error=str(exc))
+    except Exception as exc:  # keep grading the others, whatever this one did
+        result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
+    if overrides.get("audit"):  # what broke the grading may be what the scanner looks for
+        result.flags = _scan_only(config_root, overrides, student, assignment)
+    return result
+
+
+def _scan_only(config_root: str, overrides: dict, student: str, assignment: str) -> list:
+    """The scanner's red flags of a submission whose grading failed (nothing of it runs)."""
+    root = Path(overrides.get("root") or config_root)
+    folder = Path(overrides.get("submitted_directory") or root / "submitted") / student / assignment
+    flags = []
+    try:
+        for path, source in _with_sources(folder, Path(config_root), assignment):
+            flags += scan(path, source)
+    except Exception:  # noqa: BLE001 - an unreadable notebook: the error row says enough
+        return flags
+    return flags
+
+
+def safety(sandboxed: bool, audit: bool) -> dict:
+    """The overrides that sandbox the kernels and audit the results; warns when unsandboxed."""
+    ok, why = bubblewrap.available() if sandboxed else (False, "--no-sandbox")
+    if not ok:
+        print(bubblewrap.UNSANDBOXED_WARNING.format(why=why), file=sys.stderr, flush=True)
+    return {"sandbox": ok, "audit": audit}
+
+
+def grade_submission(config_root, overrides: dict, student: str, assignment: str) -> SubmissionResult:
+    """nbgrader autograde of one (student, assignment), retried while SQLite is locked;
+    then, when ``overrides`` asks for an audit, its red flags and audit disagreements."""
+    overrides = dict(overrides)
+    audited = overrides.pop("audit", False)
+    coursedir = course_directory(config_root, student_id=student, assignment_id=assignment,
+                                  **overrides)
+    if overrides.get("sandbox"):  # a running one is kept; a broken one is replaced
+        warm.start_warm()
+    _expect_notebooks(coursedir, student, assignment)
+    for attempt in range(LOCK_RETRIES):
+        converter = Autograde(coursedir=coursedir, config=coursedir.config, log=LOG)
+        converter.force = True
+        converter.create_student = True
+        try:
+            run_converter(converter)
+            break
+        except NbgraderFailure as exc:
+            if "database is locked" not in exc.log or attempt == LOCK_RETRIES - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    result = SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
+    if audited:
+        result.flags = _review(coursedir, result, bool(overrides.get("sandbox")))
+    return result
+
+
+def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: bool) -> list:
+    """Scanner flags and audit disagreements of each notebook of a graded submission."""
+    flags = []
+    folder = Path(coursedir.format_path(coursedir.submitted_directory, result.student, result.assignment))
+    scores = {e.grade_id: e.score for e in result.exercises}
+    for path, source in _with_sources(folder, Path(coursedir.root), result.assignment):
+        flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
+                        hide=bubblewrap.hidden_roots())
+    return flags
+
+
+def _with_sources(folder: Path, root: Path, assignment: str) -> list[tuple[Path, Path]]:
+    """Each submitted notebook of ``folder`` with its source in ``root/solutions``."""
+    pairs = [(path, root / "solutions" / assignment / path.name) for path in sorted(folder.glob("*.ipynb"))]
+    return [(path, source) for path, source in pairs if source.is_file()]
+
+
+def _expect_notebooks(coursedir: CourseDirectory, student: str, assignment: str) -> None:
+    """GradingError unless the submission holds a notebook of the assignment, by name
+    (nbgrader would only say "did you forget to run generate_assignment?")."""
+    folder = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment))
+    with gradebook(coursedir) as gb:
+        expected = sorted(f"{n.name}.ipynb" for n in gb.find_assignment(assignment).notebooks)
+    found = sorted(p.name for p in folder.glob("*.ipynb"))
+    if not set(expected) & set(found):
+        raise GradingError(f"no {' or '.join(expected)} in the submission "
+                           f"(found: {', '.join(found) or 'no notebooks'})")

@@ -1,0 +1,114 @@
+"""``course check``: one learner's notebook graded against the full hidden tests, exactly as
+the instructor's autograder would, in a throw-away course directory (the course's gradebook
+and folders are never touched)."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from .autograde import grade_submission, safety
+from .nbformat_tools import read_notebook
+from .nbgrader_setup import GradingError, generate, source_assignments
+from .results import SubmissionResult
+from .sandbox import bubblewrap, warm
+
+CHECK_STUDENT = "you"
+_IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+
+
+def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
+    """Grade one notebook against the full hidden tests, as the instructor's autograder would,
+    in a temporary course directory: the course's gradebook and folders are never touched.
+
+    The assignment comes from the file or folder name (else from the notebook's cells) and
+    must match the notebook's nbgrader cells; bad input raises GradingError.
+    """
+    root = Path(root).resolve()
+    notebook_path = locate_notebook(path)
+    assignment = identify_assignment(root, notebook_path, load_submission(notebook_path))
+    with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
+        course = Path(tmp)
+        shutil.copytree(root / "solutions" / assignment, course / "solutions" / assignment, ignore=_IGNORED)
+        target = course / "submitted" / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
+        target.parent.mkdir(parents=True)
+        shutil.copyfile(notebook_path, target)
+        overrides = {"root": str(course), "db_url": f"sqlite:///{course / 'gradebook.db'}",
+                     **safety(sandboxed, audit)}
+        if overrides["sandbox"]:  # its imports overlap with generating the assignment
+            bubblewrap.hide(course, root)
+            warm.start_warm()
+        try:
+            generate(root, assignment, course / "release",
+                      **{k: v for k, v in overrides.items() if k not in ("sandbox", "audit")})
+            return grade_submission(root, overrides, CHECK_STUDENT, assignment)
+        finally:
+            warm.stop_warm()
+
+
+def locate_notebook(path) -> Path:
+    """``path`` itself, or the one notebook in directory ``path``."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(p for p in path.glob("*.ipynb") if p.is_file())
+        if len(found) != 1:
+            what = "no notebook" if not found else f"{len(found)} notebooks (name one)"
+            raise GradingError(f"{path} holds {what}")
+        return found[0]
+    if not path.is_file():
+        raise GradingError(f"{path}: no such file")
+    return path
+
+
+def load_submission(path: Path) -> nbformat.NotebookNode:
+    """Read a notebook file, with a clear GradingError for anything that is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise GradingError(f"{path} is not a notebook: it is not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise GradingError(f"{path} is not a notebook: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not (isinstance(data, dict) and isinstance(data.get("cells"), list) and data.get("nbformat") == 4):
+        raise GradingError(f"{path} is not a Jupyter notebook (nbformat 4 with a list of cells)")
+    try:
+        return nbformat.from_dict(data)
+    except Exception as exc:
+        raise GradingError(f"{path} is not a readable notebook: {exc}") from None
+
+
+def _nbgrader_ids(nb) -> set[str]:
+    return {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.cells} - {None}
+
+
+def identify_assignment(root: Path, path: Path, nb) -> str:
+    """The assignment ``nb`` belongs to; GradingError if it cannot be told or does not match."""
+    known = source_assignments(root)
+    if not known:
+        raise GradingError(f"no assignments under {root / 'solutions'}")
+    sources = {a: _assignment_source(root, a) for a in known}
+    ids = _nbgrader_ids(nb)
+    if not ids:
+        raise GradingError(f"{path} has no nbgrader cells: it is not a course notebook")
+    by_name = [n for n in (path.stem, path.parent.name) if n in sources]
+    overlap = {a: len(ids & _graded_ids(sources[a])) for a in known}
+    if not by_name and not any(overlap.values()):
+        raise GradingError(f"cannot tell which assignment {path} belongs to: "
+                           f"name it <assignment>.ipynb, one of {', '.join(known)}")
+    assignment = by_name[0] if by_name else max(known, key=overlap.get)
+    foreign = sorted(ids - _nbgrader_ids(sources[assignment]))
+    if foreign or not overlap[assignment]:
+        hint = f" (its cells {', '.join(foreign[:3])} are not in {assignment})" if foreign else ""
+        raise GradingError(f"{path} is not a notebook of assignment {assignment}{hint}")
+    return assignment
+
+
+def _assignment_source(root: Path, assignment: str):
+    return read_notebook(root / "solutions" / assignment / f"{assignment}.ipynb")
+
+
+def _graded_ids(nb) -> set[str]:
+    return {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("solution")}

@@ -1,0 +1,150 @@
+"""What grading produced: one result per (student, assignment), and the ways it is written
+out (the score table, ``reports/grades.csv``, ``reports/flags.csv``), read back from the
+gradebook and the autograded notebooks."""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import cells
+from .nbformat_tools import read_notebook
+from .nbgrader_setup import gradebook, short, strip_ansi
+
+GRADES_CSV = Path("reports") / "grades.csv"
+FLAGS_CSV = Path("reports") / "flags.csv"
+
+
+@dataclass
+class ExerciseResult:
+    """One grade cell of one submission."""
+
+    grade_id: str
+    score: float
+    max_score: float
+    message: str = ""  # first line of the failure, when the cell lost points
+
+    @property
+    def passed(self) -> bool:
+        return self.score >= self.max_score
+
+
+@dataclass
+class SubmissionResult:
+    """One (student, assignment): its exercises, or ``error`` when grading itself broke."""
+
+    student: str
+    assignment: str
+    exercises: list[ExerciseResult] = field(default_factory=list)
+    error: str = ""
+    flags: list = field(default_factory=list)  # scan.Flag: red flags and audit disagreements
+
+    @property
+    def score(self) -> float:
+        return sum(e.score for e in self.exercises)
+
+    @property
+    def max_score(self) -> float:
+        return sum(e.max_score for e in self.exercises)
+
+
+def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) -> list[ExerciseResult]:
+    """Scores from the gradebook, in notebook order, with the autograded notebook's messages."""
+    results = []
+    with gradebook(coursedir) as gb:
+        for notebook in sorted(gb.find_assignment(assignment).notebooks, key=lambda n: n.name):
+            path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment),
+                        f"{notebook.name}.ipynb")
+            order, messages = _failure_messages(path)
+            grades = {g.name: g for g in gb.find_submission_notebook(notebook.name, assignment, student).grades}
+            for name in order + sorted(set(grades) - set(order)):
+                grade = grades[name]
+                score = float(grade.score or 0)
+                message = "" if score >= grade.max_score else (
+                    messages.get(name) or ("needs manual grading" if grade.needs_manual_grade else ""))
+                results.append(ExerciseResult(name, score, float(grade.max_score), message))
+    return results
+
+
+def _failure_messages(path: Path) -> tuple[list[str], dict[str, str]]:
+    """Grade cell ids of an autograded notebook in order, and each one's first error line."""
+    if not path.is_file():
+        return [], {}
+    order, messages = [], {}
+    for cell in read_notebook(path).cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and meta.get("grade"):
+            order.append(meta["grade_id"])
+            messages[meta["grade_id"]] = _cell_failure(cell)
+    return order, messages
+
+
+def _cell_failure(cell) -> str:
+    """First line of a cell's error output, else of its stderr (nbgrader scores both 0)."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            text = f"{output.get('ename', '')}: {output.get('evalue', '')}".strip(": ")
+            return short(text.splitlines()[0]) if text else "error"
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            lines = [ln for ln in strip_ansi(cells.text(output.get("text", ""))).splitlines() if ln.strip()]
+            return short("stderr: " + (lines[0] if lines else ""))
+    return ""
+
+
+def write_csv(results: list[SubmissionResult], path) -> Path:
+    """One row per (student, assignment, exercise); a broken submission gets one error row."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "assignment", "exercise", "score", "max_score", "message"])
+        for r in results:
+            if r.error:
+                writer.writerow([r.student, r.assignment, "", "", "", f"grading failed: {r.error}"])
+            for e in r.exercises:
+                writer.writerow([r.student, r.assignment, e.grade_id, f"{e.score:g}", f"{e.max_score:g}", e.message])
+    return path
+
+
+def format_table(results: list[SubmissionResult]) -> str:
+    """A plain-text table per assignment: one row per student, one column per exercise."""
+    blocks = []
+    for assignment in sorted({r.assignment for r in results}):
+        rows = [r for r in results if r.assignment == assignment]
+        exercises = list(dict.fromkeys(e.grade_id for r in rows for e in r.exercises))
+        table = [["student", *exercises, "total"]]
+        for r in rows:
+            if r.error:
+                table.append([r.student, f"ERROR: {r.error}"])
+                continue
+            scores = {e.grade_id: f"{e.score:g}/{e.max_score:g}" for e in r.exercises}
+            table.append([r.student, *(scores.get(x, "-") for x in exercises),
+                          f"{r.score:g}/{r.max_score:g}"])
+        blocks.append(f"{assignment}\n{_columns(table)}")
+    return "\n\n".join(blocks)
+
+
+def _columns(table: list[list[str]]) -> str:
+    """Left-aligned columns; a short row (an error) runs on from its first column."""
+    full = [row for row in table if len(row) == len(table[0])]
+    widths = [max(len(row[i]) for row in full) for i in range(len(table[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table)
+
+
+def format_flags(results: list[SubmissionResult]) -> str:
+    """One line per flag (student, assignment, where, why); '' when nothing was flagged."""
+    return "\n".join(f"FLAG {r.student}/{r.assignment} {flag}" for r in results for flag in r.flags)
+
+
+def write_flags_csv(results: list[SubmissionResult], path) -> Path:
+    """The flags for the instructor: student, assignment, cell (grade_id), reason."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["student", "assignment", "cell", "reason"])
+        for r in results:
+            for flag in r.flags:
+                writer.writerow([r.student, r.assignment, flag.where, flag.reason])
+    return path
