@@ -10,7 +10,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import cells
+from . import building_blocks, cells
 from .nbformat_tools import dumps, read_notebook
 from .nbgrader_setup import GradingError, generate, load_config, select_assignments
 
@@ -41,8 +41,10 @@ class LeakError(GradingError):
 def release(root, assignments=None, check_only=False) -> list[str]:
     """Regenerate ``notebooks/`` from ``solutions/`` (all assignments, or those named).
 
-    Each released notebook is normalized and scanned for leaks before anything is written; a
-    leak raises LeakError and leaves ``notebooks/`` untouched. Returns the paths (relative to
+    First each assignment's ``building_blocks.py`` (the earlier components it builds on) is
+    rendered into ``solutions/<assignment>/``, as the configuration asks. Each released
+    notebook is normalized and scanned for leaks before anything is written to ``notebooks/``;
+    a leak raises LeakError and leaves ``notebooks/`` untouched. Returns the paths (relative to
     ``root``) whose content changed; with ``check_only`` nothing is written and no gradebook
     is touched, and the return value lists the files that are out of date.
     """
@@ -50,6 +52,17 @@ def release(root, assignments=None, check_only=False) -> list[str]:
     names = select_assignments(root, assignments)
     if not names:
         raise GradingError(f"no assignments under {root / 'solutions'}")
+    config = load_config(root)
+    blocks: dict[Path, bytes] = {}
+    for name in names:
+        try:
+            blocks.update(building_blocks.expected_files(root, name, config))
+        except building_blocks.BuildingBlocksError as exc:
+            raise GradingError(str(exc)) from None
+    stale_blocks = [path for path, data in blocks.items() if _read_bytes(path) != data]
+    if not check_only:
+        for path in stale_blocks:
+            path.write_bytes(blocks[path])
     with tempfile.TemporaryDirectory(prefix="course-release-") as tmp:
         files: dict[Path, bytes] = {}
         for name in names:
@@ -60,7 +73,7 @@ def release(root, assignments=None, check_only=False) -> list[str]:
         for rel in changed:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(files[rel])
-    return [str(rel) for rel in changed]
+    return [str(path.relative_to(root)) for path in stale_blocks] + [str(rel) for rel in changed]
 
 
 def _render(root: Path, assignment: str, release_dir: Path) -> dict[Path, bytes]:

@@ -1,10 +1,13 @@
 """Train the course's encoder-decoder Transformer on the dates task, evaluate it, load the
 shipped checkpoint.
 
-    model, src_tok, tgt_tok = load_toy_model()          # trained, in a fraction of a second
-    exact_match(model, make_pairs(200, "test"))          # -> 0.99...
+    model, src_tok, tgt_tok = load_toy_model(Transformer)   # trained, in a fraction of a second
+    exact_match(model, make_pairs(200, "test"))             # -> 0.99...
 
-    model = build_model(ToyConfig())                      # or train one yourself
+    model = build_model(Transformer, ToyConfig())            # or train one yourself
+
+``Transformer`` is the encoder-decoder of notebook 07 (the learner's own, or the one its
+assignment provides): this module holds no model of its own.
     history = train(model, make_pairs(40_000), steps=1_500)
 
 The loop is the textbook one: teacher forcing (the decoder reads ``<bos> y1 … y_{n-1}`` and
@@ -29,7 +32,7 @@ from torch import nn
 
 from .device import get_device, grading
 from course_grading.reference.attention import causal_mask
-from course_grading.reference.decoder import Transformer, make_padding_mask
+from course_grading.reference.decoder import make_padding_mask
 from course_grading.reference.generation import greedy_decode
 from .toy_task import Tokenizer, encode_pairs, source_tokenizer, target_tokenizer
 
@@ -59,13 +62,13 @@ class ToyConfig:
                     num_layers=self.num_layers, dropout=self.dropout)
 
 
-def build_model(config: ToyConfig | None = None, src_tok: Tokenizer | None = None,
-                tgt_tok: Tokenizer | None = None) -> Transformer:
-    """A fresh (untrained) reference Transformer sized for the dates task."""
+def build_model(transformer_cls, config: ToyConfig | None = None, src_tok: Tokenizer | None = None,
+                tgt_tok: Tokenizer | None = None):
+    """A fresh (untrained) ``transformer_cls`` (07's Transformer contract) sized for the dates task."""
     config = config or ToyConfig()
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
     torch.manual_seed(config.seed)
-    return Transformer(len(src_tok), len(tgt_tok), max_len=64, **config.model_kwargs())
+    return transformer_cls(len(src_tok), len(tgt_tok), max_len=64, **config.model_kwargs())
 
 
 def lr_at(step: int, peak: float, warmup: int, total: int, floor: float = 0.05) -> float:
@@ -261,12 +264,12 @@ def save_checkpoint(model, config: ToyConfig, path: Path | str = CHECKPOINT) -> 
     return Path(path)
 
 
-def load_toy_model(device=None, path: Path | str = CHECKPOINT):
-    """The trained dates Transformer (eval mode, float32, on ``device`` or ``get_device()``),
-    with its tokenisers: ``model, src_tok, tgt_tok = load_toy_model()``."""
+def load_toy_model(transformer_cls, device=None, path: Path | str = CHECKPOINT):
+    """The trained dates model in a ``transformer_cls`` (eval mode, float32, on ``device`` or
+    ``get_device()``), with its tokenisers: ``model, src_tok, tgt_tok = load_toy_model(Transformer)``."""
     blob = torch.load(path, map_location="cpu", weights_only=True)
     config = ToyConfig(**blob["config"])
-    model = build_model(config)
+    model = build_model(transformer_cls, config)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v
                            for k, v in blob["state_dict"].items()})
     device = torch.device(device) if device is not None else get_device()

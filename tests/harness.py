@@ -52,6 +52,7 @@ def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = Non
     if grade_id not in c["grades"]:
         raise KeyError(f"{assignment} has no grade cell {grade_id!r}; it has {sorted(c['grades'])}")
     ns: dict = {"__name__": "__main__"}
+    use_building_blocks(assignment)
     for src in c["setup"] + list(c["solutions"].values()):
         exec(compile(src, f"<{assignment}>", "exec"), ns)
     if replacement is not None:
@@ -69,6 +70,16 @@ def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = Non
 
 
 VARIANTS = Path(__file__).parent / "variants"
+
+
+def use_building_blocks(assignment: str) -> None:
+    """Make ``import building_blocks`` find this assignment's (as a kernel started beside the
+    notebook would), not another assignment's already imported one."""
+    import sys
+
+    folder = str(ROOT / "solutions" / assignment)
+    sys.modules.pop("building_blocks", None)
+    sys.path[:] = [p for p in sys.path if not p.startswith(str(ROOT / "solutions"))] + [folder]
 
 
 def load_variants(path: Path):

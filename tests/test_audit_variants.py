@@ -45,7 +45,8 @@ def _verdict(tmp_path: Path, assignment: str, grade_id: str, source: str):
     nb.cells.append(cell)  # after the solutions: it replaces one of them, as in the grade-cell tests
     path = tmp_path / f"{assignment}.ipynb"
     nbformat.write(nb, str(path))
-    verdicts = {v.grade_id: v for v in audit.audit(path, assignment, seed=1234, runner=_in_process)}
+    verdicts = {v.grade_id: v for v in audit.audit(path, assignment, seed=1234, runner=_in_process,
+                                                             blocks=ROOT / "solutions" / assignment / "building_blocks.py")}
     return verdicts[grade_id]
 
 

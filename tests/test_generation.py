@@ -12,6 +12,7 @@ import torch
 matplotlib.use("Agg")
 
 from course_grading.reference import generation as G  # noqa: E402
+from course_grading.reference.decoder import Transformer  # noqa: E402
 from course_utils.toy_task import (BOS_ID, EOS_ID, HELD_OUT_DATES, PAD_ID, LookupModel,  # noqa: E402
                                    cardinal, make_pairs, ordinal, source_tokenizer, split_dates,
                                    target_tokenizer, year_words)
@@ -147,13 +148,13 @@ def test_checkpoint_is_small_loads_and_translates_held_out_dates():
     assert training.CHECKPOINT.stat().st_size < 3_000_000
     info = training.describe_checkpoint()
     assert info["held_out_exact_match_greedy"] >= 0.99
-    model, src_tok, tgt_tok = training.load_toy_model(device="cpu")
+    model, src_tok, tgt_tok = training.load_toy_model(Transformer, device="cpu")
     assert not model.training
     assert training.exact_match(model, make_pairs(200, "test", seed=5)) >= 0.99
 
 
 def test_training_runs_and_the_loss_falls():
-    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
     history = training.train(model, make_pairs(1_000), steps=40, batch_size=32, warmup=5,
                              device="cpu", show="quiet")
     assert history.steps == 40 and not model.training
@@ -169,7 +170,7 @@ def test_lr_schedule_warms_up_then_decays():
 
 
 def test_teacher_forcing_ignores_padding():
-    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
     src_tok, tgt_tok = source_tokenizer(), target_tokenizer()
     from course_utils.toy_task import encode_pairs
 
@@ -183,7 +184,7 @@ def test_teacher_forcing_ignores_padding():
 
 
 def test_text_progress_prints_to_stdout_only(capsys):
-    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
     training.train(model, make_pairs(200), steps=3, batch_size=16, device="cpu", show="text")
     out = capsys.readouterr()
     assert "step 3/3" in out.out and out.err == ""
@@ -192,7 +193,7 @@ def test_text_progress_prints_to_stdout_only(capsys):
 # -- plots and widget ------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def trained():
-    return training.load_toy_model(device="cpu")
+    return training.load_toy_model(Transformer, device="cpu")
 
 
 def test_cross_attention_and_plots(trained):
@@ -244,7 +245,7 @@ def test_widget_and_training_are_silent_under_grading(trained, monkeypatch, caps
 
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert decoding_stepper(trained[0], ["march 3, 1999"]) is None
-    model = training.build_model(training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
     training.train(model, make_pairs(100), steps=2, batch_size=16, device="cpu")
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""

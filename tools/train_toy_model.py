@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from course_grading.reference.decoder import Transformer  # noqa: E402
 from course_utils.device import get_device  # noqa: E402
 from course_utils.toy_task import HELD_OUT_DATES, make_pairs  # noqa: E402
 from course_utils.training import (CHECKPOINT, ToyConfig, build_model, exact_match,  # noqa: E402
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     pairs = make_pairs(config.train_pairs, "train", seed=config.seed)
-    model = build_model(config)
+    model = build_model(Transformer, config)
     history = train(model, pairs, steps=config.steps, batch_size=config.batch_size, lr=config.lr,
                     warmup=config.warmup, label_smoothing=config.label_smoothing,
                     weight_decay=config.weight_decay, device=device, seed=config.seed,
@@ -58,7 +59,7 @@ def main(argv=None) -> int:
     test = make_pairs(args.eval, "test", seed=0)
     model.float()
     acc = exact_match(model, test)
-    half = build_model(config).to(device)  # what the checkpoint holds: float16 weights
+    half = build_model(Transformer, config).to(device)  # what the checkpoint holds: float16 weights
     half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
     acc_half = exact_match(half.eval(), test)
     print(f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "

@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import building_blocks
 from ..cells import setup_and_solution_sources
 from ..nbformat_tools import read_notebook
 from ..red_flags import Flag, scan
@@ -68,7 +69,9 @@ def _as_reference_input(value):
 def _toy_model():
     """The shipped toy model, loaded once per process (decoding does not change it)."""
     from course_utils.training import load_toy_model
-    return load_toy_model("cpu")[0]
+
+    from ..reference.decoder import Transformer
+    return load_toy_model(Transformer, "cpu")[0]
 
 
 def _reference_module(ref_cls, init: Init, rng):
@@ -174,9 +177,11 @@ def _compare(kind: str, got_entry, expected, folder: Path) -> str:
 # --------------------------------------------------------------------------- running
 
 def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: int | None = None,
-          timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None) -> list[Verdict]:
+          timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None,
+          blocks: Path | None = None) -> list[Verdict]:
     """Audit the graded functions and classes of ``notebook`` (a path) for ``assignment``;
-    [] when the assignment has no audited exercises. ``runner(folder)`` replaces the child
+    [] when the assignment has no audited exercises. ``blocks`` is the instructor's copy of the
+    assignment's building_blocks.py, put beside the cells. ``runner(folder)`` replaces the child
     process (the tests run the child in-process on hundreds of variants); it returns '' or why
     the child ended early."""
     exercises = EXERCISES.get(assignment, {})
@@ -201,6 +206,8 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
                  for gid, ex in exercises.items()}
         (folder / wire.CALLS).write_text(json.dumps(calls), encoding="utf-8")
         (folder / wire.CELLS).write_text(json.dumps(setup_and_solution_sources(nb)), encoding="utf-8")
+        if blocks is not None and Path(blocks).is_file():
+            shutil.copyfile(blocks, folder / building_blocks.FILE_NAME)
         ended = runner(folder) if runner is not None else (
             _run_warm(warm, folder, timeout) if warm is not None else None)
         if ended is None:
@@ -282,7 +289,8 @@ def review(submitted: Path, source: Path, assignment: str, scores: dict[str, flo
     """Flags for one submission: scanner findings, and every exercise whose autograded score
     (``scores``: grade_id -> points) gives points that the audit denies."""
     flags = scan(submitted, source)
-    for verdict in audit(submitted, assignment, sandboxed=sandboxed, hide=hide):
+    blocks = Path(source).with_name(building_blocks.FILE_NAME)
+    for verdict in audit(submitted, assignment, sandboxed=sandboxed, hide=hide, blocks=blocks):
         if not verdict.agrees and scores.get(verdict.grade_id, 0) > 0:
             flags.append(Flag(verdict.grade_id, f"audit disagrees with the autograded score: {verdict.reason}"))
     return flags
