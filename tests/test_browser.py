@@ -61,6 +61,9 @@ def _filled_in(assignment: str, dest: Path) -> Path:
             cell["source"] = answers[meta["grade_id"]]
     path = dest / f"{assignment}.ipynb"
     path.write_text(json.dumps(release))
+    for extra in (ROOT / "notebooks" / assignment).iterdir():  # what the release ships beside it
+        if extra.is_file() and extra.suffix != ".ipynb":
+            shutil.copy(extra, dest / extra.name)
     return path
 
 

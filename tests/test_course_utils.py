@@ -138,3 +138,94 @@ def test_check_call_catches_a_builtin_imported_inside_the_function():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "caught:" in out.stdout and "torch.nn.functional.one_hot" in out.stdout, out.stdout + out.stderr
+
+
+SOFTMAX = dict(forbidden=["torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax"],
+               ops=("_softmax", "_log_softmax", "_safe_softmax"))
+
+
+def _captured_as_default(x, _f=torch.softmax):
+    return _f(x, -1)
+
+
+def _captured_in_closure():
+    f = torch.nn.functional.softmax
+
+    def inner(x):
+        return f(x, dim=-1)
+    return inner
+
+
+def _partial_built_inside(x):
+    import functools
+    return functools.partial(getattr(torch, "soft" + "max"), dim=-1)(x)
+
+
+def _via_aten(x):
+    return torch.ops.aten._softmax(x, -1, False)
+
+
+def _private(x):
+    return torch._softmax(x, -1, False)
+
+
+def _through_map(x):
+    return list(map(torch.softmax, [x], [-1]))[0]
+
+
+@pytest.mark.parametrize("fn", [_captured_as_default, _captured_in_closure(), _partial_built_inside,
+                                _via_aten, _private, _through_map,
+                                __import__("functools").partial(torch.softmax, dim=-1)],
+                         ids=["default-arg", "closure", "partial-inside", "aten", "private", "map",
+                              "partial"])
+def test_forbidden_builtins_are_caught_however_they_are_reached(fn):
+    with pytest.raises(CheckFailed, match="the very thing this exercise asks you to build"):
+        Check("softmax", **SOFTMAX).call(fn, torch.ones(2, 3))
+
+
+def test_switching_the_recording_off_fails_the_exercise():
+    def sneaky(x):
+        previous = sys.getprofile()
+        sys.setprofile(None)
+        try:
+            return torch.softmax(x, -1)
+        finally:
+            sys.setprofile(previous)
+
+    with pytest.raises(CheckFailed, match="switches off the check's view"):
+        Check("softmax", **SOFTMAX).call(sneaky, torch.ones(3))
+    assert sys.getprofile() is None
+
+
+def test_an_exercise_that_starts_a_thread_fails():  # where the recording would not look
+    import threading
+
+    def threaded(x):
+        out = []
+        worker = threading.Thread(target=lambda: out.append(torch.softmax(x, -1)))
+        worker.start()
+        worker.join()
+        return out[0]
+
+    with pytest.raises(CheckFailed, match="switches off the check's view .*start_new_thread"):
+        Check("softmax", **SOFTMAX).call(threaded, torch.ones(3))
+
+
+def test_a_tensor_subclass_cannot_run_code_after_the_call():
+    class Sly(torch.Tensor):
+        pass
+
+    with pytest.raises(CheckFailed, match="subclass of torch.Tensor"):
+        Check("softmax", **SOFTMAX).call(lambda x: x.as_subclass(Sly), torch.ones(3))
+
+
+def test_a_failed_check_shows_its_message_not_the_checks_internals():
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    result = shell.run_cell("from course_utils.checks._core import Check\n"
+                            "Check('softmax').fail('each row should sum to 1')", store_history=False)
+    assert isinstance(result.error_in_exec, CheckFailed)
+    rendered = result.error_in_exec._render_traceback_()
+    assert len(rendered) == 1 and "softmax: each row should sum to 1" in rendered[0]
+    assert "_core.py" not in "".join(rendered)

@@ -1,45 +1,80 @@
-"""Machinery shared by every check: quiet calls, forbidden built-ins, clear failures."""
+"""Machinery shared by every check: quiet calls, forbidden built-ins, clear failures.
+
+A check calls the learner's code through :meth:`Check.call`, which
+
+* runs it quietly (nbgrader scores a grade cell 0 for *any* stderr output, so a correct
+  solution that happens to warn must not lose marks);
+* records what it actually calls while it runs — Python functions and methods (by their code),
+  built-ins called from Python (by name), and, for torch exercises, the operators torch
+  dispatches whatever route led to them (``torch._softmax``, ``torch.ops.aten``, a
+  ``functools.partial``, a C++ path) — and fails the exercise when that includes what the
+  exercise asks the learner to build;
+* also fails it when the function merely *holds* such a built-in: as a global, a default
+  argument, in a closure, a ``functools.partial`` or a method of the learner's class;
+* turns ``NotImplementedError`` into "not implemented yet" and any other exception into a
+  message naming the learner's own line.
+
+A failing check raises :class:`CheckFailed`, whose traceback in Jupyter (and in nbgrader's
+feedback) is the message alone: what went wrong and the likely cause, never the answer.
+"""
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
+import inspect
 import io
 import os
 import sys
+import threading
+import traceback
+import types
 import warnings
 from typing import Callable, Iterable
 
 import numpy as np
 
-# Taken at import (the notebook's first cell), before any student code can patch them.
+# Taken at import (the notebook's first cell), before any learner code can patch them.
 _isclose = np.isclose
 _allclose = np.allclose
 _asarray = np.asarray
+_setprofile, _getprofile = sys.setprofile, sys.getprofile
+_thread_setprofile = threading.setprofile
+
+# Built-ins that switch off the recording below; an exercise has no business calling them.
+_TAMPERING = frozenset({
+    "setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads", "_setprofile",
+    "register_callback", "set_events", "set_local_events", "use_tool_id", "free_tool_id",
+    "_unset_dispatch_mode", "_pop_torch_dispatch_mode", "_pop_torch_function_stack",
+    "_set_torch_function_mode", "_push_on_torch_dispatch_stack", "_pop_mode",
+    "start_new_thread", "start_joinable_thread", "fork", "forkpty", "posix_spawn", "execv",
+    "execve",
+})
 
 
 class CheckFailed(AssertionError):
     """A check found a mistake. The message names the likely cause."""
 
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of a traceback: the message, not the check's internals."""
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
 
 @contextlib.contextmanager
 def quiet():
-    """Swallow warnings, stdout and stderr from the code under test.
-
-    nbgrader gives a grade cell zero points for *any* stderr output, so a correct solution that
-    happens to warn must not lose marks.
-    """
+    """Swallow warnings, stdout and stderr from the code under test."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             yield
 
 
-def _resolve(path: str):
-    """'torch.nn.functional.softmax' -> (module or class, attribute name, object).
+# --------------------------------------------------------------------------- what is forbidden
 
-    None when the package was never imported: the student's code can't be calling it then,
-    and a NumPy-only notebook should not pay for importing torch.
-    """
+def _resolve(path: str):
+    """'torch.nn.functional.softmax' -> the object, or None when its package was never
+    imported (then the learner's code can't be calling it, and a NumPy-only notebook does
+    not pay for importing torch) or does not exist."""
     parts = path.split(".")
     if parts[0] not in sys.modules:
         return None
@@ -49,22 +84,189 @@ def _resolve(path: str):
         except ImportError:
             continue
         try:
-            for attr in parts[cut:-1]:
+            for attr in parts[cut:]:
                 owner = getattr(owner, attr)
-            return owner, parts[-1], getattr(owner, parts[-1])
+            return owner
         except AttributeError:
             return None
     return None
 
+
+def _code_of(obj):
+    """The Python code object behind a function, method, or class's ``forward``/``__call__``
+    (behind any decorators: ``@torch.no_grad()`` wrappers share one code object)."""
+    obj = getattr(obj, "__func__", obj)
+    try:
+        obj = inspect.unwrap(obj)
+    except ValueError:  # a cycle of __wrapped__
+        pass
+    code = getattr(obj, "__code__", None)
+    if code is None and isinstance(obj, type):
+        for name in ("forward", "__call__"):
+            fn = getattr(obj, name, None)
+            if getattr(fn, "__code__", None) is not None:
+                return fn.__code__
+    return code
+
+
+class Forbidden:
+    """What one exercise may not use, resolved to what can be recognised while it runs."""
+
+    def __init__(self, paths: Iterable[str] = (), ops: Iterable[str] = ()):
+        self.paths = tuple(paths)
+        self.ops = tuple(ops)  # torch operator names (aten), e.g. "_softmax"; "name*" a prefix
+        self.objects: dict[int, str] = {}
+        self.codes: dict[types.CodeType, str] = {}
+        self.c_names: dict[str, str] = {}
+        for path in self.paths:
+            obj = _resolve(path)
+            if obj is None:
+                continue
+            self.objects[id(obj)] = path
+            code = _code_of(obj)
+            if code is not None:
+                self.codes[code] = path
+            elif callable(obj) and getattr(obj, "__name__", None):
+                self.c_names[obj.__name__] = path  # a built-in: recognised by name when called
+
+    def held_by(self, fn) -> list[str]:
+        """Forbidden objects that ``fn`` is, or holds: its globals, default arguments, closure
+        cells, the target of a ``functools.partial`` or bound method, the methods of a class
+        (recursively, a few levels deep)."""
+        hits: list[str] = []
+        seen: set[int] = set()
+
+        def visit(obj, depth: int) -> None:
+            if depth > 4 or id(obj) in seen:
+                return
+            seen.add(id(obj))
+            if id(obj) in self.objects:
+                hits.append(self.objects[id(obj)])
+                return
+            code = _code_of(obj) if callable(obj) else None
+            if code is not None and code in self.codes:
+                hits.append(self.codes[code])
+                return
+            if isinstance(obj, functools.partial):
+                visit(obj.func, depth + 1)
+                for value in (*obj.args, *obj.keywords.values()):
+                    visit(value, depth + 1)
+                return
+            if isinstance(obj, types.MethodType):
+                visit(obj.__func__, depth + 1)
+                return
+            if isinstance(obj, type):
+                for klass in obj.__mro__:
+                    if klass.__module__.split(".")[0] in ("torch", "builtins", "numpy", "course_utils"):
+                        continue
+                    for value in vars(klass).values():
+                        visit(getattr(value, "__func__", value), depth + 1)
+                return
+            if isinstance(obj, types.FunctionType):
+                for value in (*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()):
+                    visit(value, depth + 1)
+                for cell in obj.__closure__ or ():
+                    try:
+                        visit(cell.cell_contents, depth + 1)
+                    except ValueError:  # an empty cell
+                        pass
+                for name in _names(obj.__code__):
+                    value = obj.__globals__.get(name)
+                    if value is not None:
+                        visit(value, depth + 1)
+
+        visit(fn, 0)
+        return hits
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """Global names a code object (and the code nested in it) refers to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+class _Recorder:
+    """Records, while the learner's code runs, every forbidden thing it calls and any attempt
+    to switch the recording off. Python calls and built-ins called from Python are seen by a
+    profile hook (in every thread started meanwhile); torch operators by a dispatch mode, which
+    sees them however they were reached."""
+
+    def __init__(self, forbidden: Forbidden):
+        self.forbidden = forbidden
+        self.calls: list[str] = []
+        self.tampered: list[str] = []
+        self._mode = None
+        self._done = False
+        self._hook = self._hook  # one bound method, so that "is it still installed" can be asked
+
+    def _hook(self, frame, event, arg):
+        if self._done:
+            return
+        if event == "call":
+            path = self.forbidden.codes.get(frame.f_code)
+            if path is not None:
+                self.calls.append(path)
+        elif event == "c_call":
+            name = getattr(arg, "__name__", "")
+            path = self.forbidden.c_names.get(name)
+            if path is not None:
+                self.calls.append(path)
+            if name in _TAMPERING:
+                self.tampered.append(name)
+
+    def __enter__(self):
+        self._previous = _getprofile()
+        if self.forbidden.ops and "torch" in sys.modules:
+            self._mode = _op_recorder(self.forbidden.ops, self.calls)
+            if self._mode is not None:
+                self._mode.__enter__()
+        _thread_setprofile(self._hook)
+        _setprofile(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        still_ours = _getprofile() is self._hook
+        self._done = True
+        _setprofile(self._previous)
+        _thread_setprofile(None)
+        if self._mode is not None:
+            try:
+                self._mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the mode stack was changed under us
+                self.tampered.append("the torch dispatch mode stack")
+        if not still_ours:
+            self.tampered.append("sys.setprofile")
+        return False
+
+
+def _op_recorder(ops: tuple, calls: list):
+    """A torch dispatch mode that notes every operator named in ``ops`` (None if unavailable)."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:  # pragma: no cover - every torch the course supports has it
+        return None
+
+    class OpRecorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.__name__.split(".")[0]  # "_softmax.default" -> "_softmax"
+            if any(name == op or (op.endswith("*") and name.startswith(op[:-1])) for op in ops):
+                calls.append(f"torch operator {name}")
+            return func(*args, **(kwargs or {}))
+
+    return OpRecorder()
+
+
+# --------------------------------------------------------------------------- where it went wrong
 
 _LIBRARIES = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python",
               os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen")
 
 
 def _where(exc: BaseException) -> str:
-    """' in line `...`': the last line of the student's own code in the traceback, if known."""
-    import traceback
-
+    """' in line `...`': the last line of the learner's own code in the traceback, if known."""
     mine = [f for f in traceback.extract_tb(exc.__traceback__)
             if not any(lib in f.filename for lib in _LIBRARIES)]
     if mine and mine[-1].line:
@@ -72,78 +274,50 @@ def _where(exc: BaseException) -> str:
     return ""
 
 
-class _Tripwire:
-    def __init__(self, path: str, original, calls: list):
-        self.path, self.original, self.calls = path, original, calls
-
-    def __call__(self, *args, **kwargs):
-        self.calls.append(self.path)
-        raise CheckFailed(f"uses {self.path}")
-
-    def __get__(self, obj, objtype=None):  # as a method, e.g. Tensor.softmax
-        if obj is None:
-            return self
-        return lambda *a, **k: self(obj, *a, **k)
-
-
-@contextlib.contextmanager
-def _forbidden(paths: Iterable[str], calls: list):
-    patched = []
-    try:
-        for path in paths:
-            found = _resolve(path)
-            if found is None:
-                continue
-            owner, name, original = found
-            try:
-                setattr(owner, name, _Tripwire(path, original, calls))
-            except (AttributeError, TypeError):
-                continue
-            patched.append((owner, name, original))
-        yield
-    finally:
-        for owner, name, original in reversed(patched):
-            setattr(owner, name, original)
+def _plain(result, exercise: str):
+    """``result`` if it holds no tensor or array subclass (whose methods would run learner code
+    inside the check, after the call), else CheckFailed."""
+    if isinstance(result, (tuple, list)):
+        for part in result:
+            _plain(part, exercise)
+        return result
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(result, torch.Tensor):
+        if type(result) not in (torch.Tensor, torch.nn.Parameter):
+            raise CheckFailed(f"{exercise} returned a {type(result).__name__}, a subclass of "
+                              "torch.Tensor: return a plain tensor.")
+    elif isinstance(result, np.ndarray) and type(result) is not np.ndarray:
+        raise CheckFailed(f"{exercise} returned a {type(result).__name__}, a subclass of "
+                          "np.ndarray: return a plain array (np.asarray).")
+    return result
 
 
-def _referenced_forbidden(fn, paths: Iterable[str]) -> list[str]:
-    """Forbidden objects that ``fn`` is, or names among its globals (catches aliases)."""
-    targets = {}
-    for path in paths:
-        found = _resolve(path)
-        if found is not None:
-            targets[id(found[2])] = path
-    hits = []
-    if id(fn) in targets:
-        hits.append(targets[id(fn)])
-    code = getattr(fn, "__code__", None)
-    glb = getattr(fn, "__globals__", {})
-    if code is not None:
-        for name in code.co_names:
-            obj = glb.get(name)
-            if obj is not None and id(obj) in targets:
-                hits.append(targets[id(obj)])
-    return hits
-
+# --------------------------------------------------------------------------- the check
 
 class Check:
-    """One exercise's check: calls the student's function safely and reports clearly."""
+    """One exercise's check: calls the learner's code safely and reports clearly.
 
-    def __init__(self, exercise: str, forbidden: Iterable[str] = (), hidden: bool = False):
+    ``forbidden``: dotted paths of what the exercise asks the learner to build themselves
+    (``"torch.softmax"``, ``"torch.nn.MultiheadAttention"``); ``ops``: the torch operators
+    behind them (``"_softmax"``), caught however they are reached.
+    """
+
+    def __init__(self, exercise: str, forbidden: Iterable[str] = (), hidden: bool = False,
+                 ops: Iterable[str] = ()):
         self.exercise = exercise
-        self.forbidden = tuple(forbidden)
+        self.forbidden = Forbidden(forbidden, ops)
         self.hidden = hidden
 
-    # -- calling the student's code -------------------------------------------------------
+    # -- calling the learner's code --------------------------------------------------------
     def call(self, fn: Callable, *args, **kwargs):
-        hits = _referenced_forbidden(fn, self.forbidden)
+        hits = self.forbidden.held_by(fn)
         if hits:
             self._forbidden_failure(hits[0])
-        loaded = set(sys.modules)
+        roots = {p.split(".")[0] for p in self.forbidden.paths} - set(sys.modules)
         result = self._guarded_call(fn, args, kwargs)
-        if any(p.split(".")[0] not in loaded and p.split(".")[0] in sys.modules
-               for p in self.forbidden):
-            # the code imported a forbidden package itself: call again, now with the tripwires
+        if any(root in sys.modules for root in roots):
+            # the code imported a forbidden package itself: look again, now that it exists
+            self.forbidden = Forbidden(self.forbidden.paths, self.forbidden.ops)
             result = self._guarded_call(fn, args, kwargs)
         return result
 
@@ -156,29 +330,48 @@ class Check:
                 raise
             raise CheckFailed(f"{exc} (when called on {what})") from exc.__cause__
 
+    def build(self, cls, *args, **kwargs):
+        """An instance of the learner's class (an nn.Module), built quietly; fails if the
+        class holds a forbidden built-in anywhere in its methods."""
+        hits = self.forbidden.held_by(cls)
+        if hits:
+            self._forbidden_failure(hits[0])
+        module = self.call(cls, *args, **kwargs)
+        nn = sys.modules["torch"].nn
+        self.that(isinstance(module, nn.Module), f"{self.exercise}(...) should create an "
+                  f"nn.Module (class {self.exercise}(nn.Module), with super().__init__() first), "
+                  f"got {type(module).__name__}.")
+        return module
+
     def _guarded_call(self, fn, args, kwargs):
-        calls: list[str] = []
+        recorder = _Recorder(self.forbidden)
         try:
-            with quiet(), _forbidden(self.forbidden, calls):
+            with quiet(), recorder:
                 result = fn(*args, **kwargs)
+            self._verdict(recorder)
+            return _plain(result, self.exercise)
         except NotImplementedError:
             raise CheckFailed(
                 f"{self.exercise} is not implemented yet: replace the `raise NotImplementedError()` "
                 "line with your code"
             ) from None
         except CheckFailed:
-            if calls:
-                self._forbidden_failure(calls[0])
+            self._verdict(recorder)
             raise
         except Exception as exc:
-            if calls:
-                self._forbidden_failure(calls[0])
+            self._verdict(recorder)
             raise CheckFailed(
                 f"{self.exercise} raised {type(exc).__name__}: {exc}{_where(exc)}"
             ) from exc
-        if calls:
-            self._forbidden_failure(calls[0])
-        return result
+
+    def _verdict(self, recorder: _Recorder) -> None:
+        if recorder.tampered:
+            raise CheckFailed(
+                f"{self.exercise} switches off the check's view of what it calls "
+                f"({recorder.tampered[0]}); this exercise scores zero until it no longer does."
+            ) from None
+        if recorder.calls:
+            self._forbidden_failure(recorder.calls[0])
 
     def _forbidden_failure(self, path: str):
         raise CheckFailed(
@@ -226,6 +419,30 @@ class Check:
         if passed:
             self.ok(passed)
 
+    def load_by_name(self, student, source, names: str, hint: str = "") -> None:
+        """Copy ``source``'s parameters into the learner's module ``student``, matched by name
+        (``names`` says which parts the exercise names), then put it in eval mode."""
+        torch = sys.modules["torch"]
+        mine, theirs = dict(student.named_parameters()), dict(source.named_parameters())
+        missing, extra = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
+        if missing or extra:
+            self.fail("could not load the known test weights into your module: "
+                      + (f"missing parameters {missing[:5]}" if missing else "")
+                      + (" and " if missing and extra else "")
+                      + (f"unexpected parameters {extra[:5]}" if extra else "")
+                      + f". Name the parts as the exercise says ({names}) and create only those "
+                      "parameters." + (f" {hint}" if hint else ""))
+        for name, p in theirs.items():
+            if tuple(mine[name].shape) != tuple(p.shape):
+                self.fail(f"parameter {name} has shape {tuple(mine[name].shape)}, expected "
+                          f"{tuple(p.shape)} ({names}).")
+        with torch.no_grad():
+            for name, p in theirs.items():
+                mine[name].copy_(p)
+        student.eval()
+
+
+# --------------------------------------------------------------------------- small helpers
 
 def to_numpy(x) -> np.ndarray:
     """Any array-like (torch tensors on any device included) as a float64 NumPy array."""
@@ -235,3 +452,34 @@ def to_numpy(x) -> np.ndarray:
             x = x.double()
         return x.numpy()
     return _asarray(x)
+
+
+def devices() -> list:
+    """The CPU, plus the accelerator when there is one: the same code must run on both."""
+    import torch
+
+    from ..device import get_device
+
+    extra = get_device()
+    return [torch.device("cpu")] + ([extra] if extra.type != "cpu" else [])
+
+
+_EXPECTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "expected")
+
+
+@functools.lru_cache(maxsize=None)
+def _stored(assignment: str) -> dict:
+    with np.load(os.path.join(_EXPECTED, f"{assignment}.npz"), allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def stored(assignment: str, name: str) -> np.ndarray:
+    """An expected output stored for the visible checks of ``assignment`` (a fresh copy)."""
+    return _stored(assignment)[name].copy()
+
+
+def generator(seed: int):
+    """A torch CPU generator with ``seed``: inputs that never depend on the notebook's state."""
+    import torch
+
+    return torch.Generator().manual_seed(seed)

@@ -15,7 +15,7 @@ from torch import nn
 from ..device import get_device
 from course_grading.reference import encoder as ref
 from course_grading.reference.positional import sinusoidal_positional_encoding
-from ._core import Check, _referenced_forbidden, to_numpy, _allclose
+from ._core import Check, to_numpy, _allclose
 
 D, H, FF = 16, 4, 32  # the small sizes every check uses
 ATOL, RTOL = 2e-5, 1e-4  # float32; float64 uses 1e-10
@@ -50,7 +50,7 @@ def static_forbidden(c: Check, cls) -> None:
         for attr in vars(klass).values():
             fn = getattr(attr, "__func__", attr)
             if callable(fn):
-                hits = _referenced_forbidden(fn, c.forbidden)
+                hits = c.forbidden.held_by(fn)
                 if hits:
                     c._forbidden_failure(hits[0])
 

@@ -15,7 +15,7 @@ from torch import nn
 from ..device import get_device
 from course_grading.reference import attention as ref_attention
 from course_grading.reference import multi_head as ref
-from ._core import Check, CheckFailed, _allclose, _referenced_forbidden, to_numpy
+from ._core import Check, CheckFailed, _allclose, to_numpy
 
 # Reusing scaled_dot_product_attention from notebook 03 (yours or the course's) is the point;
 # the ready-made multi-head pieces are not.
@@ -183,7 +183,7 @@ def static_forbidden(c: Check, cls) -> None:
         for attr in vars(klass).values():
             fn = getattr(attr, "__func__", attr)
             if callable(fn):
-                hits = _referenced_forbidden(fn, c.forbidden)
+                hits = c.forbidden.held_by(fn)
                 if hits:
                     c._forbidden_failure(hits[0])
 
