@@ -7,6 +7,7 @@
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
     course export [--to PATH] [--db URL]
     course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
+    course build-student OUT [--force]          what students get: learner wheel, releases, Dockerfile
 
 Bad input ends with one line ``course: error: ...`` on stderr and exit status 2.
 
@@ -136,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     class_report.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     class_report.add_argument("--db", help=DB_HELP)
     class_report.set_defaults(run=cmd_report)
+
+    student = sub.add_parser("build-student", parents=[common],
+                             help="the student side: the learner wheel, the releases, a Dockerfile")
+    student.add_argument("out", help="folder to write (empty or new)")
+    student.add_argument("--force", action="store_true", help="replace what OUT already holds")
+    student.set_defaults(run=cmd_build_student)
     return parser
 
 
@@ -274,6 +281,16 @@ def cmd_report(args, root: Path) -> int:
         raise UsageError("no autograded submissions in the gradebook: run `course autograde` first")
     for path in class_report.write_report(results, root):
         print(path)
+    return 0
+
+
+def cmd_build_student(args, root: Path) -> int:
+    """Build the student side into OUT after checking that nothing in it would leak."""
+    from .student_side import build
+
+    built = build(root, args.out, force=args.force)
+    for what, path in built.items():
+        print(f"{what}: {path}")
     return 0
 
 
