@@ -136,6 +136,9 @@ class Server:
             _prctl(PR_SET_DUMPABLE, 1)
             os.environ.update(env)
             os.chdir(cwd)
+            # the submission's folder (building_blocks.py), after the installed packages: this
+            # process runs with -I, where a kernel started the usual way would have it first
+            sys.path.append(cwd)
             sys.argv = [sys.executable, *argv]
             from ipykernel import kernelapp
             kernelapp.IPKernelApp.launch_instance(argv=argv)
