@@ -50,7 +50,7 @@ def test_no_early_start_for_other_commands(tmp_path, argv, monkeypatch):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")
     started = []
-    monkeypatch.setattr(warm, "start_warm", lambda: started.append(1))
+    monkeypatch.setattr(warm, "ensure_warm", lambda settings: started.append(1))
     args = cli.build_parser().parse_args(["--root", str(course), *argv])
     assert cli._start_early(args, course) is False
     assert started == []

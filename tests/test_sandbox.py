@@ -8,8 +8,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from traitlets.config import Config
+
 from course_grading.sandbox import bubblewrap as sandbox
+from course_grading.sandbox import warm
 from course_grading.sandbox.sandbox_kernel_manager import SandboxKernelManager
+from course_grading.sandbox.settings import Settings
 
 needs_bwrap = pytest.mark.skipif(not sandbox.available()[0], reason="needs a working bubblewrap sandbox")
 
@@ -26,12 +30,15 @@ def test_available_says_why_when_missing(monkeypatch):
 
 @needs_bwrap
 @pytest.mark.slow
-def test_kernel_runs_inside_the_sandbox(tmp_path, monkeypatch):
+def test_kernel_runs_inside_the_sandbox(tmp_path):
+    """A kernel in a sandbox of its own (``c.Sandbox.warm = False``)."""
     course = tmp_path / "course"
     (course / "autograded" / "s").mkdir(parents=True)
     (course / "gradebook.db").write_text("secret")
     (course / "submitted" / "other").mkdir(parents=True)
-    monkeypatch.setenv("COURSE_SANDBOX_HIDE", str(course))
+    config = Config()
+    config.SandboxKernelManager.hidden_folders = [str(course)]
+    config.Sandbox.warm = False
     probes = [
         "import os, socket\nprint(sorted(os.listdir('.')), os.path.exists(%r))" % str(course / "gradebook.db"),
         "open(%r).read()" % str(course / "gradebook.db"),
@@ -48,9 +55,10 @@ def test_kernel_runs_inside_the_sandbox(tmp_path, monkeypatch):
     marker.write_text("the grader's own home")
     try:
         NotebookClient(nb, kernel_manager_class=SandboxKernelManager, allow_errors=True, timeout=60,
-                       resources={"metadata": {"path": str(course / "autograded" / "s")}}).execute()
+                       config=config, resources={"metadata": {"path": str(course / "autograded" / "s")}}).execute()
     finally:
         marker.unlink()
+    assert not warm._WARM  # no warm sandbox was started
     out = [c.outputs[0] for c in nb.cells]
     # printed text may arrive as several stream messages: join them
     printed = ["".join(o.get("text", "") for o in c.outputs if o["output_type"] == "stream").strip()
@@ -75,8 +83,9 @@ def test_wrapped_process_has_limits(tmp_path):
     code = ("import resource, os, sys; print(resource.getrlimit(resource.RLIMIT_CPU)[0], "
             "resource.getrlimit(resource.RLIMIT_FSIZE)[0], len([p for p in os.listdir('/proc') if p.isdigit()]), "
             "[l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0], file=sys.stderr)")
-    argv, groups = sandbox.wrap([sys.executable, "-c", code], scratch=tmp_path, cwd=tmp_path,
-                                limits=sandbox.Limits(cpu_seconds=7, file_mb=1))
+    for name in ("spool", "ipc", "jobs"):
+        (tmp_path / name).mkdir()
+    argv, groups = sandbox.wrap([sys.executable, "-c", code], Settings(cpu_seconds=7, file_mb=1), tmp_path)
     try:
         out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     finally:
