@@ -399,3 +399,38 @@ def _in_process(folder: Path) -> str:
     from course_grading.audit import child
     child.main(str(folder))
     return ""
+
+
+# --------------------------------------------------------------------------- a submission's own modules
+
+SHADOWS = {"torch.py": "raise SystemExit('shadowed torch')\n",
+           "numpy/__init__.py": "raise SystemExit('shadowed numpy')\n",
+           "course_utils/__init__.py": "raise SystemExit('shadowed course_utils')\n",
+           "course_grading/checks/__init__.py": "",
+           "course_grading/checks/attention.py": "def check_softmax(*a, **k):\n    print('shadowed check')\n",
+           "ipykernel_launcher.py": "raise SystemExit('shadowed launcher')\n",
+           "building_blocks.py": "GIVEN = 'building block'\n"}
+
+
+def test_modules_beside_the_notebook_never_shadow_the_installed_ones(course, mode):
+    CONFIG.Sandbox.warm = mode != "single-use"
+    folder = course / "autograded" / "s"
+    for name, text in SHADOWS.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    try:
+        out = _run(folder,
+                   "import os, sys, torch, numpy, course_utils\n"
+                   "print(all(m.__file__.startswith(sys.prefix) or '/course_utils/' in m.__file__ and "
+                   "os.getcwd() not in m.__file__ for m in (torch, numpy, course_utils)))",
+                   "import course_grading\nprint([p for p in course_grading.__path__ if os.getcwd() in p])",
+                   "try:\n    from course_grading.checks.attention import check_softmax\n"
+                   "    print(check_softmax.__module__, os.getcwd() in sys.modules['course_grading.checks.attention'].__file__)\n"
+                   "except ImportError as exc:\n    print('ImportError')",
+                   "from building_blocks import GIVEN\nprint(GIVEN)")
+    finally:
+        del CONFIG.Sandbox.warm
+    assert out[0] == "True"
+    assert out[1] == "[]"
+    assert out[2] in ("ImportError", "course_grading.checks.attention False")  # never the submission's
+    assert out[3] == "building block"  # what sits beside the notebook is still importable, last

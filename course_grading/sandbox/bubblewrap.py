@@ -59,6 +59,10 @@ IPC_MB = 1  # a single-use sandbox's socket folder
 # environment and the course's packages, mounted back read-only where they live.
 SYSTEM_FOLDERS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "var", "tmp",
                   "dev", "proc", "sys", "nix", "gnu")
+# ... less what a system keeps for root alone (a sandbox of a root grader runs as root's uid)
+SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+                  "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/var/backups", "/var/cache",
+                  "/var/lib", "/var/log", "/var/mail", "/var/spool")
 UNSANDBOXED_WARNING = ("WARNING: grading WITHOUT a sandbox ({why}): student code runs with your "
                        "rights and can read or change the gradebook. Install bubblewrap "
                        "(apt-get install bubblewrap) to sandbox it.")
@@ -145,8 +149,8 @@ def bwrap_options(settings: Settings, base: Path, *, single: bool = False,
     size = str(settings.tmpfs_mb << 20)
     options = [*_namespace_options(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     private = private_folders()
-    hidden = [Path(h) for h in settings.hidden]
-    hidden_dirs = [h for h in [*outside_system(), *hidden] if h.is_dir()
+    hidden = [Path(h) for h in (*settings.hidden, *SYSTEM_SECRETS)]
+    hidden_dirs = [h for h in [*outside_system(), *hidden] if h.is_dir() and not h.is_symlink()
                    and not any(inside(h, p) for p in private)]
     hidden_dirs = [h for h in dict.fromkeys(hidden_dirs) if not any(inside(h, o) and h != o for o in hidden_dirs)]
     for folder in hidden_dirs:
@@ -158,7 +162,7 @@ def bwrap_options(settings: Settings, base: Path, *, single: bool = False,
         if any(inside(folder, h) for h in (*hidden_dirs, *private)):
             options += ["--ro-bind", str(folder), str(folder)]
     for file in hidden:
-        if file.is_file() and not any(inside(file, h) for h in (*hidden_dirs, *private)):
+        if file.is_file() and not file.is_symlink() and not any(inside(file, h) for h in (*hidden_dirs, *private)):
             options += ["--ro-bind", "/dev/null", str(file)]
     if hide_secrets:
         for folder in SECRET_FOLDERS:
