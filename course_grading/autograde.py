@@ -29,7 +29,8 @@ from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_director
                              source_assignments)
 from .red_flags import scan
 from .results import SubmissionResult, exercise_results
-from .sandbox import bubblewrap, warm
+from .sandbox import bubblewrap, installed, warm
+from .sandbox.settings import Settings, course_settings
 
 LOCK_RETRIES = 5
 
@@ -50,6 +51,7 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     red flags of the scanner and exercises whose points the integrity audit denies.
     """
     root = Path(root).resolve()
+    installed.verify()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     select_assignments(root, assignments)
     pairs = find_submissions(submitted, students, assignments)
@@ -63,8 +65,7 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     warm_here = overrides["sandbox"] and jobs == 1
     if warm_here:  # its imports overlap with the gradebook's set-up below
-        bubblewrap.hide(root)
-        warm.start_warm()
+        warm.ensure_warm(course_settings(root))
     try:
         _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
                            db_override(db_url))
@@ -124,7 +125,11 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
         for task in tasks:
             done(_grade_task(*task))
         return results
-    with ProcessPoolExecutor(jobs, mp_context=_mp_context(), initializer=_start_worker,
+    context = _mp_context()
+    if context is not None:
+        with installed.safe_start():  # no current directory on the fork server's path
+            multiprocessing.forkserver.ensure_running()
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
                              initargs=(_kernel_threads(jobs), sandbox_root)) as pool:
         futures = {pool.submit(_grade_task, *task): task for task in tasks}
         for future in as_completed(futures):
@@ -139,10 +144,13 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
 def _start_worker(env: dict[str, str], sandbox_root: str | None) -> None:
     """A grading worker: its kernels' environment, and its warm sandbox, started at once
     (closed when the worker ends)."""
+    os.environ.pop("PYTHONSAFEPATH", None)  # the fork server's own; unsandboxed kernels need their folder
     os.environ.update(env)
     if sandbox_root is not None:
-        bubblewrap.hide(sandbox_root)
-        warm.start_warm()
+        try:
+            warm.ensure_warm(course_settings(sandbox_root))
+        except Exception:  # noqa: BLE001 - only an early start: the first kernel starts it else
+            pass
         multiprocessing.util.Finalize(None, warm.stop_warm, exitpriority=10)
 
 
@@ -167,6 +175,7 @@ def _mp_context():
     """
     if sys.platform != "linux":
         return None
+    import multiprocessing.forkserver  # noqa: F401 - started by _grade_all, see installed.safe_start
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__])
     return ctx
@@ -178,6 +187,7 @@ def _grade_task(config_root: str, overrides: dict, student: str, assignment: str
     if not known:
         return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in solutions/")
     try:
+        installed.verify()  # a worker that imported another copy of the course grades nothing
         return grade_submission(config_root, overrides, student, assignment)
     except GradingError as exc:
         result = SubmissionResult(student, assignment, error=str(exc))
@@ -216,8 +226,6 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
     audited = overrides.pop("audit", False)
     coursedir = course_directory(config_root, student_id=student, assignment_id=assignment,
                                   **overrides)
-    if overrides.get("sandbox"):  # a running one is kept; a broken one is replaced
-        warm.start_warm()
     _expect_notebooks(coursedir, student, assignment)
     for attempt in range(LOCK_RETRIES):
         converter = Autograde(coursedir=coursedir, config=coursedir.config, log=LOG)
@@ -241,9 +249,10 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
     flags = []
     folder = Path(coursedir.format_path(coursedir.submitted_directory, result.student, result.assignment))
     scores = {e.grade_id: e.score for e in result.exercises}
+    settings = Settings.from_config(coursedir.config)  # the kernels' own (nbgrader_setup.configure)
     for path, source in _with_sources(folder, Path(coursedir.root), result.assignment):
         flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
-                        hide=bubblewrap.hidden_roots())
+                        settings=settings)
     return flags
 
 

@@ -14,7 +14,8 @@ from .autograde import grade_submission, safety
 from .nbformat_tools import read_notebook
 from .nbgrader_setup import GradingError, generate, source_assignments
 from .results import SubmissionResult
-from .sandbox import bubblewrap, warm
+from .sandbox import installed, warm
+from .sandbox.settings import course_settings
 
 CHECK_STUDENT = "you"
 _IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
@@ -28,6 +29,10 @@ def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
     must match the notebook's nbgrader cells; bad input raises GradingError.
     """
     root = Path(root).resolve()
+    try:
+        installed.verify()
+    except installed.ImportMismatch as exc:
+        raise GradingError(str(exc)) from None
     notebook_path = locate_notebook(path)
     assignment = identify_assignment(root, notebook_path, load_submission(notebook_path))
     with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
@@ -39,8 +44,7 @@ def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
         overrides = {"root": str(course), "db_url": f"sqlite:///{course / 'gradebook.db'}",
                      **safety(sandboxed, audit)}
         if overrides["sandbox"]:  # its imports overlap with generating the assignment
-            bubblewrap.hide(course, root)
-            warm.start_warm()
+            warm.ensure_warm(course_settings(root, course))
         try:
             generate(root, assignment, course / "release",
                       **{k: v for k, v in overrides.items() if k not in ("sandbox", "audit")})

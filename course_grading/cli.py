@@ -53,6 +53,8 @@ def run() -> None:
 
 def main(argv=None) -> int:
     """Run the ``course`` command with ``argv`` (default: sys.argv[1:]); return the exit status."""
+    from .sandbox.installed import safe_path
+    sys.path[:] = safe_path(sys.path)  # nothing is imported from the current directory
     args = build_parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
     handler = _log_to_stderr() if verbose else None
@@ -311,12 +313,12 @@ def _start_early(args, root: Path) -> bool:
     """Start this process's warm sandbox now when the command will grade one submission
     here; whether it did. Any doubt means no early start: it is only ever an optimisation."""
     try:
-        if os.environ.get("COURSE_NO_WARM") or not _grades_here(args, root):
+        if not _grades_here(args, root):
             return False
-        from .sandbox import bubblewrap, warm
+        from .sandbox import warm
+        from .sandbox.settings import course_settings
 
-        bubblewrap.hide(root)
-        return warm.start_warm() is not None
+        return warm.ensure_warm(course_settings(root)) is not None
     except Exception:  # noqa: BLE001
         return False
 

@@ -31,9 +31,6 @@ import torch
 from torch import nn
 
 from .device import get_device, grading
-from course_grading.reference.attention import causal_mask
-from course_grading.reference.decoder import make_padding_mask
-from course_grading.reference.generation import greedy_decode
 from .toy_task import Tokenizer, encode_pairs, source_tokenizer, target_tokenizer
 
 CHECKPOINT = Path(__file__).resolve().parent / "data" / "dates_transformer.pt"
@@ -86,6 +83,8 @@ def teacher_forcing_loss(model, src: torch.Tensor, tgt: torch.Tensor, pad_id: in
 
     src (b, s), tgt (b, t) = <bos> y1 … yn <eos> <pad>…; <pad> positions are not scored.
     """
+    from course_grading.reference.attention import causal_mask  # loading a model needs neither
+    from course_grading.reference.decoder import make_padding_mask
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (b, t-1) each: read up to i, predict i+1
     src_mask = make_padding_mask(src, pad_id)  # (b, 1, 1, s)
     t = tgt_in.size(1)
@@ -231,6 +230,8 @@ def predict(model, sources: Sequence[str], src_tok: Tokenizer | None = None,
 
     ``decode(model, src, max_len, bos_id, eos_id, src_mask)`` returns (b, L) ids.
     """
+    from course_grading.reference.decoder import make_padding_mask
+    from course_grading.reference.generation import greedy_decode
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
     decode = decode or greedy_decode
     device = next(model.parameters()).device

@@ -1,4 +1,4 @@
-"""The adversarial catalogue: 27 kinds of broken or cheating submissions of 01_embeddings,
+"""The adversarial catalogue: 33 kinds of broken or cheating submissions of 01_embeddings,
 graded together in ONE sandboxed, audited autograde run (two workers).
 
 Whatever a submission does, the run completes, every student has a row, honest students get
@@ -37,6 +37,82 @@ PORT_FILE = "PORT"  # the test's listening port is substituted below
 
 def _body(code: str) -> str:
     return "\n".join("    " + line for line in code.splitlines())
+
+
+FILES = "files beside the notebook"  # a CATALOGUE entry's extra files: {path: text}
+LEAVE_BEHIND = """import ctypes, os, socket, time
+for folder in ('/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), '.'):
+    try:
+        open(os.path.join(folder, 'left-for-the-next'), 'w').write('x')
+    except OSError:
+        pass
+try:
+    startup = os.path.expanduser('~/.ipython/profile_default/startup')
+    open(os.path.join(startup, '00-left.py'), 'w').write('LEFT_BEHIND = True')
+except OSError:
+    pass
+try:
+    folder = os.path.expanduser('~/left-read-only')
+    os.makedirs(folder, exist_ok=True)
+    open(os.path.join(folder, 'left-for-the-next'), 'w').write('x')
+    os.chmod(folder, 0o500)
+except OSError:
+    pass
+ctypes.CDLL(None).shmget(ctypes.c_int(0xC0FFEE), ctypes.c_size_t(4096), ctypes.c_int(0o1000 | 0o600))
+if os.fork() == 0:
+    os.setsid()
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind('\\0left-for-the-next')
+    listener.listen()
+    time.sleep(3600)
+"""
+FIND_LEFTOVERS = """import ctypes, os, socket
+FOUND = [p for p in ('/tmp/left-for-the-next', '/var/tmp/left-for-the-next', '/dev/shm/left-for-the-next',
+                     os.path.expanduser('~/left-for-the-next'), 'left-for-the-next',
+                     os.path.expanduser('~/left-read-only')) if os.path.exists(p)]
+if 'LEFT_BEHIND' in globals():
+    FOUND.append('startup file')
+if ctypes.CDLL(None).shmget(ctypes.c_int(0xC0FFEE), ctypes.c_size_t(0), ctypes.c_int(0)) >= 0:
+    FOUND.append('sysv')
+try:
+    socket.socket(socket.AF_UNIX).connect('\\0left-for-the-next')
+    FOUND.append('abstract socket')
+except OSError:
+    pass
+FOUND += [p for p in os.listdir('/proc') if p.isdigit() and 1 < int(p) < os.getpid()]  # older: not its own
+"""
+FILL_EVERYTHING = """import os
+for folder in ('/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), '.', '/dev'):
+    try:
+        for i in range(128):  # up to 1 GB in each
+            with open(os.path.join(folder, f'fill-{i}'), 'wb') as fh:
+                fh.write(bytes(8 << 20))
+    except OSError:
+        pass
+"""
+SHADOW_MODULES = {"numpy/__init__.py": "raise SystemExit('shadowed numpy')\n",
+                  "torch.py": "raise SystemExit('shadowed torch')\n",
+                  "course_utils/__init__.py": "raise SystemExit('shadowed course_utils')\n",
+                  "course_utils/checks/embeddings.py": "def check_one_hot(*args, **kwargs):\n    pass\n"}
+REACH_REFERENCE = """import builtins, glob
+KERNEL = hasattr(builtins, 'get_ipython')  # graded in a kernel; else in the audit
+def _reach():
+    try:
+        from course_grading.reference.embeddings import one_hot as found
+        return found
+    except Exception:
+        pass
+    for path in [p for depth in range(4) for p in glob.glob('/' + '*/' * depth + 'course_grading/reference/embeddings.py')]:
+        try:
+            namespace = {}
+            exec(open(path).read(), namespace)
+            return namespace['one_hot']
+        except Exception:
+            continue
+_REF = None if KERNEL else _reach()
+"""
 
 
 # kind -> (changes, expected): changes maps a grade_id to new source (or a callable on the
@@ -100,6 +176,22 @@ CATALOGUE = {
                 "zero:test_one_hot+flag"),
     "calls_reference": ({"one_hot": "from course_grading.reference.embeddings import one_hot as _ref\n"
                          "def one_hot(ids, vocab_size):\n    return _ref(ids, vocab_size)\n"}, "zero:test_one_hot+flag"),
+    # what one submission leaves behind reaches no other: files in every writable place, a
+    # read-only folder in $HOME, a System V segment, a process that ignores SIGTERM, an
+    # abstract socket; "zz_" sorts last, after the others its worker graded
+    "leaves_things_behind": ({"one_hot": LEAVE_BEHIND + WRONG_ONE_HOT}, "zero:test_one_hot"),
+    "zz_finds_what_others_left": ({"one_hot": FIND_LEFTOVERS + "if FOUND:\n" + _body(WRONG_ONE_HOT)
+                                   + "\nelse:\n" + _body(CORRECT_ONE_HOT)}, "full"),
+    "fills_every_writable_place": ({"one_hot": FILL_EVERYTHING + CORRECT_ONE_HOT}, "full"),
+    "ships_shadow_modules": ({"one_hot": CORRECT_ONE_HOT, FILES: SHADOW_MODULES}, "full"),
+    "kills_its_sandbox_server": ({"one_hot": "import os, signal\nfor sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
+                                  "    os.kill(os.getppid(), sig)\n" + CORRECT_ONE_HOT}, "full"),
+    # a function that tells the audit from the grading kernel (no IPython) and reaches for the
+    # reference there: the audit cannot see it, so it disagrees
+    "reaches_reference_in_audit": ({"one_hot": REACH_REFERENCE + "def one_hot(ids, vocab_size):\n"
+                                    "    if KERNEL:\n" + _body(_body(CORRECT_ONE_HOT.split("\n", 1)[1])) + "\n"
+                                    "    return _REF(ids, vocab_size) if _REF else np.zeros((*np.shape(ids), vocab_size))\n"},
+                                   "flag:test_one_hot"),
 }
 
 
@@ -138,7 +230,7 @@ def _grade_cells_digest(db: Path) -> str:
 
 def _course(root: Path) -> Path:
     (root / "solutions").mkdir(parents=True)
-    config = (ROOT / "nbgrader_config.py").read_text() + "\nc.Execute.timeout = 8\n"
+    config = (ROOT / "nbgrader_config.py").read_text() + "\nc.Execute.timeout = 8\nc.Sandbox.tmpfs_mb = 64\n"
     (root / "nbgrader_config.py").write_text(config)
     nb = nbformat.read(str(ROOT / "solutions" / A / f"{A}.ipynb"), 4)
     (root / "solutions" / A).mkdir()
@@ -183,6 +275,9 @@ def test_catalogue_in_one_run(tmp_path):
     source = nbformat.read(str(course / "solutions" / A / f"{A}.ipynb"), 4)
     for kind, (changes, _) in CATALOGUE.items():
         _submit(course, kind, _variant(source, changes, constants))
+        for name, text in changes.get(FILES, {}).items():
+            (course / "submitted" / kind / A / name).parent.mkdir(parents=True, exist_ok=True)
+            (course / "submitted" / kind / A / name).write_text(text)
 
     # honest students graded alone, for comparison
     alone = _course(tmp_path / "alone")
@@ -225,6 +320,10 @@ def test_catalogue_in_one_run(tmp_path):
     # the audit (not only the scanner) caught the checker patch and the input transformer
     for kind in ("patched_checker", "input_transformer"):
         assert any("audit disagrees" in f.reason and f.where == "test_one_hot" for f in results[kind].flags)
+    # right in the kernel, reaching for the reference in the audit: out of its reach there
+    assert _scores(results["reaches_reference_in_audit"])["test_one_hot"] == FULL["test_one_hot"]
+    assert any("audit disagrees" in f.reason and "values differ" in f.reason
+               for f in results["reaches_reference_in_audit"].flags), outcomes["reaches_reference_in_audit"]
     # the gradebook is intact, nothing left the sandbox
     with sqlite3.connect(course / "gradebook.db") as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

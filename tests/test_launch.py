@@ -3,6 +3,7 @@ script grading one submission end to end."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,7 +51,7 @@ def test_no_early_start_for_other_commands(tmp_path, argv, monkeypatch):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")
     started = []
-    monkeypatch.setattr(warm, "start_warm", lambda: started.append(1))
+    monkeypatch.setattr(warm, "ensure_warm", lambda settings: started.append(1))
     args = cli.build_parser().parse_args(["--root", str(course), *argv])
     assert cli._start_early(args, course) is False
     assert started == []
@@ -77,3 +78,51 @@ def test_console_script_grades_one_submission(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "PASS" in done.stdout and "total  2/2" in done.stdout
     assert not list(tmp_path.glob("course-warm-*"))
+
+
+EVIL = "import os\nopen(os.environ['COURSE_EVIL_MARKER'], 'a').write(__name__ + '\\n')\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_grading_from_a_folder_holding_another_course_imports_only_the_installed_one(tmp_path, jobs):
+    """Run from a folder that holds its own course_utils, course_grading and multiprocessing
+    (a student's submission, an old copy of the course): none of them is imported, by the
+    command, its fork server, its workers or the kernels; the grades are right."""
+    course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
+    for student in ("ann", "bob"):
+        _submit(course, student)
+    here = tmp_path / "elsewhere"
+    for package in ("course_utils", "course_grading", "course_grading/sandbox", "multiprocessing", "nbgrader"):
+        (here / package).mkdir(parents=True, exist_ok=True)
+        (here / package / "__init__.py").write_text(EVIL)
+    marker = tmp_path / "imported"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "MPLBACKEND": "Agg", "COURSE_EVIL_MARKER": str(marker)}
+    done = subprocess.run([str(BIN / "course"), "--root", str(course), "autograde", "--jobs", jobs,
+                           "--no-report"], cwd=here, env=env, capture_output=True, text=True, timeout=600)
+    assert not marker.exists(), marker.read_text()
+    assert done.returncode == 0, done.stderr
+    assert len(re.findall(r"^(ann|bob) +2/2 +2/2$", done.stdout, re.M)) == 2, done.stdout
+
+
+def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, monkeypatch):
+    import types
+
+    from course_grading import autograde
+    from course_grading.sandbox import installed
+    assert installed.installed_locations() is not None  # the test runs on an installed course
+    installed.verify()
+    other = types.ModuleType("course_utils")
+    other.__file__ = str(tmp_path / "course_utils" / "__init__.py")
+    monkeypatch.setitem(sys.modules, "course_utils", other)
+    with pytest.raises(installed.ImportMismatch, match="not the installed course"):
+        installed.verify()
+    course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
+    result = autograde._grade_task(str(course), {"sandbox": False}, "ann", ASSIGNMENT, True)
+    assert result.error and "not the installed course" in result.error and not result.exercises
+
+
+def test_safe_path_drops_the_current_directory(tmp_path, monkeypatch):
+    from course_grading.sandbox.installed import safe_path
+    monkeypatch.chdir(tmp_path)
+    assert safe_path(["", ".", "relative", str(tmp_path), "/usr/lib/python3"]) == ["/usr/lib/python3"]

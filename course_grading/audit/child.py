@@ -7,6 +7,7 @@ the format of ``wire``. Nothing else of the grader is imported here; this proces
 the sandbox.
 """
 import contextlib
+import importlib.machinery
 import io
 import json
 import os
@@ -30,22 +31,55 @@ def _alarm(signum, frame):
     raise CallTimeout(f"took longer than {CALL_SECONDS} s")
 
 
+class Anything(types.ModuleType):
+    """A stand-in module that accepts anything."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return Anything(name)
+
+    def __call__(self, *args, **kwargs):
+        return Anything("result")
+
+    def __iter__(self):
+        return iter((Anything("a"), Anything("b")))
+
+
+# Not audited, only imported by the setup cells: the learner side's checks, plots and widgets
+# (which may use the instructor's reference, out of this process's reach).
+UNAUDITED = ("course_utils.checks", "course_utils.plots", "course_utils.widgets")
+
+
+class _StandIns:
+    """A meta path finder that gives the UNAUDITED modules as stand-ins."""
+
+    def find_spec(self, name, path=None, target=None):
+        if any(name == p or name.startswith(p + ".") for p in UNAUDITED):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        return Anything(spec.name)
+
+    def exec_module(self, module):
+        pass
+
+
 def _stub_matplotlib():
     """Plots are not audited: a stand-in that accepts anything keeps the import cheap."""
-    class Anything(types.ModuleType):
-        def __getattr__(self, name):
-            if name.startswith("__"):
-                raise AttributeError(name)
-            return Anything(name)
-
-        def __call__(self, *args, **kwargs):
-            return Anything("result")
-
-        def __iter__(self):
-            return iter((Anything("a"), Anything("b")))
-
     for name in ("matplotlib", "matplotlib.pyplot", "ipywidgets"):
         sys.modules.setdefault(name, Anything(name))
+
+
+def stand_in_unaudited():
+    """In the sandbox, before ``main``: the learner side's checks, plots and widgets are
+    stand-ins too (not audited; they may use the instructor's reference, which this process
+    cannot see)."""
+    for name in list(sys.modules):
+        if any(name == p or name.startswith(p + ".") for p in UNAUDITED):
+            del sys.modules[name]
+    sys.meta_path.insert(0, _StandIns())
 
 
 def _built(cls, call, counter):
@@ -128,4 +162,5 @@ def main(folder):
 
 
 if __name__ == "__main__":
+    stand_in_unaudited()
     main(sys.argv[1])

@@ -31,7 +31,8 @@ from .. import building_blocks
 from ..cells import setup_and_solution_sources
 from ..nbformat_tools import read_notebook
 from ..red_flags import Flag, scan
-from ..sandbox import bubblewrap, warm as warm_sandbox
+from ..sandbox import warm as warm_sandbox
+from ..sandbox.settings import Settings
 from . import wire
 from .exercises import EXERCISES, Exercise, Init
 from .wire import Gen, Lookup, T, ToyModel
@@ -176,12 +177,13 @@ def _compare(kind: str, got_entry, expected, folder: Path) -> str:
 
 # --------------------------------------------------------------------------- running
 
-def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: int | None = None,
+def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, seed: int | None = None,
           timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None,
           blocks: Path | None = None) -> list[Verdict]:
     """Audit the graded functions and classes of ``notebook`` (a path) for ``assignment``;
     [] when the assignment has no audited exercises. ``blocks`` is the instructor's copy of the
-    assignment's building_blocks.py, put beside the cells. ``runner(folder)`` replaces the child
+    assignment's building_blocks.py, put beside the cells. ``settings`` (``sandbox.settings``)
+    are the sandbox's: its hidden folders and limits. ``runner(folder)`` replaces the child
     process (the tests run the child in-process on hundreds of variants); it returns '' or why
     the child ended early."""
     exercises = EXERCISES.get(assignment, {})
@@ -191,14 +193,7 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
     rng = np.random.default_rng(seed)
     nb = read_notebook(notebook)
     plans = {gid: _plan(ex, rng) for gid, ex in exercises.items()}
-    warm = warm_sandbox.current_warm(tuple(Path(h) for h in hide)) if sandboxed and runner is None else None
-    if warm is not None:
-        try:  # the warm sandbox, emptied of the kernel that graded the notebook
-            folder = warm.prepare()
-        except warm_sandbox.WarmError:
-            warm = None
-    if warm is None:
-        folder = Path(tempfile.mkdtemp(prefix="course-audit-"))
+    folder = Path(tempfile.mkdtemp(prefix="course-audit-"))  # the grader's own, never the sandbox's
     try:
         names: list = []
         calls = {gid: {"function": ex.function, "module": ex.kind == "module",
@@ -208,56 +203,26 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, hide=(), seed: i
         (folder / wire.CELLS).write_text(json.dumps(setup_and_solution_sources(nb)), encoding="utf-8")
         if blocks is not None and Path(blocks).is_file():
             shutil.copyfile(blocks, folder / building_blocks.FILE_NAME)
-        ended = runner(folder) if runner is not None else (
-            _run_warm(warm, folder, timeout) if warm is not None else None)
-        if ended is None:
-            ended = _run_cold(folder, sandboxed, hide, timeout)
+        if runner is not None:
+            ended = runner(folder)
+        elif sandboxed:  # inputs copied in, the out-* files copied back (sandbox.warm)
+            ended = warm_sandbox.run_audit(folder, timeout, settings or Settings())
+        else:
+            ended = _run_unsandboxed(folder, timeout)
         return [_judge(gid, ex, plans[gid], folder, ended) for gid, ex in exercises.items()]
     finally:
-        if warm is None:
-            shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_cold(folder: Path, sandboxed: bool, hide, timeout: int) -> str:
-    """The child as a new (sandboxed) Python process; '' or why it ended early."""
+def _run_unsandboxed(folder: Path, timeout: int) -> str:
+    """The child as a plain Python process (grading without a sandbox); '' or why it ended early."""
     command = [sys.executable, "-I", "-m", "course_grading.audit.child", str(folder)]
-    groups = None
-    if sandboxed:
-        command, groups = bubblewrap.wrap(command, scratch=folder, cwd=folder,
-                                       hidden_roots=tuple(Path(h) for h in hide),
-                                       limits=bubblewrap.Limits(cpu_seconds=timeout))
     try:
         subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, timeout=timeout, cwd=folder)
         return ""
     except subprocess.TimeoutExpired:
         return f"the audit ran out of time ({timeout} s)"
-    finally:
-        if groups is not None:
-            groups.remove()
-
-
-def _run_warm(warm, folder: Path, timeout: int) -> str | None:
-    """The child forked by the warm sandbox; '' or why it ended early, None if the warm
-    sandbox failed before the child started (the caller then runs it cold)."""
-    import time
-
-    try:
-        pid = warm.spawn_audit(folder, timeout)
-    except warm_sandbox.WarmError:
-        warm_sandbox.discard_warm(warm)
-        return None
-    deadline = time.monotonic() + timeout
-    try:
-        while warm.poll(pid) is None:
-            if time.monotonic() > deadline:
-                warm.signal(pid, 9)
-                return f"the audit ran out of time ({timeout} s)"
-            time.sleep(0.02)
-    except warm_sandbox.WarmError:
-        warm_sandbox.discard_warm(warm)
-        return "the audit's sandbox ended before the audit did"
-    return ""
 
 
 def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
@@ -285,12 +250,12 @@ def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -
 # --------------------------------------------------------------------------- review
 
 def review(submitted: Path, source: Path, assignment: str, scores: dict[str, float], *,
-           sandboxed: bool = True, hide=()) -> list[Flag]:
+           sandboxed: bool = True, settings=None) -> list[Flag]:
     """Flags for one submission: scanner findings, and every exercise whose autograded score
     (``scores``: grade_id -> points) gives points that the audit denies."""
     flags = scan(submitted, source)
     blocks = Path(source).with_name(building_blocks.FILE_NAME)
-    for verdict in audit(submitted, assignment, sandboxed=sandboxed, hide=hide, blocks=blocks):
+    for verdict in audit(submitted, assignment, sandboxed=sandboxed, settings=settings, blocks=blocks):
         if not verdict.agrees and scores.get(verdict.grade_id, 0) > 0:
             flags.append(Flag(verdict.grade_id, f"audit disagrees with the autograded score: {verdict.reason}"))
     return flags

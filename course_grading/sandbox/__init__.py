@@ -1,9 +1,12 @@
-"""Student code under grading runs here: bubblewrap sandboxes, the warm sandbox that forks
-grading kernels and audits, and the kernel manager nbgrader uses to start them.
+"""Student code under grading runs here: bubblewrap sandboxes, the sandbox server that forks
+grading kernels and audits into fresh namespaces, and the kernel manager nbgrader uses.
 
-    bubblewrap               the sandbox itself: options, limits, cgroups, the course folders hidden
-    exec_limited             trusted launcher of every sandboxed process (limits, cgroups, env)
-    warm                     the grader's side of the warm sandbox
-    warm_server              the warm sandbox's side (runs inside bubblewrap)
+    settings                 c.Sandbox.* (limits, warm or not, hidden folders), the course folders
+    bubblewrap               the sandbox itself: options, limits, cgroups, what stays hidden
+    exec_limited             trusted launcher of every sandbox (limits, cgroups, environment)
+    warm_server              the sandbox's server (runs inside bubblewrap), forking each child
+    isolate                  namespaces, tmpfs, binds and dropped privileges of each child
+    warm                     the grader's side of the servers: the warm one, jobs, audits
     sandbox_kernel_manager   SandboxKernelManager, the jupyter_client kernel manager for nbgrader
+    installed                grading imports the installed course only
 """

@@ -1,29 +1,31 @@
 """Sandboxed grading kernels (and audit processes) with Debian's bubblewrap.
 
-Every process that runs a student's code starts as
+Every process that runs a student's code is a child of a sandbox server (``warm_server``)
+started as
 
-    python -I exec_limited.py SPEC -- bwrap OPTIONS -- COMMAND
+    python -I exec_limited.py SPEC -- bwrap OPTIONS -- python -I -m ...warm_server ...
 
 ``exec_limited`` (trusted, outside the sandbox) puts itself into fresh per-sandbox cgroups
 where the machine allows (processes, memory, a fair CPU share), sets resource limits (CPU
 time, file size, memory where there is no cgroup, open files) and a clean environment, then
 runs ``bwrap``, which gives the code:
 
-* no network (``--unshare-net``: only its own loopback), its own PID namespace (it sees and
-  signals only its own processes), a new session, no capabilities (even when the grader runs
-  as root), and it dies with its parent;
-* the whole filesystem read-only, with empty private ``/tmp``, ``/var/tmp`` and ``$HOME``;
-* the course root hidden behind an empty tmpfs: no gradebook, no ``submitted/``,
-  ``autograded/``, ``feedback/`` or ``solutions/``; only the Python environment and the
-  course's two packages are mounted back, read-only, when they live inside it;
-* one writable scratch folder, a copy of the submission's own folder, at its usual path.
+* a user namespace without capabilities (when the grader runs as root, the sandbox runs as
+  ``nobody`` in it), no network (``--unshare-net``: only its own loopback), its own PID
+  namespace (the server is its PID 1: nothing inside can signal or trace it), IPC and UTS
+  namespaces, a new session, and it dies with its parent;
+* the whole filesystem read-only, ``/dev`` too; of the root folder, only the system's folders
+  (``SYSTEM_FOLDERS``): every other one, and the course folders (``settings``), behind empty
+  read-only tmpfs, the Python environment and the course's two packages mounted back,
+  read-only, where they live; nbgrader's configuration files covered;
+* writable only: size-limited tmpfs on ``/tmp``, ``/var/tmp``, ``/dev/shm`` and ``$HOME``
+  (``Sandbox.tmpfs_mb`` each), and the socket folder of the kernels (``ipc``);
+* read-only: the ``spool`` where the grader puts each job's files.
 
-The grading kernel hooks in through ``SandboxKernelManager``, a jupyter_client KernelManager
-that wraps the kernel command line this way, talks to the kernel over Unix sockets in a
-folder bound into the sandbox (``transport="ipc"``) and interrupts it with a message. It is
-set as ``Execute.kernel_manager_class`` by ``configure``. Where bubblewrap is missing or does
-not work (macOS, a container without user namespaces), ``available()`` says why and the
-grader runs the kernel unsandboxed, loudly.
+Inside, each kernel or audit the server forks gets fresh namespaces of its own (see
+``warm_server`` and ``isolate``). Where bubblewrap is missing or does not work (macOS, a
+container without user namespaces), ``available()`` says why and the grader runs the kernel
+unsandboxed, loudly.
 """
 from __future__ import annotations
 
@@ -34,30 +36,36 @@ import shutil
 import subprocess
 import sys
 import uuid
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import course_utils
 
+from .settings import Settings
 
 LEARNER_PACKAGE = Path(course_utils.__file__).resolve().parent
 GRADING_PACKAGE = Path(__file__).resolve().parents[1]
+# The instructor's secrets: no audit process may import or read them, the warm server never
+# imports them (grading kernels do: the hidden checks use the reference).
+SECRET_MODULES = ("course_grading.reference", "course_grading.checks")
+SECRET_FOLDERS = tuple(GRADING_PACKAGE / m.rsplit(".", 1)[1] for m in SECRET_MODULES)
 EXEC = Path(__file__).resolve().with_name("exec_limited.py")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+NOBODY = 65534
+HIDDEN_MB = 1  # the empty tmpfs over a hidden folder (read-only once the mounts inside are made)
+IPC_MB = 1  # a single-use sandbox's socket folder
+# What a sandboxed process sees of the root folder: the system's own folders. Every other one
+# (/home, /root, /srv, /opt, /mnt, /run, ...: other courses, other copies of the reference,
+# runtime files of the instructor's own Jupyter) is an empty folder, but for the Python
+# environment and the course's packages, mounted back read-only where they live.
+SYSTEM_FOLDERS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "var", "tmp",
+                  "dev", "proc", "sys", "nix", "gnu")
+# ... less what a system keeps for root alone (a sandbox of a root grader runs as root's uid)
+SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
+                  "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/var/backups", "/var/cache",
+                  "/var/lib", "/var/log", "/var/mail", "/var/spool")
 UNSANDBOXED_WARNING = ("WARNING: grading WITHOUT a sandbox ({why}): student code runs with your "
                        "rights and can read or change the gradebook. Install bubblewrap "
                        "(apt-get install bubblewrap) to sandbox it.")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one sandbox may use."""
-
-    memory_mb: int = 3072      # cgroup memory limit, else address space (torch maps ~1.5 GB)
-    cpu_seconds: int = 600     # CPU time per process (RLIMIT_CPU)
-    processes: int = 128       # tasks (threads count) in the sandbox's pids cgroup
-    file_mb: int = 64          # largest file it may write (RLIMIT_FSIZE)
-    open_files: int = 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,46 +85,99 @@ def available() -> tuple[bool, str]:
     return True, ""
 
 
+def sandbox_ids() -> tuple[int, int]:
+    """The uid and gid sandboxed code runs as: the grader's own, or nobody's for root."""
+    return (os.getuid() or NOBODY), (os.getgid() or NOBODY)
+
+
 def _namespace_options() -> list[str]:
-    # --cap-drop ALL: a grader running as root (a container, CI) would otherwise hand the
-    # student's code root's capabilities, enough to unmount what hides the course folders.
-    return ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # A user namespace of its own, as nobody when the grader is root: the sandbox has no
+    # capability outside it, and may make namespaces of its own inside (its children do).
+    # --cap-drop ALL: none inside it either. --as-pid-1: the server is PID 1, which nothing in
+    # the sandbox can kill, stop or trace; when it ends, everything in the sandbox ends.
+    uid, gid = sandbox_ids()
+    return ["--unshare-user", "--uid", str(uid), "--gid", str(gid), "--unshare-net",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+            "--new-session", "--cap-drop", "ALL", "--as-pid-1"]
 
 
 def inside(path: Path, folder: Path) -> bool:
     try:
-        path.relative_to(folder)
+        Path(path).relative_to(folder)
         return True
     except ValueError:
         return False
 
 
 def _python_dirs() -> list[Path]:
-    """Folders the sandboxed Python needs to read: its environment and this package."""
-    found = [Path(sys.prefix), Path(sys.base_prefix), LEARNER_PACKAGE, GRADING_PACKAGE]
-    return [p.resolve() for p in dict.fromkeys(found)]
+    """Folders the sandboxed Python needs to read: its environment (and whatever else is on
+    its path) and the course's packages."""
+    found = [Path(sys.prefix), Path(sys.base_prefix), LEARNER_PACKAGE, GRADING_PACKAGE,
+             Path(sys.executable).resolve().parent]
+    found += [Path(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
+    found = [p.resolve() for p in dict.fromkeys(found)]
+    return [p for p in found if not any(inside(p, q) and p != q for q in found)]
 
 
-def bwrap_options(*, hidden_roots: tuple[Path, ...] = (), scratch: Path, cwd: Path,
-                  rw: tuple[Path, ...] = (), home: Path | None = None) -> list[str]:
-    """bwrap options: read-only everything, private /tmp and $HOME (empty, or ``home``
-    bound there), ``hidden_roots`` emptied (the Python environment and this package mounted
-    back), ``scratch`` at ``cwd`` writable, and ``rw`` folders writable at their own paths."""
-    real_home = Path(os.path.expanduser("~")).resolve()
-    hidden = [Path("/tmp"), Path("/var/tmp"), real_home, *(Path(h).resolve() for h in hidden_roots)]
+def outside_system() -> list[Path]:
+    """The folders of / that are not the system's (see SYSTEM_FOLDERS)."""
+    try:
+        return sorted(p for p in Path("/").iterdir()
+                      if p.is_dir() and not p.is_symlink() and p.name not in SYSTEM_FOLDERS)
+    except OSError:
+        return []
+
+
+def sandbox_home() -> Path:
+    """$HOME inside the sandbox: the grader's own path (an empty private tmpfs there)."""
+    home = Path(os.path.expanduser("~")).resolve()
+    return home if home.is_dir() and home != Path("/") else Path("/tmp")
+
+
+def private_folders() -> list[Path]:
+    """The folders every sandboxed process writes in: each a size-limited tmpfs of its own."""
+    return list(dict.fromkeys([Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), sandbox_home()]))
+
+
+def bwrap_options(settings: Settings, base: Path, *, single: bool = False,
+                  hide_secrets: bool = False) -> list[str]:
+    """bwrap options for a sandbox server whose grader-side folder is ``base``: ``spool``
+    bound read-only, ``jobs`` where the server mounts its jobs, ``ipc`` (the kernels' sockets)
+    writable; with ``single``, ``work`` and ``ipc`` are size-limited tmpfs of the sandbox's own
+    (its one job's working folder and socket folder). ``hide_secrets`` covers the instructor's
+    secret folders too (a sandbox that only audits)."""
+    size = str(settings.tmpfs_mb << 20)
     options = [*_namespace_options(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for folder in dict.fromkeys(hidden):
-        if folder != Path("/") and folder.is_dir():
-            options += ["--tmpfs", str(folder)]
-    if home is not None:  # a private, pre-seeded $HOME (before the environment, which may live in it)
-        options += ["--bind", str(home), str(real_home)]
+    private = private_folders()
+    hidden = [Path(h) for h in (*settings.hidden, *SYSTEM_SECRETS)]
+    hidden_dirs = [h for h in [*outside_system(), *hidden] if h.is_dir() and not h.is_symlink()
+                   and not any(inside(h, p) for p in private)]
+    hidden_dirs = [h for h in dict.fromkeys(hidden_dirs) if not any(inside(h, o) and h != o for o in hidden_dirs)]
+    for folder in hidden_dirs:
+        options += ["--size", str(HIDDEN_MB << 20), "--tmpfs", str(folder)]
+    for folder in private:  # after the hidden ones, which may hold one ($HOME in a hidden /home)
+        if folder.is_dir() or folder == Path("/dev/shm"):
+            options += ["--size", size, "--tmpfs", str(folder)]
     for folder in _python_dirs():
-        if any(inside(folder, h) for h in hidden):
+        if any(inside(folder, h) for h in (*hidden_dirs, *private)):
             options += ["--ro-bind", str(folder), str(folder)]
-    for folder in rw:
-        options += ["--bind", str(folder), str(folder)]
-    options += ["--bind", str(scratch), str(cwd), "--chdir", str(cwd)]
+    for file in hidden:
+        if file.is_file() and not file.is_symlink() and not any(inside(file, h) for h in (*hidden_dirs, *private)):
+            options += ["--ro-bind", "/dev/null", str(file)]
+    if hide_secrets:
+        for folder in SECRET_FOLDERS:
+            if folder.is_dir():
+                options += ["--size", "65536", "--tmpfs", str(folder), "--remount-ro", str(folder)]
+    options += ["--ro-bind", str(base / "spool"), str(base / "spool"),
+                "--ro-bind", str(base / "jobs"), str(base / "jobs")]
+    if single:  # its one job's folder and socket folder: tmpfs of its own
+        options += ["--size", size, "--tmpfs", str(base / "work"),
+                    "--size", str(IPC_MB << 20), "--tmpfs", str(base / "ipc")]
+    else:  # the sockets of every kernel (each child sees its own only, read-only once bound)
+        options += ["--bind", str(base / "ipc"), str(base / "ipc")]
+    for folder in hidden_dirs:
+        options += ["--remount-ro", str(folder)]
+    options += ["--remount-ro", "/dev", "--chdir", str(base / "spool")]
     return options
 
 
@@ -138,7 +199,7 @@ def _cgroup_base(controller: str) -> Path | None:
 class Cgroups:
     """Per-sandbox cgroups (v1: pids, memory, cpu) under this process's own; empty if not allowed."""
 
-    def __init__(self, limits: Limits):
+    def __init__(self, limits: Settings):
         self.paths: list[Path] = []
         self.memory = False
         name = f"course-sandbox-{uuid.uuid4().hex[:12]}"
@@ -188,63 +249,39 @@ class Cgroups:
 
 
 def _environment(home: str) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "NBGRADER_EXECUTION")  # set by nbgrader while it grades: notebooks skip their demos
+    keep = ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(HOME=home, PYTHONNOUSERSITE="1", MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1",
                COURSE_SANDBOXED="1")
     return env
 
 
-def wrap(command: list[str], *, scratch: Path, cwd: Path, hidden_roots: tuple[Path, ...] = (),
-         limits: Limits = Limits(), rw: tuple[Path, ...] = (),
-         home: Path | None = None) -> tuple[list[str], Cgroups]:
-    """The full command line that runs ``command`` sandboxed, and its cgroups (call
-    ``remove()`` on them when the process has ended)."""
-    groups = Cgroups(limits)
-    rlimits = {"RLIMIT_CPU": limits.cpu_seconds, "RLIMIT_FSIZE": limits.file_mb << 20,
-               "RLIMIT_NOFILE": limits.open_files, "RLIMIT_CORE": 0}
+def wrap(command: list[str], settings: Settings, base: Path, *, single: bool = False,
+         hide_secrets: bool = False, cpu_seconds: int | None = None) -> tuple[list[str], "Cgroups"]:
+    """The full command line that runs ``command`` in a sandbox (``bwrap_options``), and its
+    cgroups (call ``remove()`` on them when the process has ended)."""
+    groups = Cgroups(settings)
+    rlimits = {"RLIMIT_CPU": cpu_seconds or settings.cpu_seconds, "RLIMIT_FSIZE": settings.file_mb << 20,
+               "RLIMIT_NOFILE": settings.open_files, "RLIMIT_CORE": 0}
     if not groups.memory:
-        rlimits["RLIMIT_AS"] = (limits.memory_mb + 2048) << 20  # address space > resident memory
+        rlimits["RLIMIT_AS"] = (settings.memory_mb + 2048) << 20  # address space > resident memory
     spec = {"rlimits": rlimits, "cgroups": [str(p) for p in groups.paths],
-            "env": _environment(os.path.expanduser("~")), "quiet": True}
+            "env": _environment(str(sandbox_home())), "quiet": True}
     argv = [sys.executable, "-I", str(EXEC), json.dumps(spec), "--", shutil.which("bwrap") or "bwrap",
-            *bwrap_options(hidden_roots=hidden_roots, scratch=scratch, cwd=cwd, rw=rw, home=home), "--", *command]
+            *bwrap_options(settings, base, single=single, hide_secrets=hide_secrets), "--", *command]
     return argv, groups
-
-
-def describe(limits: Limits = Limits()) -> dict:
-    return asdict(limits)
-
-
-def seed_home(home: Path) -> None:
-    """A private $HOME holding a copy of matplotlib's font cache (else rebuilt each time)."""
-    home.mkdir(parents=True, exist_ok=True)
-    cache = Path(os.path.expanduser("~")) / ".cache" / "matplotlib"
-    for font_list in cache.glob("fontlist-*.json") if cache.is_dir() else []:
-        (home / ".cache" / "matplotlib").mkdir(parents=True, exist_ok=True)
-        shutil.copy(font_list, home / ".cache" / "matplotlib" / font_list.name)
-
-
-def hidden_roots() -> tuple[Path, ...]:
-    """The course folders every sandbox hides (``COURSE_SANDBOX_HIDE``, set by ``configure``)."""
-    return tuple(Path(p) for p in os.environ.get("COURSE_SANDBOX_HIDE", "").split(os.pathsep) if p)
-
-
-def hide(*roots) -> None:
-    """Add ``roots`` to the course folders every sandbox hides (``COURSE_SANDBOX_HIDE``)."""
-    known = [str(p) for p in hidden_roots()]
-    os.environ["COURSE_SANDBOX_HIDE"] = os.pathsep.join(
-        dict.fromkeys(known + [str(Path(r).resolve()) for r in roots]))
 
 
 def configure(config, *roots) -> bool:
     """Make ``config`` (nbgrader's) run every grading kernel sandboxed, hiding the course
-    ``roots``. Returns False, changing nothing, when no sandbox is available here."""
+    ``roots`` and every course folder the configuration names (``settings.course_folders``,
+    kept in ``SandboxKernelManager.hidden_folders``). Returns False, changing nothing, when
+    no sandbox is available here."""
+    from .settings import course_folders
     ok, _ = available()
     if not ok:
         return False
-    hide(*roots)
+    config.SandboxKernelManager.hidden_folders = list(course_folders(config, *roots))
     config.Execute.kernel_manager_class = (
         "course_grading.sandbox.sandbox_kernel_manager.SandboxKernelManager")
     return True

@@ -1,4 +1,4 @@
-"""``SandboxKernelManager``: the grading kernel, started inside bubblewrap."""
+"""``SandboxKernelManager``: the grading kernel, a job of a sandbox server (``warm``)."""
 from __future__ import annotations
 
 import os
@@ -9,31 +9,36 @@ from pathlib import Path
 
 from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
+from traitlets import List, Unicode
 
-from .bubblewrap import Cgroups, hidden_roots, seed_home, wrap
-from .warm import RemoteProcess, WarmError, WarmSandbox, current_warm, discard_warm
+from . import warm
+from .settings import Sandbox, Settings
 
 
 class SandboxKernelManager(AsyncKernelManager):
-    """A Python kernel started inside bubblewrap, whatever kernel the notebook names.
+    """A Python kernel started in a sandbox, whatever kernel the notebook names.
 
-    It connects over Unix sockets in a private folder bound into the sandbox and interrupts
-    with a message (a signal would reach only bwrap). ``COURSE_SANDBOX_HIDE`` in the
-    environment names the course roots to hide (set by ``configure``).
+    The kernel is forked by this grading process's warm sandbox server (else by a server of
+    its own) into fresh namespaces, with a private copy of the notebook's folder as its
+    working folder. It connects over Unix sockets in a folder of its own, read-only to it once
+    they are bound, and is interrupted with a message (a signal would reach only bwrap). The
+    connection file stays on the grader's side. Its limits come from ``c.Sandbox``.
     """
+
+    hidden_folders = List(Unicode(), help="Folders every sandboxed process finds empty: the "
+                                          "course folders (set by course_grading's pipeline) "
+                                          "and any other.").tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._folder = Path(tempfile.mkdtemp(prefix="course-sandbox-"))
-        (self._folder / "ipc").mkdir()
-        self._scratch = self._folder / "work"
-        self._cwd: Path | None = None
-        self._groups: Cgroups | None = None
-        self._warm: WarmSandbox | None = None
-        self._kernel_args: list[str] = []
+        self._folder = Path(tempfile.mkdtemp(prefix="course-kernel-"))  # never seen by a sandbox
+        self._server: warm.SandboxServer | None = None
+        self._job: warm.Job | None = None
+        self._source: Path | None = None
+        self._extra: list[str] = []
         self.transport = "ipc"
-        self.ip = str(self._folder / "ipc" / "kernel")
-        self.connection_file = str(self._folder / "ipc" / "connection.json")
+        self.ip = str(self._folder / "kernel")  # replaced by the job's socket folder
+        self.connection_file = str(self._folder / "connection.json")
         self._spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
                                       "{connection_file}"],
                                 display_name="Python 3 (sandboxed)", language="python",
@@ -43,79 +48,67 @@ class SandboxKernelManager(AsyncKernelManager):
     def kernel_spec(self):  # the notebook's kernelspec name is ignored on purpose
         return self._spec
 
+    def sandbox_settings(self) -> Settings:
+        return Settings.from_config(self.config, hidden=[*self.hidden_folders,
+                                                         *Sandbox(config=self.config).hidden_folders])
+
     async def _async_pre_start_kernel(self, **kw):
-        self._cwd = Path(kw.get("cwd") or os.getcwd()).resolve()
-        self._warm = current_warm()
-        if self._warm is not None:
-            try:  # the warm sandbox: emptied, then given this submission's folder
-                self._warm.prepare(self._cwd)
-                self.ip = str(self._warm.ipc / "kernel")
-                self.connection_file = str(self._warm.ipc / "connection.json")
-                kw["cwd"] = str(self._warm.work)
-            except WarmError:
-                self._warm = None
-        if self._warm is None:
-            self._copy_scratch()
+        self._end_job()  # a restart: the previous job goes first
+        self._source = Path(kw.get("cwd") or os.getcwd()).resolve()
+        self._server, self._job = warm.open_job(self.sandbox_settings(), self._source, kernel=True)
+        self._use_job()
+        kw["cwd"] = self._job.path
         return await super()._async_pre_start_kernel(**kw)
 
-    def _copy_scratch(self):
-        if self._scratch.exists():
-            shutil.rmtree(self._scratch)
-        shutil.copytree(self._cwd, self._scratch, symlinks=True,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    def _use_job(self, rewrite: bool = False) -> None:
+        self.ip = str(self._job.ipc_here / "k")
+        if rewrite:  # the sockets move to the new job's folder: a new connection file
+            self.cleanup_connection_file()
+            self._connection_file_written = False
+            self.write_connection_file()
+            self.provisioner.connection_info = self.get_connection_info()
 
     def format_kernel_cmd(self, extra_arguments=None):
-        self._kernel_args = ["-f", self.connection_file, *(extra_arguments or [])]
-        if self._warm is not None:  # launched by _async_launch_kernel, not as a command
-            return [sys.executable, "-m", "ipykernel_launcher", *self._kernel_args]
-        return self._cold_command()
+        self._extra = [str(a) for a in extra_arguments or []]  # the server starts the kernel
+        return [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file, *self._extra]
 
-    def _cold_command(self) -> list[str]:
-        command = [sys.executable, "-m", "ipykernel_launcher", *self._kernel_args]
-        if self._groups is not None:
-            self._groups.remove()
-        argv, self._groups = wrap(command, scratch=self._scratch, cwd=self._cwd or Path.cwd(),
-                                  hidden_roots=hidden_roots(),
-                                  rw=(Path(self.connection_file).parent,), home=self._home())
-        return argv
+    def _spawn(self) -> int:
+        info = self.get_connection_info()
+        connection = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
+        connection["ip"] = str(self._job.ipc / "k")  # the same sockets, as the kernel sees them
+        return self._server.spawn_kernel(self._job, self._extra, connection, _grading_env())
 
     async def _async_launch_kernel(self, kernel_cmd, **kw):
-        if self._warm is not None:
-            try:
-                pid = self._warm.spawn_kernel(self._kernel_args, _grading_env())
-            except WarmError:  # the warm sandbox broke: this kernel starts the slow way
-                discard_warm(self._warm)
-                self._warm = None
-                self._copy_scratch()
-                return await super()._async_launch_kernel(self._cold_command(), **kw)
-            self.provisioner.process = RemoteProcess(self._warm, pid)
-            self.provisioner.pid, self.provisioner.pgid = None, None
-            self.provisioner.cwd = str(self._warm.work)
-            self._reconcile_connection_info(self.provisioner.connection_info)
-            return None
-        return await super()._async_launch_kernel(kernel_cmd, **kw)
-
-    def _home(self) -> Path:
-        home = self._folder / "home"
-        if not home.exists():
-            seed_home(home)
-        return home
+        try:
+            pid = self._spawn()
+        except warm.SandboxError:
+            if not self._server.warm:
+                raise
+            # the warm server broke: this kernel gets a server of its own, the next a new warm one
+            warm.discard_warm(self._server)
+            self._server, self._job = warm.open_single(self.sandbox_settings(), self._source, kernel=True)
+            self._use_job(rewrite=True)
+            pid = self._spawn()
+        self.provisioner.process = warm.RemoteProcess(self._server, pid)
+        self.provisioner.pid, self.provisioner.pgid = None, None
+        self.provisioner.cwd = self._job.path
+        self._reconcile_connection_info(self.provisioner.connection_info)
 
     async def _async_cleanup_resources(self, restart=False):
         await super()._async_cleanup_resources(restart=restart)
+        self._end_job()
         if not restart:
-            self._release()
+            shutil.rmtree(self._folder, ignore_errors=True)
 
     cleanup_resources = _async_cleanup_resources
 
-    def _release(self):
-        if self._groups is not None:
-            self._groups.remove()
-            self._groups = None
-        shutil.rmtree(self._folder, ignore_errors=True)
+    def _end_job(self) -> None:
+        if self._job is not None and self._server is not None:
+            warm.release_job(self._server, self._job)
+        self._server, self._job = None, None
 
 
 def _grading_env() -> dict[str, str]:
-    """What a warm kernel takes from the grader's environment at launch: nbgrader's grading
-    flag (the notebooks skip their demos under it)."""
+    """What a kernel takes from the grader's environment at launch: nbgrader's grading flag
+    (the notebooks skip their demos under it)."""
     return {k: os.environ[k] for k in ("NBGRADER_EXECUTION",) if k in os.environ}
