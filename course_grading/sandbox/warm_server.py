@@ -136,6 +136,9 @@ class Server:
             _prctl(PR_SET_DUMPABLE, 1)
             os.environ.update(env)
             os.chdir(cwd)
+            # as a kernel started in the notebook's folder has it (this process runs with -I,
+            # which leaves it out): notebooks import the files beside them (building_blocks.py)
+            sys.path.insert(0, cwd)
             sys.argv = [sys.executable, *argv]
             from ipykernel import kernelapp
             kernelapp.IPKernelApp.launch_instance(argv=argv)
