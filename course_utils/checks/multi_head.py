@@ -181,9 +181,11 @@ def expect_projections(c: Check, m: nn.Module, d_model: int, bias: bool) -> None
 
 
 def projections(d_model: int, bias: bool = True, dtype=torch.float32) -> nn.Module:
-    """An empty module with the four projections, named as the exercise names them."""
-    return nn.ModuleDict({name: nn.Linear(d_model, d_model, bias=bias, dtype=dtype)
-                          for name in PROJECTIONS})
+    """A module with just the four projections, named as the exercise names them (their
+    initial values are drawn without touching the notebook's random state)."""
+    with torch.random.fork_rng(devices=[]):
+        return nn.ModuleDict({name: nn.Linear(d_model, d_model, bias=bias, dtype=dtype)
+                              for name in PROJECTIONS})
 
 
 def builtin_mha(source: nn.Module, num_heads: int) -> nn.MultiheadAttention:
