@@ -1,35 +1,34 @@
-"""Checks for 02_cosine_similarity."""
+"""Visible checks for 02_cosine_similarity.
+
+These run in the learner's own kernel, so they hold no solution: NumPy has no cosine, so the
+expected values are either known exactly (a vector with itself, perpendicular vectors, a
+hand-made analogy) or stored with the package (``course_utils/data/expected/
+02_cosine_similarity.npz``, inputs included, computed by the instructor's tools). The grader adds
+its hidden cases in the hidden part of each test cell; they live with the instructor, not here.
+"""
 from __future__ import annotations
 
 import numpy as np
 
-from course_grading.reference import similarity as ref
-from ._core import Check, CheckFailed, to_numpy
+from ._core import Check, stored
 
-_FORBID = [
-    "course_grading.reference.similarity.cosine_similarity",
-    "course_grading.reference.similarity.cosine_similarity_matrix",
-    "course_grading.reference.similarity.most_similar",
-    "course_grading.reference.similarity.analogy",
-    "torch.nn.functional.cosine_similarity",
-    "torch.cosine_similarity",
-]
+ASSIGNMENT = "02_cosine_similarity"
+# What the exercises ask the learner to build, as PyTorch ships it.
+COSINE_BUILTINS = ["torch.nn.functional.cosine_similarity", "torch.cosine_similarity"]
+COSINE_OPS = ["cosine_similarity"]
+
+KING = [0.9, 0.8, 0.7, 0.1, 0.2]  # the notebook's toy vectors
+QUEEN = [0.9, 0.8, 0.7, 0.1, 0.7]
 
 
-def _forbid_except(name: str) -> list[str]:
-    """Every built-in cosine, but a later exercise may use the student's own earlier ones."""
-    return [p for p in _FORBID if not p.startswith("course_utils") or p.endswith("." + name)]
-
-
-def check_cosine_similarity(cosine_similarity, hidden: bool = False) -> None:
-    c = Check("cosine_similarity", _forbid_except("cosine_similarity"), hidden)
-    king, queen = [0.9, 0.8, 0.7, 0.1, 0.2], [0.9, 0.8, 0.7, 0.1, 0.7]
-    got = c.call(cosine_similarity, np.array(king), np.array(queen))
+def check_cosine_similarity(cosine_similarity) -> None:
+    c = Check("cosine_similarity", COSINE_BUILTINS, ops=COSINE_OPS)
+    got = c.call(cosine_similarity, np.array(KING), np.array(QUEEN))
     c.that(np.ndim(got) == 0, f"should return one number, got an array of shape {np.shape(got)}.")
     c.that(-1.0 - 1e-9 <= float(got) <= 1.0 + 1e-9,
            f"a cosine lies in [-1, 1], got {float(got):.4f}: divide the dot product by BOTH norms.",
            "returns one number in [-1, 1]")
-    c.close(got, ref.cosine_similarity(king, queen),
+    c.close(got, stored(ASSIGNMENT, "king_queen"),
             "for the toy king/queen vectors: is the formula u·v / (|u| |v|)?",
             atol=1e-6, passed="king vs queen from the toy vectors")
     u = np.array([3.0, 4.0])
@@ -37,115 +36,40 @@ def check_cosine_similarity(cosine_similarity, hidden: bool = False) -> None:
             "a vector has cosine 1 with itself.", passed="cos(u, u) = 1")
     c.close(c.call(cosine_similarity, np.array([1.0, 0.0]), np.array([0.0, 2.0])), 0.0,
             "perpendicular vectors have cosine 0.", passed="perpendicular vectors give 0")
-    if hidden:
-        rng = np.random.default_rng(1)
-        u, v = rng.normal(size=7), rng.normal(size=7)
-        c.close(c.call(cosine_similarity, 5.0 * u, v), ref.cosine_similarity(u, v),
-                "cosine should not change when a vector is scaled: normalise both u and v.",
-                passed="ignores the vectors' lengths")
-        c.close(c.call(cosine_similarity, u, 0.1 * v), ref.cosine_similarity(u, v),
-                "cosine should not change when a vector is scaled: normalise both u and v.",
-                passed="ignores the other vector's length too")
-        c.close(c.call(cosine_similarity, u, -u), -1.0,
-                "opposite vectors have cosine -1 (similarity, not distance).",
-                passed="opposite vectors give -1")
-        c.close(c.call(cosine_similarity, [1, 2, 2], [2, 1, 2]), 8 / 9,
-                "plain Python lists of ints should work too (convert with np.asarray).",
-                passed="lists of ints")
     c.done()
 
 
-def check_cosine_similarity_matrix(cosine_similarity_matrix, hidden: bool = False) -> None:
-    c = Check("cosine_similarity_matrix", _forbid_except("cosine_similarity_matrix"), hidden)
-    rng = np.random.default_rng(2)
-    A, B = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
+def check_cosine_similarity_matrix(cosine_similarity_matrix) -> None:
+    c = Check("cosine_similarity_matrix", COSINE_BUILTINS, ops=COSINE_OPS)
+    A, B = stored(ASSIGNMENT, "matrix_A"), stored(ASSIGNMENT, "matrix_B")
     got = c.call(cosine_similarity_matrix, A, B)
     c.shape(got, (3, 5), "cosine_similarity_matrix(A, B) for A (3, 4) and B (5, 4)",
             "Entry [i, j] compares row i of A with row j of B.")
-    c.close(got, ref.cosine_similarity_matrix(A, B),
+    c.close(got, stored(ASSIGNMENT, "matrix_expected"),
             "entry [i, j] should be the cosine of A[i] and B[j]: normalise every ROW of both "
             "A and B (axis=1) before the matrix product.", passed="matches pairwise cosines")
-    if hidden:
-        A2 = A * np.array([[0.1], [10.0], [3.0]])
-        B2 = B * np.array([[7.0], [0.5], [1.0], [2.0], [0.01]])
-        c.close(c.call(cosine_similarity_matrix, A2, B2), ref.cosine_similarity_matrix(A, B),
-                "rows of different lengths must not matter: normalise each row of A and of B.",
-                passed="ignores row lengths")
-        C = rng.normal(size=(4, 4))
-        D = rng.normal(size=(4, 4)) * np.array([[1.0, 9.0, 0.2, 3.0]])
-        c.close(c.call(cosine_similarity_matrix, C, D), ref.cosine_similarity_matrix(C, D),
-                "with square inputs, normalising columns instead of rows (axis 0 vs 1) gives "
-                "wrong values.", passed="normalises rows, not columns")
-        got = c.call(cosine_similarity_matrix, A, A)
-        c.close(np.diag(to_numpy(got)), np.ones(3), "a row has cosine 1 with itself.",
-                passed="diagonal of cos(A, A) is 1")
     c.done()
 
 
-def _vectors_with_lengths(seed: int = 3):
-    """Unit directions scaled very differently, so dot product and cosine disagree."""
-    rng = np.random.default_rng(seed)
-    E = rng.normal(size=(12, 6))
-    E /= np.linalg.norm(E, axis=1, keepdims=True)
-    return E * rng.uniform(0.2, 5.0, size=(12, 1)), rng
-
-
-def check_most_similar(most_similar, hidden: bool = False) -> None:
-    c = Check("most_similar", _forbid_except("most_similar"), hidden)
-    E, rng = _vectors_with_lengths()
-    q = rng.normal(size=6)
+def check_most_similar(most_similar) -> None:
+    c = Check("most_similar", COSINE_BUILTINS, ops=COSINE_OPS)
+    # unit directions scaled very differently, so that dot product and cosine disagree
+    E, q = stored(ASSIGNMENT, "similar_E"), stored(ASSIGNMENT, "similar_query")
     got = np.asarray(c.call(most_similar, q, E, k=3))
     c.shape(got, (3,), "most_similar(query, E, k=3)", "Return the ids of the k best rows.")
     c.that(np.issubdtype(got.dtype, np.integer),
            "should return row ids (integers), not similarities.", "returns k integer ids")
-    want = ref.most_similar(q, E, k=3)
-    c.that(set(got.tolist()) == set(want.tolist()),
+    want = stored(ASSIGNMENT, "similar_ids").tolist()
+    c.that(set(got.tolist()) == set(want),
            "these are not the k most cosine-similar rows: rank by cosine (not the raw dot "
            "product, which favours long vectors), highest first.", "finds the k nearest rows")
-    c.that(got.tolist() == want.tolist(), "right rows, wrong order: most similar first.",
+    c.that(got.tolist() == want, "right rows, wrong order: most similar first.",
            "most similar first")
-    if hidden:
-        target = E[4] / np.linalg.norm(E[4]) * 0.3
-        got = np.asarray(c.call(most_similar, target, E, k=2, exclude=(4,)))
-        c.that(4 not in got.tolist(), "an id in exclude was returned.", "never returns excluded ids")
-        c.that(len(got) == 2, f"with exclude, still return k ids (got {len(got)}): drop the "
-               "excluded ids before taking the top k, not after.", "still k ids with exclude")
-        c.that(got.tolist() == ref.most_similar(target, E, k=2, exclude=(4,)).tolist(),
-               "wrong ids once exclude is used.", "right ids with exclude")
-        best3 = [int(i) for i in ref.most_similar(q, E, k=3)]
-        want = ref.most_similar(q, E, k=3, exclude=best3).tolist()
-        for excl in (tuple(best3), list(best3), set(best3)):
-            try:
-                got = np.asarray(c.call(most_similar, q, E, k=3, exclude=excl))
-            except CheckFailed as exc:
-                if "IndexError" in str(exc):
-                    c.fail(f"raised an IndexError with exclude={excl!r}. NumPy reads a tuple "
-                           "index as one index per axis; turn exclude into a list first.")
-                raise
-            c.that(not set(got.tolist()) & set(best3),
-                   f"with exclude={excl!r} an excluded id came back: every id in exclude must "
-                   "be left out, not just the first.")
-            c.that(got.tolist() == want, f"wrong ids with exclude={excl!r}.")
-        c.ok("several excluded ids, given as a tuple, a list or a set")
-        # every row left after the exclusion points away from the query
-        F = np.array([[1.0, 0.0], [-1.0, 0.1], [-1.0, -0.2], [-0.5, -1.0]])
-        got = np.asarray(c.call(most_similar, np.array([2.0, 0.0]), F, k=2, exclude=(0,)))
-        c.that(0 not in got.tolist(),
-               "an excluded id came back when all the other cosines are negative: give excluded "
-               "ids a score that no cosine can fall below (0 is not enough).",
-               "excluded ids lose even against negative cosines")
-        c.that(got.tolist() == ref.most_similar(np.array([2.0, 0.0]), F, k=2, exclude=(0,)).tolist(),
-               "wrong ids when every candidate has a negative cosine: still highest first.")
-        got = np.asarray(c.call(most_similar, q, E, k=5))
-        c.that(got.tolist() == ref.most_similar(q, E, k=5).tolist(),
-               "k=5 gives wrong ids: take exactly the k highest cosines.", "k=5")
-        got = np.asarray(c.call(most_similar, q, E))
-        c.that(len(got) == 5, "the default k is 5.", "default k=5")
     c.done()
 
 
-def check_analogy(analogy, hidden: bool = False) -> None:
-    c = Check("analogy", _forbid_except("analogy"), hidden)
+def check_analogy(analogy) -> None:
+    c = Check("analogy", COSINE_BUILTINS, ops=COSINE_OPS)
     # a toy world: a=man, b=king, c=woman; queen = king - man + woman
     E = np.array([
         [1.0, 0.0, 0.2],   # 0 man
@@ -160,21 +84,5 @@ def check_analogy(analogy, hidden: bool = False) -> None:
     c.that(np.issubdtype(got.dtype, np.integer), "return ids as integers.")
     c.that(int(got[0]) == 3, "'man is to king as woman is to ?' should be queen (id 3) here. "
            "The target vector is E[b] - E[a] + E[c]; check the signs.", "king - man + woman")
-    if hidden:
-        rng = np.random.default_rng(5)
-        E2 = rng.normal(size=(30, 8))
-        for (a, b, cc) in [(0, 1, 2), (5, 9, 11), (3, 20, 7)]:
-            got = np.asarray(c.call(analogy, a, b, cc, E2, k=4)).tolist()
-            want = ref.analogy(a, b, cc, E2, k=4).tolist()
-            c.that(len(got) == 4, f"with k=4 return 4 ids (got {len(got)}): pass k on, and "
-                   "exclude a, b, c before taking the top k, not after.")
-            c.that(not {a, b, cc} & set(got), "a, b and c must never be answers: exclude them.")
-            c.that(got == want, "wrong ids for a random analogy: nearest by cosine to "
-                   "E[b] - E[a] + E[c], most similar first (is the sign of a or b flipped?).")
-        c.ok("excludes a, b, c; right ids, right order, right signs")
-        # without exclusion, b itself would win here
-        E3 = np.array([[1.0, 0.0], [0.0, 1.0], [0.9, 0.1], [-0.8, 0.9], [0.5, -1.0]])
-        got = np.atleast_1d(np.asarray(c.call(analogy, 0, 1, 2, E3)))
-        c.that(int(got[0]) not in (0, 1, 2), "one of the input words came back: exclude a, b, c.",
-               "inputs excluded even when they are nearest")
     c.done()
+

@@ -168,6 +168,21 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         w = w * mask
     return w @ V, w
 ''',
+        "mask_zero_filled_after_softmax": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    w = softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1)), dim=-1)
+    if mask is not None:
+        w = w.masked_fill(~mask, 0.0)
+    return w @ V, w
+''',
+        "weights_in_float32": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores.float(), dim=-1)  # float32 whatever came in
+    return w.to(V.dtype) @ V, w
+''',
         "mask_ignored": '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
     w = softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1)), dim=-1)
@@ -264,6 +279,38 @@ def softmax(x, dim=-1):
         rows.append(e / e.sum())
     return torch.stack(rows).reshape(moved.shape).movedim(-1, dim)
 ''',
+        # torch/_decomp/decompositions.py (pytorch/pytorch), the decomposition of aten._softmax
+        "pytorch_decomposition": '''
+def softmax(x, dim=-1):
+    x_max = torch.amax(x, dim, keepdim=True)
+    unnormalized = torch.exp(x - x_max)
+    return unnormalized / torch.sum(unnormalized, dim, keepdim=True)
+''',
+        # jax.nn.softmax (google/jax, jax/_src/nn/functions.py), in torch: the max is a constant
+        "jax_stop_gradient_max": '''
+def softmax(x, dim=-1):
+    unnormalized = torch.exp(x - x.amax(dim, keepdim=True).detach())
+    return unnormalized / unnormalized.sum(dim, keepdim=True)
+''',
+        # the Triton fused-softmax tutorial's naive_softmax (openai/triton,
+        # python/tutorials/02-fused-softmax.py), written for rows (dim=1): here for any dim
+        "triton_tutorial_naive_softmax": '''
+def softmax(x, dim=-1):
+    x_max = x.max(dim=dim, keepdim=True)[0]
+    z = x - x_max
+    numerator = torch.exp(z)
+    denominator = numerator.sum(dim=dim, keepdim=True)
+    return numerator / denominator
+''',
+        # Hugging Face's eager attention upcasts the softmax to float32 and casts back
+        # (transformers, models/llama/modeling_llama.py): for float64 input that rounds the
+        # probabilities to float32 (relative error ~6e-8), which the float64 check accepts
+        "computes_in_float32_like_hf_upcast": '''
+def softmax(x, dim=-1):
+    x32 = x.float()
+    e = torch.exp(x32 - x32.amax(dim=dim, keepdim=True))
+    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
+''',
         "warns_and_writes_to_stderr": '''
 import sys as _sys
 import warnings as _warnings
@@ -348,6 +395,89 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     w = softmax(scores, dim=-1)
     return w @ V, w
 ''',
+        # The Annotated Transformer (harvardnlp/annotated-transformer, the_annotated_transformer.py),
+        # attention() without its dropout argument
+        "annotated_transformer_attention": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    d_k = Q.size(-1)
+    scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    p_attn = scores.softmax(dim=-1)
+    return torch.matmul(p_attn, V), p_attn
+''',
+        # UvA DL tutorial 6 (phlippe/uvadlc_notebooks, Transformers_and_MHAttention.ipynb),
+        # scaled_dot_product
+        "uva_tutorial6_scaled_dot_product": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    d_k = Q.size()[-1]
+    attn_logits = torch.matmul(Q, K.transpose(-2, -1))
+    attn_logits = attn_logits / math.sqrt(d_k)
+    if mask is not None:
+        attn_logits = attn_logits.masked_fill(mask == 0, -9e15)
+    attention = F.softmax(attn_logits, dim=-1)
+    values = torch.matmul(attention, V)
+    return values, attention
+''',
+        # minGPT's CausalSelfAttention (karpathy/minGPT, mingpt/model.py), the mask given
+        # instead of its causal buffer
+        "mingpt_causal_self_attention": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    att = (Q @ K.transpose(-2, -1)) * (1.0 / math.sqrt(K.size(-1)))
+    if mask is not None:
+        att = att.masked_fill(mask == 0, float("-inf"))
+    att = F.softmax(att, dim=-1)
+    y = att @ V
+    return y, att
+''',
+        # LLMs-from-scratch ch03 (rasbt/LLMs-from-scratch, ch03 MultiHeadAttention): masks the
+        # raw scores in place, then scales inside the softmax
+        "llms_from_scratch_scale_after_masking": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    attn_scores = Q @ K.transpose(-2, -1)
+    if mask is not None:
+        attn_scores.masked_fill_(~mask, -torch.inf)
+    attn_weights = torch.softmax(attn_scores / K.shape[-1] ** 0.5, dim=-1)
+    return attn_weights @ V, attn_weights
+''',
+        # the reference implementation in the docs of torch.nn.functional.scaled_dot_product_attention
+        # (pytorch/pytorch, torch/nn/functional.py), its additive bias shaped like the mask
+        "pytorch_docs_reference": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scale_factor = 1 / math.sqrt(Q.size(-1))
+    attn_weight = Q @ K.transpose(-2, -1) * scale_factor
+    if mask is not None:
+        attn_bias = torch.zeros(mask.shape, dtype=Q.dtype, device=Q.device)
+        attn_bias.masked_fill_(mask.logical_not(), float("-inf"))
+        attn_weight = attn_weight + attn_bias
+    attn_weight = torch.softmax(attn_weight, dim=-1)
+    return attn_weight @ V, attn_weight
+''',
+        # a float32 constant in the scale (Fabbboy/setis, src/transformer/layer/sdpa.py, and many
+        # tutorials): √d_k rounded to float32 moves float64 weights by ~1e-7, which is accepted
+        "float32_sqrt_d_k_tensor": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    d_k = Q.size(-1)
+    scores = torch.matmul(Q, K.transpose(-2, -1)) / torch.sqrt(torch.tensor(d_k, dtype=torch.float32))
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    score = torch.nn.Softmax(dim=-1)(scores)
+    return torch.matmul(score, V), score
+''',
+        # Hugging Face's eager attention (transformers, models/llama/modeling_llama.py): an additive
+        # mask of the dtype's minimum, and the softmax upcast to float32, then cast back
+        "hf_eager_attention_softmax_in_float32": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scaling = Q.shape[-1] ** -0.5
+    attn_weights = torch.matmul(Q, K.transpose(-2, -1)) * scaling
+    if mask is not None:
+        causal_mask = torch.zeros(mask.shape, dtype=attn_weights.dtype, device=Q.device)
+        causal_mask = causal_mask.masked_fill(~mask, torch.finfo(attn_weights.dtype).min)
+        attn_weights = attn_weights + causal_mask
+    attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32).to(Q.dtype)
+    attn_output = torch.matmul(attn_weights, V)
+    return attn_output, attn_weights
+''',
         "warns_about_mask": '''
 import warnings as _warnings
 def scaled_dot_product_attention(Q, K, V, mask=None):
@@ -376,6 +506,27 @@ def causal_mask(size, device=None):
     for i in range(size):
         m[i, : i + 1] = True
     return m
+''',
+        # The Annotated Transformer's subsequent_mask (harvardnlp/annotated-transformer), without
+        # its leading batch axis of 1
+        "annotated_transformer_subsequent_mask": '''
+def causal_mask(size, device=None):
+    attn_shape = (size, size)
+    subsequent_mask = torch.triu(torch.ones(attn_shape, device=device), diagonal=1).type(torch.uint8)
+    return subsequent_mask == 0
+''',
+        # nn.Transformer.generate_square_subsequent_mask (pytorch/pytorch, torch/nn/modules/
+        # transformer.py) builds the additive -inf mask; the places it leaves at 0 may attend
+        "pytorch_square_subsequent_mask": '''
+def causal_mask(size, device=None):
+    additive = torch.triu(torch.full((size, size), float("-inf"), device=device), diagonal=1)
+    return additive == 0
+''',
+        # LLMs-from-scratch ch03 registers triu(ones, diagonal=1) as the positions to hide
+        "llms_from_scratch_not_hidden": '''
+def causal_mask(size, device=None):
+    mask = torch.triu(torch.ones(size, size, device=device), diagonal=1)
+    return ~mask.bool()
 ''',
         "not_triu": '''
 def causal_mask(size, device=None):

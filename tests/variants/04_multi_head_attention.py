@@ -243,14 +243,37 @@ def merge_heads(x):
         out = F.dropout(w, p=self.dropout.p, training=True) @ V
         return self.out_proj(merge_heads(out)), w
 '''),
-        "returns_weights_after_dropout": _mha('''
+        "returns_weights_of_a_second_dropout": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        out = self.dropout(w) @ V
+        return self.out_proj(merge_heads(out)), self.dropout(w)  # a second, different mask
+'''),
+        "dropout_applied_twice": _mha('''
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         w = self.dropout(w)
-        return self.out_proj(merge_heads(w @ V)), w
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
+'''),
+        "heads_accumulated_in_a_float32_buffer": _mha('''
+    def forward(self, query, key, value, mask=None):
+        b, q, d = query.shape
+        Qa, Ka, Va = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        out = torch.zeros(b, q, d)  # default dtype, whatever came in
+        ws = []
+        for i in range(self.num_heads):
+            cols = slice(i * self.d_head, (i + 1) * self.d_head)
+            m = None if mask is None else (mask if mask.dim() < 4 else mask[:, 0])
+            _, w = scaled_dot_product_attention(Qa[..., cols], Ka[..., cols], Va[..., cols], m)
+            out[..., cols] = self.dropout(w) @ Va[..., cols]
+            ws.append(w)
+        return self.out_proj(out), torch.stack(ws, dim=1)
 '''),
         "dropout_on_the_output": _mha('''
     def forward(self, query, key, value, mask=None):
@@ -457,6 +480,273 @@ def merge_heads(x):
         if self.training and p > 0:
             w_d = w * (torch.rand_like(w) >= p) / (1 - p)
         return self.out_proj(merge_heads(w_d @ V)), w
+'''),
+        "returns_weights_after_dropout_like_torch": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        w = self.dropout(w)
+        return self.out_proj(merge_heads(w @ V)), w
+'''),
+        # The Annotated Transformer (harvardnlp/annotated-transformer, the_annotated_transformer.py):
+        # MultiHeadedAttention with its attention(); returns self.attn, the weights after dropout.
+        # Adapted: the four clones named q_proj, k_proj, v_proj, out_proj, the ValueError, the
+        # weights returned; no mask.unsqueeze(1), as the contract's masks broadcast as they are.
+        "annotated_transformer": '''
+def attention(query, key, value, mask=None, dropout=None):
+    d_k = query.size(-1)
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    p_attn = scores.softmax(dim=-1)
+    if dropout is not None:
+        p_attn = dropout(p_attn)
+    return torch.matmul(p_attn, value), p_attn
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.d_k = d_model // num_heads
+        self.h = num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.attn = None
+        self.dropout = nn.Dropout(p=dropout)
+
+    def forward(self, query, key, value, mask=None):
+        nbatches = query.size(0)
+        query, key, value = [
+            lin(x).view(nbatches, -1, self.h, self.d_k).transpose(1, 2)
+            for lin, x in zip((self.q_proj, self.k_proj, self.v_proj), (query, key, value))
+        ]
+        x, self.attn = attention(query, key, value, mask=mask, dropout=self.dropout)
+        x = x.transpose(1, 2).contiguous().view(nbatches, -1, self.h * self.d_k)
+        del query
+        del key
+        del value
+        return self.out_proj(x), self.attn
+''',
+        # torch.nn.functional.multi_head_attention_forward (pytorch/pytorch, torch/nn/functional.py),
+        # the need_weights path, batch first: heads folded into the batch, queries scaled first,
+        # the boolean mask made additive (baddbmm), dropout on the weights it returns.
+        "pytorch_multi_head_attention_forward": '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("embed_dim must be divisible by num_heads")
+        self.embed_dim, self.num_heads, self.head_dim = d_model, num_heads, d_model // num_heads
+        self.dropout_p = dropout
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key, value, mask=None):
+        bsz, tgt_len, embed_dim = query.shape
+        src_len, num_heads, head_dim = key.shape[1], self.num_heads, self.head_dim
+        q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        q = q.transpose(0, 1).reshape(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)
+        k = k.transpose(0, 1).reshape(src_len, bsz * num_heads, head_dim).transpose(0, 1)
+        v = v.transpose(0, 1).reshape(src_len, bsz * num_heads, head_dim).transpose(0, 1)
+        dropout_p = self.dropout_p if self.training else 0.0
+        B, Nt, E = q.shape
+        q_scaled = q * math.sqrt(1.0 / float(E))
+        if mask is not None:
+            attn_mask = torch.zeros(bsz, num_heads, tgt_len, src_len, dtype=q.dtype, device=q.device)
+            attn_mask = attn_mask.masked_fill(~mask, float("-inf")).view(B, tgt_len, src_len)
+            attn_output_weights = torch.baddbmm(attn_mask, q_scaled, k.transpose(-2, -1))
+        else:
+            attn_output_weights = torch.bmm(q_scaled, k.transpose(-2, -1))
+        attn_output_weights = F.softmax(attn_output_weights, dim=-1)
+        if dropout_p > 0.0:
+            attn_output_weights = F.dropout(attn_output_weights, p=dropout_p)
+        attn_output = torch.bmm(attn_output_weights, v)
+        attn_output = attn_output.transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
+        attn_output = self.out_proj(attn_output).view(tgt_len, bsz, embed_dim).transpose(0, 1)
+        return attn_output, attn_output_weights.view(bsz, num_heads, tgt_len, src_len)
+''',
+        # LLMs-from-scratch ch03 (rasbt/LLMs-from-scratch, ch03 MultiHeadAttention): W_query,
+        # W_key, W_value named as the contract names them, the mask given instead of its causal
+        # buffer, keys and values from their own inputs; returns the weights after dropout.
+        "llms_from_scratch": '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_out must be divisible by num_heads")
+        self.d_out = d_model
+        self.num_heads = num_heads
+        self.head_dim = d_model // num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        b, num_tokens, _ = query.shape
+        keys = self.k_proj(key)
+        queries = self.q_proj(query)
+        values = self.v_proj(value)
+        keys = keys.view(b, key.shape[1], self.num_heads, self.head_dim)
+        values = values.view(b, value.shape[1], self.num_heads, self.head_dim)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)
+        keys = keys.transpose(1, 2)
+        queries = queries.transpose(1, 2)
+        values = values.transpose(1, 2)
+        attn_scores = queries @ keys.transpose(2, 3)
+        if mask is not None:
+            attn_scores.masked_fill_(~mask, -torch.inf)
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        attn_weights = self.dropout(attn_weights)
+        context_vec = (attn_weights @ values).transpose(1, 2)
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
+        context_vec = self.out_proj(context_vec)
+        return context_vec, attn_weights
+''',
+        # Hugging Face's BertSelfAttention (transformers, models/bert/modeling_bert.py) with
+        # BertSelfOutput's dense as out_proj: transpose_for_scores, an additive mask of the
+        # dtype's minimum, dropout on the probabilities it returns.
+        "hf_bert_self_attention": '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError(f"The hidden size ({d_model}) is not a multiple of the number of "
+                             f"attention heads ({num_heads})")
+        self.num_attention_heads = num_heads
+        self.attention_head_size = d_model // num_heads
+        self.all_head_size = d_model
+        self.q_proj = nn.Linear(d_model, self.all_head_size, bias=bias)
+        self.k_proj = nn.Linear(d_model, self.all_head_size, bias=bias)
+        self.v_proj = nn.Linear(d_model, self.all_head_size, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def transpose_for_scores(self, x):
+        new_x_shape = x.size()[:-1] + (self.num_attention_heads, self.attention_head_size)
+        x = x.view(new_x_shape)
+        return x.permute(0, 2, 1, 3)
+
+    def forward(self, query, key, value, mask=None):
+        query_layer = self.transpose_for_scores(self.q_proj(query))
+        key_layer = self.transpose_for_scores(self.k_proj(key))
+        value_layer = self.transpose_for_scores(self.v_proj(value))
+        attention_scores = torch.matmul(query_layer, key_layer.transpose(-1, -2))
+        attention_scores = attention_scores / math.sqrt(self.attention_head_size)
+        if mask is not None:
+            extended = (1.0 - mask.to(attention_scores.dtype)) * torch.finfo(attention_scores.dtype).min
+            attention_scores = attention_scores + extended
+        attention_probs = nn.functional.softmax(attention_scores, dim=-1)
+        attention_probs = self.dropout(attention_probs)
+        context_layer = torch.matmul(attention_probs, value_layer)
+        context_layer = context_layer.permute(0, 2, 1, 3).contiguous()
+        new_context_layer_shape = context_layer.size()[:-2] + (self.all_head_size,)
+        context_layer = context_layer.view(new_context_layer_shape)
+        return self.out_proj(context_layer), attention_probs
+''',
+        # d2l (d2l-ai/d2l-en, d2l/torch.py): MultiHeadAttention with transpose_qkv/transpose_output
+        # (heads folded into the batch) and DotProductAttention, whose masked_softmax fills
+        # -1e6; it keeps the weights from before dropout. Adapted: a boolean mask instead of
+        # valid_lens, W_q ... W_o named as the contract names them, the weights returned.
+        "d2l": '''
+def masked_softmax(X, mask):
+    if mask is None:
+        return nn.functional.softmax(X, dim=-1)
+    X = X.masked_fill(~mask, -1e6)
+    return nn.functional.softmax(X, dim=-1)
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("num_hiddens must be divisible by num_heads")
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def transpose_qkv(self, X):
+        X = X.reshape(X.shape[0], X.shape[1], self.num_heads, -1)
+        X = X.permute(0, 2, 1, 3)
+        return X.reshape(-1, X.shape[2], X.shape[3])
+
+    def transpose_output(self, X):
+        X = X.reshape(-1, self.num_heads, X.shape[1], X.shape[2])
+        X = X.permute(0, 2, 1, 3)
+        return X.reshape(X.shape[0], X.shape[1], -1)
+
+    def forward(self, queries, keys, values, mask=None):
+        b, q, k = queries.shape[0], queries.shape[1], keys.shape[1]
+        queries = self.transpose_qkv(self.q_proj(queries))
+        keys = self.transpose_qkv(self.k_proj(keys))
+        values = self.transpose_qkv(self.v_proj(values))
+        if mask is not None:
+            mask = torch.repeat_interleave(mask.expand(b, 1, q, k).reshape(b, q, k),
+                                           repeats=self.num_heads, dim=0)
+        d = queries.shape[-1]
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)
+        self.attention_weights = masked_softmax(scores, mask)
+        output = torch.bmm(self.dropout(self.attention_weights), values)
+        output_concat = self.transpose_output(output)
+        return self.out_proj(output_concat), self.attention_weights.view(b, self.num_heads, q, k)
+''',
+        # minGPT's CausalSelfAttention (karpathy/minGPT, mingpt/model.py): key/query/value/proj
+        # named as the contract names them, the mask given instead of its causal buffer, keys
+        # and values from their own inputs, the weights after attn_drop returned; its
+        # resid_drop belongs to the residual branch of the block, not to attention.
+        "mingpt_causal_self_attention": '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("n_embd must be divisible by n_head")
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.attn_drop = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.n_head = num_heads
+
+    def forward(self, query, key, value, mask=None):
+        B, T, C = query.size()
+        S = key.size(1)
+        k = self.k_proj(key).view(B, S, self.n_head, C // self.n_head).transpose(1, 2)
+        q = self.q_proj(query).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = self.v_proj(value).view(B, S, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        if mask is not None:
+            att = att.masked_fill(mask == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        att = self.attn_drop(att)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.out_proj(y), att
+''',
+        # a scale built once as a float32 tensor (like the float32 positional buffers of 05-07):
+        # after .double() its value still carries float32 rounding (d_head = 6: 6 ** -0.5 is not
+        # a float32 number), which moves float64 results by ~1e-7 and is accepted
+        "scale_kept_as_float32_tensor": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        scores = Q @ K.transpose(-2, -1) * self.scale
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(scores, dim=-1)
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
+''', _MHA_INIT + '''
+        self.scale = torch.tensor(self.d_head ** -0.5)  # float32, not a buffer: .double() keeps it
 '''),
         "flatten_heads_into_batch_with_repeat_interleave": _mha('''
     def forward(self, query, key, value, mask=None):
