@@ -43,7 +43,7 @@ c.Autograde.autograde_preprocessors = [
 # All output of one cell, and of one notebook (bytes); all cells of one notebook (seconds).
 c.LimitedExecute.max_output_bytes = 1_000_000
 c.LimitedExecute.max_notebook_output_bytes = 10_000_000
-c.LimitedExecute.max_total_seconds = 240
+c.LimitedExecute.max_total_seconds = 180
 
 # Feedback goes back to students: hidden tests stay hidden, in the cells, in tracebacks, and in
 # what ran while they ran; no line of hidden or grading source in what remains.

@@ -60,8 +60,10 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
             notebooks = [item for item in left if item.path.endswith(".ipynb") and "/" not in item.path]
             problems += [f"no feedback for {student}/{assignment}/{item.path}: {item.reason}"
                          for item in notebooks]
+            if notebooks:  # none of it through a link: this student gets no feedback
+                continue
             problems += [f"feedback for {student}/{assignment} without {item.path}: {item.reason}"
-                         for item in left if item not in notebooks]
+                         for item in left]
             coursedir.autograded_directory = stage
             converter = GenerateFeedback(coursedir=coursedir, config=coursedir.config, log=LOG)
             converter.preprocessors = feedback_preprocessors(converter.preprocessors)

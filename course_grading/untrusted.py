@@ -61,8 +61,13 @@ def _open(name: str, flags: int, dir_fd: int | None, label: str) -> int:
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a link
             raise UntrustedFileError(label, "is a symbolic link") from None
-        if exc.errno == errno.ENOTDIR and flags & os.O_DIRECTORY:
-            raise UntrustedFileError(label, "is not a folder") from None
+        if exc.errno == errno.ENOTDIR and flags & os.O_DIRECTORY:  # a link to a folder lands here too
+            try:
+                mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+            except OSError:
+                mode = 0
+            raise UntrustedFileError(label, "is a symbolic link" if stat.S_ISLNK(mode)
+                                     else f"is {what_is(mode)}, not a folder" if mode else "is not a folder") from None
         raise
 
 

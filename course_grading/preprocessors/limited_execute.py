@@ -38,6 +38,7 @@ HIDDEN_MIME = "application/vnd.course.hidden-tests+json"
 HIDDEN_TEXT = "[course: the hidden tests ran from here on]"
 NOT_RUN_TEXT = "[course: the hidden tests did not run]"
 BUDGET_ENAME = "TimeBudgetSpent"
+_NOTICE_START = "\n[course: output dropped"
 _COUNTED = {"stream", "display_data", "execute_result", "error", "update_display_data",
             "comm_open", "comm_msg"}
 _KEPT_ON_CLEAR = ("error",)
@@ -71,11 +72,11 @@ class LimitedExecute(Execute):
     max_notebook_output_bytes = Integer(
         10_000_000, help="output one notebook may produce in all (bytes)").tag(config=True)
     max_total_seconds = Integer(
-        240, help="seconds one notebook's cells may run in all (0: no limit); the per-cell limit "
+        180, help="seconds one notebook's cells may run in all (0: no limit); the per-cell limit "
                   "is Execute.timeout").tag(config=True)
 
-    _CELL_NOTICE = "\n[course: output dropped: this cell's output is over {} bytes]\n"
-    _NOTEBOOK_NOTICE = "\n[course: output dropped: this notebook's output is over {} bytes]\n"
+    _CELL_NOTICE = _NOTICE_START + ": this cell's output is over {} bytes]\n"
+    _NOTEBOOK_NOTICE = _NOTICE_START + ": this notebook's output is over {} bytes]\n"
 
     # --------------------------------------------------------------------------- per notebook
 
@@ -173,6 +174,15 @@ class LimitedExecute(Execute):
 
     # --------------------------------------------------------------------------- messages
 
+    def on_cell_executed(self, **kwargs):
+        """nbgrader adds the reply's error to the cell when no error output has its name: the
+        reply is cut short as the error message was, so the two match (and nothing uncut is
+        added)."""
+        reply = kwargs.get("execute_reply") or {}
+        if (reply.get("content") or {}).get("status") == "error":
+            reply["content"] = _cut_error_content(reply["content"])
+        return super().on_cell_executed(**kwargs)
+
     def process_message(self, msg, cell, cell_index):
         self._cell_index_now = cell_index
         if self._prefix is not None:  # the first message of a request that continues a cell
@@ -194,7 +204,8 @@ class LimitedExecute(Execute):
         size = message_size(msg)
         display_id = ((msg.get("content") or {}).get("transient") or {}).get("display_id")
         if display_id and msg_type in ("display_data", "execute_result", "update_display_data"):
-            size *= 1 + len(self._display_targets(display_id, cell_index))
+            targets = len(self._display_targets(display_id, cell_index))  # outputs it rewrites
+            size *= targets + (msg_type != "update_display_data")
         cell_used = self._used_cell.get(cell_index, 0) + size
         notebook_used = self._used_notebook + size
         if cell_used <= self.max_output_bytes and notebook_used <= self.max_notebook_output_bytes:
@@ -262,18 +273,22 @@ class LimitedExecute(Execute):
 
 
 def _kept_on_clear(output) -> bool:
+    stream = output.get("output_type") == "stream"
     return (output.get("output_type") in _KEPT_ON_CLEAR or is_hidden_marker(output)
-            or (output.get("output_type") == "stream" and output.get("name") == "stderr"))
+            or (stream and output.get("name") == "stderr")
+            or (stream and str(output.get("text", "")).startswith(_NOTICE_START)))
 
 
 def _cut_error(msg: dict) -> dict:
     """An error message with its name, value and traceback cut short."""
-    content = msg.get("content") or {}
+    return dict(msg, content=_cut_error_content(msg.get("content") or {}))
+
+
+def _cut_error_content(content: dict) -> dict:
     traceback = content.get("traceback") or []
-    cut = {**content, "ename": str(content.get("ename", ""))[:200],
-           "evalue": str(content.get("evalue", ""))[:2000],
-           "traceback": [str(t)[:4000] for t in (traceback if isinstance(traceback, list) else [])[-40:]]}
-    return dict(msg, content=cut)
+    return {**content, "ename": str(content.get("ename", ""))[:200],
+            "evalue": str(content.get("evalue", ""))[:2000],
+            "traceback": [str(t)[:4000] for t in (traceback if isinstance(traceback, list) else [])[-40:]]}
 
 
 def split_hidden(source: str, markers: Markers = Markers()):
