@@ -240,7 +240,8 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
         flags: list = []
         try:
             flags = stage_submission(submitted, student, assignment, Path(stage),
-                                     _expected_notebooks(coursedir, assignment))
+                                     _expected_notebooks(coursedir, assignment),
+                                     _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment))
             coursedir.submitted_directory = stage
             result = _autograde(coursedir, student, assignment)
         except SubmissionRefused as exc:
@@ -278,10 +279,13 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
 
 
 def stage_submission(submitted: Path, student: str, assignment: str, stage: Path,
-                     notebooks: list[str]) -> list[Flag]:
+                     notebooks: list[str], provided: frozenset[str] = frozenset()) -> list[Flag]:
     """Copy ``submitted/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
     following no symbolic link (``untrusted.copy_tree``); return a flag for each file left
-    out (a link, a FIFO or other special file, a file over its size cap).
+    out (a link, a FIFO or other special file, a file over its size cap, a module or package
+    that the kernel would import instead of an installed one or one of ``provided``, the
+    modules the assignment ships: the kernel runs in this folder, which comes before
+    site-packages on its sys.path).
 
     SubmissionRefused, flagged, when the student's or the assignment's folder is a link (or
     not a folder), or when one of ``notebooks`` (the assignment's notebook file names) was
@@ -308,6 +312,7 @@ def stage_submission(submitted: Path, student: str, assignment: str, stage: Path
             os.close(student_fd)
     finally:
         os.close(base)
+    left += _shadowing(stage / student / assignment, provided)
     flags, refusal = [], ""
     for item in left:
         if item.path in notebooks and not refusal:
@@ -318,6 +323,46 @@ def stage_submission(submitted: Path, student: str, assignment: str, stage: Path
     if refusal:
         raise SubmissionRefused(refusal, flags)
     return flags
+
+
+def _shadowing(folder: Path, provided: frozenset[str]) -> list[untrusted.LeftOut]:
+    """Remove from a staged submission each top-level module or package whose name is an
+    importable module or one of ``provided``; what was removed, and why."""
+    import importlib.util
+    import shutil
+
+    found = []
+    for entry in sorted(folder.iterdir()):
+        name = _module_name(entry)
+        if not name:
+            continue
+        try:
+            importable = name in provided or importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            importable = False
+        if importable:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            found.append(untrusted.LeftOut(entry.name, f"would be imported instead of the module {name!r}"))
+    return found
+
+
+def _module_name(entry: Path) -> str:
+    """The module name under which Python could import ``entry`` from its folder, or ''."""
+    if entry.is_dir():
+        name = entry.name
+    elif entry.suffix in (".py", ".pyc", ".pyw", ".so", ".pyd"):
+        name = entry.name.split(".", 1)[0]
+    else:
+        return ""
+    return name if name.isidentifier() else ""
+
+
+def _provided_modules(source: Path) -> frozenset[str]:
+    """Module names of the files an assignment ships beside its notebook (building_blocks)."""
+    try:
+        return frozenset(filter(None, (_module_name(p) for p in source.iterdir() if p.suffix == ".py")))
+    except OSError:
+        return frozenset()
 
 
 def _refused(message: str) -> SubmissionRefused:

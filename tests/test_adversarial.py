@@ -113,6 +113,9 @@ CATALOGUE = {
     "file_links_to_solution": ({"one_hot": "import os\nif os.path.exists('notes.txt'):\n" + _body(CORRECT_ONE_HOT)
                                 + "\nelse:\n" + _body(WRONG_ONE_HOT)}, "zero:test_one_hot+flag"),
     "fifo_in_submission": ({}, "full+flag"),
+    # a package beside the notebook named like the course's: imported instead of it, it would
+    # give the setup cell checks that pass anything
+    "shadows_course_utils": ({"one_hot": WRONG_ONE_HOT}, "zero:test_one_hot+flag"),
     "huge_file_in_submission": ({}, "full+flag"),
     # the audit's output file replaced by a FIFO (with a reader held open, so that the audit's
     # own write goes through): the grader reading it back must not wait for a writer
@@ -164,6 +167,14 @@ def _link(target: Path, link: Path) -> None:
     link.symlink_to(target)
 
 
+def _fake_package(folder: Path) -> None:
+    (folder / "checks").mkdir(parents=True)
+    (folder / "__init__.py").write_text("def seed_everything(seed):\n    pass\n\ndef load_glove(*a, **k):\n    pass\n")
+    (folder / "checks" / "__init__.py").write_text("")
+    (folder / "checks" / "embeddings.py").write_text(
+        "def check_one_hot(*a, **k):\n    print('all checks passed')\n\ncheck_embed = check_encode = check_one_hot\n")
+
+
 SOLUTION = ("solutions", A, f"{A}.ipynb")
 FILES = {
     "notebook_links_to_solution": lambda c, f: _link(c.joinpath(*SOLUTION), f / f"{A}.ipynb"),
@@ -171,6 +182,7 @@ FILES = {
     "assignment_folder_links_to_another": lambda c, f: _link(c / "submitted" / "correct" / A, f),
     "file_links_to_solution": lambda c, f: _link(c.joinpath(*SOLUTION), f / "notes.txt"),
     "fifo_in_submission": lambda c, f: os.mkfifo(f / "pipe"),
+    "shadows_course_utils": lambda c, f: _fake_package(f / "course_utils"),
     "huge_file_in_submission": lambda c, f: (f / "data.bin").write_bytes(b"\0" * (20 * 2**20)),
 }
 
@@ -337,6 +349,9 @@ def test_catalogue_in_one_run(graded):
         assert not (course / "autograded" / kind / A / name).exists()
     assert any("unreadable output" in f.reason and "named pipe" in f.reason
                for f in results["audit_output_fifo"].flags), outcomes["audit_output_fifo"]
+    assert any("course_utils would be imported instead of the module 'course_utils': left out" in f.reason
+               for f in results["shadows_course_utils"].flags), outcomes["shadows_course_utils"]
+    assert not (course / "autograded" / "shadows_course_utils" / A / "course_utils").exists()
 
 
 def test_feedback_leaks_no_hidden_test(graded):
