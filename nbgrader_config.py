@@ -26,6 +26,17 @@ c.Execute.skip_cells_with_tag = "skip-" + secrets.token_hex(16)
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 
+# Nothing of a submission is graded through a symbolic link (a notebook linked to the solutions,
+# a student folder linked to another's): such a submission fails, no score is recorded.
+c.Autograde.sanitize_preprocessors = [
+    "course_grading.preprocessors.RefuseLinks",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
 # Autograding: nbgrader's steps, with Execute replaced by LimitedExecute (output per cell and
 # per notebook bounded, a time budget per notebook, hidden tests run apart from the visible ones
 # so that feedback can leave their output out) and RequireSetup right after it (a failed setup

@@ -267,11 +267,12 @@ def _with_setup():
 
 
 @pytest.mark.slow
-def test_failed_setup_cell_is_no_grade_with_plain_nbgrader_and_course(tmp_path, capsys):
-    """A setup cell that fails (for one of two students here) leaves no score: plain `nbgrader autograde` (through nbgrader_config.py) reports that
-    submission as failed and records no score for it, the other student is graded; `course
-    report` and `course export` do not show the failed one as 0; `course autograde` gives an
-    error row with the reason."""
+def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_course(tmp_path, capsys):
+    """A setup cell that fails (for one of the students here) leaves no score: plain `nbgrader
+    autograde` (through nbgrader_config.py) reports that submission as failed and records no
+    score for it, as it does for a notebook that is a link to the solutions; the other student
+    is graded; `course report` and `course export` do not show the failed ones as 0; `course
+    autograde` gives an error row with the reason."""
     import os
     import subprocess
     import sys
@@ -285,6 +286,9 @@ def test_failed_setup_cell_is_no_grade_with_plain_nbgrader_and_course(tmp_path, 
         folder.mkdir(parents=True)
         write_notebook(_with_setup(), folder / f"{ASSIGNMENT}.ipynb")
     (course / "submitted" / "broken" / ASSIGNMENT / "broken-setup").write_text("")
+    linked = course / "submitted" / "linked" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     for step in ("generate_assignment", "autograde"):
@@ -292,21 +296,23 @@ def test_failed_setup_cell_is_no_grade_with_plain_nbgrader_and_course(tmp_path, 
                               env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1, done.stderr[-3000:]  # nbgrader: some submission failed
     assert "SetupCellFailed: the setup cell 'setup' failed (RuntimeError: the set-up broke here)" in done.stderr
-    assert not (course / "autograded" / "broken" / ASSIGNMENT).exists()
+    assert f"LinkedSubmission: {linked} is a symbolic link: not graded" in done.stderr
+    for student in ("broken", "linked"):
+        assert not (course / "autograded" / student / ASSIGNMENT).exists()
     with gradebook(course_directory(course)) as gb:
-        good, broken = (gb.find_submission(ASSIGNMENT, s) for s in ("good", "broken"))
-        assert (good.score, uncomputed(good)) == (2, False)
+        good, broken, link = (gb.find_submission(ASSIGNMENT, s) for s in ("good", "broken", "linked"))
+        assert (good.score, uncomputed(good)) == (2, False) and uncomputed(link)
         grades = [g for nb in broken.notebooks for g in nb.grades]
         assert grades and all(g.auto_score is None and g.manual_score is None for g in grades)
         assert uncomputed(broken) and broken.score == 0  # what nbgrader's own export would show
 
     assert main(["--root", str(course), "report"]) == 0
     rows = list(csv.DictReader((course / "reports" / "class_report.csv").open(encoding="utf-8")))
-    assert [(r["exercise"], r["attempts"], r["failure_1"]) for r in rows] == [
-        ("test_double", "1", ""), ("(grading failed)", "1", report_not_graded())]
+    assert [(r["exercise"], r["attempts"], r["failure_1"], r["failure_1_count"]) for r in rows] == [
+        ("test_double", "1", "", ""), ("(grading failed)", "2", report_not_graded(), "2")]
     exported = feedback.export(course, course / "reports" / "export.csv")
     notes = {r["student_id"]: (r["score"], r["note"]) for r in csv.DictReader(exported.open(encoding="utf-8"))}
-    assert notes == {"good": ("2.0", ""), "broken": ("0.0", "not graded")}
+    assert notes == {"good": ("2.0", ""), "broken": ("0.0", "not graded"), "linked": ("0.0", "not graded")}
 
     capsys.readouterr()
     assert main(["--root", str(course), "autograde", "--student", "broken"]) == 1

@@ -13,6 +13,10 @@ notebook:
   plain text only (no image or HTML can carry such a file past the line filter).
 
 The score of each exercise is shown by nbgrader's feedback itself.
+
+Known limit: the kernel is one process; what the student's code kept while the hidden tests ran
+(their inputs) and prints in a later cell is ordinary output of that cell, removed only where a
+line quotes hidden-test or grading source.
 """
 from __future__ import annotations
 
