@@ -12,7 +12,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import nbgrader_meta
 from course_grading.preprocessors import HideHiddenOutputs, LimitedExecute, RequireSetup, SetupCellFailed
-from course_grading.preprocessors.limited_execute import BUDGET_ENAME, is_hidden_marker, split_hidden
+from course_grading.preprocessors.limited_execute import (BUDGET_ENAME, OutputLost, is_hidden_marker,
+                                                          split_hidden)
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +65,13 @@ def test_every_kind_of_output_counts():
     assert err.ename.startswith("EEE") and len(err.ename) <= 200 and len(err.evalue) <= 2000
     # stderr over the limit still leaves stderr behind (nbgrader scores a cell with stderr 0)
     assert any(o.output_type == "stream" and o.name == "stderr" for o in stderr.outputs)
+
+
+def test_a_message_over_the_limit_is_no_score():
+    """A message larger than max_message_bytes never reaches the grader's memory; its cell's
+    output is incomplete, so the notebook has no score (an error row), not a silent one."""
+    with pytest.raises(OutputLost, match="output of cell 0 did not arrive whole"):
+        run("print('z' * 5_000_000)\n", max_message_bytes=2_000_000)
 
 
 def test_clearing_never_removes_an_error_or_stderr():

@@ -7,6 +7,10 @@ submission bounded, and the hidden tests of each cell run apart from its visible
   Nothing is given back: clearing the output does not let a cell produce more. Past a limit,
   output is dropped with one notice; what decides a score is never dropped: an error is kept
   (cut short), stderr leaves a stderr notice, a result a stub.
+* **Memory.** The grader's connection to the kernel takes messages of at most
+  ``max_message_bytes`` and holds at most ``queued_messages`` waiting, so a kernel that writes
+  without end cannot fill the grader's memory. A message dropped for its size leaves its cell's
+  output incomplete: the submission then fails (``OutputLost``), it is not scored on part of it.
 * **Time.** Besides nbgrader's per-cell ``Execute.timeout``, a notebook has
   ``max_total_seconds`` from its first cell on: a cell still running when they are spent is
   interrupted, and the cells after it are not run; each gets an error output saying so (a
@@ -23,11 +27,11 @@ submission bounded, and the hidden tests of each cell run apart from its visible
 """
 from __future__ import annotations
 
-import json
 import math
 from time import monotonic
 
 from jupyter_core.utils import run_sync
+from nbclient.exceptions import CellTimeoutError
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
@@ -44,6 +48,10 @@ _COUNTED = {"stream", "display_data", "execute_result", "error", "update_display
 _KEPT_ON_CLEAR = ("error",)
 
 
+class OutputLost(Exception):
+    """Output of a cell never reached the grader (dropped for its size or its rate)."""
+
+
 def hidden_marker(ran: bool = True) -> dict:
     """The output the grader puts where a cell's hidden tests begin (``ran``), or at the end
     of a cell whose hidden tests did not run (its visible part raised, or no time was left)."""
@@ -56,12 +64,21 @@ def is_hidden_marker(output) -> bool:
 
 
 def message_size(msg: dict) -> int:
-    """The size of a kernel message's content (as JSON) and binary buffers, in bytes."""
-    try:
-        size = len(json.dumps(msg.get("content", {}), ensure_ascii=False, default=str))
-    except (TypeError, ValueError, RecursionError):
-        size = len(str(msg.get("content", "")))
-    return size + sum(len(b) for b in msg.get("buffers") or [])
+    """The size of a kernel message's content and binary buffers: the length of every key,
+    string and number in it (however deeply nested; nothing is copied)."""
+    size, stack = 0, [msg.get("content", {}), list(msg.get("buffers") or [])]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif isinstance(value, (str, bytes, bytearray, memoryview)):
+            size += len(value)
+        else:
+            size += 8
+    return size
 
 
 class LimitedExecute(Execute):
@@ -74,6 +91,13 @@ class LimitedExecute(Execute):
     max_total_seconds = Integer(
         180, help="seconds one notebook's cells may run in all (0: no limit); the per-cell limit "
                   "is Execute.timeout").tag(config=True)
+
+    max_message_bytes = Integer(
+        64_000_000, help="largest message taken from the kernel (bytes); a larger one is "
+                         "dropped, and its cell's score cannot be computed").tag(config=True)
+    queued_messages = Integer(
+        4, help="messages from the kernel held waiting for the grader at most (the kernel "
+                "holds more, then drops them)").tag(config=True)
 
     _CELL_NOTICE = _NOTICE_START + ": this cell's output is over {} bytes]\n"
     _NOTEBOOK_NOTICE = _NOTICE_START + ": this notebook's output is over {} bytes]\n"
@@ -90,6 +114,32 @@ class LimitedExecute(Execute):
         self._cell_index_now: int | None = None
         self._markers = Markers.from_config(self.config)
         return super().preprocess(nb, resources, km)
+
+    # --------------------------------------------------------------------------- the channels
+
+    async def async_start_new_kernel_client(self):
+        """nbclient's, with the client's sockets in a context of their own that takes messages
+        of at most ``max_message_bytes`` and holds at most ``queued_messages``: what waits for
+        the grader is bounded, however fast and however much the kernel writes."""
+        import zmq
+        import zmq.asyncio
+
+        context = zmq.asyncio.Context()
+        context.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        context.setsockopt(zmq.RCVHWM, self.queued_messages)
+        make_client = self.km.client
+
+        def client(**kw):
+            kc = make_client(context=context, **kw)
+            kc._created_context = True  # destroyed with the client
+            return kc
+        self.km.client = client
+        try:
+            return await super().async_start_new_kernel_client()
+        finally:
+            del self.km.client  # the class's method again
+
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
     # --------------------------------------------------------------------------- time
 
@@ -132,6 +182,12 @@ class LimitedExecute(Execute):
                 await self._run(cell, cell_index, execution_count, store_history)
             else:
                 await self._run_apart(cell, cell_index, parts, execution_count, store_history)
+        except CellTimeoutError as exc:
+            if "IOPub" not in str(exc):
+                raise
+            raise OutputLost(f"the output of cell {cell_index} did not arrive whole (a message over "
+                             f"{self.max_message_bytes} bytes, or output sent faster than it was read): "
+                             "its score cannot be computed") from None
         finally:
             cell.source = original
         if parts is not None and not any(is_hidden_marker(o) for o in cell.outputs):
