@@ -80,13 +80,12 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
 
 
 def feedback_preprocessors(configured: list) -> list:
-    """``configured`` (nbgrader_config.py's GenerateFeedback.preprocessors) with the course's
-    feedback filters first, where the configuration does not list them (by class or name)."""
-    names = {p if isinstance(p, str) else f"{p.__module__}.{p.__name__}" for p in configured}
-    names |= {n.replace(".hidden_outputs", "").replace(".scrub_hidden_tracebacks", "") for n in names}
-    missing = [p for p in FEEDBACK_PREPROCESSORS
-               if p not in configured and f"course_grading.preprocessors.{p.__name__}" not in names]
-    return [*missing, *configured]
+    """``configured`` (nbgrader_config.py's GenerateFeedback.preprocessors, classes or dotted
+    names) with the course's feedback filters first where it does not list them."""
+    from traitlets.utils.importstring import import_item
+
+    listed = {import_item(p) if isinstance(p, str) else p for p in configured}
+    return [*(p for p in FEEDBACK_PREPROCESSORS if p not in listed), *configured]
 
 
 def _stage(autograded: Path, student: str, assignment: str, stage: Path) -> list[untrusted.LeftOut]:

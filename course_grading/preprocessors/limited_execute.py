@@ -271,15 +271,15 @@ class LimitedExecute(Execute):
         which = "cell" if cell_used > self.max_output_bytes else "notebook"
         self._notice(cell, cell_index, which)
         content = msg.get("content") or {}
-        if msg_type == "error":  # always kept (already cut short): it decides the score
-            return msg
+        kinds = {o.get("output_type") for o in cell.outputs}
+        if msg_type == "error":  # the first one is kept (cut short): it decides the score
+            return msg if "error" not in kinds else None
         if msg_type == "stream" and content.get("name") == "stderr":
             self._notice(cell, cell_index, which, stream="stderr")
-        elif msg_type == "execute_result":
-            stub = dict(msg, content={"execution_count": content.get("execution_count"), "metadata": {},
+        elif msg_type == "execute_result" and "execute_result" not in kinds:  # a stub of the first
+            return dict(msg, content={"execution_count": content.get("execution_count"), "metadata": {},
                                       "data": {"text/plain": str((content.get("data") or {}).get(
                                           "text/plain", ""))[:200]}})
-            return stub
         return None
 
     def _notice(self, cell, cell_index, which, stream="stdout"):
