@@ -90,6 +90,17 @@ def test_clearing_never_removes_an_error_or_stderr():
     assert "error" in kinds and any(o.get("name") == "stderr" for o in nb.cells[0].outputs)
 
 
+def test_a_result_sent_before_an_error_gives_no_points():
+    from nbgrader.utils import determine_grade
+
+    nb = run("k = get_ipython().kernel\n"
+             "k.session.send(k.iopub_socket, 'execute_result', {'execution_count': 1, 'metadata': {},\n"
+             "               'data': {'text/plain': '1.0'}}, parent=k.get_parent('shell'))\n"
+             "raise AssertionError('wrong')\n", "1.0\n", grade=(0, 1))
+    assert determine_grade(nb.cells[0]) == (0, 1)
+    assert determine_grade(nb.cells[1]) == (1.0, 1)  # a cell's own last expression still counts
+
+
 def test_time_budget_stops_the_notebook():
     nb = run("import time\ntime.sleep(1.5)\n", "time.sleep(1.5)\n", "time.sleep(30)\n", "print('late')\n",
              "assert True\n", grade=(4,), max_total_seconds=4)

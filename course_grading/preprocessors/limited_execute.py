@@ -23,7 +23,8 @@ submission bounded, and the hidden tests of each cell run apart from its visible
   whose parts cannot be run apart runs whole, with the marker first. Feedback drops everything
   from the first marker of a cell on (``HideHiddenOutputs``); a forged marker only drops more.
 * **Errors and stderr survive clearing**, so that a cleared output cannot turn a failing cell
-  into a passing one.
+  into a passing one; and a grade cell that raised keeps no result output (nbgrader would give
+  it the points a result sent before the error claims).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from ..cells import Markers
+from ..cells import Markers, is_grade
 
 HIDDEN_MIME = "application/vnd.course.hidden-tests+json"
 HIDDEN_TEXT = "[course: the hidden tests ran from here on]"
@@ -192,6 +193,10 @@ class LimitedExecute(Execute):
             cell.source = original
         if parts is not None and not any(is_hidden_marker(o) for o in cell.outputs):
             cell.outputs.append(hidden_marker(ran=False))
+        if is_grade(cell) and any(o.get("output_type") == "error" for o in cell.outputs):
+            # a cell that raised never displayed its last expression: a result before the
+            # error was sent by the code it ran, and nbgrader would score the cell by it
+            cell.outputs = [o for o in cell.outputs if o.get("output_type") != "execute_result"]
         left = self._seconds_left()
         if left is not None and left <= 0:  # interrupted because the budget ran out
             for output in cell.outputs:
