@@ -26,9 +26,41 @@ c.Execute.skip_cells_with_tag = "skip-" + secrets.token_hex(16)
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 
-# Feedback goes back to students: hidden tests stay hidden, in the cells and in tracebacks.
+# Nothing of a submission is graded through a symbolic link (a notebook linked to the solutions,
+# a student folder linked to another's): such a submission fails, no score is recorded.
+c.Autograde.sanitize_preprocessors = [
+    "course_grading.preprocessors.RefuseLinks",
+    "nbgrader.preprocessors.ClearOutput",
+    "nbgrader.preprocessors.DeduplicateIds",
+    "nbgrader.preprocessors.OverwriteKernelspec",
+    "nbgrader.preprocessors.OverwriteCells",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+
+# Autograding: nbgrader's steps, with Execute replaced by LimitedExecute (output per cell and
+# per notebook bounded, a time budget per notebook, hidden tests run apart from the visible ones
+# so that feedback can leave their output out) and RequireSetup right after it (a failed setup
+# cell fails the submission: no score is recorded, instead of 0 for every test).
+c.Autograde.autograde_preprocessors = [
+    "course_grading.preprocessors.LimitedExecute",
+    "course_grading.preprocessors.RequireSetup",
+    "nbgrader.preprocessors.IgnorePattern",
+    "nbconvert.preprocessors.ClearMetadataPreprocessor",
+    "nbgrader.preprocessors.LimitOutput",
+    "nbgrader.preprocessors.SaveAutoGrades",
+    "nbgrader.preprocessors.AssignLatePenalties",
+    "nbgrader.preprocessors.CheckCellMetadata",
+]
+# All output of one cell, and of one notebook (bytes); all cells of one notebook (seconds).
+c.LimitedExecute.max_output_bytes = 1_000_000
+c.LimitedExecute.max_notebook_output_bytes = 10_000_000
+c.LimitedExecute.max_total_seconds = 180
+
+# Feedback goes back to students: hidden tests stay hidden, in the cells, in tracebacks, and in
+# what ran while they ran; no line of hidden or grading source in what remains.
 c.GenerateFeedback.preprocessors = [
     "course_grading.preprocessors.ScrubHiddenTracebacks",
+    "course_grading.preprocessors.HideHiddenOutputs",
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",

@@ -20,19 +20,21 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from .audit.trusted import review
 from .course_dir import find_submissions
 from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_directory, db_override,
                              generate, gradebook, run_converter, select_assignments, short,
                              source_assignments)
-from .red_flags import scan
+from . import untrusted
+from .red_flags import Flag, scan
 from .results import SubmissionResult, exercise_results
 from .sandbox import bubblewrap, installed, warm
 from .sandbox.settings import Settings, course_settings
 
 LOCK_RETRIES = 5
+FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
 
 
 def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
@@ -94,10 +96,19 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
                 with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
                     generate(root, assignment, tmp, **(overrides or {}))
             return
-        except (SQLAlchemyError, NbgraderFailure):
-            if attempt == LOCK_RETRIES - 1:
+        except (SQLAlchemyError, GradingError) as exc:
+            if attempt == LOCK_RETRIES - 1 or not _clash(exc):
                 raise
             time.sleep(0.5 * (attempt + 1))
+
+
+def _clash(exc: Exception) -> bool:
+    """Whether a gradebook error comes from another grader writing at the same moment (a
+    duplicate key, a lock), which a retry resolves, rather than from a broken gradebook."""
+    text = getattr(exc, "log", "") or str(exc)
+    return isinstance(exc, IntegrityError) or any(
+        word in text for word in ("database is locked", "IntegrityError", "UniqueViolation",
+                                  "duplicate key", "already exists"))
 
 
 def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
@@ -189,22 +200,15 @@ def _grade_task(config_root: str, overrides: dict, student: str, assignment: str
     try:
         installed.verify()  # a worker that imported another copy of the course grades nothing
         return grade_submission(config_root, overrides, student, assignment)
-    except GradingError as exc:
-        result = SubmissionResult(student, assignment, error=str(exc))
-    except Exception as exc:  # keep grading the others, whatever this one did
-        result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
-    if overrides.get("audit"):  # what broke the grading may be what the scanner looks for
-        result.flags = _scan_only(config_root, overrides, student, assignment)
-    return result
+    except Exception as exc:  # noqa: BLE001 - keep grading the others, whatever this one did
+        return SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
 
 
-def _scan_only(config_root: str, overrides: dict, student: str, assignment: str) -> list:
+def _scan_only(folder: Path, root: Path, assignment: str) -> list:
     """The scanner's red flags of a submission whose grading failed (nothing of it runs)."""
-    root = Path(overrides.get("root") or config_root)
-    folder = Path(overrides.get("submitted_directory") or root / "submitted") / student / assignment
     flags = []
     try:
-        for path, source in _with_sources(folder, Path(config_root), assignment):
+        for path, source in _with_sources(folder, root, assignment):
             flags += scan(path, source)
     except Exception:  # noqa: BLE001 - an unreadable notebook: the error row says enough
         return flags
@@ -219,13 +223,54 @@ def safety(sandboxed: bool, audit: bool) -> dict:
     return {"sandbox": ok, "audit": audit}
 
 
+class SubmissionRefused(GradingError):
+    """A submission that is not graded as it is (its notebook is a link, ...); ``flags`` say why."""
+
+    def __init__(self, message: str, flags: list):
+        super().__init__(message)
+        self.flags = flags
+
+
 def grade_submission(config_root, overrides: dict, student: str, assignment: str) -> SubmissionResult:
-    """nbgrader autograde of one (student, assignment), retried while SQLite is locked;
-    then, when ``overrides`` asks for an audit, its red flags and audit disagreements."""
+    """nbgrader autograde of one (student, assignment), from a copy of its folder that follows
+    no link (``stage_submission``), retried while SQLite is locked; then, when ``overrides``
+    asks for an audit, its red flags and audit disagreements.
+
+    A submission that cannot be graded becomes a result with ``error`` set, flagged with what
+    the scanner finds in it when audited; files left out of the copy are flagged in any case.
+    """
     overrides = dict(overrides)
     audited = overrides.pop("audit", False)
     coursedir = course_directory(config_root, student_id=student, assignment_id=assignment,
                                   **overrides)
+    submitted = Path(coursedir.root) / coursedir.submitted_directory
+    with tempfile.TemporaryDirectory(prefix="course-submission-") as stage:
+        flags: list = []
+        try:
+            flags = stage_submission(submitted, student, assignment, Path(stage),
+                                     _expected_notebooks(coursedir, assignment),
+                                     _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment))
+            coursedir.submitted_directory = stage
+            result = _autograde(coursedir, student, assignment)
+        except SubmissionRefused as exc:
+            flags = exc.flags
+            result = SubmissionResult(student, assignment, error=str(exc))
+        except GradingError as exc:
+            result = SubmissionResult(student, assignment, error=str(exc))
+        except Exception as exc:  # noqa: BLE001 - keep grading the others, whatever this one did
+            result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
+        folder = Path(stage) / student / assignment
+        if result.error:
+            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment) if audited else [])
+        else:
+            result.flags = flags + (_review(coursedir, result, bool(overrides.get("sandbox")))
+                                    if audited else [])
+    return result
+
+
+def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> SubmissionResult:
+    """nbgrader's Autograde of the (staged) submission, retried while SQLite is locked, and
+    the scores it recorded."""
     _expect_notebooks(coursedir, student, assignment)
     for attempt in range(LOCK_RETRIES):
         converter = Autograde(coursedir=coursedir, config=coursedir.config, log=LOG)
@@ -238,10 +283,104 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
             if "database is locked" not in exc.log or attempt == LOCK_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
-    result = SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
-    if audited:
-        result.flags = _review(coursedir, result, bool(overrides.get("sandbox")))
-    return result
+    return SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
+
+
+def stage_submission(submitted: Path, student: str, assignment: str, stage: Path,
+                     notebooks: list[str], provided: frozenset[str] = frozenset()) -> list[Flag]:
+    """Copy ``submitted/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
+    following no symbolic link (``untrusted.copy_tree``); return a flag for each file left
+    out (a link, a FIFO or other special file, a file over its size cap, a module or package
+    that the kernel would import instead of an installed one or one of ``provided``, the
+    modules the assignment ships: the kernel runs in this folder, which comes before
+    site-packages on its sys.path).
+
+    SubmissionRefused, flagged, when the student's or the assignment's folder is a link (or
+    not a folder), or when one of ``notebooks`` (the assignment's notebook file names) was
+    left out: nothing of a submission is graded through a link.
+    """
+    where = f"submitted/{student}"
+    if not (untrusted.plain_name(student) and untrusted.plain_name(assignment)):
+        raise SubmissionRefused(f"{where}/{assignment} is not a plain folder name: not graded", [])
+    try:
+        base = untrusted.open_folder(submitted)  # the instructor's own folder
+    except OSError as exc:
+        raise GradingError(f"cannot read {submitted}: {exc}") from None
+    try:
+        try:
+            student_fd = untrusted.open_folder(student, dir_fd=base, label=where)
+        except untrusted.UntrustedFileError as exc:
+            raise _refused(f"{exc}: not graded") from None
+        try:
+            left = untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
+                                       label=f"{where}/{assignment}")
+        except untrusted.UntrustedFileError as exc:
+            raise _refused(f"{exc}: not graded") from None
+        finally:
+            os.close(student_fd)
+    finally:
+        os.close(base)
+    left += _shadowing(stage / student / assignment, provided)
+    flags, refusal = [], ""
+    for item in left:
+        if item.path in notebooks and not refusal:
+            refusal = f"{where}/{assignment}/{item}: not graded"
+            flags.append(Flag(FILES_FLAG, refusal))
+        else:
+            flags.append(Flag(FILES_FLAG, f"{where}/{assignment}/{item}: left out"))
+    if refusal:
+        raise SubmissionRefused(refusal, flags)
+    return flags
+
+
+def _shadowing(folder: Path, provided: frozenset[str]) -> list[untrusted.LeftOut]:
+    """Remove from a staged submission each top-level module or package whose name is an
+    importable module or one of ``provided``; what was removed, and why."""
+    import importlib.util
+    import shutil
+
+    found = []
+    for entry in sorted(folder.iterdir()):
+        name = _module_name(entry)
+        if not name:
+            continue
+        try:
+            importable = name in provided or importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            importable = False
+        if importable:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+            found.append(untrusted.LeftOut(entry.name, f"would be imported instead of the module {name!r}"))
+    return found
+
+
+def _module_name(entry: Path) -> str:
+    """The module name under which Python could import ``entry`` from its folder, or ''."""
+    if entry.is_dir():
+        name = entry.name
+    elif entry.suffix in (".py", ".pyc", ".pyw", ".so", ".pyd"):
+        name = entry.name.split(".", 1)[0]
+    else:
+        return ""
+    return name if name.isidentifier() else ""
+
+
+def _provided_modules(source: Path) -> frozenset[str]:
+    """Module names of the files an assignment ships beside its notebook (building_blocks)."""
+    try:
+        return frozenset(filter(None, (_module_name(p) for p in source.iterdir() if p.suffix == ".py")))
+    except OSError:
+        return frozenset()
+
+
+def _refused(message: str) -> SubmissionRefused:
+    return SubmissionRefused(message, [Flag(FILES_FLAG, message)])
+
+
+def _expected_notebooks(coursedir: CourseDirectory, assignment: str) -> list[str]:
+    """The file names of the assignment's notebooks, as the gradebook knows them."""
+    with gradebook(coursedir) as gb:
+        return sorted(f"{n.name}.ipynb" for n in gb.find_assignment(assignment).notebooks)
 
 
 def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: bool) -> list:
@@ -266,8 +405,7 @@ def _expect_notebooks(coursedir: CourseDirectory, student: str, assignment: str)
     """GradingError unless the submission holds a notebook of the assignment, by name
     (nbgrader would only say "did you forget to run generate_assignment?")."""
     folder = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment))
-    with gradebook(coursedir) as gb:
-        expected = sorted(f"{n.name}.ipynb" for n in gb.find_assignment(assignment).notebooks)
+    expected = _expected_notebooks(coursedir, assignment)
     found = sorted(p.name for p in folder.glob("*.ipynb"))
     if not set(expected) & set(found):
         raise GradingError(f"no {' or '.join(expected)} in the submission "

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 
+from . import untrusted
 from .autograde import grade_submission, safety
 from .nbformat_tools import read_notebook
 from .nbgrader_setup import GradingError, generate, source_assignments
@@ -26,7 +27,9 @@ def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
     in a temporary course directory: the course's gradebook and folders are never touched.
 
     The assignment comes from the file or folder name (else from the notebook's cells) and
-    must match the notebook's nbgrader cells; bad input raises GradingError.
+    must match the notebook's nbgrader cells; bad input raises GradingError. The notebook is
+    read once, as ``course autograde`` reads a submission: not through a symbolic link, a
+    regular file, within the size cap.
     """
     root = Path(root).resolve()
     try:
@@ -34,13 +37,14 @@ def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
     except installed.ImportMismatch as exc:
         raise GradingError(str(exc)) from None
     notebook_path = locate_notebook(path)
-    assignment = identify_assignment(root, notebook_path, load_submission(notebook_path))
+    data = read_submission(notebook_path)
+    assignment = identify_assignment(root, notebook_path, load_submission(notebook_path, data))
     with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
         course = Path(tmp)
         shutil.copytree(root / "solutions" / assignment, course / "solutions" / assignment, ignore=_IGNORED)
         target = course / "submitted" / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
-        shutil.copyfile(notebook_path, target)
+        target.write_bytes(data)
         overrides = {"root": str(course), "db_url": f"sqlite:///{course / 'gradebook.db'}",
                      **safety(sandboxed, audit)}
         if overrides["sandbox"]:  # its imports overlap with generating the assignment
@@ -54,27 +58,45 @@ def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
 
 
 def locate_notebook(path) -> Path:
-    """``path`` itself, or the one notebook in directory ``path``."""
+    """``path`` itself, or the one notebook in directory ``path``; neither may be a symbolic
+    link (GradingError: not graded)."""
     path = Path(path)
+    if path.is_symlink():
+        raise GradingError(f"{path} is a symbolic link: not graded")
     if path.is_dir():
-        found = sorted(p for p in path.glob("*.ipynb") if p.is_file())
+        found = sorted(p for p in path.glob("*.ipynb") if p.is_file() or p.is_symlink())
         if len(found) != 1:
             what = "no notebook" if not found else f"{len(found)} notebooks (name one)"
             raise GradingError(f"{path} holds {what}")
+        if found[0].is_symlink():
+            raise GradingError(f"{found[0]} is a symbolic link: not graded")
         return found[0]
-    if not path.is_file():
+    if not path.exists():
         raise GradingError(f"{path}: no such file")
     return path
 
 
-def load_submission(path: Path) -> nbformat.NotebookNode:
-    """Read a notebook file, with a clear GradingError for anything that is not one."""
+def read_submission(path: Path) -> bytes:
+    """The bytes of notebook file ``path``, read as the autograder reads a submission
+    (GradingError when it is a link, not a regular file, or over the size cap)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return untrusted.read_bytes(path, untrusted.MAX_NOTEBOOK_BYTES)
+    except untrusted.UntrustedFileError as exc:
+        raise GradingError(f"{exc}: not graded") from None
+
+
+def load_submission(path: Path, data: bytes | None = None) -> nbformat.NotebookNode:
+    """Read a notebook file (or parse its ``data``), with a clear GradingError for anything
+    that is not one."""
+    try:
+        data = read_submission(path) if data is None else data
+        data = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise GradingError(f"{path} is not a notebook: it is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise GradingError(f"{path} is not a notebook: invalid JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise GradingError(f"{path} is not a notebook: nested too deeply") from None
     if not (isinstance(data, dict) and isinstance(data.get("cells"), list) and data.get("nbformat") == 4):
         raise GradingError(f"{path} is not a Jupyter notebook (nbformat 4 with a list of cells)")
     try:

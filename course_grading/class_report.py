@@ -11,7 +11,6 @@ failure messages in ``autograded/``. matplotlib is imported only to draw (Agg ba
 """
 from __future__ import annotations
 
-import csv
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -20,13 +19,15 @@ from pathlib import Path
 from nbgrader.api import MissingEntry
 
 from .nbgrader_setup import course_directory, db_override, gradebook
-from .results import SubmissionResult, exercise_results
+from .reports_csv import write_rows
+from .results import SubmissionResult, exercise_results, uncomputed
 
 REPORT_CSV = Path("reports") / "class_report.csv"
 REPORT_PNG = Path("reports") / "class_report.png"
 TOP_FAILURES = 3
 GRADING_FAILED = "(grading failed)"
 _NO_MESSAGE = "(no message)"
+NOT_GRADED = "not graded: the gradebook has no score for some cells (autograding failed)"
 
 
 @dataclass
@@ -89,28 +90,22 @@ def exercise_stats(results: list[SubmissionResult]) -> list[ExerciseStats]:
 
 def write_csv(stats: list[ExerciseStats], path) -> Path:
     """The class report as CSV, one row per exercise (see the module docstring)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = _partial(path)
     header = ["assignment", "exercise", "attempts", "passed", "pass_rate", "mean_score", "max_score"]
     for i in range(1, TOP_FAILURES + 1):
         header += [f"failure_{i}", f"failure_{i}_count"]
-    with partial.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(header)
-        for s in stats:
-            failed_grading = s.exercise == GRADING_FAILED
-            row = [s.assignment, s.exercise, s.attempts,
-                   "" if failed_grading else s.passed,
-                   "" if failed_grading else f"{s.pass_rate:.3f}",
-                   "" if failed_grading else f"{s.mean_score:.3g}",
-                   "" if failed_grading else f"{s.max_score:g}"]
-            failures = s.common_failures()
-            for i in range(TOP_FAILURES):
-                row += list(failures[i]) if i < len(failures) else ["", ""]
-            writer.writerow(row)
-    os.replace(partial, path)
-    return path
+    rows = [header]
+    for s in stats:
+        failed_grading = s.exercise == GRADING_FAILED
+        row = [s.assignment, s.exercise, s.attempts,
+               "" if failed_grading else s.passed,
+               "" if failed_grading else f"{s.pass_rate:.3f}",
+               "" if failed_grading else f"{s.mean_score:.3g}",
+               "" if failed_grading else f"{s.max_score:g}"]
+        failures = s.common_failures()
+        for i in range(TOP_FAILURES):
+            row += list(failures[i]) if i < len(failures) else ["", ""]
+        rows.append(row)
+    return write_rows(path, rows, atomic=True)
 
 
 def _partial(path: Path) -> Path:
@@ -193,14 +188,18 @@ def write_report(results: list[SubmissionResult], root, csv_path=None, png_path=
 
 def gradebook_results(root, assignments=None, db_url=None) -> list[SubmissionResult]:
     """Every autograded submission in the gradebook, with the failure messages of the
-    autograded notebooks that are on this machine (none where another machine graded)."""
+    autograded notebooks that are on this machine (none where another machine graded). A
+    submission with a cell that has no score (its autograding failed) is an error row."""
     root = Path(root).resolve()
     coursedir = course_directory(root, **db_override(db_url))
     with gradebook(coursedir) as gb:
-        pairs = sorted((s.student.id, s.assignment.name) for a in gb.assignments
+        found = sorted((s.student.id, s.assignment.name, uncomputed(s)) for a in gb.assignments
                        if not assignments or a.name in assignments for s in a.submissions)
     results = []
-    for student, assignment in pairs:
+    for student, assignment, broken in found:
+        if broken:
+            results.append(SubmissionResult(student, assignment, error=NOT_GRADED))
+            continue
         try:
             results.append(SubmissionResult(student, assignment,
                                             exercise_results(coursedir, student, assignment)))

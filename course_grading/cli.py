@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         root = find_root(getattr(args, "root", None))
         if _start_early(args, root):  # after parsing, before importing nbgrader
             threading.Thread(target=_import_trusted_side, daemon=True).start()
-        from .nbgrader_setup import GradingError
+        from .nbgrader_setup import GradingError, gradebook_problem
         try:
             with warnings.catch_warnings():
                 if not verbose:
@@ -70,8 +70,12 @@ def main(argv=None) -> int:
                 return args.run(args, root)
         except GradingError as exc:
             raise UsageError(str(exc)) from None
+        except Exception as exc:
+            if not _database_error(exc):
+                raise
+            raise UsageError(gradebook_problem(_db_url(args, root), exc)) from None
     except (UsageError, OSError) as exc:
-        print(f"course: error: {exc}", file=sys.stderr)
+        print(f"course: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("course: interrupted", file=sys.stderr)
@@ -79,6 +83,31 @@ def main(argv=None) -> int:
     finally:
         if handler:
             logging.getLogger(LOGGER).removeHandler(handler)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line: its lines joined, at most 1000 characters."""
+    text = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+    return text if len(text) <= 1000 else text[:999] + "…"
+
+
+def _database_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from the gradebook's database (SQLAlchemy, or the driver below)."""
+    import sqlite3
+
+    module = type(exc).__module__ or ""
+    return module.split(".")[0] in ("sqlalchemy", "psycopg2") or isinstance(exc, sqlite3.Error)
+
+
+def _db_url(args, root: Path) -> str:
+    """The gradebook the command used: --db, else nbgrader_config.py's, else root's."""
+    if getattr(args, "db", None):
+        return args.db
+    try:
+        from .nbgrader_setup import course_directory
+        return course_directory(root).db_url
+    except Exception:  # noqa: BLE001 - only for a message
+        return f"sqlite:///{root / 'gradebook.db'}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,7 +274,7 @@ def cmd_autograde(args, root: Path) -> int:
     print(out.format_table(results))
     csv_path = out.write_csv(results, args.csv or root / GRADES_CSV)
     print(f"\ngrades: {csv_path}")
-    if not args.no_audit:
+    if not args.no_audit or any(r.flags for r in results):  # files left out are flagged anyway
         flags = out.format_flags(results)
         print(f"\n{flags}" if flags else "\nno red flags")
         print(f"flags: {out.write_flags_csv(results, csv_path.parent / out.FLAGS_CSV.name)}")
@@ -253,17 +282,25 @@ def cmd_autograde(args, root: Path) -> int:
         print("class report: {}, {}".format(*class_report.write_report(results, root)))
     broken = [r for r in results if r.error]
     for r in broken:
-        print(f"course: error: grading failed for {r.student}/{r.assignment}: {r.error}", file=sys.stderr)
+        print(f"course: error: grading failed for {r.student}/{r.assignment}: {_one_line(r.error)}",
+              file=sys.stderr)
     return 1 if broken else 0
 
 
 def cmd_feedback(args, root: Path) -> int:
-    """One HTML file per autograded submission."""
-    from .feedback import feedback
+    """One HTML file per autograded submission; exit 1 when some submission got none (one
+    line each on stderr)."""
+    from .feedback import FeedbackIncomplete, feedback
 
-    for path in feedback(root, args.assignments or None, args.student, db_url=args.db):
+    try:
+        pages, problems = feedback(root, args.assignments or None, args.student, db_url=args.db), []
+    except FeedbackIncomplete as exc:
+        pages, problems = exc.pages, exc.problems
+    for path in pages:
         print(path.relative_to(root))
-    return 0
+    for problem in problems:
+        print(f"course: error: {_one_line(problem)}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 def cmd_export(args, root: Path) -> int:

@@ -26,10 +26,11 @@ from nbgrader.api import Gradebook  # noqa: E402
 from nbgrader.converters import Autograde, GenerateAssignment  # noqa: E402
 from nbgrader.coursedir import CourseDirectory  # noqa: E402
 from nbgrader.preprocessors import SaveCells  # noqa: E402
+from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 from traitlets.config.loader import PyFileConfigLoader  # noqa: E402
 
-from .preprocessors import LimitedExecute  # noqa: E402
+from .preprocessors import LimitedExecute, RequireSetup  # noqa: E402
 from .sandbox import bubblewrap  # noqa: E402
 
 
@@ -53,6 +54,19 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 class GradingError(Exception):
     """A pipeline step cannot run: bad input, unknown assignment, or nbgrader failed."""
+
+
+class GradebookError(GradingError):
+    """The gradebook cannot be opened or used (not a database, a folder, unreachable)."""
+
+
+def gradebook_problem(db_url: str, exc: BaseException) -> str:
+    """One line for an error of the database behind ``db_url`` (SQLAlchemy's messages run on
+    with the SQL and a link)."""
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    first = re.sub(r"^(?:\w+: )?\((?:sqlite3|psycopg2)\.[\w.]+\)\s*", "", first)
+    where = re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", str(db_url))  # no password in messages
+    return short(f"cannot use the gradebook {where}: {first}")
 
 
 class NbgraderFailure(GradingError):
@@ -107,10 +121,8 @@ def course_directory(config_root, **overrides) -> CourseDirectory:
     config = load_config(config_root)
     if "extra_arguments" not in config.Execute:  # the kernel's own log warnings stay quiet
         config.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]
-    if "autograde_preprocessors" not in config.Autograde:  # output kept per cell is bounded
-        default = Autograde.class_traits()["autograde_preprocessors"].default()
-        config.Autograde.autograde_preprocessors = [LimitedExecute if p.__name__ == "Execute" else p
-                                                    for p in default]
+    if "autograde_preprocessors" not in config.Autograde:  # as nbgrader_config.py sets them
+        config.Autograde.autograde_preprocessors = autograde_preprocessors()
     sandboxed = overrides.pop("sandbox", False)
     coursedir = CourseDirectory(config=config, log=LOG)
     coursedir.root = str(Path(overrides.pop("root", config_root)).resolve())
@@ -121,8 +133,22 @@ def course_directory(config_root, **overrides) -> CourseDirectory:
     return coursedir
 
 
+def autograde_preprocessors() -> list:
+    """nbgrader's autograde steps with Execute replaced by LimitedExecute and RequireSetup
+    right after it (what nbgrader_config.py configures)."""
+    default = Autograde.class_traits()["autograde_preprocessors"].default()
+    steps = []
+    for step in default:
+        steps += [LimitedExecute, RequireSetup] if step.__name__ == "Execute" else [step]
+    return steps
+
+
 def gradebook(coursedir: CourseDirectory) -> Gradebook:
-    return Gradebook(coursedir.db_url, coursedir.course_id)
+    """The gradebook of ``coursedir``; GradebookError (one line) when it cannot be opened."""
+    try:
+        return Gradebook(coursedir.db_url, coursedir.course_id)
+    except SQLAlchemyError as exc:
+        raise GradebookError(gradebook_problem(coursedir.db_url, exc)) from None
 
 
 def db_override(db_url) -> dict:
@@ -138,8 +164,13 @@ def run_converter(converter) -> None:
     LOG.addHandler(handler)
     try:
         converter.start()
+    except SQLAlchemyError as exc:
+        raise GradebookError(gradebook_problem(converter.coursedir.db_url, exc)) from None
     except Exception as exc:
         log = buffer.getvalue()
+        if "sqlalchemy.exc." in log and "database is locked" not in log:  # nbgrader caught it
+            raise GradebookError(gradebook_problem(converter.coursedir.db_url,
+                                                   _last_exception_line(log) or exc)) from None
         raise NbgraderFailure(_last_exception_line(log) or str(exc), log) from exc
     finally:
         LOG.removeHandler(handler)

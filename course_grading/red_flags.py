@@ -29,6 +29,9 @@ PATTERNS = [
     ("IPython input or AST transformer / hook",
      r"input_transformers|ast_transformers|register_transformer|register_magic|events\s*\.\s*register"
      r"|set_custom_exc|\bshell\s*\.\s*(run_cell|ex)\b|get_ipython\s*\(\s*\)\s*\.\s*(run_cell|ast|input|events|set_hook)"),
+    ("sends Jupyter messages itself (forged outputs, statuses or replies)",
+     r"\bsession\s*\.\s*send\b|\biopub_(socket|thread|pub_socket)\b|\bshell_streams?\b|\bsend_multipart\b"
+     r"|\bget_parent\s*\(|\.\s*kernel\s*\.\s*session\b"),
     ("reads or writes the gradebook / nbgrader", r"gradebook|\bsqlite3\b|\bnbgrader\b|\.db\b"),
     ("process control (exit, signals, fork)",
      r"\bos\s*\.\s*(_exit|kill|killpg|fork|forkpty|abort|setsid)\b|\bsignal\s*\.\s*(signal|alarm|setitimer|pthread)"

@@ -3,13 +3,14 @@ out (the score table, ``reports/grades.csv``, ``reports/flags.csv``), read back 
 gradebook and the autograded notebooks."""
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cells
-from .nbformat_tools import read_notebook
+import nbformat
+
+from . import cells, untrusted
 from .nbgrader_setup import gradebook, short, strip_ansi
+from .reports_csv import write_rows
 
 GRADES_CSV = Path("reports") / "grades.csv"
 FLAGS_CSV = Path("reports") / "flags.csv"
@@ -48,6 +49,14 @@ class SubmissionResult:
         return sum(e.max_score for e in self.exercises)
 
 
+def uncomputed(submission) -> bool:
+    """Whether a gradebook submission (nbgrader's SubmittedAssignment) has a cell without any
+    score: nbgrader created its rows but its autograding failed (or manual grading is pending).
+    nbgrader counts such a cell as 0; it is not a grade."""
+    return any(g.auto_score is None and g.manual_score is None
+               for nb in submission.notebooks for g in nb.grades)
+
+
 def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) -> list[ExerciseResult]:
     """Scores from the gradebook, in notebook order, with the autograded notebook's messages."""
     results = []
@@ -57,7 +66,8 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
                         f"{notebook.name}.ipynb")
             order, messages = _failure_messages(path)
             grades = {g.name: g for g in gb.find_submission_notebook(notebook.name, assignment, student).grades}
-            for name in order + sorted(set(grades) - set(order)):
+            known = [name for name in dict.fromkeys(order) if name in grades]  # cells nbgrader graded
+            for name in known + sorted(set(grades) - set(known)):
                 grade = grades[name]
                 score = float(grade.score or 0)
                 message = "" if score >= grade.max_score else (
@@ -68,10 +78,12 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
 
 def _failure_messages(path: Path) -> tuple[list[str], dict[str, str]]:
     """Grade cell ids of an autograded notebook in order, and each one's first error line."""
-    if not path.is_file():
+    try:
+        nb = nbformat.reads(untrusted.read_text(path, untrusted.MAX_NOTEBOOK_BYTES), as_version=4)
+    except (OSError, ValueError, RecursionError):  # missing or unreadable: scores come from the gradebook
         return [], {}
     order, messages = [], {}
-    for cell in read_notebook(path).cells:
+    for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type == "code" and meta.get("grade"):
             order.append(meta["grade_id"])
@@ -94,17 +106,13 @@ def _cell_failure(cell) -> str:
 
 def write_csv(results: list[SubmissionResult], path) -> Path:
     """One row per (student, assignment, exercise); a broken submission gets one error row."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["student", "assignment", "exercise", "score", "max_score", "message"])
-        for r in results:
-            if r.error:
-                writer.writerow([r.student, r.assignment, "", "", "", f"grading failed: {r.error}"])
-            for e in r.exercises:
-                writer.writerow([r.student, r.assignment, e.grade_id, f"{e.score:g}", f"{e.max_score:g}", e.message])
-    return path
+    rows = [["student", "assignment", "exercise", "score", "max_score", "message"]]
+    for r in results:
+        if r.error:
+            rows.append([r.student, r.assignment, "", "", "", f"grading failed: {r.error}"])
+        for e in r.exercises:
+            rows.append([r.student, r.assignment, e.grade_id, f"{e.score:g}", f"{e.max_score:g}", e.message])
+    return write_rows(path, rows)
 
 
 def format_table(results: list[SubmissionResult]) -> str:
@@ -139,12 +147,6 @@ def format_flags(results: list[SubmissionResult]) -> str:
 
 def write_flags_csv(results: list[SubmissionResult], path) -> Path:
     """The flags for the instructor: student, assignment, cell (grade_id), reason."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["student", "assignment", "cell", "reason"])
-        for r in results:
-            for flag in r.flags:
-                writer.writerow([r.student, r.assignment, flag.where, flag.reason])
-    return path
+    rows = [["student", "assignment", "cell", "reason"]]
+    rows += [[r.student, r.assignment, flag.where, flag.reason] for r in results for flag in r.flags]
+    return write_rows(path, rows)

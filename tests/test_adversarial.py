@@ -1,17 +1,22 @@
-"""The adversarial catalogue: 33 kinds of broken or cheating submissions of 01_embeddings,
-graded together in ONE sandboxed, audited autograde run (two workers).
+"""The adversarial catalogue: broken or cheating submissions of 01_embeddings, graded together
+in ONE sandboxed, audited autograde run (two workers), then given feedback.
 
 Whatever a submission does, the run completes, every student has a row, honest students get
-exactly the scores they get when graded alone, the gradebook stays intact, and every cheat
-ends at zero for what it cheated on, or flagged for the instructor (the expected outcome of
-each kind is in CATALOGUE).
+exactly the scores they get when graded alone, the gradebook stays intact, every cheat ends at
+zero for what it cheated on, or flagged for the instructor, or as an error row (the expected
+outcome of each kind is in CATALOGUE), nothing of a submission is followed through a link, and
+no feedback shows what the hidden tests ran on or their source.
 """
 from __future__ import annotations
 
 import hashlib
+import inspect
+import os
+import re
 import socket
 import sqlite3
 import threading
+from html import unescape
 from pathlib import Path
 
 import nbformat
@@ -39,7 +44,7 @@ def _body(code: str) -> str:
     return "\n".join("    " + line for line in code.splitlines())
 
 
-FILES = "files beside the notebook"  # a CATALOGUE entry's extra files: {path: text}
+EXTRA_FILES = "files beside the notebook"  # a CATALOGUE entry's extra files: {path: text}
 LEAVE_BEHIND = """import ctypes, os, socket, time
 for folder in ('/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), '.'):
     try:
@@ -116,9 +121,10 @@ _REF = None if KERNEL else _reach()
 
 
 # kind -> (changes, expected): changes maps a grade_id to new source (or a callable on the
-# cell); expected is "full", "zero:<grade_id>" (that exercise scores 0), or "flag:<grade_id>"
-# (flagged, whatever it scored). "+flag" adds that a flag must be raised as well (also when
-# the grading of that submission broke: an error row, scored 0 in the gradebook).
+# cell); expected is "full", "zero:<grade_id>" (that exercise scores 0), "flag:<grade_id>"
+# (flagged, whatever it scored) or "error" (an error row: not graded at all). "+flag" adds that
+# a flag must be raised as well (also when the grading of that submission broke: an error row,
+# scored 0 in the gradebook). FILES changes a submission's folder after its notebook is written.
 CATALOGUE = {
     "correct": ({}, "full"),
     "correct_warns": ({"one_hot": "import warnings, sys\n" + CORRECT_ONE_HOT.replace(
@@ -183,7 +189,7 @@ CATALOGUE = {
     "zz_finds_what_others_left": ({"one_hot": FIND_LEFTOVERS + "if FOUND:\n" + _body(WRONG_ONE_HOT)
                                    + "\nelse:\n" + _body(CORRECT_ONE_HOT)}, "full"),
     "fills_every_writable_place": ({"one_hot": FILL_EVERYTHING + CORRECT_ONE_HOT}, "full"),
-    "ships_shadow_modules": ({"one_hot": CORRECT_ONE_HOT, FILES: SHADOW_MODULES}, "full"),
+    "ships_shadow_modules": ({"one_hot": CORRECT_ONE_HOT, EXTRA_FILES: SHADOW_MODULES}, "full"),
     "kills_its_sandbox_server": ({"one_hot": "import os, signal\nfor sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
                                   "    os.kill(os.getppid(), sig)\n" + CORRECT_ONE_HOT}, "full"),
     # a function that tells the audit from the grading kernel (no IPython) and reaches for the
@@ -192,6 +198,84 @@ CATALOGUE = {
                                     "    if KERNEL:\n" + _body(_body(CORRECT_ONE_HOT.split("\n", 1)[1])) + "\n"
                                     "    return _REF(ids, vocab_size) if _REF else np.zeros((*np.shape(ids), vocab_size))\n"},
                                    "flag:test_one_hot"),
+    # links and special files: nothing under submitted/ is followed
+    "notebook_links_to_solution": ({}, "error+flag"),
+    "student_folder_links_to_another": ({}, "error+flag"),
+    "assignment_folder_links_to_another": ({}, "error+flag"),
+    "file_links_to_solution": ({"one_hot": "import os\nif os.path.exists('notes.txt'):\n" + _body(CORRECT_ONE_HOT)
+                                + "\nelse:\n" + _body(WRONG_ONE_HOT)}, "zero:test_one_hot+flag"),
+    "fifo_in_submission": ({}, "full+flag"),
+    # a package beside the notebook named like the course's: imported instead of it, it would
+    # give the setup cell checks that pass anything
+    "shadows_course_utils": ({"one_hot": WRONG_ONE_HOT}, "zero:test_one_hot+flag"),
+    "huge_file_in_submission": ({}, "full+flag"),
+    # the audit's output file replaced by a FIFO (with a reader held open, so that the audit's
+    # own write goes through): the grader reading it back must not wait for a writer
+    "audit_output_fifo": ({"one_hot": CORRECT_ONE_HOT + (
+        "import os\nif os.path.exists('calls.json'):\n    os.mkfifo('out-test_one_hot.json')\n"
+        "    _keep = os.open('out-test_one_hot.json', os.O_RDONLY | os.O_NONBLOCK)\n")}, "full+flag"),
+    # output that the per-cell limit did not count: display updates, a huge exception
+    "display_update_flood": ({"one_hot": CORRECT_ONE_HOT + (
+        "from IPython.display import display, update_display\n"
+        "for _ in range(100):\n    display('x', display_id='flood')\n"
+        "for _ in range(100):\n    update_display('y' * 100_000, display_id='flood')\n")}, "full"),
+    "huge_exception": ({"one_hot": "def one_hot(ids, vocab_size):\n"
+                        "    raise type('E' * 3_000_000, (Exception,), {})('v' * 3_000_000)\n"}, "zero:test_one_hot"),
+    # hidden inputs and hidden check source printed into the student's own feedback
+    "feedback_failing": ({"one_hot": WRONG_ONE_HOT, "embed": "def embed(ids, E):\n    return np.asarray(E)[0]\n"},
+                         "zero:test_one_hot"),
+    "leak_prints_hidden_inputs": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                   "    print('LEAK', tokens, vocab, unk_token)\n"
+                                   "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    "leak_writes_fd_1": ({"encode": "import os\ndef encode(tokens, vocab, unk_token='<unk>'):\n"
+                          "    os.write(1, f'LEAK {tokens} {vocab} {unk_token}\\n'.encode())\n"
+                          "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    "leak_raises_hidden_inputs": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                   "    if unk_token != '<unk>':\n"
+                                   "        raise ValueError(f'LEAK {tokens} {vocab} {unk_token}')\n"
+                                   "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
+                                  "zero:test_encode"),
+    "leak_updates_visible_display": ({"encode": "from IPython.display import display, update_display\n"
+                                      "display('shown', display_id='leak')\n"
+                                      "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                      "    update_display(f'LEAK {tokens} {vocab} {unk_token}', display_id='leak')\n"
+                                      "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    "leak_prints_check_source": ({"encode": "import inspect\nimport course_utils.checks.embeddings as _checks\n"
+                                  "print(inspect.getsource(_checks))\n"
+                                  "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                  "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
+                                 "full+flag"),
+}
+LEAKS = [kind for kind in CATALOGUE if kind.startswith("leak_")] + ["feedback_failing"]
+HIDDEN_INPUTS = ("zzz", "'[UNK]': 7")  # what check_encode passes encode only in its hidden part
+
+
+def _link(target: Path, link: Path) -> None:
+    if link.is_dir() and not link.is_symlink():
+        import shutil
+        shutil.rmtree(link)
+    elif link.exists() or link.is_symlink():
+        link.unlink()
+    link.symlink_to(target)
+
+
+def _fake_package(folder: Path) -> None:
+    (folder / "checks").mkdir(parents=True)
+    (folder / "__init__.py").write_text("def seed_everything(seed):\n    pass\n\ndef load_glove(*a, **k):\n    pass\n")
+    (folder / "checks" / "__init__.py").write_text("")
+    (folder / "checks" / "embeddings.py").write_text(
+        "def check_one_hot(*a, **k):\n    print('all checks passed')\n\ncheck_embed = check_encode = check_one_hot\n")
+
+
+SOLUTION = ("solutions", A, f"{A}.ipynb")
+FILES = {
+    "notebook_links_to_solution": lambda c, f: _link(c.joinpath(*SOLUTION), f / f"{A}.ipynb"),
+    "student_folder_links_to_another": lambda c, f: _link(c / "submitted" / "correct", f.parent),
+    "assignment_folder_links_to_another": lambda c, f: _link(c / "submitted" / "correct" / A, f),
+    "file_links_to_solution": lambda c, f: _link(c.joinpath(*SOLUTION), f / "notes.txt"),
+    "fifo_in_submission": lambda c, f: os.mkfifo(f / "pipe"),
+    "shadows_course_utils": lambda c, f: _fake_package(f / "course_utils"),
+    "huge_file_in_submission": lambda c, f: (f / "data.bin").write_bytes(b"\0" * (20 * 2**20)),
 }
 
 
@@ -248,8 +332,11 @@ def _scores(result) -> dict:
     return {e.grade_id: e.score for e in result.exercises}
 
 
-def test_catalogue_in_one_run(tmp_path):
-    assert len(CATALOGUE) >= 20
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The catalogue, submitted and graded in one run: (course, results by student, scores of
+    the honest students graded alone, facts to check afterwards)."""
+    tmp_path = tmp_path_factory.mktemp("catalogue")
     course = _course(tmp_path / "course")
     received = []
     listener = socket.socket()
@@ -275,9 +362,11 @@ def test_catalogue_in_one_run(tmp_path):
     source = nbformat.read(str(course / "solutions" / A / f"{A}.ipynb"), 4)
     for kind, (changes, _) in CATALOGUE.items():
         _submit(course, kind, _variant(source, changes, constants))
-        for name, text in changes.get(FILES, {}).items():
+        for name, text in changes.get(EXTRA_FILES, {}).items():
             (course / "submitted" / kind / A / name).parent.mkdir(parents=True, exist_ok=True)
             (course / "submitted" / kind / A / name).write_text(text)
+    for kind, change in FILES.items():
+        change(course, course / "submitted" / kind / A)
 
     # honest students graded alone, for comparison
     alone = _course(tmp_path / "alone")
@@ -293,18 +382,28 @@ def test_catalogue_in_one_run(tmp_path):
         stop.set()
         thread.join(2)
         listener.close()
+    facts = {"digest": digest, "received": received, "checks_file": checks_file,
+             "checks_before": checks_before, "source": source}
+    return course, results, alone_scores, facts
 
+
+def test_catalogue_in_one_run(graded):
+    course, results, alone_scores, facts = graded
+    assert len(CATALOGUE) >= 40
     assert sorted(results) == sorted(CATALOGUE)  # every student has a row
     outcomes = {}
     for kind, (_, expected) in CATALOGUE.items():
         r = results[kind]
         scores, flagged = _scores(r), {f.where for f in r.flags}
         outcomes[kind] = (r.error, scores, [str(f) for f in r.flags])
-        if expected == "full":
-            assert scores == FULL, (kind, outcomes[kind])
-            continue
         what, _, gid = expected.partition(":")
-        gid, _, need_flag = gid.partition("+")
+        what, _, need_flag = what.partition("+")
+        gid, _, flag_too = gid.partition("+")
+        need_flag = need_flag or flag_too
+        if what == "full":
+            assert not r.error and scores == FULL, (kind, outcomes[kind])
+        if what == "error":
+            assert r.error and not r.exercises, (kind, outcomes[kind])
         cheated = 0 if r.error else scores.get(gid, 0)
         if what == "zero":
             assert cheated == 0, (kind, outcomes[kind])
@@ -328,36 +427,68 @@ def test_catalogue_in_one_run(tmp_path):
     with sqlite3.connect(course / "gradebook.db") as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert con.execute("SELECT COUNT(*) FROM grade WHERE manual_score = 99").fetchone()[0] == 0
-    assert _grade_cells_digest(course / "gradebook.db") == digest
-    assert received == []
-    assert checks_file.read_bytes() == checks_before
+    assert _grade_cells_digest(course / "gradebook.db") == facts["digest"]
+    assert facts["received"] == []
+    assert facts["checks_file"].read_bytes() == facts["checks_before"]
     assert not (Path.home() / ".ipython" / "profile_default" / "startup" / "00-course-adversarial.py").exists()
-    huge = course / "autograded" / "correct_huge_output" / A / f"{A}.ipynb"
-    assert huge.stat().st_size < 5_000_000
+    for kind in ("correct_huge_output", "display_update_flood", "huge_exception"):
+        autograded = course / "autograded" / kind / A / f"{A}.ipynb"
+        assert autograded.stat().st_size < 3_000_000, kind
+
+    # links: an error row that says so; nothing of a link or special file reaches autograded/
+    for kind in ("notebook_links_to_solution", "student_folder_links_to_another",
+                 "assignment_folder_links_to_another"):
+        assert "is a symbolic link: not graded" in results[kind].error, outcomes[kind]
+        assert any("symbolic link" in f.reason for f in results[kind].flags)
+    for kind, name, why in (("file_links_to_solution", "notes.txt", "is a symbolic link"),
+                            ("fifo_in_submission", "pipe", "is a named pipe"),
+                            ("huge_file_in_submission", "data.bin", "is over 16 MB")):
+        assert any(name in f.reason and why in f.reason and "left out" in f.reason
+                   for f in results[kind].flags), outcomes[kind]
+        assert not (course / "autograded" / kind / A / name).exists()
+    assert any("unreadable output" in f.reason and "named pipe" in f.reason
+               for f in results["audit_output_fifo"].flags), outcomes["audit_output_fifo"]
+    assert any("course_utils would be imported instead of the module 'course_utils': left out" in f.reason
+               for f in results["shadows_course_utils"].flags), outcomes["shadows_course_utils"]
+    assert not (course / "autograded" / "shadows_course_utils" / A / "course_utils").exists()
 
 
-def test_feedback_leaks_no_hidden_test(tmp_path):
-    """Feedback for a failing student: per-exercise messages, no hidden-test line or value."""
-    course = _course(tmp_path / "course")
-    source = nbformat.read(str(course / "solutions" / A / f"{A}.ipynb"), 4)
-    _submit(course, "failing", _variant(source, {"one_hot": WRONG_ONE_HOT, "embed":
-                                                 "def embed(ids, E):\n    return np.asarray(E)[0]\n"}, ""))
-    [result] = autograde.autograde(course, jobs=1, progress=False)
-    assert result.exercises and any(e.message for e in result.exercises if not e.passed)
-    [page] = feedback.feedback(course)
-    html = page.read_text(encoding="utf-8")
+def test_feedback_leaks_no_hidden_test(graded):
+    """Feedback for failing and leaking students: per-exercise messages, what the visible tests
+    said, and no hidden-test line, hidden input or line of the checks' source."""
+    course, results, _, facts = graded
+    failing = results["feedback_failing"]
+    assert failing.exercises and any(e.message for e in failing.exercises if not e.passed)
+    # one student's autograded notebook replaced by a link: no feedback for them, the rest get it
+    linked = course / "autograded" / "correct" / A / f"{A}.ipynb"
+    _link(course.joinpath(*SOLUTION), linked)
+    with pytest.raises(feedback.FeedbackIncomplete) as info:
+        feedback.feedback(course, students=LEAKS + ["correct"])
+    assert info.value.problems == [f"no feedback for correct/{A}/{A}.ipynb: is a symbolic link"]
+    pages = {p.parts[-3]: p for p in info.value.pages}
+    assert sorted(pages) == sorted(LEAKS)
+
     hidden = set()
-    for cell in source.cells:
+    for cell in facts["source"].cells:
         hidden |= hidden_lines(cell.source)
-    import inspect
     from course_grading.checks import embeddings
-    hidden_values = _hidden_literals(inspect.getsource(embeddings))
-    assert hidden_values, "no literal inputs found in the hidden checks: the test would be empty"
-    assert "one_hot" in html and "embed" in html
-    for line in hidden:
-        assert line not in html, line
-    for value in hidden_values:
-        assert value not in html, value
+    check_source = inspect.getsource(embeddings)
+    hidden_values = _hidden_literals(check_source)
+    check_lines = {ln.strip() for ln in check_source.splitlines() if len(ln.strip()) >= 25}
+    for kind, page in pages.items():
+        html = page.read_text(encoding="utf-8")
+        text = unescape(re.sub(r"<[^>]+>", "", html))
+        assert "one_hot" in html and "embed" in html, kind
+        for line in hidden:
+            assert line not in html, (kind, line)
+        for value in hidden_values | set(HIDDEN_INPUTS):
+            assert value not in text, (kind, value)
+        for line in check_lines:
+            assert line not in text, (kind, line)
+    # what the visible tests said is still there
+    shown = unescape(pages["leak_prints_hidden_inputs"].read_text(encoding="utf-8"))
+    assert "✓ known tokens map to their ids" in shown and "hidden tests ran here" in shown
+    assert "LEAK ['the', 'cat', 'sat', 'on', 'the', 'mat']" in shown  # a demo cell's output
 
 
 def _hidden_literals(check_source: str) -> set[str]:

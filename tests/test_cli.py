@@ -137,3 +137,55 @@ def test_start_runs_jupyter_lab_on_the_first_notebook(course, monkeypatch):
     assert Path(command[0]).name == "jupyter" and command[1] == "lab"
     assert cli.FIRST_NOTEBOOK in command and "--no-browser" in command and "--port=8899" in command
     assert f"--ServerApp.root_dir={course.resolve()}" in command and cwd == course.resolve()
+
+
+# --------------------------------------------------------------------------- links and special files
+
+def test_check_refuses_links_fifos_and_huge_files(course, capsys, tmp_path):
+    import os
+
+    real = tmp_path / "real" / f"{ASSIGNMENT}.ipynb"
+    real.parent.mkdir()
+    write_notebook(tiny_notebook(), real)
+    link = tmp_path / f"{ASSIGNMENT}.ipynb"
+    link.symlink_to(real)
+    assert f"{link} is a symbolic link: not graded" in run_error(capsys, "--root", str(course), "check", str(link))
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / f"{ASSIGNMENT}.ipynb").symlink_to(real)
+    assert "is a symbolic link: not graded" in run_error(capsys, "--root", str(course), "check", str(folder))
+    linked_folder = tmp_path / "linked"
+    linked_folder.symlink_to(real.parent)
+    assert "is a symbolic link: not graded" in run_error(capsys, "--root", str(course), "check", str(linked_folder))
+    fifo = tmp_path / "fifo" / f"{ASSIGNMENT}.ipynb"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    assert "is a named pipe (FIFO): not graded" in run_error(capsys, "--root", str(course), "check", str(fifo))
+    huge = tmp_path / "huge" / f"{ASSIGNMENT}.ipynb"
+    huge.parent.mkdir()
+    with huge.open("wb") as fh:
+        fh.truncate(40 * 2**20)  # sparse: no 40 MB written
+    assert "is over 32 MB: not graded" in run_error(capsys, "--root", str(course), "check", str(huge))
+
+
+# --------------------------------------------------------------------------- a broken gradebook
+
+@pytest.fixture(params=["garbage", "folder"])
+def broken_gradebook(course, request):
+    """The course with a gradebook.db that is not a database, or a folder."""
+    db = course / "gradebook.db"
+    if request.param == "garbage":
+        db.write_bytes(b"this is not a database\n" * 300)
+    else:
+        db.mkdir()
+    (course / "submitted" / "ann" / ASSIGNMENT).mkdir(parents=True)
+    write_notebook(tiny_notebook(), course / "submitted" / "ann" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    (course / "autograded" / "ann" / ASSIGNMENT).mkdir(parents=True)
+    return course
+
+
+@pytest.mark.parametrize("command", ["autograde", "feedback", "export", "report", "release"])
+def test_broken_gradebook_is_one_line(broken_gradebook, capsys, command):
+    line = run_error(capsys, "--root", str(broken_gradebook), command)
+    assert f"cannot use the gradebook sqlite:///{broken_gradebook / 'gradebook.db'}: " in line
+    assert line.endswith(("file is not a database", "unable to open database file")), line

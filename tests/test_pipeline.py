@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ASSIGNMENT, nbgrader_meta, tiny_notebook
+from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
 from course_grading import autograde, feedback, release
 from course_grading import results as grading_results
 from course_grading.cli import main
@@ -249,3 +249,81 @@ def test_parallel_kernels_share_the_cores(monkeypatch):
     assert _kernel_threads(16) == {"OMP_NUM_THREADS": "1"}
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert _kernel_threads(4) == {}
+
+
+# --------------------------------------------------------------------------- a failed setup cell
+
+# a set-up that breaks where the file "broken-setup" lies beside the notebook (as an import that
+# runs out of time would break it on a loaded machine)
+SETUP_CELL = ("import os\nif os.path.exists('broken-setup'):\n"
+              "    raise RuntimeError('the set-up broke here')\n")
+
+
+def _with_setup():
+    nb = tiny_notebook()
+    setup = {"nbgrader": {**nbgrader_meta("setup")["nbgrader"], "locked": True}}
+    nb.cells.insert(1, nbformat.v4.new_code_cell(SETUP_CELL, metadata=setup))
+    return nb
+
+
+@pytest.mark.slow
+def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_course(tmp_path, capsys):
+    """A setup cell that fails (for one of the students here) leaves no score: plain `nbgrader
+    autograde` (through nbgrader_config.py) reports that submission as failed and records no
+    score for it, as it does for a notebook that is a link to the solutions; the other student
+    is graded; `course report` and `course export` do not show the failed ones as 0; `course
+    autograde` gives an error row with the reason."""
+    import os
+    import subprocess
+    import sys
+
+    from course_grading.nbgrader_setup import course_directory, gradebook
+    from course_grading.results import uncomputed
+
+    course = make_course(tmp_path / "course", {ASSIGNMENT: _with_setup()})
+    for student in ("good", "broken"):
+        folder = course / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        write_notebook(_with_setup(), folder / f"{ASSIGNMENT}.ipynb")
+    (course / "submitted" / "broken" / ASSIGNMENT / "broken-setup").write_text("")
+    linked = course / "submitted" / "linked" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    linked.parent.mkdir(parents=True)
+    linked.symlink_to(course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    for step in ("generate_assignment", "autograde"):
+        done = subprocess.run([str(bin_dir / "nbgrader"), step, ASSIGNMENT, "--force"], cwd=course,
+                              env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]  # nbgrader: some submission failed
+    assert "SetupCellFailed: the setup cell 'setup' failed (RuntimeError: the set-up broke here)" in done.stderr
+    assert f"LinkedSubmission: {linked} is a symbolic link: not graded" in done.stderr
+    for student in ("broken", "linked"):
+        assert not (course / "autograded" / student / ASSIGNMENT).exists()
+    with gradebook(course_directory(course)) as gb:
+        good, broken, link = (gb.find_submission(ASSIGNMENT, s) for s in ("good", "broken", "linked"))
+        assert (good.score, uncomputed(good)) == (2, False) and uncomputed(link)
+        grades = [g for nb in broken.notebooks for g in nb.grades]
+        assert grades and all(g.auto_score is None and g.manual_score is None for g in grades)
+        assert uncomputed(broken) and broken.score == 0  # what nbgrader's own export would show
+
+    assert main(["--root", str(course), "report"]) == 0
+    rows = list(csv.DictReader((course / "reports" / "class_report.csv").open(encoding="utf-8")))
+    assert [(r["exercise"], r["attempts"], r["failure_1"], r["failure_1_count"]) for r in rows] == [
+        ("test_double", "1", "", ""), ("(grading failed)", "2", report_not_graded(), "2")]
+    exported = feedback.export(course, course / "reports" / "export.csv")
+    notes = {r["student_id"]: (r["score"], r["note"]) for r in csv.DictReader(exported.open(encoding="utf-8"))}
+    assert notes == {"good": ("2.0", ""), "broken": ("0.0", "not graded"), "linked": ("0.0", "not graded")}
+
+    capsys.readouterr()
+    assert main(["--root", str(course), "autograde", "--student", "broken"]) == 1
+    captured = capsys.readouterr()
+    assert ("grading failed for broken/01_tiny: SetupCellFailed: the setup cell 'setup' failed "
+            "(RuntimeError: the set-up broke here): no score can be computed") in captured.err
+    grades_csv = list(csv.DictReader((course / "reports" / "grades.csv").open(encoding="utf-8")))
+    assert [(r["student"], r["score"]) for r in grades_csv] == [("broken", "")]
+    assert grades_csv[0]["message"].startswith("grading failed: SetupCellFailed: the setup cell")
+
+
+def report_not_graded() -> str:
+    from course_grading.class_report import NOT_GRADED
+    return NOT_GRADED

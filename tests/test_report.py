@@ -63,3 +63,52 @@ def test_report_files(results, tmp_path):
 def test_report_of_nothing_graded(tmp_path):
     csv_path, png_path = report.write_report([SubmissionResult("x", "a", error="boom")], tmp_path)
     assert len(list(csv.reader(csv_path.open()))) == 2 and png_path.is_file()
+
+
+# --------------------------------------------------------------------------- no cell is a formula
+
+EVIL = ['=HYPERLINK("http://example.com","x")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(A1:A2)",
+        "\tpadded", "\rreturn", "=1"]
+
+
+def _cells(path):
+    return [cell for row in csv.reader(path.open(newline="", encoding="utf-8")) for cell in row]
+
+
+def test_no_csv_cell_is_a_formula(tmp_path):
+    from course_grading.red_flags import Flag
+    from course_grading.reports_csv import FORMULA_START, safe_cell
+    from course_grading.results import write_csv, write_flags_csv
+
+    results = [SubmissionResult(EVIL[0], "03_attention", [
+        ExerciseResult("test_softmax", 0, 2, EVIL[1]), ExerciseResult(EVIL[2], 1.5, 2, EVIL[3])],
+        flags=[Flag(EVIL[4], EVIL[5])]),
+        SubmissionResult("bob", "03_attention", error=EVIL[6])]
+    paths = [write_csv(results, tmp_path / "grades.csv"), write_flags_csv(results, tmp_path / "flags.csv"),
+             report.write_report(results, tmp_path)[0]]
+    for path in paths:
+        cells = _cells(path)
+        assert not [c for c in cells if c.startswith(FORMULA_START)], (path.name, cells)
+    grades = list(csv.DictReader((tmp_path / "grades.csv").open(encoding="utf-8")))
+    assert grades[0]["student"] == "'" + EVIL[0] and grades[0]["message"] == "'" + EVIL[1]
+    assert [g["score"] for g in grades] == ["0", "1.5", ""]  # numbers stay numbers
+    assert safe_cell("-1.5") == "-1.5" and safe_cell(-2) == "-2" and safe_cell("-2+3") == "'-2+3"
+    assert safe_cell("plain") == "plain" and safe_cell("a=b") == "a=b"
+
+
+def test_export_has_no_formula_and_says_what_is_not_a_grade(tmp_path):
+    from nbgrader.api import Gradebook
+
+    from conftest import make_course, tiny_notebook
+    from course_grading.feedback import export
+    from course_grading.reports_csv import FORMULA_START
+
+    course = make_course(tmp_path / "course", {"01_tiny": tiny_notebook()})
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention-course") as gb:
+        gb.add_assignment("01_tiny")
+        gb.add_student(EVIL[0], first_name=EVIL[3], email="a@example.com")
+    path = export(course, tmp_path / "export.csv")
+    assert not [c for c in _cells(path) if c.startswith(FORMULA_START)]
+    [row] = list(csv.DictReader(path.open(encoding="utf-8")))
+    assert (row["student_id"], row["first_name"], row["score"], row["note"]) == (
+        "'" + EVIL[0], "'" + EVIL[3], "0.0", "not submitted")

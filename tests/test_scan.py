@@ -37,6 +37,7 @@ def _reasons(sub, src=None):
     ("import socket", "network"),
     ("from course_grading.reference.embeddings import one_hot", "reference"),
     ("exec('x=1')", "dynamic"),
+    ("k = get_ipython().kernel\nk.session.send(k.iopub_socket, 'status', {})", "Jupyter messages"),
 ])
 def test_patterns_in_student_code(code, why):
     nb = tiny_notebook(solution="def double(x):\n    return 2 * x\n" + code + "\n")

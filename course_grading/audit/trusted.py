@@ -27,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from .. import building_blocks
+from .. import building_blocks, untrusted
 from ..cells import setup_and_solution_sources
 from ..nbformat_tools import read_notebook
 from ..red_flags import Flag, scan
@@ -39,6 +39,7 @@ from .wire import Gen, Lookup, T, ToyModel
 
 
 TIMEOUT = 40  # seconds for one submission's whole audit (each call: CALL_SECONDS in the child)
+MAX_OUTPUT_BYTES = 256 * 2**20  # read back for one exercise, its .json and .npy files together
 
 
 @dataclass
@@ -128,17 +129,17 @@ def _describe(entry) -> str:
     return f"{entry.get('dtype', '?')} on {entry.get('device', 'cpu')}" if "t" in entry else ""
 
 
-def _compare(kind: str, got_entry, expected, folder: Path) -> str:
+def _compare(kind: str, got_entry, expected, outputs: "_Outputs") -> str:
     """'' when the child's output matches the reference's ``expected``, else the reason."""
     if isinstance(expected, tuple) or (isinstance(expected, list) and kind != "exact"):
         if "seq" not in got_entry or len(got_entry["seq"]) != len(expected):
             return f"returned {got_entry.get('type', 'a single value')}, expected {len(expected)} values"
         for part_entry, part in zip(got_entry["seq"], expected):
-            reason = _compare(kind, part_entry, part, folder)
+            reason = _compare(kind, part_entry, part, outputs)
             if reason:
                 return reason
         return ""
-    got = wire.load_output(got_entry, folder)
+    got = wire.load_output(got_entry, outputs.read)
     if hasattr(expected, "detach"):
         if "t" not in got_entry:
             return f"returned {got_entry.get('type') or got_entry.get('dtype')}, expected a tensor"
@@ -225,22 +226,45 @@ def _run_unsandboxed(folder: Path, timeout: int) -> str:
         return f"the audit ran out of time ({timeout} s)"
 
 
+class _Outputs:
+    """Reads what the child wrote into the audit's folder, which the sandbox could write:
+    each file through ``untrusted`` (no link, no FIFO, a regular file, a size cap), and at most
+    ``MAX_OUTPUT_BYTES`` for one exercise's outputs in all."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.left = folder, MAX_OUTPUT_BYTES
+
+    def read(self, name: str) -> bytes:
+        data = untrusted.read_in(self.folder, name, self.left)
+        self.left -= len(data)
+        return data
+
+
 def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
+    outputs = _Outputs(folder)
     try:
-        data = json.loads((folder / wire.output_name(gid)).read_text(encoding="utf-8"))
-        outputs = data["outputs"]
-    except (OSError, ValueError, KeyError, TypeError):
+        raw = outputs.read(wire.output_name(gid))
+    except FileNotFoundError:
         return Verdict(gid, False, ended or "the audited code ended before this exercise (crashed or exited)")
-    if not isinstance(outputs, list) or len(outputs) != len(plan):
+    except OSError as exc:  # a link, a FIFO, a folder, too large: never followed, never waited on
+        return Verdict(gid, False, f"unreadable output: {exc}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+        results = data["outputs"]
+    except (ValueError, KeyError, TypeError, RecursionError):  # also a write cut short by a crash
+        return Verdict(gid, False, ended or "the audited code ended before this exercise (crashed or exited)")
+    if not isinstance(results, list) or len(results) != len(plan):
         return Verdict(gid, False, "malformed audit output")
-    for index, (call, out) in enumerate(zip(plan, outputs)):
+    for index, (call, out) in enumerate(zip(plan, results)):
         if not isinstance(out, dict) or "value" not in out:
             error = out.get("error", "no output") if isinstance(out, dict) else "no output"
-            return Verdict(gid, False, f"{ex.function} failed on fresh input {index + 1}: {error}")
+            return Verdict(gid, False, f"{ex.function} failed on fresh input {index + 1}: {str(error)[:300]}")
         expected = _expected(call, ex.compare)
         try:
-            reason = _compare(ex.compare, out["value"], expected, folder)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            reason = _compare(ex.compare, out["value"], expected, outputs)
+        except OSError as exc:
+            reason = f"unreadable output: {exc}"
+        except Exception as exc:  # noqa: BLE001 - whatever the child wrote, the grader goes on
             reason = f"unreadable output ({type(exc).__name__})"
         if reason:
             return Verdict(gid, False, f"{ex.function} on fresh input {index + 1}: {reason}")

@@ -15,6 +15,7 @@ Everything crosses as plain data in one folder, never pickle:
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -73,15 +74,21 @@ def encode_input(value, folder: Path, names: list):
     return value
 
 
-def load_output(entry, folder: Path):
+def load_output(entry, read):
+    """The value of an output ``entry`` (trusted side); ``read(name)`` gives the bytes of a
+    file the child wrote (``untrusted`` reading: no link, no FIFO, a size cap)."""
+    if not isinstance(entry, dict):
+        raise ValueError("malformed output")
     if "seq" in entry:
-        return [load_output(e, folder) for e in entry["seq"]]
+        if not isinstance(entry["seq"], list):
+            raise ValueError("malformed output")
+        return [load_output(e, read) for e in entry["seq"]]
     if "py" in entry:
         return entry["py"]
     name = entry.get("t") or entry.get("nd")
     if not isinstance(name, str) or "/" in name or not name.endswith(".npy"):
         raise ValueError("malformed output")
-    return np.load(folder / name, allow_pickle=False)
+    return np.load(io.BytesIO(read(name)), allow_pickle=False)
 
 
 # --------------------------------------------------------------------------- the child's half

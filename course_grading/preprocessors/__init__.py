@@ -1,7 +1,18 @@
 """The course's nbgrader preprocessors, one per module, named after their classes (as in
 ``nbgrader.preprocessors``). Configure them by their dotted names, e.g.
-``"course_grading.preprocessors.ScrubHiddenTracebacks"``."""
+``"course_grading.preprocessors.ScrubHiddenTracebacks"``.
+
+Autograding: ``RefuseLinks`` first among the sanitizing steps, ``LimitedExecute`` (in place of
+nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenOutputs`` and ``ScrubHiddenTracebacks`` before nbgrader's
+``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``).
+"""
+from .hidden_outputs import HideHiddenOutputs
 from .limited_execute import LimitedExecute
+from .refuse_links import LinkedSubmission, RefuseLinks
+from .require_setup import RequireSetup, SetupCellFailed
 from .scrub_hidden_tracebacks import ScrubHiddenTracebacks
 
-__all__ = ["LimitedExecute", "ScrubHiddenTracebacks"]
+FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs]
+
+__all__ = ["FEEDBACK_PREPROCESSORS", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
+           "RefuseLinks", "RequireSetup", "ScrubHiddenTracebacks", "SetupCellFailed"]
