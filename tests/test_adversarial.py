@@ -155,7 +155,10 @@ CATALOGUE = {
                            "zero:test_one_hot+flag"),
     "patched_allclose": ({"one_hot": "np.allclose = lambda *a, **k: True\nnp.array_equal = lambda *a, **k: True\n"
                           + WRONG_ONE_HOT}, "zero:test_one_hot+flag"),
-    "patched_checker": ({"one_hot": WRONG_ONE_HOT + "check_one_hot = lambda *a, **k: None\n"}, "flag:test_one_hot"),
+    # the visible call goes through the notebook's namespace; the hidden half, imported from
+    # course_grading, runs the visible check again: the patch gains nothing
+    "patched_checker": ({"one_hot": WRONG_ONE_HOT + "check_one_hot = lambda *a, **k: None\n"},
+                        "zero:test_one_hot+flag"),
     "input_transformer": ({"one_hot": WRONG_ONE_HOT + (
         "get_ipython().input_transformers_post.append(\n"
         "    lambda lines: ['pass\\n'] if any('check_one_hot' in l for l in lines) else lines)\n")},
@@ -416,9 +419,9 @@ def test_catalogue_in_one_run(graded):
     assert _scores(results["correct"]) == alone_scores["correct"] == FULL
     assert _scores(results["honest_partial"]) == alone_scores["honest_partial"]
     assert not results["correct"].flags and not results["correct_warns"].flags
-    # the audit (not only the scanner) caught the checker patch and the input transformer
-    for kind in ("patched_checker", "input_transformer"):
-        assert any("audit disagrees" in f.reason and f.where == "test_one_hot" for f in results[kind].flags)
+    # the audit (not only the scanner) caught the input transformer, which skips the whole cell
+    assert any("audit disagrees" in f.reason and f.where == "test_one_hot"
+               for f in results["input_transformer"].flags)
     # right in the kernel, reaching for the reference in the audit: out of its reach there
     assert _scores(results["reaches_reference_in_audit"])["test_one_hot"] == FULL["test_one_hot"]
     assert any("audit disagrees" in f.reason and "values differ" in f.reason
