@@ -136,6 +136,8 @@ class Server:
             _prctl(PR_SET_DUMPABLE, 1)
             os.environ.update(env)
             os.chdir(cwd)
+            # as in a kernel started in cwd: modules beside the notebook import (building_blocks)
+            sys.path.insert(0, "")
             sys.argv = [sys.executable, *argv]
             from ipykernel import kernelapp
             kernelapp.IPKernelApp.launch_instance(argv=argv)
