@@ -257,31 +257,79 @@ class LookupModel:
     The logits at position i depend on ``tgt[:, :i+1]`` only (a causal model). The source is
     read from ``memory`` where ``memory_mask`` (a padding mask) allows it, so a decoder that
     forgets to pass the mask sees a different source. Works on any device and float dtype.
+
+    ``layers`` makes ``tgt_mask`` matter as it does in a real decoder of that many layers (by
+    default it is ignored): the output at position i is the one above only when the mask lets
+    i see exactly positions 0 … i, and (from 2 layers on) so does every position i sees, and so
+    on down the layers; otherwise it is other pseudo-random logits, fixed by what the position
+    saw. As in a real network, with one layer and no mask the last position is still right; with
+    two or more, no position after the first is.
     """
 
     def __init__(self, vocab_size: int, seed: int = 0, scale: float = 3.0,
                  table: dict | None = None, scripts: dict | None = None,
-                 eos_id: int | None = None, eos_bias: float = 0.0, dtype=None, device=None):
+                 eos_id: int | None = None, eos_bias: float = 0.0, dtype=None, device=None,
+                 layers: int | None = None):
         self.device = device  # where parameters() says the model lives (None: the CPU)
+        self.layers = layers
         self.vocab_size, self.seed, self.scale = vocab_size, seed, scale
         self.table = {tuple(k): list(v) for k, v in (table or {}).items()}
         self.scripts = {tuple(k): list(v) for k, v in (scripts or {}).items()}
         self.eos_id, self.eos_bias, self.dtype = eos_id, eos_bias, dtype
         self.calls = 0  # decode calls, for tests
 
-    def logits_for(self, source: tuple, prefix: tuple) -> list[float]:
+    def logits_for(self, source: tuple, prefix: tuple, saw: tuple | None = None) -> list[float]:
+        """The next-token logits after ``prefix`` for ``source``; ``saw``, for a position whose
+        tgt_mask was wrong: what it saw instead (it fixes the other logits it gets)."""
         prefix = tuple(int(t) for t in prefix)
-        if prefix in self.table:
+        if saw is None and prefix in self.table:
             return [float(x) for x in self.table[prefix]]
-        rng = random.Random(f"{self.seed}|{source}|{prefix}")
+        rng = random.Random(f"{self.seed}|{source}|{prefix}" + ("" if saw is None else f"|{saw}"))
         logits = [rng.gauss(0.0, 1.0) * self.scale for _ in range(self.vocab_size)]
         script = self.scripts.get(source)
         step = len(prefix) - 1
-        if script is not None and step < len(script) and list(prefix[1:]) == script[:step]:
+        if (saw is None and script is not None and step < len(script)
+                and list(prefix[1:]) == script[:step]):
             logits[script[step]] = max(logits) + 2.0
         elif self.eos_id is not None:
             logits[self.eos_id] += -5.0 if self.eos_id in prefix else self.eos_bias
         return logits
+
+    def _sight(self, tgt_mask, b: int, t: int):
+        """For each row and position: None where ``tgt_mask`` is right for a decoder of
+        ``self.layers`` layers, else what fixes the logits that position gets instead (the
+        layers, the position and the mask)."""
+        import torch
+
+        if self.layers is None:
+            return [[None] * t for _ in range(b)]
+        if tgt_mask is None:
+            mask = torch.ones(1, 1, t, t, dtype=torch.bool)
+        else:
+            mask = tgt_mask.detach().cpu()
+            if mask.dtype != torch.bool:
+                raise TypeError(f"tgt_mask should be a bool tensor (True = may attend), as "
+                                f"causal_mask gives; got {mask.dtype}")
+            if mask.dim() < 2 or mask.dim() > 4:
+                raise ValueError(f"tgt_mask of shape {tuple(mask.shape)}: expected (t, t), "
+                                 "(b, t, t) or (b, heads, t, t)")
+            mask = torch.broadcast_to(mask, (*mask.shape[:-2], t, t))  # raises if sizes clash
+            mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (b', heads, t, t)
+            if mask.size(0) not in (1, b):
+                raise ValueError(f"tgt_mask of shape {tuple(tgt_mask.shape)} does not "
+                                 f"broadcast over a batch of {b}")
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        patterns = []
+        for rows in mask:  # (heads, t, t): one mask per row of the batch, or one for all
+            right = (rows == causal).all(-1).all(0).tolist()  # (t,) sees exactly 0 … j
+            reach = rows.any(0)  # (t, t) whom each position sees, through any head
+            clean = right
+            for _ in range(self.layers - 1):  # and what it sees must itself be right
+                clean = [right[j] and all(clean[k] for k in reach[j].nonzero().flatten().tolist())
+                         for j in range(t)]
+            pattern = tuple(rows.flatten().int().tolist())
+            patterns.append([None if clean[j] else (self.layers, j, pattern) for j in range(t)])
+        return [patterns[i if len(patterns) > 1 else 0] for i in range(b)]
 
     def encode(self, src, src_mask=None):
         import torch
@@ -301,7 +349,9 @@ class LookupModel:
         ids = memory[..., 0].detach().cpu().round().long()  # (b, s)
         ids = ids.expand(b, -1) if ids.size(0) == 1 else ids  # one memory for all rows broadcasts
         rows = tgt.detach().cpu().tolist()
-        out = [[self.logits_for(tuple(ids[i][keep[i]].tolist()), tuple(rows[i][: j + 1]))
+        sight = self._sight(tgt_mask, b, t)
+        out = [[self.logits_for(tuple(ids[i][keep[i]].tolist()), tuple(rows[i][: j + 1]),
+                                None if sight[i][j] is None else (tuple(rows[i]), sight[i][j]))
                 for j in range(t)] for i in range(b)]
         return torch.tensor(out, dtype=memory.dtype, device=memory.device)  # (b, t, V)
 

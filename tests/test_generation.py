@@ -249,3 +249,104 @@ def test_widget_and_training_are_silent_under_grading(trained, monkeypatch, caps
     training.train(model, make_pairs(100), steps=2, batch_size=16, device="cpu")
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
+
+
+# -- the decoding checks' models -------------------------------------------------------------
+def _causal(t):
+    return torch.ones(t, t, dtype=torch.bool).tril()
+
+
+def test_lookup_model_with_layers_answers_to_the_causal_mask():
+    src = torch.tensor([[5, 6, 7], [4, 4, 5]])
+    ys = torch.tensor([[1, 3, 4, 5], [1, 6, 6, 2]])
+    plain = LookupModel(8, seed=1, eos_id=EOS_ID)
+    want = plain.decode(ys, plain.encode(src), _causal(4))
+    assert torch.equal(plain.decode(ys, plain.encode(src)), want)  # default: the mask is ignored
+    for layers in (1, 2, 3):
+        m = LookupModel(8, seed=1, eos_id=EOS_ID, layers=layers)
+        memory = m.encode(src)
+        for mask in (_causal(4), _causal(4)[None], _causal(4)[None, None], _causal(4).expand(2, 1, 4, 4)):
+            assert torch.equal(m.decode(ys, memory, mask), want)  # any broadcastable causal mask
+        free = m.decode(ys, memory)  # no mask: every position sees every other
+        # one layer: the last position reads exactly its prefix, as in a real one-layer decoder
+        assert torch.equal(free[:, -1], want[:, -1]) == (layers == 1)
+        for j in range(3):
+            assert not torch.equal(free[:, j], want[:, j])
+        assert torch.equal(m.decode(ys[:, :1], memory)[:, 0], want[:, 0])  # one position: no mask needed
+        assert not torch.equal(m.decode(ys, memory, _causal(4).T)[:, 1:], want[:, 1:])
+        with pytest.raises(TypeError, match="bool"):
+            m.decode(ys, memory, torch.zeros(4, 4))
+
+
+def test_the_decoding_checks_models_need_the_causal_mask():
+    """Every model the greedy and beam checks decode with gives other tokens to a decoder that
+    forgets the causal mask (so such a decoder cannot pass), and the expected outputs stored
+    for the visible checks say so."""
+    from course_grading.checks import generation as hidden
+    from course_grading.reference.decoder import make_padding_mask
+    from course_utils.checks import generation as visible
+
+    stored = hidden.expected_outputs()
+    for name in visible.GREEDY_CASES:
+        assert stored[f"greedy/{name}"].tolist() != stored[f"greedy/{name}/uncausal"].tolist()
+    assert stored["beam/myopia/greedy"].tolist() != stored["beam/myopia/greedy/uncausal"].tolist()
+    for seed, *_ in visible.RANDOM_BEAMS:
+        assert stored[f"beam/random{seed}"].tolist() != stored[f"beam/random{seed}/uncausal"].tolist()
+    for seed, source_seed in hidden.GREEDY_TRANSFORMERS:
+        model = hidden.deep_transformer(seed)
+        src = torch.randint(3, 12, (4, 6), generator=torch.Generator().manual_seed(source_seed))
+        src[1:, 4:] = 0
+        mask = make_padding_mask(src, 0)
+        assert not torch.equal(G.greedy_decode(model, src, 9, BOS_ID, EOS_ID, mask),
+                               G.greedy_decode(hidden.WithoutCausalMask(model), src, 9, BOS_ID,
+                                               EOS_ID, mask))
+    for seed, source_seed in hidden.BEAM_TRANSFORMERS:
+        model = hidden.deep_transformer(seed)
+        one = torch.randint(3, 12, (1, 5), generator=torch.Generator().manual_seed(source_seed))
+        assert not torch.equal(G.beam_search(model, one, 3, 8, BOS_ID, EOS_ID, 0.7),
+                               G.beam_search(hidden.WithoutCausalMask(model), one, 3, 8, BOS_ID,
+                                             EOS_ID, 0.7))
+
+
+class _Jittered:
+    """A model whose logits move by up to ``size``: rounding of that order must not matter."""
+
+    def __init__(self, model, size, seed):
+        self.model, self.size = model, size
+        self.g = torch.Generator().manual_seed(seed)
+
+    def encode(self, src, src_mask=None):
+        return self.model.encode(src, src_mask)
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        out = self.model.decode(tgt, memory, tgt_mask, memory_mask)
+        return out + self.size * (2 * torch.rand(out.shape, generator=self.g, dtype=out.dtype) - 1)
+
+
+def test_no_decision_of_the_real_models_hangs_on_rounding():
+    """The hidden checks compare token for token on real encoder-decoders: a correct decoder
+    that batches differently (or decodes one row at a time) computes logits that differ in the
+    last bits, so no argmax or beam choice of those cases may be closer than that."""
+    from course_grading.checks import generation as hidden
+    from course_grading.reference.decoder import make_padding_mask
+
+    cases = []
+    for (seed, source_seed), (beam_seed, beam_source) in zip(hidden.GREEDY_TRANSFORMERS,
+                                                             hidden.BEAM_TRANSFORMERS):
+        src = torch.randint(3, 12, (4, 6), generator=torch.Generator().manual_seed(source_seed))
+        src[1:, 4:] = 0
+        one = torch.randint(3, 12, (1, 5), generator=torch.Generator().manual_seed(beam_source))
+        cases.append((hidden.deep_transformer(seed), src, 9, None, 8, 0.7))
+        cases.append((hidden.deep_transformer(beam_seed), None, 9, one, 8, 0.7))
+    model, src = hidden.trained_model()
+    cases.append((model, src, 12, src[:1, :int((src[0] != 0).sum())], 12, 1.0))
+    for model, src, max_len, one, beam_len, lp in cases:
+        for seed in range(3):
+            jittered = _Jittered(model, 1e-9, seed)
+            if src is not None:
+                mask = make_padding_mask(src, 0)
+                assert torch.equal(G.greedy_decode(jittered, src, max_len, BOS_ID, EOS_ID, mask),
+                                   G.greedy_decode(model, src, max_len, BOS_ID, EOS_ID, mask))
+            if one is not None:
+                assert torch.equal(G.beam_search(jittered, one, 3, beam_len, BOS_ID, EOS_ID, lp),
+                                   G.beam_search(model, one, 3, beam_len, BOS_ID, EOS_ID, lp))

@@ -217,7 +217,9 @@ def _date_sources(rng, n: int) -> np.ndarray:
 
 
 def _lookup(rng, eos_bias: float) -> Lookup:
-    return Lookup(vocab_size=8, seed=int(rng.integers(1 << 30)), eos_id=2, eos_bias=eos_bias)
+    """A LookupModel that, like a decoder of two layers, needs the causal mask."""
+    return Lookup(vocab_size=8, seed=int(rng.integers(1 << 30)), eos_id=2, eos_bias=eos_bias,
+                  layers=2)
 
 
 def _greedy_inputs(rng):

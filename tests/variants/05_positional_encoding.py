@@ -138,6 +138,14 @@ class PositionalEncoding(nn.Module):
         "subclasses_the_reference": '''
 from course_grading.reference.positional import PositionalEncoding
 ''',
+        # a float64 table (NumPy) in a float32 model: float32 embeddings come out float64
+        "float64_numpy_buffer": _module('''        pos = np.arange(max_len)[:, None]
+        angle = pos / 10000 ** (np.arange(0, d_model, 2) / d_model)
+        table = np.zeros((max_len, d_model))
+        table[:, 0::2], table[:, 1::2] = np.sin(angle), np.cos(angle)
+        self.register_buffer("pe", torch.from_numpy(table))
+''', '''        return self.dropout(x + self.pe[: x.size(1)])
+'''),
     },
 }
 
@@ -177,6 +185,43 @@ def sinusoidal_positional_encoding(max_len, d_model):
     angle = pos * freq
     return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(1).float()
 ''',
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py, PositionalEncoding:
+        # "computed once in log space", integer positions times a float32 div_term
+        "annotated_transformer_log_space": '''
+def sinusoidal_positional_encoding(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len).unsqueeze(1)
+    div_term = torch.exp(
+        torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model)
+    )
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+''',
+        # d2l-ai/d2l-en, chapter_attention-mechanisms-and-transformers/
+        # self-attention-and-positional-encoding.md, PositionalEncoding: float32 angles from
+        # torch.pow, written into a (1, max_len, d) table; here its one row of positions
+        "d2l_pow_float32": '''
+def sinusoidal_positional_encoding(max_len, d_model):
+    P = torch.zeros((1, max_len, d_model))
+    X = torch.arange(max_len, dtype=torch.float32).reshape(
+        -1, 1) / torch.pow(10000, torch.arange(
+        0, d_model, 2, dtype=torch.float32) / d_model)
+    P[:, :, 0::2] = torch.sin(X)
+    P[:, :, 1::2] = torch.cos(X)
+    return P[0]
+''',
+        # phlippe/uvadlc_notebooks, tutorial6/Transformers_and_MHAttention.ipynb,
+        # PositionalEncoding (itself from PyTorch's transformer tutorial): float positions
+        "uva_tutorial6_float_positions": '''
+def sinusoidal_positional_encoding(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+''',
     },
     "test_positional_encoding": {
         "persistent_buffer": _module(_BUFFER, '''        return self.dropout(x + self.pe[: x.size(1)])
@@ -193,6 +238,73 @@ class PositionalEncoding(nn.Module):
 
     def forward(self, x):
         return nn.functional.dropout(x + self.table.narrow(0, 0, x.size(1)), self.p, self.training)
+''',
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py, PositionalEncoding:
+        # its own float32 table, (1, max_len, d) persistent buffer (dropout argument reordered
+        # to the contract's signature)
+        "annotated_transformer": '''
+class PositionalEncoding(nn.Module):
+    "Implement the PE function."
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super(PositionalEncoding, self).__init__()
+        self.dropout = nn.Dropout(p=dropout)
+
+        # Compute the positional encodings once in log space.
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len).unsqueeze(1)
+        div_term = torch.exp(
+            torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model)
+        )
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        pe = pe.unsqueeze(0)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        x = x + self.pe[:, : x.size(1)].requires_grad_(False)
+        return self.dropout(x)
+''',
+        # pytorch/tutorials, beginner_source/transformer_tutorial.py, PositionalEncoding: a
+        # sequence-first (max_len, 1, d) buffer; the contract is batch first, so the rows are
+        # moved to the batch axis when added
+        "pytorch_tutorial_sequence_first_buffer": '''
+class PositionalEncoding(nn.Module):
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, 1, d_model)
+        pe[:, 0, 0::2] = torch.sin(position * div_term)
+        pe[:, 0, 1::2] = torch.cos(position * div_term)
+        self.register_buffer('pe', pe)
+
+    def forward(self, x):
+        x = x + self.pe[:x.size(1)].transpose(0, 1)
+        return self.dropout(x)
+''',
+        # phlippe/uvadlc_notebooks, tutorial6/Transformers_and_MHAttention.ipynb,
+        # PositionalEncoding: non-persistent (1, max_len, d) buffer (plus the contract's dropout)
+        "uva_tutorial6_non_persistent": '''
+class PositionalEncoding(nn.Module):
+
+    def __init__(self, d_model, max_len=5000, dropout=0.0):
+        super().__init__()
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len, dtype=torch.float).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        pe = pe.unsqueeze(0)
+        self.register_buffer('pe', pe, persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = x + self.pe[:, :x.size(1)]
+        return self.dropout(x)
 ''',
     },
 }

@@ -150,6 +150,20 @@ class LayerNorm(nn.Module):
 ''',
         "not_implemented": _ln('''\
         raise NotImplementedError()'''),
+        # the contract's formula with the Annotated Transformer's default eps = 1e-6
+        "default_eps_1e-6": '''
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+''',
     },
     "test_feed_forward": {
         "relu_after_linear2": _ff('''\
@@ -242,6 +256,11 @@ class EncoderLayer(nn.TransformerEncoderLayer):
         for layer in self.layers:
             x = layer(x0, src_mask)
         return x'''),
+        "float32_output": _enc('''\
+        x = self.pos_encoding(self.embedding(src) * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x.float()'''),
         "learned_positions": '''
 class Encoder(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
@@ -287,6 +306,22 @@ import warnings as _w
         mean = x.mean(-1, keepdim=True)
         var = x.var(-1, keepdim=True, unbiased=False)
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias'''),
+        # rasbt/LLMs-from-scratch, ch04/01_main-chapter-code/gpt.py, LayerNorm (scale and shift
+        # renamed weight and bias, eps made the contract's argument)
+        "llms_from_scratch": '''
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        norm_x = (x - mean) / torch.sqrt(var + self.eps)
+        return self.weight * norm_x + self.bias
+''',
     },
     "test_feed_forward": {
         "nn_relu_module": '''
@@ -307,6 +342,49 @@ class FeedForward(nn.Module):
         return torch.einsum("...f,df->...d", h, self.linear2.weight) + self.linear2.bias'''),
         "functional_relu": _ff('''\
         return self.linear2(self.dropout(nn.functional.relu(self.linear1(x))))'''),
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py,
+        # PositionwiseFeedForward (w_1, w_2 renamed linear1, linear2)
+        "annotated_transformer": '''
+class FeedForward(nn.Module):
+    "Implements FFN equation."
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super(FeedForward, self).__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(self.linear1(x).relu()))
+''',
+        # phlippe/uvadlc_notebooks, tutorial6, EncoderBlock.linear_net: dropout BEFORE an
+        # in-place ReLU (the same thing); the Sequential's layers named as the contract asks
+        "uva_tutorial6_dropout_then_inplace_relu": '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.dropout = nn.Dropout(dropout)
+        self.relu = nn.ReLU(inplace=True)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+    def forward(self, x):
+        return self.linear2(self.relu(self.dropout(self.linear1(x))))
+''',
+        # pytorch/pytorch, torch/nn/modules/transformer.py, TransformerEncoderLayer._ff_block
+        "pytorch_ff_block": '''
+class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.dropout = nn.Dropout(dropout)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation = nn.functional.relu
+
+    def forward(self, x):
+        x = self.linear2(self.dropout(self.activation(self.linear1(x))))
+        return x
+''',
     },
     "test_encoder_layer": {
         "precomputed_branches": _el('''\
@@ -345,6 +423,90 @@ import warnings as _w
 ''' + PRE.replace("        ", "            ") + "\n" + POST).replace(
             "self.norm1 = LayerNorm(d_model)", "self.norm1 = nn.LayerNorm(d_model)").replace(
             "self.norm2 = LayerNorm(d_model)", "self.norm2 = nn.LayerNorm(d_model)"),
+        # pytorch/pytorch, torch/nn/modules/transformer.py, TransformerEncoderLayer.forward with
+        # its _sa_block and _ff_block (the course's attention and feed-forward as the parts)
+        "pytorch_sa_block_ff_block": '''
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, src, mask=None):
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), mask)
+            x = x + self._ff_block(self.norm2(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, mask))
+            x = self.norm2(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x, attn_mask):
+        x = self.self_attn(x, x, x, attn_mask)[0]
+        return self.dropout1(x)
+
+    def _ff_block(self, x):
+        return self.dropout2(self.ffn(x))
+''',
+        # phlippe/uvadlc_notebooks, tutorial6, EncoderBlock: post-norm (its only form), with the
+        # contract's pre-norm branch beside it
+        "uva_tutorial6_encoder_block": '''
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, mask=None):
+        if self.norm_first:
+            h = self.norm1(x)
+            x = x + self.dropout(self.self_attn(h, h, h, mask=mask)[0])
+            return x + self.dropout(self.ffn(self.norm2(x)))
+        # Attention part
+        attn_out = self.self_attn(x, x, x, mask=mask)[0]
+        x = x + self.dropout(attn_out)
+        x = self.norm1(x)
+
+        # MLP part
+        linear_out = self.ffn(x)
+        x = x + self.dropout(linear_out)
+        x = self.norm2(x)
+
+        return x
+''',
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py, EncoderLayer with
+        # SublayerConnection (pre-norm: x + dropout(sublayer(norm(x)))), and the post-norm
+        # form the paper uses; the norms named norm1, norm2 as the contract asks
+        "annotated_sublayer_connection": '''
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def sublayer(self, x, norm, sublayer):
+        "Apply residual connection to any sublayer with the same size."
+        if self.norm_first:
+            return x + self.dropout(sublayer(norm(x)))
+        return norm(x + self.dropout(sublayer(x)))
+
+    def forward(self, x, mask=None):
+        x = self.sublayer(x, self.norm1, lambda x: self.self_attn(x, x, x, mask)[0])
+        return self.sublayer(x, self.norm2, self.ffn)
+''',
     },
     "test_encoder": {
         "positions_on_the_fly": '''
@@ -371,5 +533,104 @@ from course_grading.reference.encoder import EncoderLayer as _RefLayer
         for layer in self.layers:
             x = layer(x, mask=src_mask)
         return x''').replace("[EncoderLayer(", "[_RefLayer("),
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py: Embeddings (lut
+        # renamed embedding) and PositionalEncoding, its table built once in float32 and cast
+        # by .double() with the module; the Encoder stack without the final LayerNorm of its
+        # pre-norm layers (the contract's layers are post-norm)
+        "annotated_transformer_float32_table": '''
+class AnnotatedPositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout, max_len=5000):
+        super(AnnotatedPositionalEncoding, self).__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len).unsqueeze(1)
+        div_term = torch.exp(
+            torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model)
+        )
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        pe = pe.unsqueeze(0)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        x = x + self.pe[:, : x.size(1)].requires_grad_(False)
+        return self.dropout(x)
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
+        super().__init__()
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.pos_encoding = AnnotatedPositionalEncoding(d_model, dropout, max_len)
+        self.layers = nn.ModuleList(
+            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+
+    def forward(self, src, src_mask=None):
+        x = self.pos_encoding(self.embedding(src) * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x
+''',
+        # the positions computed exactly, in the embeddings' own dtype (float64 in a float64
+        # model), on every call
+        "exact_table_in_the_input_dtype": '''
+class Encoder(nn.Module):
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.layers = nn.ModuleList(
+            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, src, src_mask=None):
+        e = self.embedding(src)
+        pos = torch.arange(src.size(1), dtype=e.dtype, device=e.device)[:, None]
+        two_i = torch.arange(0, self.d_model, 2, dtype=e.dtype, device=e.device)
+        angle = pos / 10000 ** (two_i / self.d_model)
+        pe = torch.stack([angle.sin(), angle.cos()], dim=-1).flatten(-2)
+        x = self.drop(e * math.sqrt(self.d_model) + pe)
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x
+''',
+        # d2l-ai/d2l-en, chapter_attention-mechanisms-and-transformers: PositionalEncoding (a
+        # plain float32 attribute P moved to the input's device, which .double() leaves
+        # float32) and TransformerEncoder.forward (blks renamed layers, X and valid_lens src and src_mask)
+        "d2l_plain_attribute_table": '''
+class D2LPositionalEncoding(nn.Module):
+    """Positional encoding."""
+    def __init__(self, num_hiddens, dropout, max_len=1000):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        # Create a long enough P
+        self.P = torch.zeros((1, max_len, num_hiddens))
+        X = torch.arange(max_len, dtype=torch.float32).reshape(
+            -1, 1) / torch.pow(10000, torch.arange(
+            0, num_hiddens, 2, dtype=torch.float32) / num_hiddens)
+        self.P[:, :, 0::2] = torch.sin(X)
+        self.P[:, :, 1::2] = torch.cos(X)
+
+    def forward(self, X):
+        X = X + self.P[:, :X.shape[1], :].to(X.device)
+        return self.dropout(X)
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
+        super().__init__()
+        self.num_hiddens = d_model
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.pos_encoding = D2LPositionalEncoding(d_model, dropout, max_len)
+        self.layers = nn.ModuleList(
+            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+
+    def forward(self, src, src_mask=None):
+        X = self.pos_encoding(self.embedding(src) * math.sqrt(self.num_hiddens))
+        for i, blk in enumerate(self.layers):
+            X = blk(X, src_mask)
+        return X
+''',
     },
 }

@@ -77,6 +77,35 @@ def _tr(body: str) -> str:
     return _TR.format(body=body)
 
 
+# harvardnlp/annotated-transformer, the_annotated_transformer.py, PositionalEncoding: its table
+# built once in float32 (argument order kept)
+ANNOTATED_PE = '''
+from building_blocks import EncoderLayer
+
+
+class AnnotatedPositionalEncoding(nn.Module):
+    "Implement the PE function."
+
+    def __init__(self, d_model, dropout, max_len=5000):
+        super(AnnotatedPositionalEncoding, self).__init__()
+        self.dropout = nn.Dropout(p=dropout)
+
+        # Compute the positional encodings once in log space.
+        pe = torch.zeros(max_len, d_model)
+        position = torch.arange(0, max_len).unsqueeze(1)
+        div_term = torch.exp(
+            torch.arange(0, d_model, 2) * -(math.log(10000.0) / d_model)
+        )
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        pe = pe.unsqueeze(0)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        x = x + self.pe[:, : x.size(1)].requires_grad_(False)
+        return self.dropout(x)
+'''
+
 BUGGY = {
     "test_decoder_layer": {
         "cross_kv_from_decoder": _dl(PRE + '''\
@@ -192,6 +221,13 @@ def make_padding_mask(ids, pad_id):
         "wrong_default_d_ff": _tr('''\
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)''').replace(
             "d_ff=512", "d_ff=2048"),
+        # the Annotated Transformer's Generator ends in log_softmax: log-probabilities, where
+        # the contract asks for logits
+        "generator_with_log_softmax": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)''').replace(
+            "return self.generator(self.decoder(tgt, memory, tgt_mask, memory_mask))",
+            "return nn.functional.log_softmax(self.generator(self.decoder(tgt, memory, tgt_mask, "
+            "memory_mask)), dim=-1)"),
     },
 }
 
@@ -217,6 +253,118 @@ import warnings as _w
         "torch_layer_norms": _dl(PRE + POST).replace(
             "LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)",
             "nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)"),
+        # pytorch/pytorch, torch/nn/modules/transformer.py, TransformerDecoderLayer.forward with
+        # _sa_block, _mha_block and _ff_block (the course's attention and feed-forward inside)
+        "pytorch_sa_mha_ff_blocks": '''
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.norm3 = LayerNorm(d_model)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask)
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, tgt_mask))
+            x = self.norm2(x + self._mha_block(x, memory, memory_mask))
+            x = self.norm3(x + self._ff_block(x))
+        return x
+
+    def _sa_block(self, x, attn_mask):
+        x = self.self_attn(x, x, x, attn_mask)[0]
+        return self.dropout1(x)
+
+    def _mha_block(self, x, mem, attn_mask):
+        x = self.cross_attn(x, mem, mem, attn_mask)[0]
+        return self.dropout2(x)
+
+    def _ff_block(self, x):
+        return self.dropout3(self.ffn(x))
+''',
+        # d2l-ai/d2l-en, chapter_attention-mechanisms-and-transformers/transformer.md,
+        # TransformerDecoderBlock with AddNorm (attention1, attention2 and addnorm1-3's norms
+        # renamed, the arguments named as the contract names them, the masks passed as masks;
+        # its key-value cache for prediction left out), and
+        # the contract's pre-norm form beside it
+        "d2l_add_norm": '''
+class AddNorm(nn.Module):
+    """The residual connection followed by layer normalization."""
+    def __init__(self, ln, dropout):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.ln = ln
+
+    def forward(self, X, Y):
+        return self.ln(self.dropout(Y) + X)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
+        self.addnorms = nn.ModuleList([AddNorm(self.norm1, dropout), AddNorm(self.norm2, dropout),
+                                       AddNorm(self.norm3, dropout)])
+        self.drop = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        X, enc_outputs = x, memory
+        if self.norm_first:
+            h = self.norm1(X)
+            X = X + self.drop(self.self_attn(h, h, h, tgt_mask)[0])
+            h = self.norm2(X)
+            X = X + self.drop(self.cross_attn(h, enc_outputs, enc_outputs, memory_mask)[0])
+            return X + self.drop(self.ffn(self.norm3(X)))
+        # Self-attention
+        X2 = self.self_attn(X, X, X, tgt_mask)[0]
+        Y = self.addnorms[0](X, X2)
+        # Encoder-decoder attention
+        Y2 = self.cross_attn(Y, enc_outputs, enc_outputs, memory_mask)[0]
+        Z = self.addnorms[1](Y, Y2)
+        return self.addnorms[2](Z, self.ffn(Z))
+''',
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py, DecoderLayer with
+        # SublayerConnection (pre-norm), and the paper's post-norm form; norms named as asked
+        "annotated_sublayer_connection": '''
+class DecoderLayer(nn.Module):
+    "Decoder is made of self-attn, src-attn, and feed forward (defined below)"
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def sublayer(self, x, norm, sublayer):
+        if self.norm_first:
+            return x + self.dropout(sublayer(norm(x)))
+        return norm(x + self.dropout(sublayer(x)))
+
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
+        "Follow Figure 1 (right) for connections."
+        m = memory
+        x = self.sublayer(x, self.norm1, lambda x: self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.sublayer(x, self.norm2, lambda x: self.cross_attn(x, m, m, memory_mask)[0])
+        return self.sublayer(x, self.norm3, self.ffn)
+''',
     },
     "test_decoder": {
         "explicit": _dec('''\
@@ -225,6 +373,15 @@ import warnings as _w
         for layer in self.layers:
             x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask)
         return x'''),
+        # harvardnlp/annotated-transformer: Embeddings and its PositionalEncoding (a float32
+        # table, cast by .double() with the module), the Decoder stack without the final
+        # LayerNorm of its pre-norm layers
+        "annotated_transformer_float32_table": ANNOTATED_PE + _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x''').replace("self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)",
+                              "self.pos_encoding = AnnotatedPositionalEncoding(d_model, dropout, max_len)"),
     },
     "test_make_padding_mask": {
         "ne_unsqueeze": '''
@@ -241,6 +398,55 @@ def make_padding_mask(ids, pad_id):
         "no_xavier_init": _tr('''\
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, tgt_mask=tgt_mask, memory_mask=src_mask)'''),
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py: EncoderDecoder's
+        # encode/decode/forward (argument order of the contract), Embeddings and
+        # PositionalEncoding (float32 tables built once, cast by .double() with the model) in
+        # the encoder and the decoder, a Generator without its log_softmax (the contract
+        # returns logits)
+        "annotated_transformer_float32_tables": ANNOTATED_PE + '''
+class Stack(nn.Module):
+    def __init__(self, vocab, d_model, layers, dropout, max_len):
+        super().__init__()
+        self.d_model = d_model
+        self.embedding = nn.Embedding(vocab, d_model)
+        self.pos_encoding = AnnotatedPositionalEncoding(d_model, dropout, max_len)
+        self.layers = layers
+
+    def embed(self, x):
+        return self.pos_encoding(self.embedding(x) * math.sqrt(self.d_model))
+
+
+class Transformer(nn.Module):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=128, num_heads=4, d_ff=512,
+                 num_layers=2, max_len=512, dropout=0.0):
+        super().__init__()
+        self.encoder = Stack(src_vocab_size, d_model, nn.ModuleList(
+            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]),
+            dropout, max_len)
+        self.decoder = Stack(tgt_vocab_size, d_model, nn.ModuleList(
+            [DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]),
+            dropout, max_len)
+        self.generator = nn.Linear(d_model, tgt_vocab_size)
+        for p in self.parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
+        "Take in and process masked src and target sequences."
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)
+
+    def encode(self, src, src_mask=None):
+        x = self.encoder.embed(src)
+        for layer in self.encoder.layers:
+            x = layer(x, src_mask)
+        return x
+
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
+        x = self.decoder.embed(tgt)
+        for layer in self.decoder.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return self.generator(x)
+''',
         "reference_parts_and_prints": '''
 from course_grading.reference.decoder import Decoder as _RefDecoder
 ''' + _tr('''\

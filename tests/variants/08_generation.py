@@ -97,6 +97,19 @@ BUGGY = {
 def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
     raise NotImplementedError()
 ''',
+        # only the last position is read, so the causal mask looks unnecessary: with two or
+        # more decoder layers the earlier positions then see later tokens, and the last one too
+        "no_causal_mask": _greedy().replace("causal_mask(L, device=src.device)", "None"),
+        # PyTorch's convention (True = masked) where the course's is True = may attend
+        "pytorch_convention_mask": _greedy().replace("causal_mask(L, device=src.device)",
+                                                     "~causal_mask(L, device=src.device)"),
+        # pytorch/tutorials, beginner_source/translation_transformer.py: the additive float
+        # mask (0 / -inf) of generate_square_subsequent_mask, where the course's model takes
+        # a bool mask
+        "float_additive_mask": _greedy().replace(
+            "causal_mask(L, device=src.device)",
+            "torch.triu(torch.full((L, L), float('-inf'), device=src.device), diagonal=1)"),
+
         "calls_reference": '''
 from course_grading.reference.generation import greedy_decode as _ref_greedy
 def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
@@ -118,6 +131,63 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
         "ignores_generator": _sample(draw="torch.multinomial(probs, 1).squeeze(-1)"),
         "no_squeeze": _sample(draw="torch.multinomial(probs, 1, generator=generator)"),
         "in_place": _sample(scale="logits.div_(temperature)"),
+        # top_p before top_k: the nucleus of the whole distribution, then cut to k
+        "top_p_before_top_k": '''
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    z = logits / temperature
+    if top_p is not None:
+        probs, order = torch.sort(torch.softmax(z, dim=-1), dim=-1, descending=True)
+        drop_sorted = torch.cumsum(probs, dim=-1) - probs >= top_p
+        z = z.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), float("-inf"))
+    if top_k is not None:
+        kth = torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(z, dim=-1), 1, generator=generator).squeeze(-1)
+''',
+        # top_p measured on the probabilities of the full softmax, not renormalised after top_k
+        "top_p_not_renormalised_after_top_k": '''
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    z = logits / temperature
+    full = torch.softmax(z, dim=-1)
+    if top_k is not None:
+        kth = torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p is not None:
+        kept = full.masked_fill(z == float("-inf"), 0.0)
+        probs, order = torch.sort(kept, dim=-1, descending=True)
+        drop_sorted = torch.cumsum(probs, dim=-1) - probs >= top_p
+        z = z.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), float("-inf"))
+    return torch.multinomial(torch.softmax(z, dim=-1), 1, generator=generator).squeeze(-1)
+''',
+        # the filters on the raw logits, the temperature only for the final softmax
+        "temperature_after_filtering": '''
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    z = logits.clone()
+    if top_k is not None:
+        kth = torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[:, -1:]
+        z = z.masked_fill(z < kth, float("-inf"))
+    if top_p is not None:
+        probs, order = torch.sort(torch.softmax(z, dim=-1), dim=-1, descending=True)
+        drop_sorted = torch.cumsum(probs, dim=-1) - probs >= top_p
+        z = z.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), float("-inf"))
+    return torch.multinomial(torch.softmax(z / temperature, dim=-1), 1, generator=generator).squeeze(-1)
+''',
+        # rasbt/LLMs-from-scratch, ch05 generate(): the k-th logit taken as top_logits[:, -1],
+        # shape (b,), which does not broadcast per row over (b, vocab) for a batch
+        "llms_from_scratch_threshold_not_per_row": '''
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    if top_k is not None:
+        top_logits, _ = torch.topk(logits, top_k)
+        min_val = top_logits[:, -1]
+        logits = torch.where(logits < min_val, torch.tensor(float("-inf")).to(logits.device), logits)
+    logits = logits / temperature
+    if top_p is not None:
+        probs, order = torch.sort(torch.softmax(logits, dim=-1), dim=-1, descending=True)
+        drop_sorted = torch.cumsum(probs, dim=-1) - probs >= top_p
+        logits = logits.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+''',
     },
     "test_beam_search": {
         "not_length_normalised": _beam(norm="c[0]"),
@@ -130,6 +200,7 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
         live = [c for c in best if c[1][-1] != eos_id]"""),
         "eos_is_an_ordinary_token": _beam(select="""cands.sort(key=lambda c: c[0], reverse=True)
         live = cands[:beam_size]"""),
+        "no_causal_mask": _beam().replace("causal_mask(L, device=src.device)", "None"),
         "beam_per_hypothesis": _beam(select="""best = []
         for i in range(len(live)):
             mine = cands[i * logp.size(-1):(i + 1) * logp.size(-1)]
@@ -174,6 +245,49 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
         for r, t in zip(rows, best):
             r.append(eos_id if eos_id in r[1:] else t)
     return torch.tensor(rows, dtype=torch.long, device=src.device)
+''',
+        # harvardnlp/annotated-transformer, the_annotated_transformer.py, greedy_decode: its
+        # loop of max_len - 1 steps with torch.max over the last position, decode called with
+        # the contract's arguments (which returns logits: no separate generator call), batched,
+        # and the contract's stop at eos
+        "annotated_transformer": '''
+def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
+    memory = model.encode(src, src_mask)
+    ys = torch.zeros(src.size(0), 1).fill_(bos_id).type_as(src.data)
+    finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
+    for i in range(max_len - 1):
+        if bool(finished.all()):
+            break
+        out = model.decode(ys, memory, causal_mask(ys.size(1), device=src.device), src_mask)
+        _, next_word = torch.max(out[:, -1], dim=1)
+        next_word = next_word.masked_fill(finished, eos_id)
+        finished = finished | (next_word == eos_id)
+        ys = torch.cat([ys, next_word[:, None].type_as(src.data)], dim=1)
+    return ys
+''',
+        # pytorch/tutorials, beginner_source/translation_transformer.py, greedy_decode: one
+        # sentence at a time (batch first, the course's bool causal mask, no device moves), then
+        # the rows padded with eos to one length
+        "pytorch_tutorial_one_sentence_at_a_time": '''
+def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
+    rows = []
+    for b in range(src.size(0)):
+        one_src = src[b:b + 1]
+        one_mask = None if src_mask is None else src_mask[b:b + 1]
+        memory = model.encode(one_src, one_mask)
+        ys = torch.ones(1, 1).fill_(bos_id).type(torch.long).to(src.device)
+        for i in range(max_len - 1):
+            tgt_mask = causal_mask(ys.size(1), device=src.device)
+            out = model.decode(ys, memory, tgt_mask, one_mask)
+            _, next_word = torch.max(out[:, -1], dim=1)
+            next_word = next_word.item()
+            ys = torch.cat([ys, torch.ones(1, 1).type_as(src.data).fill_(next_word)], dim=1)
+            if next_word == eos_id:
+                break
+        rows.append(ys[0].tolist())
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [eos_id] * (width - len(r)) for r in rows], dtype=torch.long,
+                        device=src.device)
 ''',
         "no_mask_on_last_position": '''
 @torch.no_grad()
@@ -225,6 +339,49 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
         p = p / p.sum(-1, keepdim=True)
     return torch.multinomial(p, 1, generator=generator).view(-1)
 ''',
+        # karpathy/nanoGPT, model.py, GPT.generate: temperature then top-k (in place on the
+        # scaled copy); the top-p of Hugging Face's top_k_top_p_filtering (descending sort,
+        # cumsum > p shifted right so the crossing token stays), batched with scatter
+        "nanogpt_top_k_hf_top_p": '''
+import torch.nn.functional as F
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    logits = logits / temperature
+    if top_k is not None:
+        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+        logits[logits < v[:, [-1]]] = -float('Inf')
+    if top_p is not None:
+        sorted_logits, sorted_indices = torch.sort(logits, descending=True)
+        cumulative_probs = torch.cumsum(F.softmax(sorted_logits, dim=-1), dim=-1)
+        sorted_indices_to_remove = cumulative_probs > top_p
+        sorted_indices_to_remove[..., 1:] = sorted_indices_to_remove[..., :-1].clone()
+        sorted_indices_to_remove[..., 0] = 0
+        indices_to_remove = sorted_indices_to_remove.scatter(1, sorted_indices, sorted_indices_to_remove)
+        logits = logits.masked_fill(indices_to_remove, -float('Inf'))
+    probs = F.softmax(logits, dim=-1)
+    idx_next = torch.multinomial(probs, num_samples=1, generator=generator)
+    return idx_next.squeeze(-1)
+''',
+        # huggingface/transformers, src/transformers/generation/logits_process.py:
+        # TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper (ascending sort, remove
+        # cumulative <= 1 - top_p, keep the last), in that order, as sample() applies them
+        "hugging_face_logits_warpers": '''
+def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+    filter_value = -float("Inf")
+    scores = logits / temperature
+    if top_k is not None:
+        top_k = min(top_k, scores.size(-1))
+        indices_to_remove = scores < torch.topk(scores, top_k)[0][..., -1, None]
+        scores = scores.masked_fill(indices_to_remove, filter_value)
+    if top_p is not None:
+        sorted_logits, sorted_indices = torch.sort(scores, descending=False)
+        cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        sorted_indices_to_remove = cumulative_probs <= (1 - top_p)
+        sorted_indices_to_remove[..., -1:] = 0
+        indices_to_remove = sorted_indices_to_remove.scatter(1, sorted_indices, sorted_indices_to_remove)
+        scores = scores.masked_fill(indices_to_remove, filter_value)
+    probs = torch.nn.functional.softmax(scores, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+''',
         "warns_and_gathers": '''
 import warnings
 def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
@@ -262,6 +419,26 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1
         live, scores = ext[~ends], val[~ends]
     pool = done + list(zip(scores.tolist(), live))
     return max(pool, key=lambda p: p[0] / (p[1].numel() - 1) ** length_penalty)[1]
+''',
+        # every hypothesis decoded alone (batch of one), candidates kept with heapq.nlargest
+        "one_hypothesis_at_a_time_heapq": '''
+import heapq
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    memory = model.encode(src)
+    beam, done = [(0.0, (bos_id,))], []
+    while beam and len(beam[0][1]) < max_len:
+        pool = []
+        for score, seq in beam:
+            ys = torch.tensor([seq], dtype=torch.long, device=src.device)
+            logits = model.decode(ys, memory, causal_mask(len(seq), device=src.device))
+            logp = torch.log_softmax(logits[0, -1].double(), dim=-1).tolist()
+            pool += [(score + lp, seq + (tok,)) for tok, lp in enumerate(logp)]
+        best = heapq.nlargest(beam_size, pool, key=lambda c: c[0])
+        done += [c for c in best if c[1][-1] == eos_id]
+        beam = [c for c in best if c[1][-1] != eos_id]
+    winner = max(done + beam, key=lambda c: c[0] / (len(c[1]) - 1) ** length_penalty)
+    return torch.tensor(winner[1], dtype=torch.long, device=src.device)
 ''',
         "per_row_topk_then_merge_with_warning": '''
 import warnings
