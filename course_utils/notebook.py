@@ -56,7 +56,7 @@ def missing_exercise(tb) -> str | None:
 
 def note(exercise: str) -> str:
     """The one line shown instead of a ``NotImplementedError``'s traceback."""
-    return (f"\x1b[0;33mthis cell needs `{exercise}`, exercise {EXERCISES[exercise]} above — "
+    return (f"\x1b[1mthis cell needs `{exercise}`, exercise {EXERCISES[exercise]} above — "
             "not written yet\x1b[0m (write it, then run this cell again)")
 
 
@@ -101,7 +101,7 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     elif not issubclass(etype, UnboundLocalError) and getattr(value, "name", None):
         count = cell_that_binds(shell.user_ns.get("In", []), value.name)
         if count is not None:
-            stb = [f"\x1b[0;33mthis cell needs `{value.name}`, which cell [{count}] above stopped "
+            stb = [f"\x1b[1mthis cell needs `{value.name}`, which cell [{count}] above stopped "
                    "before defining\x1b[0m (run it again once it runs to the end)"]
     if stb is None:
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
