@@ -122,8 +122,17 @@ def test_a_name_a_stopped_cell_did_not_define_says_which_cell():
     assert notebook.cell_that_binds(["", "def f():\n    model = 1"], "model") is None
 
 
-def test_outside_ipython_nothing_is_installed():
+def test_installed_in_ipython_only(monkeypatch):
+    import IPython
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: None)
     assert notebook.explain_missing_exercises() is False
+    installed = []
+    shell = FakeShell()
+    shell.set_custom_exc = lambda exceptions, handler: installed.append((exceptions, handler))
+    monkeypatch.setattr(IPython, "get_ipython", lambda: shell)
+    assert notebook.explain_missing_exercises() is True
+    assert installed == [((NotImplementedError, NameError), notebook._handler)]
 
 
 # --------------------------------------------------------------------------- Run All, for real
