@@ -52,12 +52,19 @@ def test_the_rule_follows_names_through_cells():
 
 # --------------------------------------------------------------------------- the one-line note
 
-def test_exercise_numbers_match_the_notebooks_headings():
+def test_exercise_headings_match_the_notes_and_the_test_cells():
+    """``### Exercise N — `name` (P points)``: N is what the one-line note says, P what the
+    exercise's test cell is worth."""
     found = {}
     for name in NOTEBOOKS:
-        for cell in _source(name).cells:
-            for number, exercise in re.findall(r"^### Exercise (\d+) — `(\w+)`", cell.source, re.M):
+        nb = _source(name)
+        points = {c.source.splitlines()[0]: c.metadata["nbgrader"]["points"] for c in nb.cells if is_grade(c)}
+        for cell in nb.cells:
+            for number, exercise, worth in re.findall(r"^### Exercise (\d+) — `(\w+)` \((\d+) points?\)$",
+                                                      cell.source, re.M):
                 found[exercise] = int(number)
+                test, = [v for k, v in points.items() if k.endswith(f"({exercise})")]
+                assert float(worth) == test, (name, exercise)
     assert found == notebook.EXERCISES
 
 
