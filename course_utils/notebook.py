@@ -60,10 +60,12 @@ def note(exercise: str) -> str:
             "not written yet\x1b[0m (write it, then run this cell again)")
 
 
-def cell_that_binds(history: list, name: str) -> int | None:
-    """The execution count of the latest cell in ``history`` (IPython's ``In``) that assigns,
-    defines or imports ``name`` at its top level; None if none does."""
-    for count in range(len(history) - 1, 0, -1):
+def cell_that_binds(history: list, name: str, before: int | None = None) -> int | None:
+    """The execution count of the latest cell in ``history`` (IPython's ``In``), before cell
+    ``before`` (the one running), that assigns, defines or imports ``name`` at its top level;
+    None if none does."""
+    last = len(history) - 1 if before is None else min(before - 1, len(history) - 1)
+    for count in range(last, 0, -1):
         try:
             tree = ast.parse(history[count])
         except (SyntaxError, ValueError, TypeError):
@@ -99,10 +101,11 @@ def _handler(shell, etype, value, tb, tb_offset=None):
         exercise = missing_exercise(tb)
         stb = [note(exercise)] if exercise else None
     elif not issubclass(etype, UnboundLocalError) and getattr(value, "name", None):
-        count = cell_that_binds(shell.user_ns.get("In", []), value.name)
+        count = cell_that_binds(shell.user_ns.get("In", []), value.name,
+                                before=getattr(shell, "execution_count", None))
         if count is not None:
             stb = [f"\x1b[1mthis cell needs `{value.name}`, which cell [{count}] above stopped "
-                   "before defining\x1b[0m (run it again once it runs to the end)"]
+                   "before defining\x1b[0m (once that cell runs to the end, run this one again)"]
     if stb is None:
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return None

@@ -73,6 +73,7 @@ class FakeShell:
 
     def __init__(self, history=("",)):
         self.user_ns = {"In": list(history)}
+        self.execution_count = len(history) - 1  # the last entry is the cell that runs
         self.shown, self.usual = [], []
 
     def _showtraceback(self, etype, value, stb):
@@ -127,6 +128,8 @@ def test_a_name_a_stopped_cell_did_not_define_says_which_cell():
     (_, _, stb), = shell.shown
     assert ANSI.sub("", stb[0]).startswith("this cell needs `model`, which cell [2] above stopped before defining")
     assert notebook.cell_that_binds(["", "def f():\n    model = 1"], "model") is None
+    # the running cell itself may bind the name later: not "a cell above"
+    assert notebook.cell_that_binds(["", "x = 1", "print(model)\nmodel = 2"], "model", before=2) is None
 
 
 def test_installed_in_ipython_only(monkeypatch):
