@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import html
+import linecache
 import re
 import shutil
 
@@ -13,8 +14,7 @@ import pytest
 
 from conftest import ROOT
 from course_grading.cli import main
-
-pytestmark = pytest.mark.slow
+from harness import run_grade_cell
 
 ASSIGNMENT = "03_attention"
 # softmax sums over the whole tensor, not along dim; simple_self_attention raises inside itself
@@ -43,6 +43,7 @@ def _errors(page) -> list[str]:
     return [html.unescape(re.sub(r"<[^>]+>", "", block)).strip() for block in blocks]
 
 
+@pytest.mark.slow
 def test_feedback_shows_the_message_and_the_learners_line_only(tmp_path, capsys):
     course = tmp_path / "course"
     course.mkdir()
@@ -75,3 +76,33 @@ def test_feedback_shows_the_message_and_the_learners_line_only(tmp_path, capsys)
         assert internal not in text, f"a failed check shows {internal!r}"
     # the demo cells that run the buggy code show the learner's own cells, never the checks'
     assert not any("_core.py" in e or "course_utils" in e for e in errors), errors
+
+
+# The learner's attention call is wrong; the error is raised inside the MultiHeadAttention that
+# building_blocks.py provides. The message names the learner's line, not the course's.
+WRONG_CALL = """
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = LayerNorm(d_model)
+        self.norm2 = LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        attended = self.self_attn(x, x.transpose(-2, -1), x, mask)[0]
+        x = self.norm1(x + self.dropout(attended))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+"""
+
+
+def test_the_learners_line_not_the_provided_components(monkeypatch):
+    # IPython keeps every cell's source in linecache, so a traceback can quote it; do the same
+    # for the "<variant>" the harness compiles the learner's code as
+    monkeypatch.setitem(linecache.cache, "<variant>",
+                        (len(WRONG_CALL), None, WRONG_CALL.splitlines(True), "<variant>"))
+    outcome = run_grade_cell("06_encoder", "test_encoder_layer", WRONG_CALL)
+    assert not outcome.passed
+    assert outcome.message.endswith(
+        "in line `attended = self.self_attn(x, x.transpose(-2, -1), x, mask)[0]`"), outcome.message
