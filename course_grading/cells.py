@@ -7,6 +7,10 @@ A source notebook (``solutions/NN_topic/NN_topic.ipynb``) has nbgrader cells of 
 * **grade** (test) cells: locked, worth points; their hidden tests sit between the hidden-test
   delimiters and never reach students.
 
+Code cells that run the learner's code (solution and grade cells, and every cell that uses a
+name they define, directly or through an earlier such cell) carry the ``raises-exception`` tag
+(``KEEP_GOING``), so that "Run All" goes on past an unfinished exercise.
+
 The delimiters are nbgrader's own settings (``ClearSolutions.begin_solution_delimeter`` and
 friends, spelled as nbgrader spells them), read from the course's configuration when one is
 given, else nbgrader's defaults. Everything that reads cells (release's leak check, the red-flag
@@ -14,7 +18,13 @@ scanner, the feedback scrubber, the audit, the tests) uses this module.
 """
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
+
+# JupyterLab (and nbclient) go on with "Run All" past an error in a cell tagged so: the cells
+# that run the learner's code carry it, so one unfinished exercise does not stop the notebook.
+# It changes nothing in grading (nbgrader runs every cell, errors or not).
+KEEP_GOING = "raises-exception"
 
 
 @dataclass(frozen=True)
@@ -135,3 +145,107 @@ def secret_regions(cell, markers: Markers = DEFAULT) -> tuple[list[str], list[st
         else:
             (secret if inside else public).append(line)
     return secret, public
+
+
+def runs_learner_code(nb) -> list[bool]:
+    """For each cell of ``nb``: does it run the learner's code? True for solution and grade
+    cells, and for code cells that use a name bound by such a cell, directly or through an
+    earlier cell that does (a variable computed with the learner's function); never for the
+    setup cell. Names are read from the code (nothing runs); a cell that does not parse counts
+    as running learner code."""
+    tainted: set[str] = set()
+    found = []
+    for cell in nb.cells:
+        if not is_code(cell) or is_setup(cell):
+            found.append(False)
+            continue
+        used, bound = _names(text(cell.get("source")))
+        runs = is_solution(cell) or is_grade(cell) or used is None or bool(used & tainted)
+        if runs:
+            tainted |= bound or set()
+        else:
+            tainted -= bound  # rebound from values that do not depend on the learner
+        found.append(runs)
+    return found
+
+
+def _names(source: str) -> tuple[set[str] | None, set[str] | None]:
+    """(names a cell reads before binding them, names it binds); (None, None) if it does not
+    parse. Read in evaluation order: ``x = f(x)`` reads ``x``; ``x = 1`` then ``print(x)`` does
+    not read a value from an earlier cell."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None, None
+    order = _Order()
+    order.visit(tree)
+    used, bound = set(), set()
+    for name, stores in order.events:
+        if not stores and name not in bound:
+            used.add(name)
+        if stores:
+            bound.add(name)
+    return used, bound
+
+
+class _Order(ast.NodeVisitor):
+    """The names a piece of code reads and binds, as (name, binds) in evaluation order."""
+
+    def __init__(self):
+        self.events: list[tuple[str, bool]] = []
+
+    def visit_Name(self, node):
+        self.events.append((node.id, not isinstance(node.ctx, ast.Load)))
+
+    def visit_Assign(self, node):
+        self.visit(node.value)
+        for target in node.targets:
+            self.visit(target)
+
+    def visit_AnnAssign(self, node):
+        if node.value is not None:
+            self.visit(node.value)
+        self.visit(node.target)
+
+    def visit_AugAssign(self, node):
+        self.visit(node.value)
+        if isinstance(node.target, ast.Name):
+            self.events.append((node.target.id, False))
+        self.visit(node.target)
+
+    def visit_For(self, node):
+        self.visit(node.iter)
+        self.visit(node.target)
+        for child in node.body + node.orelse:
+            self.visit(child)
+
+    def _comprehension(self, node, *results):
+        for generator in node.generators:
+            self.visit(generator)
+        for result in results:
+            self.visit(result)
+
+    def visit_ListComp(self, node):
+        self._comprehension(node, node.elt)
+
+    visit_SetComp = visit_GeneratorExp = visit_ListComp
+
+    def visit_DictComp(self, node):
+        self._comprehension(node, node.key, node.value)
+
+    def visit_comprehension(self, node):
+        self.visit(node.iter)
+        self.visit(node.target)
+        for condition in node.ifs:
+            self.visit(condition)
+
+    def _binds(self, node):
+        self.generic_visit(node)  # decorators, defaults and the body: read when it runs
+        self.events.append((node.name, True))
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _binds
+
+    def visit_Import(self, node):
+        self.events += [((a.asname or a.name).split(".")[0], True) for a in node.names]
+
+    visit_ImportFrom = visit_Import

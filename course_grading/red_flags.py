@@ -1,10 +1,12 @@
 """Red flags in a submitted notebook, found by reading it (nothing of it runs).
 
 Compared with the instructor's source notebook, a submission is flagged for: patched checks
-or comparison functions, IPython input/AST transformers and event hooks, skip tags, edited
-nbgrader metadata (points, grade, solution, locked, checksum), edited, deleted or added test
-cells, a changed kernel, access to the gradebook or nbgrader, process control (``os._exit``,
-signals, fork), network access, the reference implementations, and obfuscated code.
+or comparison functions, IPython input/AST transformers and event hooks, skip, raises or hide
+tags that the source's cell does not carry itself (its cells that run the learner's code carry
+``raises-exception``, so that "Run All" keeps going), edited nbgrader metadata (points, grade,
+solution, locked, checksum), edited, deleted or added test cells, a changed kernel, access to
+the gradebook or nbgrader, process control (``os._exit``, signals, fork), network access, the
+reference implementations, and obfuscated code.
 
 A flag is a reason for the instructor to look, not a penalty: nothing here changes a score.
 """
@@ -66,12 +68,24 @@ def _checksum(cell) -> str:
         return ""
 
 
+def _tags_by_cell(nb) -> dict:
+    """{grade_id, else cell id: set of tags} of the source notebook's cells (the release keeps
+    both): the tags a submitted cell may carry without a flag."""
+    found = {}
+    for cell in nb.cells:
+        key = _meta(cell).get("grade_id") or cell.get("id")
+        if key:
+            found[key] = {str(t) for t in cell.get("metadata", {}).get("tags", [])}
+    return found
+
+
 def scan(submitted, source) -> list[Flag]:
     """Red flags of notebook ``submitted`` (a path or notebook) against the source notebook."""
     sub = read_notebook(submitted) if not hasattr(submitted, "cells") else submitted
     src = read_notebook(source) if not hasattr(source, "cells") else source
     flags: list[Flag] = []
     source_cells = {_meta(c).get("grade_id"): c for c in src.cells if _meta(c).get("grade_id")}
+    source_tags = _tags_by_cell(src)
     seen = set()
     unchanged = {_text(c.get("source")).strip() for c in src.cells}
     unchanged |= {visible_part(_text(c.get("source"))).strip() for c in src.cells}
@@ -84,7 +98,9 @@ def scan(submitted, source) -> list[Flag]:
         grade_id = meta.get("grade_id")
         where = grade_id or f"cell {index}"
         tags = [str(t) for t in cell.get("metadata", {}).get("tags", [])]
-        odd_tags = [t for t in tags if "skip" in t.lower() or "raises" in t.lower() or "hide" in t.lower()]
+        carried = source_tags.get(grade_id or cell.get("id"), set())  # the source's own tags
+        odd_tags = [t for t in tags if t not in carried and (
+            "skip" in t.lower() or "raises" in t.lower() or "hide" in t.lower())]
         if odd_tags:
             flags.append(Flag(where, f"tagged {', '.join(odd_tags)}"))
         original = source_cells.get(grade_id)

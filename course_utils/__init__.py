@@ -8,7 +8,10 @@
   ipywidgets that wire sliders to them.
 - ``course_utils.toy_task`` / ``course_utils.training``  the dates task, the training loop and
   the shipped checkpoint of notebook 08.
-- ``course_utils.device``     device choice (CUDA, then MPS, then CPU) and seeding.
+- ``course_utils.device``     device choice (CUDA, then MPS, then CPU), seeding, and torch's threads
+  sized to the CPUs the kernel may really use (a pod's CPU quota, the affinity mask).
+- ``course_utils.notebook``   ``setup_notebook``, what every setup cell calls: seeds, sizes the
+  threads, and turns a call to an unwritten exercise into a one-line note.
 
 Everything that grades (reference implementations, hidden checks, the audit, the sandbox, the
 nbgrader pipeline, the ``course`` command) is the instructor side, ``course_grading``.
@@ -16,6 +19,7 @@ Importing this package is cheap: torch and matplotlib load only when something n
 """
 from .device import get_device, grading, seed_everything
 from .glove import load_glove
+from .notebook import setup_notebook
 
-__all__ = ["get_device", "grading", "seed_everything", "load_glove"]
+__all__ = ["get_device", "grading", "seed_everything", "load_glove", "setup_notebook"]
 __version__ = "0.1.0"

@@ -71,3 +71,21 @@ def test_metadata_tags_and_test_cells():
 
 def test_visible_part_drops_the_hidden_region():
     assert visible_part("a\n### BEGIN HIDDEN TESTS\nb\n### END HIDDEN TESTS\n") == "a"
+
+
+def test_tags_the_source_carries_are_not_flagged_added_ones_are():
+    src = tiny_notebook()
+    src.cells[1].metadata["tags"] = ["raises-exception"]  # "Run All" keeps going past it
+    src.cells[2].metadata["tags"] = ["raises-exception"]
+    for cell, cell_id in zip(src.cells, ("intro", "double", "test_double")):
+        cell["id"] = cell_id
+    assert _reasons(src, src) == []
+    sub = nbformat.from_dict(src)
+    sub.cells[2].metadata["tags"] = ["raises-exception", "skip-execution"]
+    assert _reasons(sub, src) == ["test_double: tagged skip-execution"]
+    sub = nbformat.from_dict(src)
+    sub.cells[0].metadata["tags"] = ["raises-exception"]  # a cell whose source has no such tag
+    added = nbformat.v4.new_code_cell("x = 1", metadata={"tags": ["raises-exception"]})
+    added["id"] = "mine"
+    sub.cells.append(added)  # a cell the student added
+    assert _reasons(sub, src) == ["cell 0: tagged raises-exception", "cell 3: tagged raises-exception"]

@@ -8,6 +8,7 @@ comfortably: a "percent" text file whose cell headers carry the nbgrader role.
     # %% [locked] id=setup           read-only code cell (students can't edit it)
     # %% [solution] id=softmax       an autograded answer cell (### BEGIN/END SOLUTION inside)
     # %% [tests] id=test_softmax points=2   a locked grade cell (### BEGIN/END HIDDEN TESTS inside)
+    # %% tags=raises-exception          any header may end with the cell's tags, comma-separated
 
     python tools/nbpercent.py to-ipynb src.py solutions/03_attention/03_attention.ipynb
     python tools/nbpercent.py to-py solutions/03_attention/03_attention.ipynb > src.py
@@ -61,6 +62,8 @@ def to_notebook(text: str):
         meta = _nbgrader(kind, opts)
         if meta:
             cell.metadata["nbgrader"] = meta
+        if opts.get("tags"):
+            cell.metadata["tags"] = opts["tags"].split(",")
         nb.cells.append(cell)
     return normalize(nb)
 
@@ -69,20 +72,21 @@ def to_text(nb) -> str:
     out = []
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
+        tags = f" tags={','.join(cell.metadata['tags'])}" if cell.metadata.get("tags") else ""
         if cell.cell_type == "markdown":
-            out.append("# %% [markdown]")
+            out.append("# %% [markdown]" + tags)
             out.extend(("# " + ln).rstrip() for ln in cell.source.splitlines())
         else:
             if meta.get("grade"):
                 pts = meta.get("points", 1)
                 pts = int(pts) if float(pts).is_integer() else pts
-                out.append(f"# %% [tests] id={meta['grade_id']} points={pts}")
+                out.append(f"# %% [tests] id={meta['grade_id']} points={pts}" + tags)
             elif meta.get("solution"):
-                out.append(f"# %% [solution] id={meta['grade_id']}")
+                out.append(f"# %% [solution] id={meta['grade_id']}" + tags)
             elif meta.get("locked"):
-                out.append(f"# %% [locked] id={meta['grade_id']}")
+                out.append(f"# %% [locked] id={meta['grade_id']}" + tags)
             else:
-                out.append("# %%")
+                out.append("# %%" + tags)
             out.extend(cell.source.splitlines())
         out.append("")
     return "\n".join(out)

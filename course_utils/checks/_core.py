@@ -261,8 +261,11 @@ def _op_recorder(ops: tuple, calls: list):
 
 # --------------------------------------------------------------------------- where it went wrong
 
+# Not the learner's code: libraries, the course package, and the earlier components a release
+# provides beside its notebook (building_blocks.py), which the learner's code calls into.
 _LIBRARIES = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python",
-              os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen")
+              os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen",
+              os.sep + "building_blocks.py")
 
 
 def _where(exc: BaseException) -> str:
