@@ -117,8 +117,8 @@ class History:
         recent = self.losses[-20:]
         loss = f", loss {sum(recent) / len(recent):.3f}" if recent else ""
         if self.steps < self.requested:
-            why = ("fitted to the time budget" if self.planned < self.requested
-                   else "stopped by the time limit")
+            why = ("stopped by the time limit" if self.steps < self.planned
+                   else "fitted to the time budget")
             done = f"{self.steps} of {self.requested} steps ({why})"
         else:
             done = f"all {self.steps} steps"
@@ -192,12 +192,15 @@ def plot_loss(history: History, ax=None):
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy")
     ax.set_yscale("log")
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-    plain = FuncFormatter(lambda v, _: f"{v:g}")  # 0.5, 1, 2 rather than 5 × 10⁻¹
-    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    low, high = ax.get_ylim()
+    # a few plain numbers (0.5, 1, 2 rather than 5 × 10⁻¹): 1-2-5 steps over a wide range,
+    # evenly spaced values within less than a factor of 10
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)) if high > 10 * low
+                               else MaxNLocator(nbins=4))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title("training loss (teacher forcing)", fontsize=10)
     ax.legend(loc="upper right")
     ax.figure.tight_layout()
@@ -239,7 +242,7 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
         time_limit = 1.5 * time_budget  # the pace can drop on a busy machine
     total, warm = steps, warmup
     start = time.perf_counter()
-    step, compute = 0, 0.0
+    step, paces = 0, []  # seconds of each step, drawing excluded
     while step < total:
         began = time.perf_counter()
         if cursor + batch_size > len(order):
@@ -261,7 +264,7 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
         history.losses.append(float(loss.detach()))
         history.lrs.append(opt.param_groups[0]["lr"])
         now = time.perf_counter()
-        compute += now - began
+        paces.append(now - began)
         history.seconds = now - start
         step += 1
         if step < probe:
@@ -272,7 +275,9 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
             drawing = time.perf_counter() - drawing
             share = drawing / (drawing + display.redraw_every)  # of the time the live curve costs
             left = time_budget - (time.perf_counter() - start)
-            total = max(probe, min(steps, probe + int(left * (1 - share) * step / compute)))
+            timed = paces[1:] or paces  # the first step pays one-off costs
+            pace = sorted(timed)[len(timed) // 2]  # the median step
+            total = max(probe, min(steps, probe + int(left * (1 - share) / max(pace, 1e-9))))
             warm = max(1, round(warmup * total / steps))
             history.planned = total
             display.plan(total)

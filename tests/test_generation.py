@@ -194,6 +194,8 @@ def test_a_time_budget_fits_the_run_to_the_machine(monkeypatch):
     assert history.steps == 20 and history.seconds == pytest.approx(2.0)
     assert history.lrs[1] > history.lrs[0] and history.lrs[-1] < 0.1 * max(history.lrs)
     assert "20 of 900 steps (fitted to the time budget) in 2.0 s" in history.summary()
+    slow = training.History(losses=[1.0] * 15, requested=900, planned=20)
+    assert slow.summary().startswith("15 of 900 steps (stopped by the time limit)")
 
 
 def test_teacher_forcing_ignores_padding():
