@@ -1,8 +1,7 @@
-"""Real weights in your own encoder: all-MiniLM-L6-v2 (a 6-layer BERT) built from the course's layers.
+"""Real weights in your own encoder: all-MiniLM-L6-v2 (a 6-layer BERT) built from your layers.
 
 ``load_minilm(EncoderLayer, LayerNorm)`` builds a BERT-style model out of **your** 06_encoder
-classes (default: the reference ones) and fills it with the real weights of
-``sentence-transformers/all-MiniLM-L6-v2``: 6 post-norm layers, d_model 384, 12 heads, d_ff 1536.
+classes and fills it with the real weights of ``sentence-transformers/all-MiniLM-L6-v2``: 6 post-norm layers, d_model 384, 12 heads, d_ff 1536.
 
 BERT is the 2017 encoder with four changes, all handled here without touching your classes:
 
@@ -331,8 +330,8 @@ class MiniLM(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)  # (b, s, d)
         # the course's masks: bool, True = may attend, (b, 1, 1, s) so every query skips padding
         mask = None if attention_mask is None else attention_mask.bool()[:, None, None, :]
-        for layer in self.layers:
-            x = layer(x, mask)  # (b, s, d)
+        for encoder_layer in self.layers:  # BERT's encoder.layer.0 … 5
+            x = encoder_layer(x, mask)  # (b, s, d)
         return x
 
     @torch.no_grad()
@@ -410,19 +409,15 @@ def _set_eps(norm: nn.Module, eps: float) -> None:
         norm.eps = eps
 
 
-def load_minilm(encoder_layer_cls=None, layer_norm_cls=None) -> MiniLM:
+def load_minilm(encoder_layer_cls, layer_norm_cls) -> MiniLM:
     """all-MiniLM-L6-v2 built from ``encoder_layer_cls`` / ``layer_norm_cls`` (06_encoder's
     ``EncoderLayer(d_model, num_heads, d_ff, dropout, norm_first)`` and ``LayerNorm(d_model,
-    eps)``; default: the course's reference classes), in eval mode and without gradients.
+    eps)``, the learner's), in eval mode and without gradients.
 
     Every layer is ``encoder_layer_cls(384, 12, 1536, norm_first=False)`` with its ``ffn``
     wrapped in :class:`GELUFeedForward` and its norms' ``eps`` set to 1e-12.
     """
     folder = _require_model_dir()
-    if encoder_layer_cls is None or layer_norm_cls is None:
-        from course_grading.reference.encoder import EncoderLayer, LayerNorm
-        encoder_layer_cls = encoder_layer_cls or EncoderLayer
-        layer_norm_cls = layer_norm_cls or LayerNorm
     cfg = _config()
     d, heads, d_ff = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
     weights = read_safetensors(folder / "model.safetensors")

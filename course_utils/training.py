@@ -2,18 +2,23 @@
 shipped checkpoint.
 
     model, src_tok, tgt_tok = load_toy_model(Transformer)   # trained, in a fraction of a second
-    exact_match(model, make_pairs(200, "test"))             # -> 0.99...
+    exact_match(model, make_pairs(200, "test"), decode=greedy_decode,
+                make_padding_mask=make_padding_mask)        # -> 0.99...
 
     model = build_model(Transformer, ToyConfig())            # or train one yourself
+    history = train(model, make_pairs(40_000), causal_mask=causal_mask,
+                    make_padding_mask=make_padding_mask, steps=1_500)
 
-``Transformer`` is the encoder-decoder of notebook 07 (the learner's own, or the one its
-assignment provides): this module holds no model of its own.
-    history = train(model, make_pairs(40_000), steps=1_500)
+This module holds no model and no exercise of its own: ``Transformer`` is the encoder-decoder
+of notebook 07, ``causal_mask`` that of 03, ``make_padding_mask`` that of 07 and
+``greedy_decode`` that of 08, each the learner's own or the one an assignment provides.
 
 The loop is the textbook one: teacher forcing (the decoder reads ``<bos> y1 … y_{n-1}`` and
 is scored on ``y1 … y_n <eos>``), padding masks from ``make_padding_mask``, a causal mask on
 the target, cross-entropy (optionally label-smoothed) that ignores ``<pad>``, AdamW, linear
 warm-up then cosine decay. It runs on ``get_device()`` (CUDA, MPS or CPU, the same code).
+With a ``time_budget`` the run first times a few steps and then sets its own length (and its
+learning-rate schedule) to what this machine can do in that time.
 In a notebook it shows a progress bar and a live loss curve (redrawn at most every
 ``redraw_every`` seconds); elsewhere it prints a line now and then; under nbgrader it is silent.
 """
@@ -78,10 +83,12 @@ def lr_at(step: int, peak: float, warmup: int, total: int, floor: float = 0.05) 
 
 
 def teacher_forcing_loss(model, src: torch.Tensor, tgt: torch.Tensor, pad_id: int,
+                         causal_mask: Callable, make_padding_mask: Callable,
                          label_smoothing: float = 0.0) -> torch.Tensor:
     """Cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1] (the shifted target).
 
     src (b, s), tgt (b, t) = <bos> y1 … yn <eos> <pad>…; <pad> positions are not scored.
+    ``causal_mask(size, device=...)`` and ``make_padding_mask(ids, pad_id)`` build the masks.
     """
     from course_grading.reference.attention import causal_mask  # loading a model needs neither
     from course_grading.reference.decoder import make_padding_mask
@@ -100,10 +107,24 @@ class History:
     lrs: list[float] = field(default_factory=list)
     seconds: float = 0.0
     device: str = "cpu"
+    requested: int = 0   # the steps asked for
+    planned: int = 0     # the steps the run set out to do (fewer when a time budget says so)
 
     @property
     def steps(self) -> int:
         return len(self.losses)
+
+    def summary(self) -> str:
+        """'240 of 900 steps (fitted to the time budget) in 19.8 s on cpu, loss 0.912'."""
+        recent = self.losses[-20:]
+        loss = f", loss {sum(recent) / len(recent):.3f}" if recent else ""
+        if self.steps < self.requested:
+            why = ("stopped by the time limit" if self.steps < self.planned
+                   else "fitted to the time budget")
+            done = f"{self.steps} of {self.requested} steps ({why})"
+        else:
+            done = f"all {self.steps} steps"
+        return f"{done} in {self.seconds:.1f} s on {self.device}{loss}"
 
 
 def _in_notebook() -> bool:
@@ -124,30 +145,38 @@ class _Display:
         if mode == "notebook":
             import ipywidgets as widgets
             from IPython.display import display
+
+            from .widgets.picture import Picture
             self.bar = widgets.IntProgress(value=0, min=0, max=total, description="training")
             self.label = widgets.Label("")
-            self.plot = widgets.Output()
-            display(widgets.VBox([widgets.HBox([self.bar, self.label]), self.plot]))
+            self.picture = Picture()
+            box = widgets.VBox([widgets.HBox([self.bar, self.label]), self.picture.image])
+            box.add_class("course-widget")
+            display(box)
 
-    def update(self, step: int, history: History, force: bool = False):
+    def plan(self, total: int):
+        self.total = total
+        if self.mode == "notebook":
+            self.bar.max = total
+
+    def update(self, step: int, history: History, force: bool = False, final: bool = False):
+        if self.mode == "quiet":
+            return
         now = time.perf_counter()
-        if self.mode == "quiet" or (not force and now - self.last < self.redraw_every):
+        if not force and now - self.last < self.redraw_every:
             return
         self.last = now
-        recent = history.losses[-20:]
-        text = (f"step {step}/{self.total}  loss {sum(recent) / len(recent):.3f}  "
-                f"{history.seconds:.0f}s on {history.device}")
+        if final:
+            text = f"step {step}/{self.total}: {history.summary()}"
+        else:
+            recent = history.losses[-20:]
+            text = (f"step {step}/{self.total}  loss {sum(recent) / len(recent):.3f}  "
+                    f"{history.seconds:.0f}s on {history.device}")
         if self.mode == "text":
             print(text, flush=True)
             return
         self.bar.value, self.label.value = step, text
-        import matplotlib.pyplot as plt
-        from IPython.display import display
-        fig = plot_loss(history)
-        with self.plot:
-            self.plot.clear_output(wait=True)
-            display(fig)
-        plt.close(fig)
+        self.picture.show(plot_loss(history))
 
 
 def plot_loss(history: History, ax=None):
@@ -155,31 +184,47 @@ def plot_loss(history: History, ax=None):
     import matplotlib.pyplot as plt
 
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6, 3))
+        fig, ax = plt.subplots(figsize=(6.4, 3.0))
     losses = torch.tensor(history.losses)
     ax.plot(losses.numpy(), color="0.75", lw=0.8, label="loss per step")
     if len(losses) >= 20:
         smooth = losses.unfold(0, 20, 1).mean(-1)
         ax.plot(range(19, len(losses)), smooth.numpy(), color="C0", label="mean of 20 steps")
+    ax.set_xlim(0, max(history.planned, len(losses), 1))
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy")
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+    low, high = ax.get_ylim()
+    # a few plain numbers (0.5, 1, 2 rather than 5 × 10⁻¹): 1-2-5 steps over a wide range,
+    # evenly spaced values within less than a factor of 10
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)) if high > 10 * low
+                               else MaxNLocator(nbins=4))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_title("training loss (teacher forcing)", fontsize=10)
     ax.legend(loc="upper right")
     ax.figure.tight_layout()
     return ax.figure
 
 
-def train(model, pairs: Sequence[tuple[str, str]], src_tok: Tokenizer | None = None,
+def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
+          make_padding_mask: Callable, src_tok: Tokenizer | None = None,
           tgt_tok: Tokenizer | None = None, steps: int = 900, batch_size: int = 64,
           lr: float = 3e-3, warmup: int = 100, label_smoothing: float = 0.1,
           weight_decay: float = 0.01, device=None, seed: int = 0,
-          time_limit: float | None = None, show: str | None = None,
-          redraw_every: float = 2.0) -> History:
+          time_budget: float | None = None, time_limit: float | None = None,
+          show: str | None = None, redraw_every: float = 2.0) -> History:
     """Train ``model`` in place on ``pairs`` for ``steps`` batches; returns the History.
 
+    ``causal_mask`` (03_attention's) and ``make_padding_mask`` (07_decoder's) build the masks.
     Batches are drawn without replacement from shuffled pairs (a new shuffle each epoch).
-    ``time_limit`` (seconds) stops early. ``show``: "notebook", "text" or "quiet"; by default
-    the notebook display in Jupyter, quiet under grading, text otherwise.
+    ``time_budget`` (seconds) fits the run to this machine: after a few steps it sets the number
+    of steps, and the warm-up and decay with it, to what fits in the budget (at most
+    ``steps``). ``time_limit`` (seconds) stops the run wherever it is. ``show``: "notebook",
+    "text" or "quiet"; by default the notebook display in Jupyter, quiet under grading, text
+    otherwise. ``history.summary()`` says how far the run got.
     """
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
     device = torch.device(device) if device is not None else get_device()
@@ -192,9 +237,16 @@ def train(model, pairs: Sequence[tuple[str, str]], src_tok: Tokenizer | None = N
                             betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(seed)
     order, cursor = torch.randperm(len(pairs), generator=gen), 0
-    history, display = History(device=str(device)), _Display(steps, show, redraw_every)
+    history = History(device=str(device), requested=steps, planned=steps)
+    display = _Display(steps, show, redraw_every)
+    probe = min(steps, 8) if time_budget is not None else 0  # steps timed before planning
+    if time_limit is None and time_budget is not None:
+        time_limit = 1.5 * time_budget  # the pace can drop on a busy machine
+    total, warm = steps, warmup
     start = time.perf_counter()
-    for step in range(steps):
+    step, paces = 0, []  # seconds of each step, drawing excluded
+    while step < total:
+        began = time.perf_counter()
         if cursor + batch_size > len(order):
             order, cursor = torch.randperm(len(pairs), generator=gen), 0
         idx = order[cursor: cursor + batch_size].to(device)
@@ -204,36 +256,56 @@ def train(model, pairs: Sequence[tuple[str, str]], src_tok: Tokenizer | None = N
         longest_tgt = int((tgt != tgt_tok.pad_id).sum(1).max())
         src, tgt = src[:, :longest_src], tgt[:, :longest_tgt]
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, lr, warmup, steps)
-        loss = teacher_forcing_loss(model, src, tgt, tgt_tok.pad_id, label_smoothing)
+            group["lr"] = lr_at(step, lr, warm, total)
+        loss = teacher_forcing_loss(model, src, tgt, tgt_tok.pad_id, causal_mask,
+                                    make_padding_mask, label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         history.losses.append(float(loss.detach()))
         history.lrs.append(opt.param_groups[0]["lr"])
-        history.seconds = time.perf_counter() - start
-        display.update(step + 1, history)
+        now = time.perf_counter()
+        paces.append(now - began)
+        history.seconds = now - start
+        step += 1
+        if step < probe:
+            continue  # no drawing while the pace is measured
+        if step == probe:  # plan the rest from the pace of the first steps
+            drawing = time.perf_counter()
+            display.update(step, history, force=True)  # the first picture, timed
+            drawing = time.perf_counter() - drawing
+            share = drawing / (drawing + display.redraw_every)  # of the time the live curve costs
+            left = time_budget - (time.perf_counter() - start)
+            timed = paces[1:] or paces  # the first step pays one-off costs
+            pace = sorted(timed)[len(timed) // 2]  # the median step
+            total = max(probe, min(steps, probe + int(left * (1 - share) / max(pace, 1e-9))))
+            warm = max(1, round(warmup * total / steps))
+            history.planned = total
+            display.plan(total)
+        else:
+            display.update(step, history)
         if time_limit is not None and history.seconds > time_limit:
             break
-    display.update(history.steps, history, force=True)
+    display.update(history.steps, history, force=True, final=True)
     model.eval()
     return history
 
 
 # -- evaluation ----------------------------------------------------------------------------
 @torch.no_grad()
-def predict(model, sources: Sequence[str], src_tok: Tokenizer | None = None,
-            tgt_tok: Tokenizer | None = None, batch_size: int = 500,
-            decode: Callable | None = None, max_len: int = MAX_TARGET_LEN) -> list[str]:
-    """Translate ``sources`` with ``decode`` (default: the reference greedy_decode), batched.
+def predict(model, sources: Sequence[str], *, decode: Callable, make_padding_mask: Callable,
+            src_tok: Tokenizer | None = None, tgt_tok: Tokenizer | None = None,
+            batch_size: int = 500, max_len: int = MAX_TARGET_LEN) -> list[str]:
+    """Translate ``sources`` with ``decode``, batched.
 
-    ``decode(model, src, max_len, bos_id, eos_id, src_mask)`` returns (b, L) ids.
+    ``decode(model, src, max_len, bos_id, eos_id, src_mask)`` returns (b, L) ids (08's
+    ``greedy_decode``, or any strategy with its signature); ``make_padding_mask(ids, pad_id)``
+    (07's) masks the padding of each batch of sources.
     """
     from course_grading.reference.decoder import make_padding_mask
     from course_grading.reference.generation import greedy_decode
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
-    decode = decode or greedy_decode
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -248,11 +320,13 @@ def predict(model, sources: Sequence[str], src_tok: Tokenizer | None = None,
     return out
 
 
-def exact_match(model, pairs: Sequence[tuple[str, str]], src_tok: Tokenizer | None = None,
-                tgt_tok: Tokenizer | None = None, decode: Callable | None = None,
-                batch_size: int = 500) -> float:
-    """Fraction of pairs whose greedy (or ``decode``) translation equals the target exactly."""
-    guesses = predict(model, [s for s, _ in pairs], src_tok, tgt_tok, batch_size, decode)
+def exact_match(model, pairs: Sequence[tuple[str, str]], *, decode: Callable,
+                make_padding_mask: Callable, src_tok: Tokenizer | None = None,
+                tgt_tok: Tokenizer | None = None, batch_size: int = 500) -> float:
+    """Fraction of pairs whose translation by ``decode`` equals the target exactly."""
+    guesses = predict(model, [s for s, _ in pairs], decode=decode,
+                      make_padding_mask=make_padding_mask, src_tok=src_tok, tgt_tok=tgt_tok,
+                      batch_size=batch_size)
     return sum(g == t for g, (_, t) in zip(guesses, pairs)) / max(1, len(pairs))
 
 

@@ -1,11 +1,23 @@
-"""A real browser: JupyterLab in headless Chromium opens a student notebook whose exercises are
-filled in with working code, runs it, and the notebook's widget renders and responds to input;
-and a half-done notebook, with one exercise buggy and two unwritten, runs to its end with one
-clear line for each failure and nothing of the course's internals.
+"""A real browser: JupyterLab in headless Chromium opens each of the eight student notebooks with
+its exercises filled in with working code, runs it, and then:
+
+- every widget renders, and responds to one interaction (a slider moved with the keyboard, a
+  menu entry picked, a box ticked, a button pressed or a sentence typed) by redrawing its
+  picture; the training display of 08 says how far its run got;
+- no picture on the page, widget or static figure, is drawn below the resolution it is shown
+  at (a PNG stretched wider than its pixels is blurry).
+
+The page is 1280 px wide, as a learner's laptop screen. With ``COURSE_SCREENSHOTS=<folder>``
+the test also saves a picture of every widget after its interaction, and of the static figures
+listed in ``FIGURES``; docs/screenshots/ is made that way:
+``COURSE_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest tests/test_browser.py``.
+
+A half-done notebook, with one exercise buggy and two unwritten, runs to its end with one
+clear line for each failure and nothing of the course's internals (with ``COURSE_SCREENSHOTS``
+it saves docs/screenshots/learner-*.png).
 
 Needs Debian's chromium (scripts/test.sh installs it when it can). Skipped without it, except in
-CI, where a missing browser is a failure. With ``COURSE_SCREENSHOTS=<folder>`` the half-done
-test saves what the learner sees there (docs/screenshots/learner-*.png were made so).
+CI, where a missing browser is a failure.
 """
 from __future__ import annotations
 
@@ -25,10 +37,26 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-# notebooks whose widget this test drives (the widget is the last one each notebook shows)
-NOTEBOOKS = [n for n in ("03_attention", "04_multi_head_attention", "05_positional_encoding",
-                         "06_encoder", "07_decoder", "08_generation")
-             if (ROOT / "notebooks" / n / f"{n}.ipynb").exists()]
+NOTEBOOKS = sorted(p.parent.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
+VIEWPORT = {"width": 1280, "height": 900}
+# how many widgets each notebook shows (training display included)
+WIDGETS = {"01_embeddings": 1, "02_cosine_similarity": 2, "03_attention": 1,
+           "04_multi_head_attention": 1, "05_positional_encoding": 1, "06_encoder": 1,
+           "07_decoder": 1, "08_generation": 3}
+# static figures worth a screenshot: a piece of their cell's code -> file name
+FIGURES = {"01_embeddings": {"plot_word_projection(projection": "01_countries"},
+           "05_positional_encoding": {"clear of the peaks": "05_similarity_legend"},
+           "06_encoder": {"12 fresh layers": "06_norm_title"},
+           "07_decoder": {"reversing digits": "07_loss_title"},
+           "08_generation": {"plot_temperatures(z": "08_temperatures"}}
+# more text typed into a widget after its first interaction: (widget, box, text, what to see)
+TYPED = {"01_embeddings": [(0, "words", "prince princess boy girl uncle aunt brother sister queen",
+                            "redraw")],
+         "02_cosine_similarity": [(1, "as c is to ?", "xyzzyq", "error")],
+         "03_attention": [(0, "sentence", "we sat on the bank of the river zxqwv", "redraw")],
+         "04_multi_head_attention": [(0, "sentence", "my dog did not eat because it was full",
+                                      "query it")]}
+SHOTS = Path(os.environ["COURSE_SCREENSHOTS"]) if os.environ.get("COURSE_SCREENSHOTS") else None
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -83,7 +111,7 @@ def _filled_in(assignment: str, dest: Path, written=None, code=None, name=None) 
 
 
 def _get(url: str):
-    with urllib.request.urlopen(url, timeout=5) as r:
+    with urllib.request.urlopen(url, timeout=20) as r:  # a busy server answers slowly
         return json.loads(r.read())
 
 
@@ -92,13 +120,25 @@ def lab(tmp_path_factory):
     _require_browser()
     work = tmp_path_factory.mktemp("lab")
     for name in NOTEBOOKS:
-        _filled_in(name, work)
-    _filled_in(HALF_DONE, work, written=HALF_DONE_WRITTEN, code=HALF_DONE_CODE, name="half_done")
+        folder = work / name  # each beside its own building_blocks.py
+        folder.mkdir()
+        _filled_in(name, folder)
+    half = work / "half_done"
+    half.mkdir()
+    _filled_in(HALF_DONE, half, written=HALF_DONE_WRITTEN, code=HALF_DONE_CODE, name="half_done")
+    # no "get notified about Jupyter news?" toast over the pictures, and no request for it
+    settings = work / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
     port, token = _free_port(), "course-test-token"
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
            f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
            "--ServerApp.open_browser=False", "--LabApp.news_url=", "--allow-root"]
-    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    # one thread per kernel: the models are tiny, and on a busy machine two threads fighting
+    # for two shared cores make 07's training loop take minutes instead of seconds
+    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+           "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"), "OMP_NUM_THREADS": "1"}
     log = open(work / "jupyterlab.log", "w")  # read it when a test here fails
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     base = f"http://127.0.0.1:{port}"
@@ -123,7 +163,7 @@ def lab(tmp_path_factory):
 
 def _wait_for_one_idle_kernel(base: str, token: str, timeout: float = 60) -> None:
     """A fresh page may start its kernel twice: wait until one kernel is idle and stays so."""
-    deadline, stable = time.time() + timeout, 0
+    deadline, stable, states = time.time() + timeout, 0, []
     while time.time() < deadline:
         sessions = _get(f"{base}/api/sessions?token={token}")
         states = [s["kernel"]["execution_state"] for s in sessions if s.get("kernel")]
@@ -132,37 +172,6 @@ def _wait_for_one_idle_kernel(base: str, token: str, timeout: float = 60) -> Non
             return
         time.sleep(0.5)
     pytest.fail(f"the notebook's kernel never settled: {states}")
-
-
-def _picture_changed(page, image, before: str, timeout_ms: int) -> bool:
-    try:
-        page.wait_for_function("([el, old]) => el.getAttribute('src') !== old",
-                               arg=[image.element_handle(), before], timeout=timeout_ms)
-        return True
-    except Exception:  # playwright's TimeoutError
-        return False
-
-
-def _some_control_changes_the_picture(page, widget, image, before: str) -> bool:
-    """Move sliders, pick menu entries, tick boxes, until the widget redraws its picture."""
-    for handle in widget.locator(".noUi-handle").all():
-        handle.focus()
-        for _ in range(2):
-            page.keyboard.press("ArrowRight")
-        if _picture_changed(page, image, before, 20_000):
-            return True
-    for select in widget.locator("select").all():
-        if select.locator("option").count() > 1:
-            current = select.input_value()
-            values = [o.get_attribute("value") for o in select.locator("option").all()]
-            select.select_option(next(v for v in values if v != current))
-            if _picture_changed(page, image, before, 20_000):
-                return True
-    for box in widget.locator("input[type=checkbox]").all():
-        box.click()
-        if _picture_changed(page, image, before, 20_000):
-            return True
-    return False
 
 
 def _shut_down_kernels(base: str, token: str) -> None:
@@ -184,31 +193,154 @@ def _run_all(page, base: str, token: str, workspace: str, notebook: str) -> None
         "() => { const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
         ".map(e => e.textContent.trim());"
         " return p.length > 0 && p.every(t => /^\\[\\d+\\]:$/.test(t)); }",
-        timeout=240_000)
+        timeout=420_000)
+
+
+# -- what a widget shows, and how to make it respond ------------------------------------------
+VISIBLE_SOURCES = ("[...w.querySelectorAll('img')].filter(i => i.offsetParent !== null)"
+                   ".map(i => i.getAttribute('src')).join('|')")
+
+
+def _pictures(widget) -> str:
+    """The sources of the widget's visible pictures, as one string (changes on a redraw)."""
+    return widget.evaluate(f"w => {VISIBLE_SOURCES}")
+
+
+def _redrew(page, widget, before: str, timeout_ms: int = 30_000) -> bool:
+    try:
+        page.wait_for_function(
+            f"([w, old]) => {{ const now = {VISIBLE_SOURCES}; return now !== old && now !== ''; }}",
+            arg=[widget.element_handle(), before], timeout=timeout_ms)
+        return True
+    except Exception:  # playwright's TimeoutError
+        return False
+
+
+def _interact(page, widget) -> str | None:
+    """Use the widget's first usable control once; return what was done (None: no control)."""
+    for handle in widget.locator(".noUi-handle").all():
+        if handle.evaluate("h => h.closest('.noUi-target').hasAttribute('disabled')"):
+            continue
+        handle.focus()
+        page.keyboard.press("ArrowRight")
+        return "moved a slider"
+    for select in widget.locator("select").all():
+        if select.is_enabled() and select.locator("option").count() > 1:
+            current = select.input_value()
+            values = [o.get_attribute("value") for o in select.locator("option").all()]
+            select.select_option(next(v for v in values if v != current))
+            return "picked a menu entry"
+    for box in widget.locator("input[type=checkbox]").all():
+        if box.is_enabled():
+            box.click()
+            return "ticked a box"
+    for button in widget.locator("button.jupyter-button").all():
+        if button.is_enabled() and button.inner_text().strip() not in ("", "reset"):
+            button.click()
+            return f"pressed {button.inner_text().strip()!r}"
+    for text in widget.locator("input[type=text]").all():
+        if text.is_enabled():
+            text.fill(text.input_value() + " the")
+            text.press("Enter")
+            return "typed a word"
+    return None
+
+
+def _type_into(page, widget, box: str, text: str, expect: str) -> None:
+    """Type ``text`` into the widget's text box labelled ``box`` and check what follows: a
+    redraw, an error message in place of the picture, or the query menu still on "it"."""
+    before = _pictures(widget)
+    field = widget.locator(".widget-text", has=page.locator(f"label:text-is('{box}')"))
+    field.locator("input").fill(text)
+    field.locator("input").press("Enter")
+    if expect == "error":
+        page.wait_for_function(
+            "w => w.innerText.includes('Error') && ![...w.querySelectorAll('img')]"
+            ".some(i => i.offsetParent !== null)", arg=widget.element_handle(), timeout=30_000)
+        return
+    assert _redrew(page, widget, before), f"typing into {box!r} did not redraw"
+    if expect == "query it":
+        chosen = widget.locator("select").first.evaluate("s => s.selectedOptions[0].text")
+        assert chosen.replace("\xa0", " ").endswith(": it"), f"the query moved to {chosen!r}"
+
+
+UNDERSAMPLED_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
+    .filter(i => i.offsetParent !== null && i.clientWidth > 0)
+    .filter(i => i.naturalWidth + 1 < i.clientWidth * window.devicePixelRatio)
+    .map(i => `${i.naturalWidth}px drawn, shown ${i.clientWidth}px wide`)"""
+COUNT_IMAGES_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img')]
+    .filter(i => i.offsetParent !== null && i.clientWidth > 0).length"""
+
+
+def _save(locator, name: str) -> None:
+    """A screenshot of ``locator`` under COURSE_SCREENSHOTS, squeezed to a small PNG."""
+    if SHOTS is None:
+        return
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    locator.scroll_into_view_if_needed()
+    locator.screenshot(path=str(path))
+    from PIL import Image
+
+    with Image.open(path) as img:
+        small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
+                                            dither=Image.Dither.NONE)
+    small.save(path, optimize=True)
 
 
 @pytest.mark.parametrize("assignment", NOTEBOOKS)
-def test_widget_renders_and_responds_in_jupyterlab(lab, assignment, tmp_path):
+def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
     from playwright.sync_api import sync_playwright
 
     base, token = lab
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
         try:
-            _run_all(page, base, token, assignment, f"{assignment}.ipynb")
-            # the output area of the notebook's last widget: controls and a picture
-            widget = page.locator(".jp-OutputArea-output:has(.jupyter-widgets):has(img)").last
-            widget.wait_for(timeout=120_000)
-            widget.scroll_into_view_if_needed()
-            image = widget.locator("img").first
-            image.wait_for(timeout=60_000)
-            before = image.get_attribute("src")
-            assert _some_control_changes_the_picture(page, widget, image, before), (
-                "no slider, menu or checkbox of the widget changed its picture")
-            page.screenshot(path=str(tmp_path / f"{assignment}.png"))
+            _run_all(page, base, token, assignment, f"{assignment}/{assignment}.ipynb")
+            errors = page.locator(".jp-OutputArea-output[data-mime-type="
+                                  "'application/vnd.jupyter.stderr'] :text('Traceback')")
+            assert errors.count() == 0, errors.first.inner_text()[:2000]
+            widgets = page.locator(".course-widget")
+            expected = WIDGETS.get(assignment, 1)
+            page.wait_for_function(
+                f"() => document.querySelectorAll('.course-widget').length >= {expected}",
+                timeout=60_000)
+            assert widgets.count() == expected, f"{widgets.count()} widgets, {expected} expected"
+            done = []
+            for i in range(expected):
+                widget = widgets.nth(i)
+                widget.scroll_into_view_if_needed()
+                widget.locator("img.course-picture").first.wait_for(timeout=60_000)
+                before = _pictures(widget)
+                assert before, f"widget {i} shows no picture"
+                action = _interact(page, widget)
+                if action is None:  # the training display: it only reports
+                    report = widget.inner_text()
+                    assert "steps" in report and " s on " in report, report
+                    done.append("training display: " + report.strip().splitlines()[-1])
+                else:
+                    assert _redrew(page, widget, before), f"widget {i}: {action}, no redraw"
+                    done.append(f"widget {i}: {action}, redrawn")
+                typed = [t for t in TYPED.get(assignment, []) if t[0] == i]
+                for _, box, text, expect in (t for t in typed if t[3] != "error"):
+                    _type_into(page, widget, box, text, expect)
+                    done.append(f"widget {i}: typed into {box!r}, {expect}")
+                _save(widget, f"{assignment[:2]}_widget_{i}")
+                for _, box, text, expect in (t for t in typed if t[3] == "error"):
+                    _type_into(page, widget, box, text, expect)
+                    done.append(f"widget {i}: typed into {box!r}, the picture gave way to the error")
+                    _save(widget, f"{assignment[:2]}_widget_{i}_error")
+            for snippet, name in FIGURES.get(assignment, {}).items():
+                cell = page.locator(".jp-CodeCell", has_text=snippet).first
+                _save(cell.locator(".jp-OutputArea-output img").first, name)
+            page.wait_for_timeout(500)  # let the last pictures load before measuring them
+            assert page.evaluate(COUNT_IMAGES_JS) >= expected
+            blurry = page.evaluate(UNDERSAMPLED_JS)
+            assert not blurry, f"pictures drawn below their displayed resolution: {blurry}"
+            print(f"{assignment}: " + "; ".join(done))
         except Exception:
-            page.screenshot(path="/tmp/browser-failure.png", full_page=False)
+            page.screenshot(path=f"/tmp/browser-failure-{assignment}.png", full_page=False)
             raise
         finally:
             browser.close()
@@ -227,7 +359,7 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            _run_all(page, base, token, "half-done", "half_done.ipynb")
+            _run_all(page, base, token, "half-done", "half_done/half_done.ipynb")
             outputs = page.locator(".jp-OutputArea-output")
             # textContent: cells scrolled out of view are not laid out, so have no innerText
             texts = [t.strip() for t in outputs.evaluate_all("els => els.map(e => e.textContent)")]
@@ -258,7 +390,7 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
             if shots:
                 page.screenshot(path=str(Path(shots) / "learner-run-all-half-done.png"))
         except Exception:
-            page.screenshot(path="/tmp/browser-failure.png", full_page=False)
+            page.screenshot(path="/tmp/browser-failure-half-done.png", full_page=False)
             raise
         finally:
             browser.close()

@@ -12,11 +12,15 @@ import torch
 matplotlib.use("Agg")
 
 from course_grading.reference import generation as G  # noqa: E402
-from course_grading.reference.decoder import Transformer  # noqa: E402
+from course_grading.reference.attention import causal_mask  # noqa: E402
+from course_grading.reference.decoder import Transformer, make_padding_mask  # noqa: E402
 from course_utils.toy_task import (BOS_ID, EOS_ID, HELD_OUT_DATES, PAD_ID, LookupModel,  # noqa: E402
                                    cardinal, make_pairs, ordinal, source_tokenizer, split_dates,
                                    target_tokenizer, year_words)
 from course_utils import training  # noqa: E402
+
+# the learner's components, as 08's building blocks and exercises provide them
+MASKS = dict(causal_mask=causal_mask, make_padding_mask=make_padding_mask)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -150,14 +154,16 @@ def test_checkpoint_is_small_loads_and_translates_held_out_dates():
     assert info["held_out_exact_match_greedy"] >= 0.99
     model, src_tok, tgt_tok = training.load_toy_model(Transformer, device="cpu")
     assert not model.training
-    assert training.exact_match(model, make_pairs(200, "test", seed=5)) >= 0.99
+    assert training.exact_match(model, make_pairs(200, "test", seed=5), decode=G.greedy_decode,
+                                make_padding_mask=make_padding_mask) >= 0.99
 
 
 def test_training_runs_and_the_loss_falls():
     model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
-    history = training.train(model, make_pairs(1_000), steps=40, batch_size=32, warmup=5,
-                             device="cpu", show="quiet")
+    history = training.train(model, make_pairs(1_000), **MASKS, steps=40, batch_size=32,
+                             warmup=5, device="cpu", show="quiet")
     assert history.steps == 40 and not model.training
+    assert history.summary().startswith("all 40 steps in ")
     first, last = sum(history.losses[:5]) / 5, sum(history.losses[-5:]) / 5
     assert last < 0.8 * first
     assert history.lrs[4] == pytest.approx(training.lr_at(4, 3e-3, 5, 40))
@@ -169,6 +175,29 @@ def test_lr_schedule_warms_up_then_decays():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:])) and lrs[-1] < 0.1
 
 
+def test_a_time_budget_fits_the_run_to_the_machine(monkeypatch):
+    """The run times its first steps and plans the rest to fit the budget, schedule included,
+    and says how far it got."""
+    clock = {"t": 0.0}
+    real_loss = training.teacher_forcing_loss
+
+    def slow_loss(*args, **kwargs):  # each step takes 0.1 s of the fake clock
+        clock["t"] += 0.1
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock["t"])
+    monkeypatch.setattr(training, "teacher_forcing_loss", slow_loss)
+    model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
+    history = training.train(model, make_pairs(500), **MASKS, steps=900, batch_size=16,
+                             warmup=90, device="cpu", show="quiet", time_budget=2.0)
+    assert history.requested == 900 and history.planned == 20  # 2 s at 0.1 s a step
+    assert history.steps == 20 and history.seconds == pytest.approx(2.0)
+    assert history.lrs[1] > history.lrs[0] and history.lrs[-1] < 0.1 * max(history.lrs)
+    assert "20 of 900 steps (fitted to the time budget) in 2.0 s" in history.summary()
+    slow = training.History(losses=[1.0] * 15, requested=900, planned=20)
+    assert slow.summary().startswith("15 of 900 steps (stopped by the time limit)")
+
+
 def test_teacher_forcing_ignores_padding():
     model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
     src_tok, tgt_tok = source_tokenizer(), target_tokenizer()
@@ -178,14 +207,16 @@ def test_teacher_forcing_ignores_padding():
     src, tgt = encode_pairs(pairs, src_tok, tgt_tok)
     wide_src = torch.cat([src, torch.zeros(4, 3, dtype=torch.long)], 1)  # extra padding
     wide_tgt = torch.cat([tgt, torch.zeros(4, 2, dtype=torch.long)], 1)
-    a = training.teacher_forcing_loss(model, src, tgt, PAD_ID)
-    b = training.teacher_forcing_loss(model, wide_src, wide_tgt, PAD_ID)
+    a = training.teacher_forcing_loss(model, src, tgt, PAD_ID, causal_mask, make_padding_mask)
+    b = training.teacher_forcing_loss(model, wide_src, wide_tgt, PAD_ID, causal_mask,
+                                      make_padding_mask)
     assert torch.isclose(a, b, atol=1e-5)
 
 
 def test_text_progress_prints_to_stdout_only(capsys):
     model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
-    training.train(model, make_pairs(200), steps=3, batch_size=16, device="cpu", show="text")
+    training.train(model, make_pairs(200), **MASKS, steps=3, batch_size=16, device="cpu",
+                   show="text")
     out = capsys.readouterr()
     assert "step 3/3" in out.out and out.err == ""
 
@@ -204,17 +235,72 @@ def test_cross_attention_and_plots(trained):
     model, src_tok, tgt_tok = trained
     text, target = make_pairs(1, "test")[0]
     ids = tgt_tok.encode(target, bos=True, eos=True)
-    w = P.cross_attention(model, text, ids, src_tok)
+    w = P.cross_attention(model, text, ids, causal_mask, src_tok)
     assert w.shape == (2, 4, len(ids) - 1, len(src_tok.tokenize(text)))
     assert torch.allclose(w.sum(-1), torch.ones(()), atol=1e-5)
     plot = P.plot_cross_attention(w, src_tok.tokenize(text), tgt_tok.tokens(ids[1:]))
     assert plot.weights.shape == (len(ids) - 1, len(src_tok.tokenize(text)))
-    step = P.next_token_step(model, text, [BOS_ID], temperature=0.5, top_k=3)
-    assert step.chosen == int(step.filtered.argmax()) and (step.filtered > 0).sum() <= 3
-    assert abs(step.filtered.sum() - 1) < 1e-9 and step.attention.shape[0] == 1
-    ax = P.plot_next_token(step)
     ax2, probs = P.plot_temperatures([1.0, 0.0, -1.0], "abc", (0.5, 2.0))
     assert probs.shape == (2, 3) and probs[0, 0] > probs[1, 0]
+    plt.close("all")
+
+
+def test_next_token_step_shows_what_the_learners_sampler_does(trained):
+    from course_utils.plots import generation as P
+
+    model, src_tok, tgt_tok = trained
+    text = make_pairs(1, "test")[0][0]
+    calls = []
+
+    def mine(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
+        calls.append((tuple(logits.shape), temperature, top_k, top_p))
+        return G.sample_next_token(logits, temperature, top_k, top_p, generator)
+
+    step = P.next_token_step(model, text, [BOS_ID], causal_mask, temperature=0.5, top_k=3,
+                             sample_fn=mine, draws=2000)
+    assert calls == [((2000, len(tgt_tok)), 0.5, 3, None)]  # the bars: 2,000 draws at once
+    assert step.chosen == int(step.probs.argmax()) and (step.filtered > 0).sum() <= 3
+    assert abs(step.filtered.sum() - 1) < 1e-9 and step.attention.shape[0] == 1
+    # the share of the draws follows the filtered distribution
+    logits = torch.log(torch.as_tensor(step.probs))
+    top3 = torch.topk(logits, 3)
+    expected = torch.zeros_like(logits).scatter(0, top3.indices, torch.softmax(top3.values / 0.5, 0))
+    assert torch.allclose(torch.as_tensor(step.filtered), expected, atol=0.05)
+    again = P.next_token_step(model, text, [BOS_ID], causal_mask, temperature=0.5, top_k=3,
+                              sample_fn=mine, draws=2000)
+    assert (again.filtered == step.filtered).all()  # a fixed seed: the bars hold still
+    g = torch.Generator().manual_seed(1)
+    drawn = P.next_token_step(model, text, [BOS_ID], causal_mask, temperature=5.0,
+                              sample_fn=mine, sample=True, generator=g)
+    assert calls[-1] == ((1, len(tgt_tok)), 5.0, None, None)
+    assert 0 <= drawn.chosen < len(tgt_tok)
+    greedy = P.next_token_step(model, text, [BOS_ID], causal_mask)
+    assert greedy.filtered is None and greedy.chosen == step.chosen
+    with pytest.raises(ValueError, match="sample_fn"):
+        P.next_token_step(model, text, [BOS_ID], causal_mask, sample=True)
+
+
+def test_plot_next_token_keeps_its_legend_off_the_bars(trained):
+    import matplotlib.pyplot as plt
+
+    from course_utils.plots import generation as P
+
+    model, src_tok, tgt_tok = trained
+    text = make_pairs(1, "test")[0][0]
+    step = P.next_token_step(model, text, [BOS_ID], causal_mask, sample_fn=G.sample_next_token)
+    ax = P.plot_next_token(step)
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    legend = ax.get_legend().get_window_extent(renderer)
+    assert legend.y0 >= ax.get_window_extent(renderer).y1 - 1  # above the axes
+    assert ax.title.get_window_extent(renderer).y0 >= legend.y1 - 1  # the title above it
+    ax2, _ = P.plot_temperatures([3.0, 0.0, -1.0], "abc", (0.5, 1.0, 2.0))
+    ax2.set_title("softmax(z / T)")
+    ax2.figure.canvas.draw()
+    renderer = ax2.figure.canvas.get_renderer()
+    legend = ax2.get_legend().get_window_extent(renderer)
+    assert legend.x0 >= ax2.get_window_extent(renderer).x1 - 1  # beside the axes
+    assert not legend.overlaps(ax2.title.get_window_extent(renderer))
     plt.close("all")
 
 
@@ -223,20 +309,42 @@ def test_stepper_widget_steps_and_resets(trained, monkeypatch):
 
     from course_utils.widgets.generation import decoding_stepper
 
-    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
-    monkeypatch.delenv("COURSE_GRADING", raising=False)
     model, src_tok, tgt_tok = trained
     sources = [s for s, _ in make_pairs(3, "test")]
-    box = decoding_stepper(model, sources, src_tok, tgt_tok)
-    buttons = [w for hb in box.children if hasattr(hb, "children") for w in hb.children
-               if type(w).__name__ == "Button"]
-    step_btn, reset_btn = buttons
+    box = decoding_stepper(model, sources, causal_mask, G.sample_next_token, src_tok, tgt_tok)
+    c = box.controls
     for _ in range(12):
-        step_btn.click()
-    status = box.children[3].value
-    assert "(finished)" in status and step_btn.disabled
-    reset_btn.click()
-    assert "∅" in box.children[3].value and not step_btn.disabled
+        c["next"].click()
+    assert "(finished)" in c["status"].value and c["next"].disabled
+    c["reset"].click()
+    assert "∅" in c["status"].value and not c["next"].disabled
+    first = c["image"].value
+    c["temperature"].value = 5.0
+    assert c["image"].value != first
+    c["mode"].value = "sample"
+    c["next"].click()
+    assert "∅" not in c["status"].value
+    plt.close("all")
+
+
+def test_stepper_offers_greedy_only_until_the_sampler_is_written(trained):
+    import matplotlib.pyplot as plt
+
+    from course_utils.widgets.generation import decoding_stepper
+
+    model, src_tok, tgt_tok = trained
+    sources = [s for s, _ in make_pairs(2, "test")]
+
+    def not_yet(*args, **kwargs):
+        raise NotImplementedError()
+
+    for fn, why in ((not_yet, "not written yet"), (None, "exercise 2")):
+        box = decoding_stepper(model, sources, causal_mask, fn, src_tok, tgt_tok)
+        c = box.controls
+        assert c["mode"].disabled and c["mode"].value == "greedy" and why in c["status"].value
+        assert c["image"].value and not c["message"].value
+        c["next"].click()
+        assert "∅" not in c["status"].value
     plt.close("all")
 
 
@@ -244,9 +352,9 @@ def test_widget_and_training_are_silent_under_grading(trained, monkeypatch, caps
     from course_utils.widgets.generation import decoding_stepper
 
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
-    assert decoding_stepper(trained[0], ["march 3, 1999"]) is None
+    assert decoding_stepper(trained[0], ["march 3, 1999"], causal_mask) is None
     model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
-    training.train(model, make_pairs(100), steps=2, batch_size=16, device="cpu")
+    training.train(model, make_pairs(100), **MASKS, steps=2, batch_size=16, device="cpu")
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
 

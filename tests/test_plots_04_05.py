@@ -24,27 +24,30 @@ from course_grading.reference.positional import sinusoidal_positional_encoding  
 # -- 04 ---------------------------------------------------------------------------------------
 
 def test_demo_module_has_fixed_weights_by_name():
-    a, b = pm.demo_module(5), pm.demo_module(5)
+    a, b = pm.demo_module(MultiHeadAttention, 5), pm.demo_module(MultiHeadAttention, 5)
     for (name, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
         assert torch.equal(p, q), name
     assert torch.equal(a.v_proj.weight, torch.eye(50)) and torch.equal(a.q_proj.weight, a.k_proj.weight)
-    assert not a.training
+    assert not a.training and type(a) is MultiHeadAttention
 
 
 def test_head_attention_weights_per_head():
-    r = pm.head_attention(pm.DEMO_SENTENCE, num_heads=5)
+    r = pm.head_attention(pm.DEMO_SENTENCE, 5, MultiHeadAttention)
     n = len(r.tokens)
     assert r.weights.shape == (5, n, n) and r.num_heads == 5
     assert np.allclose(r.weights.sum(-1), 1.0, atol=1e-6)
     # the heads really differ
     assert not np.allclose(r.weights[0], r.weights[1], atol=1e-3)
-    # the learner's class loaded with the same weights gives the same numbers
-    again = pm.head_attention(pm.DEMO_SENTENCE, num_heads=5, mha_class=MultiHeadAttention)
+
+    class Subclass(MultiHeadAttention):  # another class, loaded with the same weights by name
+        pass
+
+    again = pm.head_attention(pm.DEMO_SENTENCE, 5, Subclass)
     assert np.allclose(r.weights, again.weights)
-    odd = pm.head_attention("the qwzxv sat", num_heads=2)
+    odd = pm.head_attention("the qwzxv sat", 2, MultiHeadAttention)
     assert odd.labels == ["the", "qwzxv?", "sat"] and not odd.known[1]
     with pytest.raises(ValueError):
-        pm.head_attention("   ")
+        pm.head_attention("   ", 5, MultiHeadAttention)
 
 
 def test_head_attention_rejects_a_module_with_wrong_weights_shape():
@@ -54,12 +57,15 @@ def test_head_attention_rejects_a_module_with_wrong_weights_shape():
             return out, w.mean(1)
 
     with pytest.raises(ValueError, match="weights of shape"):
-        pm.head_attention("a b c", num_heads=5, mha_class=Averaged)
+        pm.head_attention("a b c", 5, Averaged)
 
 
 def test_plot_heads_returns_the_numbers_drawn():
-    r = pm.head_attention("the cat sat on the mat", num_heads=5)
+    r = pm.head_attention("the cat sat on the mat", 5, MultiHeadAttention)
     fig, axes, drawn, row = pm.plot_heads(r.weights, r.labels, head=2, query=1)
+    colorbars = [ax for ax in fig.axes if ax not in axes]
+    assert len(colorbars) == 1 and colorbars[0].get_ylabel() == "weight"  # one shared scale
+    assert colorbars[0].get_ylim()[1] == pytest.approx(r.weights.max())
     assert len(axes) == 6  # five heatmaps and the bars
     assert np.allclose(drawn, r.weights)
     for i in range(5):
@@ -78,20 +84,27 @@ def test_plot_heads_returns_the_numbers_drawn():
         pm.plot_heads(r.weights[None], r.labels)
 
 
-def test_head_viewer_responds_and_falls_back(monkeypatch):
+def test_head_viewer_responds_and_keeps_the_query_word(monkeypatch):
     from course_utils.widgets.multi_head import head_viewer
 
-    ui = head_viewer()
-    head_slider, query_box = ui.children[0].children
-    image = ui.children[3]
-    first = image.value
+    ui = head_viewer(MultiHeadAttention)
+    c = ui.controls
+    first = c["image"].value
     assert first and ui.result.num_heads == 5
-    head_slider.value = 3
-    assert image.value != first
-    text = ui.children[1]
-    text.value = "a dog ran"
-    assert ui.result.tokens == ["a", "dog", "ran"]
-    assert [label for label, _ in query_box.options] == ["0: a", "1: dog", "2: ran"]
+    assert c["query"].value == ui.result.tokens.index("it")
+    c["head"].value = 3
+    assert c["image"].value != first
+    c["sentence"].value = "a dog ran because it was late"
+    assert ui.result.tokens == ["a", "dog", "ran", "because", "it", "was", "late"]
+    assert [label for label, _ in c["query"].options][:3] == ["0: a", "1: dog", "2: ran"]
+    assert c["query"].value == 4  # still "it", at its new place
+    c["query"].value = 1  # "dog"
+    c["sentence"].value = "the dog slept"
+    assert c["query"].value == 1 and ui.result.tokens[1] == "dog"
+    c["sentence"].value = "cats nap"  # no "dog": the same place, or the last token
+    assert c["query"].value == 1
+    c["sentence"].value = "   "  # an error: a message, and no stale picture under it
+    assert "ValueError" in c["message"].value and c["image"].layout.display == "none"
 
     class NotYet(nn.Module):
         def __init__(self, *args, **kwargs):
@@ -99,9 +112,9 @@ def test_head_viewer_responds_and_falls_back(monkeypatch):
             raise NotImplementedError()
 
     ui = head_viewer(NotYet)
-    assert "reference" in ui.children[2].value and ui.result.num_heads == 5
+    assert "not written yet" in ui.controls["message"].value and not hasattr(ui, "result")
     monkeypatch.setenv("COURSE_GRADING", "1")
-    assert head_viewer() is None
+    assert head_viewer(MultiHeadAttention) is None
 
 
 # -- 05 ---------------------------------------------------------------------------------------
@@ -134,39 +147,50 @@ def test_plot_encoding_and_similarity_return_what_they_draw():
         pp.plot_encoding(pe[None])
 
 
-def test_plot_explorer_uses_the_given_function_for_base_10000_only():
+def test_plot_explorer_draws_the_table_of_the_given_function():
     calls = []
 
     def mine(max_len, d_model):
         calls.append((max_len, d_model))
         return sinusoidal_positional_encoding(max_len, d_model)
 
-    r = pp.plot_explorer(d_model=16, pos=5, max_len=30, encoding_fn=mine)
+    r = pp.plot_explorer(mine, d_model=16, pos=5, max_len=30)
     assert calls == [(30, 16)] and r.table.shape == (30, 16) and r.similarity.argmax() == 5
-    r = pp.plot_explorer(d_model=16, pos=5, max_len=30, base=1000.0, encoding_fn=mine)
-    assert len(calls) == 1
-    assert np.allclose(r.table, sinusoidal_positional_encoding(30, 16, base=1000.0).numpy())
+    ax_t, ax_s = r.axes
+    assert np.allclose(ax_t.images[0].get_array(), r.table)
+    # the ‖PE‖² note stands above the dotted line, clear of the curve's peak
+    note = [t for t in ax_s.texts if "d_model/2" in t.get_text()]
+    assert len(note) == 1 and note[0].get_fontsize() >= 9
+    r.fig.canvas.draw()
+    box = note[0].get_window_extent(r.fig.canvas.get_renderer())
+    peak = ax_s.transData.transform((5, r.similarity[5]))
+    assert not box.contains(*peak)
+    with pytest.raises(ValueError, match="shape"):
+        pp.plot_explorer(lambda n, d: sinusoidal_positional_encoding(n, d)[:, :-1], 16, 5, 30)
 
 
-def test_positional_explorer_responds_and_falls_back(monkeypatch):
+def test_positional_explorer_responds_and_says_what_is_missing(monkeypatch):
     from course_utils.widgets.positional import positional_explorer
 
-    ui = positional_explorer()
-    pos_slider, base_box = ui.children[0].children
-    d_slider, image = ui.children[1], ui.children[3]
-    first = image.value
+    ui = positional_explorer(sinusoidal_positional_encoding)
+    c = ui.controls
+    first = c["image"].value
     assert first and ui.result.table.shape == (100, 100)
-    pos_slider.value = 50
-    assert image.value != first and ui.result.similarity.argmax() == 50
-    d_slider.value = 32
+    c["position"].value = 50
+    assert c["image"].value != first and ui.result.similarity.argmax() == 50
+    c["d_model"].value = 32
     assert ui.result.table.shape == (100, 32)
-    base_box.value = 1000.0
-    assert np.allclose(ui.result.table, sinusoidal_positional_encoding(100, 32, base=1000.0).numpy())
+    c["positions"].value = 1000
+    assert ui.result.table.shape == (1000, 32) and c["position"].max == 999
+    c["position"].value = 900
+    c["positions"].value = 100  # the position follows the shorter table
+    assert c["position"].value == 99 and ui.result.similarity.argmax() == 99
 
     def not_yet(max_len, d_model):
         raise NotImplementedError()
 
     ui = positional_explorer(not_yet)
-    assert "reference" in ui.children[2].value
+    assert "not written yet" in ui.controls["message"].value
+    assert ui.controls["image"].layout.display == "none"
     monkeypatch.setenv("COURSE_GRADING", "1")
-    assert positional_explorer() is None
+    assert positional_explorer(sinusoidal_positional_encoding) is None

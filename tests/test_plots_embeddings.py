@@ -78,38 +78,82 @@ def test_word_projection_uses_glove_rows_and_lists_unknown_words():
         pe.word_projection("paris xyzzyq", g)
 
 
-# -- analogy_projection ----------------------------------------------------------------------
-def test_analogy_projection_with_the_reference_finds_queen():
+def test_pca_2d_orient_fixes_the_signs():
+    X = np.random.default_rng(1).normal(size=(8, 5))
+    for guide in (np.eye(5)[:2], -np.eye(5)[:2], X[[3, 5]] - X[0]):
+        p = pe.pca_2d(X, orient=guide)
+        assert (np.sum(p.components * guide, axis=1) > 0).all()
+        plain = pe.pca_2d(X)
+        assert np.allclose(np.abs(p.coords), np.abs(plain.coords))
+
+
+def test_labels_are_moved_apart_until_none_overlaps():
+    # the words of notebook 01's picture whose labels used to sit on top of each other
     g = load_glove()
-    r = pe.analogy_projection("man", "king", "woman", "prince princess", neighbours=3)
-    assert r.answer == "queen" and "reference" in r.by
+    words = ["france", "paris", "italy", "rome", "germany", "berlin", "japan", "tokyo",
+             "spain", "madrid", "russia", "moscow", "aunt", "sister", "woman", "girl"]
+    proj = pe.word_projection(words, g)
+    fig, ax, _ = pe.plot_word_projection(proj)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = [t for t in ax.texts if t.get_text() in words]
+    assert sorted(t.get_text() for t in labels) == sorted(words)
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), "two labels overlap"
+    plt.close(fig)
+
+
+# -- analogy_projection ----------------------------------------------------------------------
+def test_analogy_projection_with_an_analogy_finds_queen_and_its_runners_up():
+    g = load_glove()
+    r = pe.analogy_projection("man", "king", "woman", "prince princess", ref.analogy,
+                              neighbours=3)
+    assert r.answer == "queen" and r.by == "your analogy"
     assert r.words[:4] == ["man", "king", "woman", "queen"]
     assert {"prince", "princess"} <= set(r.words)
-    assert len(r.neighbours) == 3 and "queen" not in r.neighbours
+    top = [g.words[i] for i in ref.analogy(g.id("man"), g.id("king"), g.id("woman"), g.vectors,
+                                           k=4)]
+    assert r.neighbours == top[1:]
     t = g["king"].astype(float) - g["man"] + g["woman"]
-    assert np.isclose(r.answer_cosine, ref.cosine_similarity(t, g["queen"]))
     assert np.allclose(r.target, (t - r.pca.mean) @ r.pca.components.T)
-    assert np.allclose(r.pca.coords, pe.pca_2d(g.vectors[g.ids(r.words)]).coords)
+    assert np.allclose(np.abs(r.pca.coords), np.abs(pe.pca_2d(g.vectors[g.ids(r.words)]).coords))
 
 
-def test_analogy_projection_calls_the_functions_it_is_given():
+def test_analogy_projection_stays_upright_as_words_come_and_go():
+    """a -> b points right and c lies above a, whatever else is drawn: no flip on redraw."""
+    for extra in ("", "prince princess", "prince princess boy girl uncle aunt brother sister"):
+        for k in (0, 3, 8):
+            r = pe.analogy_projection("man", "king", "woman", extra, ref.analogy, neighbours=k)
+            P = r.pca.coords
+            a, b, c = P[r.index("man")], P[r.index("king")], P[r.index("woman")]
+            assert b[0] > a[0] and c[1] > a[1]
+
+
+def test_analogy_projection_calls_the_function_it_is_given():
     g = load_glove()
     calls = {}
 
     def my_analogy(a, b, c, E, k=1):
         calls["analogy"] = (a, b, c, k)
-        return np.array([g.id("prince")])
+        return np.array([g.id("prince"), g.id("throne"), g.id("crown")][:k])
 
-    def my_most_similar(query, E, k=5, exclude=()):
-        calls["most_similar"] = (k, set(exclude))
-        return ref.most_similar(query, E, k=k, exclude=exclude)
+    r = pe.analogy_projection("man", "king", "woman", analogy_fn=my_analogy, neighbours=2)
+    assert r.answer == "prince" and r.by == "your analogy"
+    assert calls["analogy"] == (g.id("man"), g.id("king"), g.id("woman"), 3)
+    assert r.neighbours == ["throne", "crown"]
 
-    r = pe.analogy_projection("man", "king", "woman", analogy_fn=my_analogy,
-                              most_similar_fn=my_most_similar, neighbours=2)
-    assert r.answer == "prince" and r.by == "your analogy, your most_similar"
-    assert calls["analogy"] == (g.id("man"), g.id("king"), g.id("woman"), 1)
-    assert calls["most_similar"] == (3, {g.id("man"), g.id("king"), g.id("woman")})
-    assert len(r.neighbours) == 2 and "prince" not in r.neighbours
+
+def test_analogy_projection_without_an_analogy_shows_where_the_answer_should_be():
+    r = pe.analogy_projection("man", "king", "woman", "queen")
+    assert r.answer is None and r.neighbours == [] and r.by == ""
+    assert r.words == ["man", "king", "woman", "queen"]
+    fig, ax, _ = pe.plot_analogy(r)
+    assert ax.get_title() == "man : king :: woman : ?"
+    assert sum(getattr(t, "arrow_patch", None) is not None and t.get_text() == ""
+               for t in ax.texts) == 2  # a -> b, and c -> the star (dashed)
+    plt.close(fig)
 
 
 def test_analogy_projection_rejects_unknown_words():
@@ -118,10 +162,11 @@ def test_analogy_projection_rejects_unknown_words():
 
 
 def test_plot_analogy_draws_two_arrows_and_the_target_star():
-    r = pe.analogy_projection("france", "paris", "italy", "germany berlin")
+    r = pe.analogy_projection("france", "paris", "italy", "germany berlin", ref.analogy)
     fig, ax, drawn = pe.plot_analogy(r)
     assert np.allclose(drawn, r.pca.coords)
-    assert sum(getattr(t, "arrow_patch", None) is not None for t in ax.texts) == 2
+    assert sum(getattr(t, "arrow_patch", None) is not None and t.get_text() == ""
+               for t in ax.texts) == 2
     assert np.allclose(ax.collections[-1].get_offsets(), r.target[None])
     assert ax.get_title() == "france : paris :: italy : rome"
     lo, hi = ax.get_xlim()
@@ -132,7 +177,7 @@ def test_plot_analogy_draws_two_arrows_and_the_target_star():
 def test_projector_builds_and_responds():
     from course_utils.widgets.embeddings import embedding_projector
 
-    ui = embedding_projector(neighbours=2)
+    ui = embedding_projector(ref.analogy, neighbours=2)
     ctl = ui.controls
     assert ui.result.answer == "queen" and len(ui.result.neighbours) == 2
     assert "queen" in ctl["status"].value and len(ctl["image"].value) > 1000
@@ -144,22 +189,27 @@ def test_projector_builds_and_responds():
     assert len(ui.result.neighbours) == 5
     ctl["words"].value = "paris rome"
     assert {"paris", "rome"} <= set(ui.result.words)
-    ctl["c"].value = "xyzzyq"        # an unknown word: a message, not a crash
-    assert "KeyError" in ctl["status"].value and "xyzzyq" in ctl["status"].value
+    ctl["c"].value = "xyzzyq"        # an unknown word: a message, not a crash, no stale picture
+    assert "KeyError" in ctl["message"].value and "xyzzyq" in ctl["message"].value
+    assert ctl["image"].layout.display == "none" and not ctl["status"].value
+    ctl["c"].value = "woman"          # and the picture is back
+    assert ctl["image"].layout.display != "none" and not ctl["message"].value
 
 
-def test_projector_uses_the_learners_function_and_falls_back_when_not_implemented():
+def test_projector_without_analogy_says_it_needs_one():
     from course_utils.widgets.embeddings import embedding_projector
 
     g = load_glove()
-    ui = embedding_projector(lambda a, b, c, E, k=1: np.array([g.id("throne")]))
+    ui = embedding_projector(lambda a, b, c, E, k=1: np.array([g.id("throne")] * k))
     assert ui.result.answer == "throne" and "your analogy" in ui.result.by
 
     def todo(*args, **kwargs):
         raise NotImplementedError()
 
-    ui = embedding_projector(todo, todo, neighbours=1)
-    assert ui.result.answer == "queen" and "reference" in ui.result.by
+    for fn, why in ((todo, "not written yet"), (None, "notebook 02")):
+        ui = embedding_projector(fn, neighbours=1)
+        assert ui.result.answer is None and why in ui.controls["status"].value
+        assert ui.controls["neighbours"].disabled and ui.controls["image"].value
 
 
 def test_projector_is_none_while_grading(monkeypatch):

@@ -22,7 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from course_grading.reference.decoder import Transformer  # noqa: E402
+from course_grading.reference.attention import causal_mask  # noqa: E402
+from course_grading.reference.decoder import Transformer, make_padding_mask  # noqa: E402
+from course_grading.reference.generation import greedy_decode  # noqa: E402
 from course_utils.device import get_device  # noqa: E402
 from course_utils.toy_task import HELD_OUT_DATES, make_pairs  # noqa: E402
 from course_utils.training import (CHECKPOINT, ToyConfig, build_model, exact_match,  # noqa: E402
@@ -51,17 +53,19 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     pairs = make_pairs(config.train_pairs, "train", seed=config.seed)
     model = build_model(Transformer, config)
-    history = train(model, pairs, steps=config.steps, batch_size=config.batch_size, lr=config.lr,
+    history = train(model, pairs, causal_mask=causal_mask, make_padding_mask=make_padding_mask,
+                    steps=config.steps, batch_size=config.batch_size, lr=config.lr,
                     warmup=config.warmup, label_smoothing=config.label_smoothing,
                     weight_decay=config.weight_decay, device=device, seed=config.seed,
                     show="text", redraw_every=10.0)
     train_seconds = time.perf_counter() - t0  # data generation + training
     test = make_pairs(args.eval, "test", seed=0)
     model.float()
-    acc = exact_match(model, test)
+    acc = exact_match(model, test, decode=greedy_decode, make_padding_mask=make_padding_mask)
     half = build_model(Transformer, config).to(device)  # what the checkpoint holds: float16 weights
     half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
-    acc_half = exact_match(half.eval(), test)
+    acc_half = exact_match(half.eval(), test, decode=greedy_decode,
+                           make_padding_mask=make_padding_mask)
     print(f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
           f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
           f"final loss {sum(history.losses[-50:]) / 50:.4f}")

@@ -2,8 +2,9 @@
 
 - ``plot_attention(weights, query_tokens, key_tokens)``: a heatmap of any (q, k) weight matrix,
   rows = queries, columns = keys. Later notebooks use it for heads and cross-attention.
-- ``sentence_attention(sentence, scale, causal, attention_fn)``: GloVe vectors of a typed
-  sentence attend to each other; scores are divided by ``scale`` (√d_k by default).
+- ``sentence_attention(sentence, attention_fn, scale, causal, causal_mask_fn)``: GloVe vectors
+  of a typed sentence attend to each other through your attention; scores are divided by
+  ``scale`` (√d_k by default).
 - ``plot_sentence_attention(result)``: that heatmap next to the entropy of each row.
 
 matplotlib and torch are imported inside the functions: importing this module is cheap.
@@ -106,8 +107,8 @@ class SentenceAttention:
     known: np.ndarray        # (n,) bool: the word has a GloVe vector (unknown words get zeros)
     scale: float             # the scores X Xᵀ are divided by this
     causal: bool
-    scores: np.ndarray       # (n, n) X Xᵀ / scale, -inf where the mask forbids
-    weights: np.ndarray      # (n, n) softmax of the scores, rows sum to 1
+    allowed: np.ndarray      # (n, n) bool: True where query i may attend to key j
+    weights: np.ndarray      # (n, n) what attention_fn returned, rows sum to 1
     entropy: np.ndarray      # (n,) entropy of each row, nats
     max_entropy: np.ndarray  # (n,) log(number of keys each row may attend to)
 
@@ -117,20 +118,21 @@ class SentenceAttention:
         return [t if k else f"{t}?" for t, k in zip(self.tokens, self.known)]
 
 
-def sentence_attention(sentence: str, scale: float | None = None, causal: bool = False,
-                       attention_fn: Callable | None = None, vectors=None) -> SentenceAttention:
+def sentence_attention(sentence: str, attention_fn: Callable, scale: float | None = None,
+                       causal: bool = False, causal_mask_fn: Callable | None = None,
+                       vectors=None) -> SentenceAttention:
     """Self-attention of a sentence's GloVe vectors with the scores divided by ``scale``.
 
     Q = K = V = X, the (n, 50) word vectors (a word outside the vocabulary gets a zero vector:
-    its score with every word is 0). ``scale`` defaults to √d_k = √50. ``attention_fn`` has the
-    signature of ``scaled_dot_product_attention(Q, K, V, mask=None) -> (output, weights)``
-    (default: the course's reference). It divides by √d_k itself, so the queries are rescaled
-    by √d_k / scale to make its scores exactly X Xᵀ / scale.
+    its score with every word is 0). ``attention_fn`` is 03_attention's
+    ``scaled_dot_product_attention(Q, K, V, mask=None) -> (output, weights)`` (yours); it
+    divides by √d_k itself, so the queries are rescaled by √d_k / scale to make its scores
+    exactly X Xᵀ / scale. ``scale`` defaults to √d_k = √50. ``causal=True`` passes the mask
+    ``causal_mask_fn(n)`` (03_attention's ``causal_mask``, yours).
     """
     import torch
 
     from ..glove import load_glove
-    from course_grading.reference import attention as ref
 
     tokens = tokenize(sentence)
     if not tokens:
@@ -140,23 +142,25 @@ def sentence_attention(sentence: str, scale: float | None = None, causal: bool =
     scale = float(scale)
     if not scale > 0:
         raise ValueError(f"scale must be positive, got {scale}")
+    if causal and causal_mask_fn is None:
+        raise ValueError("the causal mask needs a causal_mask function")
     glove = vectors if vectors is not None else load_glove()
     d = glove.dim
     known = np.array([t in glove for t in tokens])
     X = np.stack([glove[t] if k else np.zeros(d, np.float32) for t, k in zip(tokens, known)])
     X = torch.tensor(X, dtype=torch.float32)  # (n, d)
     n = len(tokens)
-    mask = ref.causal_mask(n) if causal else None
-    fn = attention_fn or ref.scaled_dot_product_attention
+    mask = causal_mask_fn(n) if causal else None
     Q = X * (math.sqrt(d) / scale)  # the function divides by √d: Q Kᵀ / √d = X Xᵀ / scale
-    _, weights = fn(Q, X, X, mask=mask)  # (n, n)
-    scores = (X.double() @ X.double().T / scale).numpy()
-    allowed = np.ones((n, n), bool) if mask is None else mask.numpy()
-    scores = np.where(allowed, scores, -np.inf)
+    _, weights = attention_fn(Q, X, X, mask=mask)  # (n, n)
     w = _as_numpy(weights)
+    if w.shape != (n, n):
+        raise ValueError(f"the attention weights have shape {w.shape}, expected ({n}, {n})")
+    allowed = np.ones((n, n), bool) if mask is None else np.broadcast_to(
+        _as_numpy(mask).astype(bool), (n, n)).copy()
     return SentenceAttention(tokens=tokens, known=known, scale=scale, causal=bool(causal),
-                             scores=scores, weights=w, entropy=row_entropy(w),
-                             max_entropy=np.log(allowed.sum(axis=1)))
+                             allowed=allowed, weights=w, entropy=row_entropy(w),
+                             max_entropy=np.log(np.maximum(allowed.sum(axis=1), 1)))
 
 
 class SentencePlot(NamedTuple):
@@ -171,16 +175,17 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
 
     n = len(result.tokens)
     if fig is None:
-        fig = plt.figure(figsize=(max(8.0, 0.6 * n + 6.0), max(3.6, 0.45 * n + 2.0)))
+        fig = plt.figure(figsize=(min(9.4, max(7.5, 0.55 * n + 5.0)), max(3.8, 0.42 * n + 2.2)))
     else:
         fig.clear()
     grid = fig.add_gridspec(1, 2, width_ratios=[max(n, 3), 3], wspace=0.08)
     ax_w = fig.add_subplot(grid[0])
     ax_h = fig.add_subplot(grid[1], sharey=ax_w)
     labels = result.labels
-    allowed = np.isfinite(result.scores)
     plot_attention(result.weights, labels, labels, ax=ax_w, annotate=n <= 12, colorbar=False,
-                   mask=allowed)
+                   mask=result.allowed)
+    if not result.known.all():  # below the rotated tick labels, where nothing else is
+        ax_w.set_xlabel("key (attended to)\nword? = not among the 20k GloVe words: zero vector")
     d_k = 50
     note = " (= √d_k)" if math.isclose(result.scale, math.sqrt(d_k), rel_tol=1e-3) else ""
     ax_w.set_title(f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})"
@@ -192,16 +197,4 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
     ax_h.set_xlabel("row entropy (nats)\n0 = all on one key")
     ax_h.tick_params(axis="y", labelleft=False)
     ax_h.set_title("entropy;  | = spread evenly", fontsize=10)
-    if not result.known.all():
-        fig.text(0.01, 0.01, "word? = not among the 20k GloVe words: zero vector",
-                 fontsize=8, color="dimgray")
     return SentencePlot(fig, (ax_w, ax_h), result)
-
-
-def figure_png(fig, dpi: int = 90) -> bytes:
-    """The figure as PNG bytes (what an ipywidgets.Image shows)."""
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return buf.getvalue()

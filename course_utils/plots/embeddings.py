@@ -1,10 +1,13 @@
 """2-D pictures of word vectors, and the numbers behind the embedding projector widget.
 
-- ``pca_2d(X)``: project the rows of ``X`` onto their two main directions (PCA via the SVD).
-- ``plot_projection(coords, labels, arrows=...)``: a labelled scatter of 2-D points, with arrows.
+- ``pca_2d(X, orient=None)``: project the rows of ``X`` onto their two main directions (PCA via
+  the SVD), each direction's sign fixed so the picture never flips.
+- ``plot_projection(coords, labels, arrows=...)``: a labelled scatter of 2-D points, with arrows;
+  the labels are moved apart (``adjustText``) so that none hides another.
 - ``word_projection(words, glove)``: GloVe words projected with ``pca_2d``.
-- ``analogy_projection(a, b, c, words, ...)``: "a is to b as c is to ?" answered by an
-  ``analogy`` function (yours or the reference), projected with the words and drawn by
+- ``analogy_projection(a, b, c, words, analogy_fn)``: "a is to b as c is to ?", with the point
+  b − a + c, answered by the ``analogy`` you pass (02_cosine_similarity's exercise; without one
+  the picture shows where the answer should be), projected with the words and drawn by
   ``plot_analogy`` as two arrows, a → b and c → answer.
 
 matplotlib is imported inside the functions: importing this module is cheap.
@@ -24,13 +27,15 @@ class PCA2D(NamedTuple):
     explained: np.ndarray   # (2,) share of the total variance along each direction
 
 
-def pca_2d(X) -> PCA2D:
+def pca_2d(X, orient=None) -> PCA2D:
     """The rows of ``X`` (n, d) seen along their two directions of largest variance.
 
     Centre the rows, ``Xc = X - mean``, take the SVD ``Xc = U S Vᵀ``; the first two rows of
     ``Vᵀ`` are the directions, and ``coords = Xc @ Vᵀ[:2].T`` (equal to ``U[:, :2] * S[:2]``).
-    The sign of each direction is fixed so that its largest entry is positive, which makes the
-    picture the same on every machine.
+    A direction and its opposite are equally good, so the sign is fixed: direction i points
+    the way of ``orient[i]`` (a (2, d) pair of vectors, e.g. b − a and c − a of an analogy,
+    which keeps a picture upright while words come and go), or, without ``orient``, the way
+    that makes its largest entry positive.
     """
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] < 2:
@@ -41,8 +46,12 @@ def pca_2d(X) -> PCA2D:
     comps = np.zeros((2, X.shape[1]))
     m = min(2, Vt.shape[0])
     comps[:m] = Vt[:m]
+    guide = None if orient is None else np.asarray(orient, dtype=np.float64).reshape(2, -1)
     for i in range(m):  # deterministic signs
-        if comps[i, np.argmax(np.abs(comps[i]))] < 0:
+        along = comps[i] @ guide[i] if guide is not None else 0.0
+        if along == 0.0:
+            along = comps[i, np.argmax(np.abs(comps[i]))]
+        if along < 0:
             comps[i] = -comps[i]
     var = S**2
     explained = np.zeros(2)
@@ -59,13 +68,17 @@ class ProjectionPlot(NamedTuple):
 
 def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, int]] = (),
                     ax=None, title: str | None = None, colors=None,
-                    explained=None, also_fit=None) -> ProjectionPlot:
+                    explained=None, also_fit=None, also_avoid=(),
+                    figsize=(7.5, 5.6)) -> ProjectionPlot:
     """Scatter of 2-D points with a text label each, and arrows from point i to point j.
 
     ``arrows`` is a list of index pairs ``(i, j)`` into ``coords``; ``colors`` one colour per
     point (default: all blue); ``explained`` (2,) adds the variance shares to the axis labels;
-    ``also_fit`` (m, 2) are points drawn later that the axis limits must include.
-    Returns ``ProjectionPlot(fig, ax, coords)``.
+    ``also_fit`` (m, 2) are points drawn later that the axis limits must include, and
+    ``also_avoid`` segments ``((x0, y0), (x1, y1))`` drawn later. The labels start next to their
+    points and are then pushed apart by ``adjustText`` until none overlaps another, a point or
+    an arrow (a thin line joins a label moved far to its point).
+    Returns ``ProjectionPlot(fig, ax, coords)``; the labels are ``ax.texts``.
     """
     import matplotlib.pyplot as plt
 
@@ -74,21 +87,18 @@ def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, i
     if P.ndim != 2 or P.shape[1] != 2 or len(P) != len(labels):
         raise ValueError(f"need (n, 2) coordinates and n labels, got {P.shape} and {len(labels)}")
     if ax is None:
-        _, ax = plt.subplots(figsize=(6.5, 5.0))
+        _, ax = plt.subplots(figsize=figsize)
     fig = ax.figure
     colors = ["tab:blue"] * len(P) if colors is None else list(colors)
     ax.scatter(P[:, 0], P[:, 1], c=colors, s=36, zorder=3)
     B = P if also_fit is None else np.vstack([P, np.asarray(also_fit, float).reshape(-1, 2)])
     span = float(np.ptp(B, axis=0).max()) or 1.0
-    for (x, y), label in zip(P, labels):
-        ax.annotate(label, (x, y), xytext=(4, 4), textcoords="offset points", fontsize=10,
-                    zorder=4)
     for i, j in arrows:
         ax.annotate("", xy=P[j], xytext=P[i], zorder=2,
                     arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=1.6,
                                     shrinkA=4, shrinkB=4))
     pad = 0.12 * span
-    ax.set_xlim(B[:, 0].min() - pad, B[:, 0].max() + 2 * pad)  # room for labels on the right
+    ax.set_xlim(B[:, 0].min() - pad, B[:, 0].max() + pad)
     ax.set_ylim(B[:, 1].min() - pad, B[:, 1].max() + pad)
     ax.axhline(0, color="0.85", lw=0.8, zorder=1)
     ax.axvline(0, color="0.85", lw=0.8, zorder=1)
@@ -100,7 +110,23 @@ def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, i
         ax.set_ylabel("PC 2")
     if title:
         ax.set_title(title)
+    segments = [(P[i], P[j]) for i, j in arrows] + [tuple(map(np.asarray, s)) for s in also_avoid]
+    along = np.linspace(0.0, 1.0, 12)[1:-1, None]  # points along each arrow, ends excluded
+    obstacles = np.vstack([B] + [(1 - along) * p0 + along * p1 for p0, p1 in segments])
+    _place_labels(ax, P, labels, obstacles)
     return ProjectionPlot(fig, ax, P)
+
+
+def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray) -> None:
+    """One label per point, moved by adjustText until no two overlap (deterministic)."""
+    from adjustText import adjust_text
+
+    texts = [ax.text(x, y, label, fontsize=10, zorder=4, ha="left", va="bottom")
+             for (x, y), label in zip(P, labels)]
+    if len(texts) > 1:
+        adjust_text(texts, x=obstacles[:, 0], y=obstacles[:, 1], ax=ax,
+                    expand=(1.15, 1.4), ensure_inside_axes=True, min_arrow_len=12,
+                    arrowprops=dict(arrowstyle="-", color="0.55", lw=0.6))
 
 
 def parse_words(text: str) -> list[str]:
@@ -158,72 +184,59 @@ def plot_word_projection(proj: WordProjection, arrows: Sequence[tuple[str, str]]
 
 @dataclass(frozen=True)
 class AnalogyProjection:
-    """One analogy "a : b :: c : answer", answered by ``analogy_fn``, in 2-D with its context."""
+    """One analogy "a : b :: c : answer" in 2-D with its context. ``answer`` is None when no
+    ``analogy`` function was given: the picture then shows where the answer should be."""
 
     a: str
     b: str
     c: str
-    answer: str               # the top answer of analogy_fn
-    answer_cosine: float      # its cosine with the target E[b] - E[a] + E[c]
-    neighbours: list[str]     # runners-up: the next nearest words to the target (excl. a, b, c)
+    answer: str | None        # the top answer of analogy_fn
+    neighbours: list[str]     # runners-up: analogy_fn's answers ranked 2, 3, …
     words: list[str]          # every word drawn, in the order of ``pca.coords``
     pca: PCA2D
     target: np.ndarray        # (2,) where E[b] - E[a] + E[c] itself lands in the picture
-    by: str                   # whose functions answered ("your analogy", "the reference", ...)
+    by: str                   # whose function answered ("your analogy", or "" for none)
 
     def index(self, word: str) -> int:
         return self.words.index(word)
 
 
 def analogy_projection(a: str, b: str, c: str, words: Sequence[str] | str = (),
-                       analogy_fn: Callable | None = None,
-                       most_similar_fn: Callable | None = None, neighbours: int = 0,
+                       analogy_fn: Callable | None = None, neighbours: int = 0,
                        glove=None) -> AnalogyProjection:
-    """Answer "a is to b as c is to ?" over all GloVe words and project it with ``words``.
+    """"a is to b as c is to ?" over all GloVe words, projected with ``words``.
 
-    ``analogy_fn(a_id, b_id, c_id, E, k=1)`` and ``most_similar_fn(query, E, k, exclude)`` follow
-    the 02_cosine_similarity contract; the reference is used for whichever is None. The
-    ``neighbours`` runners-up are the words ranked 2, 3, … nearest to the target.
+    ``analogy_fn(a_id, b_id, c_id, E, k)`` follows the 02_cosine_similarity contract: it returns
+    the ids of the ``k`` best answers, best first. The top one is the answer, the next
+    ``neighbours`` are the runners-up. Without ``analogy_fn`` there is no answer, and the
+    picture shows the words and the point b − a + c where the answer should lie.
+    The picture is oriented so that a → b points right and c lies above a.
     """
-    from course_grading.reference.similarity import analogy as ref_analogy
-    from course_grading.reference.similarity import cosine_similarity, most_similar as ref_most_similar
-
     glove = _glove(glove)
     E = glove.vectors
-    for w in (a, b, c):
-        glove.id(w)  # a clear KeyError for unknown words
-    ia, ib, ic = glove.id(a), glove.id(b), glove.id(c)
-    by = []
-    if analogy_fn is None:
-        analogy_fn = ref_analogy
-        by.append("reference analogy")
-    else:
-        by.append("your analogy")
-    got = np.atleast_1d(np.asarray(analogy_fn(ia, ib, ic, E, k=1)))
-    answer = glove.words[int(got[0])]
-    target_vec = E[ib].astype(np.float64) - E[ia] + E[ic]
-    runners: list[str] = []
-    if neighbours > 0:
-        if most_similar_fn is None:
-            most_similar_fn = ref_most_similar
-            by.append("reference most_similar")
-        else:
-            by.append("your most_similar")
-        ids = np.asarray(most_similar_fn(target_vec, E, k=neighbours + 1,
-                                         exclude=(ia, ib, ic))).tolist()
-        runners = [glove.words[int(i)] for i in ids if glove.words[int(i)] != answer][:neighbours]
+    ia, ib, ic = glove.id(a), glove.id(b), glove.id(c)  # a clear KeyError for unknown words
+    answer, runners = None, []
+    if analogy_fn is not None:
+        got = np.atleast_1d(np.asarray(analogy_fn(ia, ib, ic, E, k=neighbours + 1))).tolist()
+        if not got:
+            raise ValueError("your analogy returned no id")
+        answer = glove.words[int(got[0])]
+        runners = [glove.words[int(i)] for i in got[1:neighbours + 1]]
     extra = parse_words(words) if isinstance(words, str) else list(words)
-    drawn = list(dict.fromkeys([a, b, c, answer] + runners + [w for w in extra if w in glove]))
+    drawn = list(dict.fromkeys([a, b, c] + ([answer] if answer else []) + runners
+                               + [w for w in extra if w in glove]))
     X = E[glove.ids(drawn)].astype(np.float64)
-    pca = pca_2d(X)
-    target = (target_vec - pca.mean) @ pca.components.T
-    return AnalogyProjection(a, b, c, answer, cosine_similarity(target_vec, E[int(got[0])]),
-                             runners, drawn, pca, target, ", ".join(by))
+    Ea, Eb, Ec = (E[i].astype(np.float64) for i in (ia, ib, ic))
+    pca = pca_2d(X, orient=np.stack([Eb - Ea, Ec - Ea]))
+    target = (Eb - Ea + Ec - pca.mean) @ pca.components.T  # the star: b − a + c, projected
+    return AnalogyProjection(a, b, c, answer, runners, drawn, pca, target,
+                             "your analogy" if analogy_fn is not None else "")
 
 
 def plot_analogy(result: AnalogyProjection, ax=None) -> ProjectionPlot:
     """The words of an ``AnalogyProjection``: arrows a → b and c → answer (parallel when the
-    analogy works), the target b − a + c as a star, the runners-up in grey."""
+    analogy works), the target b − a + c as a star, the runners-up in grey. Without an answer,
+    a dashed arrow runs from c to the star."""
     colors = []
     for w in result.words:
         if w == result.answer:
@@ -235,11 +248,19 @@ def plot_analogy(result: AnalogyProjection, ax=None) -> ProjectionPlot:
         else:
             colors.append("tab:blue")
     i = result.index
-    arrows = [(i(result.a), i(result.b)), (i(result.c), i(result.answer))]
-    title = f"{result.a} : {result.b} :: {result.c} : {result.answer}"
+    arrows = [(i(result.a), i(result.b))]
+    if result.answer is not None:
+        arrows.append((i(result.c), i(result.answer)))
+    title = f"{result.a} : {result.b} :: {result.c} : {result.answer or '?'}"
+    dashed = (result.pca.coords[i(result.c)], result.target)
     out = plot_projection(result.pca.coords, result.words, arrows, ax=ax, title=title,
                           colors=colors, explained=result.pca.explained,
-                          also_fit=result.target[None])
+                          also_fit=result.target[None],
+                          also_avoid=[dashed] if result.answer is None else [])
+    if result.answer is None:
+        out.ax.annotate("", xy=dashed[1], xytext=dashed[0], zorder=2,
+                        arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=1.4, ls="--",
+                                        shrinkA=4, shrinkB=6))
     out.ax.scatter([result.target[0]], [result.target[1]], marker="*", s=160, c="tab:red",
                    edgecolors="k", linewidths=0.5, zorder=5,
                    label=f"{result.b} − {result.a} + {result.c}")

@@ -1,27 +1,27 @@
 """08_generation: what a decoder sees at each step, and where the trained model looks.
 
-- ``next_token_step(model, src_text, prefix_ids, ...)``: one decoding step on the dates model:
-  the next-token distribution before and after temperature / top-k / top-p, the token a
-  greedy or sampling decoder would pick, and the cross-attention of the step.
-- ``plot_next_token(step)``: bars of that distribution (raw and filtered).
+- ``next_token_step(model, src_text, prefix_ids, causal_mask, ..., sample_fn)``: one decoding
+  step on the dates model: the model's next-token distribution, what your
+  ``sample_next_token`` makes of it under temperature / top-k / top-p (the share of many draws),
+  the token a greedy or sampling decoder picks, and the cross-attention of the step.
+- ``plot_next_token(step)``: bars of those two distributions.
 - ``temperature_curves(logits, temperatures)`` / ``plot_temperatures``: one distribution at
   several temperatures.
-- ``cross_attention(model, src_text, output_ids)`` / ``plot_cross_attention``: source words ×
-  output characters, the alignment the model learned.
+- ``cross_attention(model, src_text, output_ids, causal_mask)`` / ``plot_cross_attention``:
+  source words × output characters, the alignment the model learned.
 
-Every function returns the numbers it drew. matplotlib is imported inside the functions.
+The model's own masks come from the functions you pass (``causal_mask`` of 03_attention); a
+single source sentence has no padding, so it needs no padding mask. Every function returns the
+numbers it drew. matplotlib is imported inside the functions.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from course_grading.reference.attention import causal_mask
-from course_grading.reference.decoder import make_padding_mask
-from course_grading.reference.generation import filter_logits
 from ..toy_task import Tokenizer, source_tokenizer, target_tokenizer
 from .attention import AttentionPlot, plot_attention
 from .transformer import attention_maps
@@ -36,21 +36,21 @@ def _src(src_text: str, src_tok: Tokenizer, device) -> torch.Tensor:
 
 
 @torch.no_grad()
-def cross_attention(model, src_text: str, output_ids: Sequence[int],
+def cross_attention(model, src_text: str, output_ids: Sequence[int], causal_mask: Callable,
                     src_tok: Tokenizer | None = None) -> torch.Tensor:
     """Cross-attention weights while the model writes ``output_ids`` (starting with <bos>).
 
     Row i is what the decoder looked at in the source while predicting output_ids[i + 1].
+    ``causal_mask(size, device=...)`` masks the decoder's self-attention (03_attention's).
     Returns (layers, heads, len(output_ids) - 1, source tokens) on the CPU.
     """
     src_tok = src_tok or source_tokenizer()
     device = _device(model)
-    src = _src(src_text, src_tok, device)  # (1, s)
+    src = _src(src_text, src_tok, device)  # (1, s), no padding: no source mask needed
     ys = torch.as_tensor(list(output_ids), dtype=torch.long, device=device)[None, :-1]  # (1, t)
     if ys.size(1) == 0:
         raise ValueError("output_ids should hold <bos> and at least one generated token")
-    maps = attention_maps(model, src, ys, make_padding_mask(src, src_tok.pad_id),
-                          causal_mask(ys.size(1), device=device))
+    maps = attention_maps(model, src, ys, None, causal_mask(ys.size(1), device=device))
     return torch.stack([w[0] for w in maps["cross"]])  # (layers, heads, t, s)
 
 
@@ -74,53 +74,80 @@ class Step:
     prefix: list[int]          # ids so far, starting with <bos>
     labels: list[str]          # target vocabulary, as text
     probs: np.ndarray          # (V,) softmax(logits), temperature 1
-    filtered: np.ndarray       # (V,) after temperature, top-k, top-p, renormalised
-    chosen: int                # the id greedy (argmax of filtered) or sampling picked
+    filtered: np.ndarray | None  # (V,) share of `draws` draws by sample_fn (None without it)
+    draws: int                 # how many draws `filtered` counts
+    chosen: int                # the id greedy (the most likely) or sampling picked
     attention: np.ndarray      # (t, s) cross-attention rows so far (last layer, mean of heads)
 
 
 @torch.no_grad()
-def next_token_step(model, src_text: str, prefix: Sequence[int], temperature: float = 1.0,
-                    top_k: int | None = None, top_p: float | None = None, sample: bool = False,
-                    generator: torch.Generator | None = None, src_tok: Tokenizer | None = None,
+def next_token_step(model, src_text: str, prefix: Sequence[int], causal_mask: Callable,
+                    temperature: float = 1.0, top_k: int | None = None,
+                    top_p: float | None = None, sample_fn: Callable | None = None,
+                    sample: bool = False, generator: torch.Generator | None = None,
+                    draws: int = 4000, src_tok: Tokenizer | None = None,
                     tgt_tok: Tokenizer | None = None) -> Step:
     """Run the model on ``src_text`` and ``prefix`` (ids starting with <bos>) and describe the
-    next-token choice: greedy takes the most likely filtered token, ``sample=True`` draws one."""
+    next-token choice.
+
+    ``sample_fn`` is 08's ``sample_next_token(logits, temperature, top_k, top_p, generator)``
+    (yours): ``filtered`` is the share of ``draws`` draws it makes from this step's logits (a
+    fixed seed, so the bars hold still), and ``sample=True`` draws the token with
+    ``generator``. Greedy picks the most likely token: the filters always keep it, so it is
+    the same before and after them.
+    """
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
     device = _device(model)
     src = _src(src_text, src_tok, device)
-    src_mask = make_padding_mask(src, src_tok.pad_id)
     ys = torch.as_tensor(list(prefix), dtype=torch.long, device=device)[None]  # (1, t)
-    logits = model.decode(ys, model.encode(src, src_mask), causal_mask(ys.size(1), device=device),
-                          src_mask)[0, -1].double().cpu()  # (V,)
-    filtered = torch.softmax(filter_logits(logits[None], temperature, top_k, top_p), -1)[0]
+    logits = model.decode(ys, model.encode(src), causal_mask(ys.size(1), device=device))
+    logits = logits[:, -1].float()  # (1, V) the next token
+    probs = torch.softmax(logits[0].double(), -1).cpu()  # (V,)
+    filtered = None
+    if sample_fn is not None:
+        fixed = torch.Generator(device=logits.device).manual_seed(0)
+        many = sample_fn(logits.expand(draws, -1), temperature, top_k, top_p, fixed)  # (draws,)
+        counts = torch.bincount(torch.as_tensor(many).reshape(-1).cpu(),
+                                minlength=len(probs))[: len(probs)]
+        filtered = (counts.double() / draws).numpy()
     if sample:
-        chosen = int(torch.multinomial(filtered, 1, generator=generator))
+        if sample_fn is None:
+            raise ValueError("sampling needs a sample_fn (your sample_next_token)")
+        chosen = int(torch.as_tensor(sample_fn(logits, temperature, top_k, top_p,
+                                               generator)).reshape(-1)[0])
     else:
-        chosen = int(filtered.argmax())
-    attn = cross_attention(model, src_text, list(prefix) + [chosen], src_tok)[-1].mean(0)
+        chosen = int(probs.argmax())
+    attn = cross_attention(model, src_text, list(prefix) + [chosen], causal_mask,
+                           src_tok)[-1].mean(0)
     return Step(src_tok.tokenize(src_text), [int(t) for t in prefix], list(tgt_tok.itos),
-                torch.softmax(logits, -1).numpy(), filtered.numpy(), chosen, attn.numpy())
+                probs.numpy(), filtered, draws, chosen, attn.numpy())
 
 
 def plot_next_token(step: Step, ax=None, title: str | None = None):
-    """Bars of the next-token distribution: grey = the model's, blue = after the filters.
-    The chosen token's bar is outlined. Returns the Axes."""
+    """Bars of the next-token distribution: grey = the model's, blue = what the filters leave
+    (the share of the draws). The chosen token's bar is outlined in red. Returns the Axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3))
+        _, ax = plt.subplots(figsize=(6.4, 3.2))
     x = np.arange(len(step.labels))
-    ax.bar(x - 0.2, step.probs, width=0.4, color="0.7", label="model (T = 1)")
-    bars = ax.bar(x + 0.2, step.filtered, width=0.4, color="C0", label="after the filters")
+    wide = step.filtered is not None
+    bars = ax.bar(x - 0.2 * wide, step.probs, width=0.4 if wide else 0.7, color="0.7",
+                  label="model (T = 1)")
+    if wide:
+        bars = ax.bar(x + 0.2, step.filtered, width=0.4, color="C0",
+                      label=f"your sample_next_token ({step.draws:,} draws)")
     bars[step.chosen].set_edgecolor("C3")
     bars[step.chosen].set_linewidth(2)
     ax.set_xticks(x, [lab.strip("<>") if len(lab) > 1 else lab for lab in step.labels],
                   rotation=60)
     ax.set_ylim(0, 1)
     ax.set_ylabel("probability")
-    ax.legend(loc="upper right", fontsize=8)
-    ax.set_title(title or "next-token distribution")
+    # the legend goes above the axes, where no bar can be (a bar may reach any height inside
+    # them), and the title above the legend
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2 if wide else 1, fontsize=8,
+              frameon=False, borderaxespad=0.1, handlelength=1.2, columnspacing=1.0)
+    ax.set_title(title or "next-token distribution", fontsize=10, pad=18)
     return ax
 
 
@@ -144,5 +171,6 @@ def plot_temperatures(logits, labels: Sequence[str], temperatures=(0.5, 1.0, 2.0
         ax.bar(x + (i - (len(temperatures) - 1) / 2) * width, probs[i], width, label=f"T = {t}")
     ax.set_xticks(x, list(labels))
     ax.set_ylabel("probability")
-    ax.legend()
+    # beside the axes, so that no bar is hidden whatever its height, and clear of any title
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
     return ax, probs

@@ -3,10 +3,11 @@
 - ``demo_module(num_heads, seed)``: a MultiHeadAttention over the 50-d GloVe vectors whose heads
   each compare words in their own random 50/num_heads-dimensional view of the space (W_Q = W_K =
   one block of a fixed random rotation; W_V = W_O = identity). Untrained, but every head differs.
-- ``head_attention(sentence, num_heads, mha_class)``: run it (or the learner's class loaded with
-  the same weights) on a sentence's GloVe vectors; returns the (h, n, n) weights.
-- ``plot_heads(weights, tokens, head, query)``: the heads side by side as small heatmaps, the
-  picked head framed, the picked query's row boxed, and that row as bars underneath.
+- ``head_attention(sentence, num_heads, mha_class)``: build the learner's class with those
+  weights and run it on a sentence's GloVe vectors; returns the (h, n, n) weights.
+- ``plot_heads(weights, tokens, head, query)``: the heads side by side as small heatmaps with
+  one colour bar, the picked head framed, the picked query's row boxed, and that row as bars
+  underneath.
 """
 from __future__ import annotations
 
@@ -21,22 +22,17 @@ from .attention import _as_numpy, tokenize
 DEMO_SENTENCE = "the animal did not cross the street because it was too tired"
 
 
-def demo_module(num_heads: int = 5, seed: int = 0, sharpness: float = 4.0, mha_class=None):
-    """A MultiHeadAttention(50, num_heads) with fixed weights (see the module docstring).
-
-    ``mha_class`` builds the module (the learner's class; the reference when None) and the
-    weights are loaded by name, so the learner's code runs on exactly these weights.
-    """
+def demo_module(mha_class, num_heads: int = 5, seed: int = 0, sharpness: float = 4.0):
+    """``mha_class(50, num_heads)`` (04's ``MultiHeadAttention``, the learner's) with fixed
+    weights (see the module docstring), loaded by name: the learner's code runs on exactly
+    these weights."""
     import torch
 
-    from course_grading.reference.multi_head import MultiHeadAttention
-
     d_model = 50
-    cls = mha_class or MultiHeadAttention
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         rotation, _ = torch.linalg.qr(torch.randn(d_model, d_model))  # (50, 50) orthogonal
-        module = cls(d_model, num_heads)
+        module = mha_class(d_model, num_heads)
     eye = torch.eye(d_model)
     weights = {"q_proj.weight": math.sqrt(sharpness) * rotation.T,
                "k_proj.weight": math.sqrt(sharpness) * rotation.T,
@@ -62,9 +58,10 @@ class HeadAttention:
         return [t if k else f"{t}?" for t, k in zip(self.tokens, self.known)]
 
 
-def head_attention(sentence: str = DEMO_SENTENCE, num_heads: int = 5, mha_class=None,
-                   seed: int = 0, vectors=None) -> HeadAttention:
-    """Self-attention of the sentence's GloVe vectors through ``demo_module``; weights per head."""
+def head_attention(sentence: str, num_heads: int, mha_class, seed: int = 0,
+                   vectors=None) -> HeadAttention:
+    """Self-attention of the sentence's GloVe vectors through ``demo_module(mha_class)``;
+    weights per head."""
     import torch
 
     from ..glove import load_glove
@@ -77,7 +74,7 @@ def head_attention(sentence: str = DEMO_SENTENCE, num_heads: int = 5, mha_class=
     X = np.stack([glove[t] if k else np.zeros(glove.dim, np.float32)
                   for t, k in zip(tokens, known)])
     x = torch.tensor(X, dtype=torch.float32)[None]  # (1, n, 50)
-    module = demo_module(num_heads, seed, mha_class=mha_class)
+    module = demo_module(mha_class, num_heads, seed)
     with torch.no_grad():
         _, w = module(x, x, x)  # (1, h, n, n)
     w = _as_numpy(w)
@@ -114,7 +111,7 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
         if value is not None and not 0 <= value < top:
             raise ValueError(f"{name} must be in 0 … {top - 1}, got {value}")
     if fig is None:
-        fig = plt.figure(figsize=(max(10.0, 2.3 * h), 5.6 if query is not None else 3.2))
+        fig = plt.figure(figsize=(9.4, 5.8 if query is not None else 3.4))
     else:
         fig.clear()
     rows = 2 if query is not None else 1
@@ -124,7 +121,7 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
     top = max(float(w.max()), 1e-6)  # one colour scale for all heads, up to the largest weight
     for i in range(h):
         ax = fig.add_subplot(grid[0, i])
-        ax.imshow(w[i], cmap=cmap, vmin=0.0, vmax=top, aspect="auto")
+        image = ax.imshow(w[i], cmap=cmap, vmin=0.0, vmax=top, aspect="auto")
         ax.set_xticks(range(k), tokens, rotation=90, fontsize=7)
         ax.set_yticks(range(n), tokens if i == 0 else [""] * n, fontsize=7)
         ax.set_title(f"head {i}", fontsize=9, color="tab:red" if i == head else "black")
@@ -135,6 +132,9 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
         if query is not None:
             ax.add_patch(Rectangle((-0.5, query - 0.5), k, 1, fill=False, ec="tab:red", lw=1.5))
         axes.append(ax)
+    colorbar = fig.colorbar(image, ax=axes, fraction=0.025, pad=0.015, aspect=15)
+    colorbar.set_label("weight", fontsize=8)
+    colorbar.ax.tick_params(labelsize=7)
     row = None
     if query is not None:
         pick = 0 if head is None else head

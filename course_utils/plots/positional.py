@@ -4,7 +4,8 @@
 - ``position_similarity(pe, pos)``: PE[pos] · PE[j] for every position j.
 - ``plot_position_similarity(pe, pos)``: that curve.
 - ``wavelengths(d_model, base)``: 2π · base^(2i/d_model), the period of each sin/cos pair.
-- ``plot_explorer(d_model, pos, ...)``: the heatmap and the similarity curve together.
+- ``plot_explorer(encoding_fn, d_model, pos, max_len)``: the heatmap and the similarity curve
+  together, for the table your function builds.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def plot_encoding(pe, ax=None, title: str | None = None, colorbar: bool = True,
         fig, ax = plt.subplots(figsize=(6.2, 5.0))
     fig = ax.figure
     image = ax.imshow(table, cmap="RdBu", vmin=-1.0, vmax=1.0, aspect="auto",
-                      interpolation="nearest")
+                      interpolation="antialiased")  # long tables: no moiré
     ax.set_xlabel("feature (column 2i = sin, 2i+1 = cos)")
     ax.set_ylabel("position")
     ax.set_title(title or f"sinusoidal positional encoding, {table.shape[0]} × {table.shape[1]}")
@@ -83,32 +84,31 @@ class ExplorerPlot(NamedTuple):
     similarity: np.ndarray  # (max_len,)
 
 
-def plot_explorer(d_model: int = 100, pos: int = 20, max_len: int = 100, base: float = 10000.0,
-                  encoding_fn: Callable | None = None, fig=None) -> ExplorerPlot:
+def plot_explorer(encoding_fn: Callable, d_model: int = 100, pos: int = 20, max_len: int = 100,
+                  fig=None) -> ExplorerPlot:
     """The widget's picture: the table with row ``pos`` marked, and PE[pos] · PE[j] for all j.
 
-    ``encoding_fn(max_len, d_model)`` builds the table (the learner's function); when None, or
-    for a base other than 10000, the reference is used.
+    ``encoding_fn(max_len, d_model)`` builds the table: 05's ``sinusoidal_positional_encoding``
+    (the learner's). The dotted line is ‖PE[pos]‖² = d_model/2, the height of the peak.
     """
     import matplotlib.pyplot as plt
 
-    from course_grading.reference.positional import sinusoidal_positional_encoding
-
-    if encoding_fn is not None and base == 10000.0:
-        table = encoding_fn(max_len, d_model)
-    else:
-        table = sinusoidal_positional_encoding(max_len, d_model, base=base)
-    table = _as_numpy(table)
+    table = _as_numpy(encoding_fn(max_len, d_model))
+    if table.shape != (max_len, d_model):
+        raise ValueError(f"the table has shape {table.shape}, expected ({max_len}, {d_model})")
     if fig is None:
-        fig = plt.figure(figsize=(12.5, 4.6))
+        fig = plt.figure(figsize=(9.6, 4.2))
     else:
         fig.clear()
-    grid = fig.add_gridspec(1, 2, width_ratios=[1, 1.15], wspace=0.3)
+    grid = fig.add_gridspec(1, 2, width_ratios=[1, 1.15], wspace=0.32)
     ax_t, ax_s = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
     plot_encoding(table, ax=ax_t, mark=pos,
-                  title=f"PE table: {max_len} positions × d_model = {d_model}, base {base:g}")
+                  title=f"PE table: {max_len} positions × d_model = {d_model}")
     sims = plot_position_similarity(table, pos, ax=ax_s).values
-    ax_s.set_ylim(min(0.0, float(sims.min())) - 1, d_model / 2 + 2)
+    ax_s.set_ylim(min(0.0, float(sims.min())) - 0.05 * d_model, d_model / 2 * 1.15)
     ax_s.axhline(d_model / 2, color="gray", lw=0.8, ls=":")
-    ax_s.text(0, d_model / 2, " ‖PE‖² = d_model/2", va="bottom", fontsize=8, color="gray")
+    ax_s.annotate(f"‖PE‖² = d_model/2 = {d_model / 2:g}", xy=(1.0, d_model / 2),
+                  xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
+                  ha="right", va="bottom", fontsize=9, color="0.3",
+                  bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.9))
     return ExplorerPlot(fig, (ax_t, ax_s), table, sims)

@@ -43,8 +43,8 @@ def two_vectors(angle_deg: float, len_u: float = 1.0, len_v: float = 1.0) -> Vec
     t = math.radians(angle_deg)
     u = np.array([len_u, 0.0])
     v = len_v * np.array([math.cos(t), math.sin(t)])
-    dot = float(u @ v)
-    return VectorPair(float(angle_deg), u, v, dot / (len_u * len_v), dot,
+    cosine = math.cos(t)  # the angle is known here: no need to measure it
+    return VectorPair(float(angle_deg), u, v, cosine, len_u * len_v * cosine,
                       float(np.linalg.norm(u - v)))
 
 

@@ -11,48 +11,54 @@ from typing import Callable
 from ..device import grading
 
 
-def attention_explorer(attention_fn: Callable | None = None,
+def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None = None,
                        sentence: str = "we sat on the bank of the river",
                        scale: float | None = None, causal: bool = False):
     """Heatmap of GloVe self-attention for a typed sentence, with the scores divided by a slider.
 
-    ``attention_fn`` is your ``scaled_dot_product_attention`` (the reference when None, or when
-    yours is not written yet). Returns the ipywidgets container, or None while grading.
+    ``attention_fn`` is your ``scaled_dot_product_attention`` and ``causal_mask_fn`` your
+    ``causal_mask``: the widget runs them, and says so when one is not written yet.
+    Returns the ipywidgets container, or None while grading.
     """
     if grading():
         return None
     import ipywidgets as W
-    import matplotlib.pyplot as plt
 
-    from ..plots.attention import figure_png, plot_sentence_attention, sentence_attention
-    from course_grading.reference.attention import scaled_dot_product_attention as reference_fn
+    from ..plots.attention import plot_sentence_attention, sentence_attention
+    from .picture import Picture
 
-    state = {"fn": attention_fn or reference_fn,
-             "who": "your function" if attention_fn else "the reference"}
     text = W.Text(value=sentence, description="sentence", continuous_update=False,
                   layout=W.Layout(width="560px"))
     slider = W.FloatLogSlider(value=scale or math.sqrt(50), base=10, min=0, max=3, step=0.05,
                               description="divide by", readout_format=".3g",
                               continuous_update=False, layout=W.Layout(width="420px"))
-    mask_box = W.Checkbox(value=causal, description="causal mask", indent=False)
+    mask_box = W.Checkbox(value=causal, description="causal mask", indent=False,
+                          disabled=causal_mask_fn is None)
     status = W.HTML()
-    image = W.Image(format="png")
-    ui = W.VBox([text, W.HBox([slider, mask_box]), status, image])
+    picture = Picture()
+    ui = W.VBox([text, W.HBox([slider, mask_box]), status, picture.message, picture.image])
+    ui.add_class("course-widget")
+    ui.controls = {"sentence": text, "scale": slider, "causal": mask_box, "status": status,
+                   "image": picture.image, "message": picture.message}
 
     def redraw(*_):
         try:
-            result = sentence_attention(text.value, slider.value, mask_box.value, state["fn"])
+            result = sentence_attention(text.value, attention_fn, slider.value, mask_box.value,
+                                        causal_mask_fn)
         except NotImplementedError:
-            state["fn"], state["who"] = reference_fn, "the reference (yours is not written yet)"
-            return redraw()
-        except Exception as exc:  # a typo in the box, or a bug in the learner's function
-            status.value = f"<span style='color:#b00'>{type(exc).__name__}: {exc}</span>"
+            status.value = ""
+            which = "causal_mask" if mask_box.value else "scaled_dot_product_attention"
+            picture.fail(f"Your {which} is not written yet: write it above, run its cell, "
+                         "then run this cell again.")
             return
-        fig = plot_sentence_attention(result).fig
-        image.value = figure_png(fig)
-        plt.close(fig)
-        status.value = (f"<small>attention by {state['who']}; √d_k = √50 ≈ 7.07; "
-                        "mean row entropy "
+        except Exception as exc:  # a typo in the box, or a bug in the learner's function
+            status.value = ""
+            picture.fail(exc)
+            return
+        picture.show(plot_sentence_attention(result).fig)
+        status.value = ("<small>attention by your <code>scaled_dot_product_attention</code>"
+                        + (" and <code>causal_mask</code>" if result.causal else "")
+                        + "; √d_k = √50 ≈ 7.07; mean row entropy "
                         f"{result.entropy.mean():.2f} nats</small>")
         ui.result = result  # the numbers drawn, for whoever wants them
 

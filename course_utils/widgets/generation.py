@@ -1,77 +1,120 @@
-"""A decoding stepper: write a translation one token at a time and watch each choice.
+"""The 08_generation widget: step through decoding one token at a time.
 
 Thin: :func:`course_utils.plots.generation.next_token_step` does the work (one step of the
-model, the filters, the choice, the cross-attention), :func:`plot_next_token` and
+model, your sampler's answer, the cross-attention), :func:`plot_next_token` and
 :func:`plot_attention` draw it; the widget wires buttons and sliders to them.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import html
+from typing import Callable, Sequence
 
 from ..device import grading
 from ..plots.attention import plot_attention
 from ..plots.generation import next_token_step, plot_next_token
 
 
-def decoding_stepper(model, sources: Sequence[str], src_tok=None, tgt_tok=None,
+def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
+                     sample_fn: Callable | None = None, src_tok=None, tgt_tok=None,
                      max_len: int = 12, seed: int = 0):
     """Step through decoding ``sources`` (a list of source sentences) with ``model``.
 
-    "next token" appends the greedy (or sampled) choice, "reset" starts again from <bos>.
-    Temperature, top-k and top-p reshape the bars on the right of each step; the heatmap shows
-    the cross-attention row of every token written so far. Returns the ipywidgets container,
-    or None while grading.
+    ``causal_mask`` is 03's (the decoder's self-attention mask) and ``sample_fn`` your
+    ``sample_next_token``: it draws the token in "sample" mode and, from many draws, the blue
+    bars (what temperature, top-k and top-p leave); until it is written, only greedy decoding
+    is offered. "next token" appends the greedy (or sampled) choice, "reset" starts again from
+    <bos>; the heatmap shows the cross-attention row of every token written so far. Returns
+    the ipywidgets container, or None while grading.
     """
     if grading():
         return None
-    import ipywidgets as widgets
+    import ipywidgets as W
     import matplotlib.pyplot as plt
     import torch
-    from IPython.display import display
 
     from ..toy_task import source_tokenizer, target_tokenizer
+    from .picture import Picture
 
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
-    source = widgets.Dropdown(options=list(sources), description="source",
-                              layout=widgets.Layout(width="520px"))
-    temperature = widgets.FloatLogSlider(1.0, base=10, min=-1, max=1, step=0.05,
-                                         description="temperature")
-    top_k = widgets.IntSlider(len(tgt_tok), 1, len(tgt_tok), description="top-k")
-    top_p = widgets.FloatSlider(1.0, min=0.05, max=1.0, step=0.05, description="top-p")
-    mode = widgets.ToggleButtons(options=["greedy", "sample"], description="pick")
-    step_btn = widgets.Button(description="next token", button_style="primary")
-    reset_btn = widgets.Button(description="reset")
-    status = widgets.HTML()
-    out = widgets.Output()
-    state = {"prefix": [tgt_tok.bos_id], "gen": torch.Generator().manual_seed(seed)}
+    label = {"description_width": "100px"}  # wide enough for "temperature" in full
+    source = W.Dropdown(options=list(sources), description="source", style=label,
+                        layout=W.Layout(width="560px"))
+    temperature = W.FloatLogSlider(1.0, base=10, min=-1, max=1, step=0.05,
+                                   description="temperature", style=label,
+                                   continuous_update=False, layout=W.Layout(width="360px"))
+    top_k = W.IntSlider(len(tgt_tok), 1, len(tgt_tok), description="top-k",
+                        style={"description_width": "45px"}, continuous_update=False,
+                        layout=W.Layout(width="270px"))
+    top_p = W.FloatSlider(1.0, min=0.05, max=1.0, step=0.05, description="top-p",
+                          style={"description_width": "45px"}, continuous_update=False,
+                          layout=W.Layout(width="270px"))
+    # the label "pick" is a widget of its own: as the menu's description it takes a line
+    pick = W.Label("pick", layout=W.Layout(width="100px", justify_content="flex-end",
+                                           margin="0 8px 0 0"))
+    mode = W.ToggleButtons(options=["greedy", "sample"], layout=W.Layout(width="auto"))
+    mode.style.button_width = "80px"
+    step_btn = W.Button(description="next token", button_style="primary",
+                        layout=W.Layout(width="120px", margin="0 0 0 16px"))
+    reset_btn = W.Button(description="reset", layout=W.Layout(width="80px"))
+    status = W.HTML()
+    picture = Picture()
+    ui = W.VBox([source, W.HBox([temperature, top_k, top_p]),
+                 W.HBox([pick, mode, step_btn, reset_btn], layout=W.Layout(align_items="center")),
+                 status, picture.message, picture.image])
+    ui.add_class("course-widget")
+    ui.controls = {"source": source, "temperature": temperature, "top_k": top_k,
+                   "top_p": top_p, "mode": mode, "next": step_btn, "reset": reset_btn,
+                   "status": status, "image": picture.image, "message": picture.message}
+    state = {"prefix": [tgt_tok.bos_id], "gen": torch.Generator().manual_seed(seed),
+             "sample_fn": sample_fn, "note": ""}
+    if sample_fn is None:
+        mode.disabled = True
+        state["note"] = "sampling needs your <code>sample_next_token</code> (exercise 2)"
 
     def current():
-        return next_token_step(model, source.value, state["prefix"], temperature.value,
-                               top_k.value, top_p.value, mode.value == "sample", state["gen"],
-                               src_tok, tgt_tok)
+        device = next(model.parameters()).device
+        if state["gen"].device != device:
+            state["gen"] = torch.Generator(device=device).manual_seed(seed)
+        args = (model, source.value, state["prefix"], causal_mask, temperature.value,
+                top_k.value, top_p.value)
+        try:
+            return next_token_step(*args, state["sample_fn"], mode.value == "sample",
+                                   state["gen"], src_tok=src_tok, tgt_tok=tgt_tok)
+        except NotImplementedError:  # sample_next_token is not written yet: greedy only
+            state["sample_fn"] = None
+            state["note"] = "your <code>sample_next_token</code> is not written yet: greedy only"
+            with mode.hold_trait_notifications():
+                mode.value, mode.disabled = "greedy", True
+            return next_token_step(*args, None, False, src_tok=src_tok, tgt_tok=tgt_tok)
 
     def draw(*_):
-        step = state["step"] = current()
+        try:
+            step = state["step"] = current()
+        except Exception as exc:  # a bug in the learner's sampler
+            status.value = ""
+            picture.fail(exc)
+            return
         done = state["prefix"][-1] == tgt_tok.eos_id or len(state["prefix"]) >= max_len
         step_btn.disabled = done
         written = tgt_tok.decode(state["prefix"]) or "∅"
-        nxt = "(finished)" if done else f"next: <b>{tgt_tok.itos[step.chosen]}</b>"
-        status.value = f"written so far: <code>{written}</code> &nbsp; {nxt}"
-        with out:
-            out.clear_output(wait=True)
-            fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6),
-                                           gridspec_kw={"width_ratios": [1.1, 1]})
-            plot_next_token(step, ax=ax1)
-            rows = [tgt_tok.itos[t] for t in state["prefix"][1:]] + [
-                "?" if done else f"→{tgt_tok.itos[step.chosen]}"]
-            attn = step.attention if not done else step.attention[:-1]
-            rows = rows if not done else rows[:-1]
-            if len(rows):
-                plot_attention(attn, rows, step.src_tokens, ax=ax2, annotate=False,
-                               colorbar=False, title="cross-attention (last layer, mean of heads)")
-            fig.tight_layout()
-            display(fig)
-            plt.close(fig)
+        nxt = "(finished)" if done else f"next: <b>{html.escape(tgt_tok.itos[step.chosen])}</b>"
+        note = f" &nbsp; <small>{state['note']}</small>" if state["note"] else ""
+        status.value = f"written so far: <code>{html.escape(written)}</code> &nbsp; {nxt}{note}"
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.7),
+                                       gridspec_kw={"width_ratios": [1.15, 1]})
+        plot_next_token(step, ax=ax1)
+        rows = [tgt_tok.itos[t] for t in state["prefix"][1:]] + [
+            "?" if done else f"→{tgt_tok.itos[step.chosen]}"]
+        attn = step.attention if not done else step.attention[:-1]
+        rows = rows if not done else rows[:-1]
+        if len(rows):
+            plot_attention(attn, rows, step.src_tokens, ax=ax2, annotate=False,
+                           colorbar=False, title="cross-attention (last layer, mean of heads)")
+            ax2.title.set_fontsize(10)
+        else:
+            ax2.set_axis_off()
+        fig.tight_layout()
+        picture.show(fig)
 
     def on_step(_):
         state["prefix"].append(state["step"].chosen)  # the choice shown, not a fresh draw
@@ -79,7 +122,7 @@ def decoding_stepper(model, sources: Sequence[str], src_tok=None, tgt_tok=None,
 
     def on_reset(*_):
         state["prefix"] = [tgt_tok.bos_id]
-        state["gen"] = torch.Generator().manual_seed(seed)
+        state["gen"] = torch.Generator(device=state["gen"].device).manual_seed(seed)
         draw()
 
     step_btn.on_click(on_step)
@@ -88,5 +131,4 @@ def decoding_stepper(model, sources: Sequence[str], src_tok=None, tgt_tok=None,
     for control in (temperature, top_k, top_p, mode):
         control.observe(draw, names="value")
     draw()
-    return widgets.VBox([source, widgets.HBox([temperature, top_k, top_p]),
-                         widgets.HBox([mode, step_btn, reset_btn]), status, out])
+    return ui

@@ -1,4 +1,4 @@
-"""The 04_multi_head_attention widget: every head of a MultiHeadAttention on a real sentence.
+"""The 04_multi_head_attention widget: every head of your MultiHeadAttention on a real sentence.
 
 Thin on purpose: ``course_utils.plots.multi_head`` computes and draws; this wires a head
 slider, a query-token dropdown and a sentence box to it.
@@ -9,23 +9,22 @@ from ..device import grading
 from ..plots.multi_head import DEMO_SENTENCE
 
 
-def head_viewer(mha_class=None, sentence: str = DEMO_SENTENCE, num_heads: int = 5,
-                head: int = 0, query: str | None = "it"):
+def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, head: int = 0,
+                query: str | None = "it"):
     """Heads side by side for a typed sentence; pick a head and a query token to inspect.
 
-    ``mha_class`` is your ``MultiHeadAttention`` class (the reference when None, or when yours
-    is not written yet); it is built as (50, num_heads) and loaded with fixed weights.
+    ``mha_class`` is your ``MultiHeadAttention`` class; it is built as (50, num_heads) and
+    loaded with fixed weights. A new sentence keeps the query word when it still contains it.
     Returns the ipywidgets container, or None while grading.
     """
     if grading():
         return None
     import ipywidgets as W
-    import matplotlib.pyplot as plt
 
-    from ..plots.attention import figure_png, tokenize
+    from ..plots.attention import tokenize
     from ..plots.multi_head import head_attention, plot_heads
+    from .picture import Picture
 
-    state = {"cls": mha_class, "who": "your MultiHeadAttention" if mha_class else "the reference"}
     head_slider = W.IntSlider(value=head, min=0, max=num_heads - 1, description="head",
                               continuous_update=False, layout=W.Layout(width="340px"))
     tokens = tokenize(sentence)
@@ -35,31 +34,49 @@ def head_viewer(mha_class=None, sentence: str = DEMO_SENTENCE, num_heads: int = 
     text = W.Text(value=sentence, description="sentence", continuous_update=False,
                   layout=W.Layout(width="620px"))
     status = W.HTML()
-    image = W.Image(format="png")
-    ui = W.VBox([W.HBox([head_slider, query_box]), text, status, image])
+    picture = Picture()
+    ui = W.VBox([W.HBox([head_slider, query_box]), text, status, picture.message, picture.image])
+    ui.add_class("course-widget")
+    ui.controls = {"head": head_slider, "query": query_box, "sentence": text, "status": status,
+                   "image": picture.image, "message": picture.message}
+    state = {"tokens": tokens, "busy": False}
 
-    def compute():
-        try:
-            return head_attention(text.value, num_heads, state["cls"])
-        except NotImplementedError:
-            state["cls"], state["who"] = None, "the reference (yours is not written yet)"
-            return head_attention(text.value, num_heads, None)
+    def keep_query(new_tokens: list[str]) -> int:
+        """The query's position in the new sentence: the same word (its occurrence nearest the
+        old position), else the same position, else the last token."""
+        old = query_box.value or 0
+        word = state["tokens"][old] if old < len(state["tokens"]) else None
+        same = [i for i, t in enumerate(new_tokens) if t == word]
+        if same:
+            return min(same, key=lambda i: abs(i - old))
+        return min(old, len(new_tokens) - 1)
 
     def redraw(*_):
-        try:
-            result = compute()
-        except Exception as exc:  # a typo in the box, or a bug in the learner's class
-            status.value = f"<span style='color:#b00'>{type(exc).__name__}: {exc}</span>"
+        if state["busy"]:
             return
-        options = [(f"{i}: {t}", i) for i, t in enumerate(result.labels)]
-        if [o[0] for o in query_box.options] != [o[0] for o in options]:
-            with query_box.hold_trait_notifications():
-                query_box.options = options
-                query_box.value = min(query_box.value or 0, len(options) - 1)
-        fig = plot_heads(result.weights, result.labels, head_slider.value, query_box.value).fig
-        image.value = figure_png(fig)
-        plt.close(fig)
-        status.value = (f"<small>weights from {state['who']}, d_model = 50 (GloVe), "
+        try:
+            result = head_attention(text.value, num_heads, mha_class)
+        except NotImplementedError:
+            status.value = ""
+            picture.fail("Your MultiHeadAttention is not written yet: write it above, run its "
+                         "cell, then run this cell again.")
+            return
+        except Exception as exc:  # a typo in the box, or a bug in the learner's class
+            status.value = ""
+            picture.fail(exc)
+            return
+        if result.tokens != state["tokens"]:
+            pick = keep_query(result.tokens)
+            state["busy"] = True  # one redraw for the whole change
+            try:
+                query_box.options = [(f"{i}: {t}", i) for i, t in enumerate(result.labels)]
+                query_box.value = pick
+            finally:
+                state["busy"] = False
+            state["tokens"] = result.tokens
+        picture.show(plot_heads(result.weights, result.labels, head_slider.value,
+                                query_box.value).fig)
+        status.value = (f"<small>weights from your MultiHeadAttention, d_model = 50 (GloVe), "
                         f"{num_heads} heads of d_head = {50 // num_heads}; untrained heads, "
                         "each comparing words in its own random view of the space</small>")
         ui.result = result

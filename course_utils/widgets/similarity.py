@@ -14,10 +14,9 @@ def angle_explorer(angle: float = 45.0, len_u: float = 1.0, len_v: float = 2.0):
     if grading():
         return None
     import ipywidgets as W
-    import matplotlib.pyplot as plt
 
-    from ..plots.attention import figure_png
     from ..plots.similarity import plot_two_vectors, two_vectors
+    from .picture import Picture
 
     box = dict(continuous_update=False, layout=W.Layout(width="380px"))
     theta = W.FloatSlider(value=angle, min=0, max=180, step=5, description="angle θ (°)",
@@ -25,15 +24,16 @@ def angle_explorer(angle: float = 45.0, len_u: float = 1.0, len_v: float = 2.0):
     lu = W.FloatSlider(value=len_u, min=0.25, max=3, step=0.25, description="|u|", **box)
     lv = W.FloatSlider(value=len_v, min=0.25, max=3, step=0.25, description="|v|", **box)
     table = W.HTML()
-    image = W.Image(format="png")
-    ui = W.HBox([image, W.VBox([theta, lu, lv, table])])
-    ui.controls = {"angle": theta, "len_u": lu, "len_v": lv, "table": table, "image": image}
+    picture = Picture()
+    ui = W.HBox([picture.image, W.VBox([theta, lu, lv, table])],
+                layout=W.Layout(align_items="flex-start"))
+    ui.add_class("course-widget")
+    ui.controls = {"angle": theta, "len_u": lu, "len_v": lv, "table": table,
+                   "image": picture.image}
 
     def redraw(*_):
         pair = two_vectors(theta.value, lu.value, lv.value)
-        fig = plot_two_vectors(pair, limit=3.3).fig
-        image.value = figure_png(fig)
-        plt.close(fig)
+        picture.show(plot_two_vectors(pair, limit=3.3).fig)
         table.value = (
             "<table style='font-size:14px'>"
             f"<tr><td>cosine&nbsp;&nbsp;</td><td><b>{pair.cosine:+.3f}</b></td>"

@@ -2,7 +2,9 @@
 
 Thin: :func:`course_utils.plots.transformer.attention_maps` collects the weights (once), and
 :func:`course_utils.plots.transformer.plot_transformer_attention` draws them; the widget only
-wires a kind menu and layer / head / example sliders to them.
+wires a kind menu and layer / head / example sliders to them. A choice the model does not
+offer (one kind of attention, one layer, one head) is written out instead of being a control
+that does nothing.
 """
 from __future__ import annotations
 
@@ -25,34 +27,68 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
     """
     if grading():
         return None
-    import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-    from IPython.display import display
+    import ipywidgets as W
+
+    from .picture import Picture
 
     maps = attention_maps(model, *inputs, **kwargs)
     first = next(iter(maps.values()))[0]
     batch, heads = first.shape[0], first.shape[1]
-    kind = widgets.Dropdown(options=list(maps), value=kind if kind in maps else next(iter(maps)),
-                            description="attention")
-    layer = widgets.IntSlider(0, 0, len(maps[kind.value]) - 1, description="layer")
-    head = widgets.IntSlider(0, 0, heads - 1, description="head")
-    example = widgets.IntSlider(0, 0, batch - 1, description="example")
-    out = widgets.Output()
+    kinds = list(maps)
+    kind_box = W.Dropdown(options=kinds, value=kind if kind in maps else kinds[0],
+                          description="attention")
+    layer = W.IntSlider(0, 0, max(1, len(maps[kind_box.value]) - 1), description="layer",
+                        continuous_update=False)
+    head = W.IntSlider(0, 0, max(1, heads - 1), description="head", continuous_update=False)
+    example = W.IntSlider(0, 0, max(1, batch - 1), description="example",
+                          continuous_update=False)
+    facts = W.HTML()
+    picture = Picture()
+
+    def only(text: str) -> W.HTML:
+        return W.HTML(f"<span style='color:#555'>{text}</span>",
+                      layout=W.Layout(margin="0 1.5em 0 0.5em"))
+
+    kind_row = [kind_box] if len(kinds) > 1 else [only(f"{kinds[0]} attention (the only kind "
+                                                       "in this model)")]
+    head_row = [head] if heads > 1 else [only("1 head")]
+    example_row = [example] if batch > 1 else []
+    layer_slot = W.Box([layer])
+    ui = W.VBox([W.HBox(kind_row + [layer_slot]), W.HBox(head_row + example_row), facts,
+                 picture.message, picture.image])
+    ui.add_class("course-widget")
+    ui.controls = {"kind": kind_box, "layer": layer, "head": head, "example": example,
+                   "image": picture.image, "message": picture.message}
+
+    def show_layer_control():
+        n = len(maps[kind_box.value])
+        if n > 1:
+            layer.max = n - 1
+            layer.value = min(layer.value, n - 1)
+            layer_slot.children = [layer]
+        else:
+            layer.value = 0
+            layer_slot.children = [only(f"1 {kind_box.value} layer")]
 
     def draw(*_):
-        layer.max = len(maps[kind.value]) - 1
         i = example.value
-        with out:
-            out.clear_output(wait=True)
+        try:
             fig = plot_transformer_attention(
-                maps, kind.value, layer.value, head.value, i,
+                maps, kind_box.value, layer.value, head.value, i,
                 src_tokens[i] if src_tokens is not None else None,
                 tgt_tokens[i] if tgt_tokens is not None else None).fig
-            display(fig)
-            plt.close(fig)
+        except Exception as exc:
+            picture.fail(exc)
+            return
+        picture.show(fig)
 
-    for control in (kind, layer, head, example):
+    def on_kind(*_):
+        show_layer_control()
+        draw()
+
+    kind_box.observe(on_kind, names="value")
+    for control in (layer, head, example):
         control.observe(draw, names="value")
+    show_layer_control()
     draw()
-    controls = [kind, layer, head] + ([example] if batch > 1 else [])
-    return widgets.VBox([widgets.HBox(controls[:2]), widgets.HBox(controls[2:]), out])
+    return ui
