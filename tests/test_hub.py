@@ -104,14 +104,14 @@ def student_environment(student_side: Path, env: Path) -> Path:
     Dockerfile disables disabled. The third-party packages (torch, JupyterLab, nbgrader, ...)
     are this environment's, reached through links, without the course's own package (the
     instructor side) among them. Returns the environment's python."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
     python = env / "bin" / "python"
     wheels = list((student_side / "wheels").glob("*.whl"))
     assert len(wheels) == 1, wheels
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                    "--no-deps", "--no-index", str(wheels[0])], check=True)
+                    "--no-deps", "--no-index", str(wheels[0])], check=True, timeout=300)
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
     ours = Path(sysconfig.get_paths()["purelib"])
     for entry in ours.iterdir():
         if entry.name.startswith(("attention_course", "__editable__", "course_")) or (site / entry.name).exists():
@@ -128,19 +128,21 @@ def student_environment(student_side: Path, env: Path) -> Path:
         module = "jupyterlab.labextensions" if kind == "labextension" else "jupyter_server.extension.serverextension"
         level = "--level=sys_prefix" if kind == "labextension" else "--sys-prefix"
         subprocess.run([str(python), "-m", module, "disable", level, name], check=True,
-                       capture_output=True)
+                       capture_output=True, timeout=120)
     return python
 
 
 def _imports(python: Path, module: str) -> bool:
     """Whether ``python`` (run outside the checkout) can import ``module``."""
     return subprocess.run([str(python), "-c", f"import {module}"], cwd=python.parent,
-                          capture_output=True).returncode == 0
+                          capture_output=True, timeout=120).returncode == 0
 
 
 # --------------------------------------------------------------------------- the hub
 
 HUB_CONFIG = """\
+from pathlib import Path
+
 c = get_config()  # noqa: F821
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
@@ -173,7 +175,7 @@ def pre_spawn_hook(spawner):
     # the instructor's server runs from the full course, the students' from the student side
     python = PYTHONS.get(spawner.user.name, PYTHONS["*"])
     spawner.cmd = [python, "-m", "jupyterhub.singleuser"]
-    spawner.environment["PATH"] = str(__import__("pathlib").Path(python).parent) + ":/usr/bin:/bin"
+    spawner.environment["PATH"] = str(Path(python).parent) + ":/usr/bin:/bin"
 
 
 c.Spawner.pre_spawn_hook = pre_spawn_hook
@@ -319,15 +321,14 @@ class MemoryWatch(threading.Thread):
 
     def __init__(self, hub: Hub, user: str):
         super().__init__(daemon=True)
-        self.processes = hub.server_processes(user)
+        self.server = hub.server_processes(user)[0]
         self.peak, self._stop_event = 0, threading.Event()
 
     def run(self):
         import psutil
-        server = self.processes[0]
         while not self._stop_event.is_set():
             total = 0
-            for p in {server, *server.children(recursive=True)}:
+            for p in {self.server, *self.server.children(recursive=True)}:
                 try:
                     total += p.memory_info().rss
                 except psutil.Error:  # a process that ended meanwhile
@@ -391,7 +392,11 @@ def save(page) -> None:
 
 
 def to_the_middle(locator) -> None:
-    locator.evaluate("e => e.scrollIntoView({block: 'center'})")
+    """Scroll ``locator`` to the middle of its page, again as cells off screen take their real
+    height (JupyterLab lays out only what is visible)."""
+    for _ in range(4):
+        locator.evaluate("e => e.scrollIntoView({block: 'center'})")
+        locator.page.wait_for_timeout(300)
 
 
 def student_starts(hub: Hub, browser, student: str):
@@ -436,7 +441,6 @@ def student_finishes(hub: Hub, student: str, page, watch):
         wait_for_one_idle_kernel(hub.server(student), hub.token)
     hub.peaks[student] = watch.stop()
     to_the_middle(message)
-    page.wait_for_timeout(500)  # the notebook settles its layout
     page.screenshot(path=str(hub.shots / f"hub-{student}-test.png"))
     save(page)
     page.click(".lm-TabBar-tab:has-text('Assignments')")
@@ -486,7 +490,7 @@ def test_a_class_on_jupyterhub(hub):
     import nbformat
 
     for user in [*WORK, INSTRUCTOR]:  # the users' servers start meanwhile
-        api(f"{hub.url}/hub/api/users/{user}/server", hub.token, method="POST")
+        api(f"{hub.url}/hub/api/users/{user}/server", hub.token, method="POST", timeout=LIMIT_S)
 
     # Instructor: release the assignment into the exchange.
     instructor(hub, "course", "release", ASSIGNMENT)
