@@ -90,8 +90,6 @@ def teacher_forcing_loss(model, src: torch.Tensor, tgt: torch.Tensor, pad_id: in
     src (b, s), tgt (b, t) = <bos> y1 … yn <eos> <pad>…; <pad> positions are not scored.
     ``causal_mask(size, device=...)`` and ``make_padding_mask(ids, pad_id)`` build the masks.
     """
-    from course_grading.reference.attention import causal_mask  # loading a model needs neither
-    from course_grading.reference.decoder import make_padding_mask
     tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (b, t-1) each: read up to i, predict i+1
     src_mask = make_padding_mask(src, pad_id)  # (b, 1, 1, s)
     t = tgt_in.size(1)
@@ -303,8 +301,6 @@ def predict(model, sources: Sequence[str], *, decode: Callable, make_padding_mas
     ``greedy_decode``, or any strategy with its signature); ``make_padding_mask(ids, pad_id)``
     (07's) masks the padding of each batch of sources.
     """
-    from course_grading.reference.decoder import make_padding_mask
-    from course_grading.reference.generation import greedy_decode
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
     device = next(model.parameters()).device
     was_training = model.training
