@@ -108,7 +108,11 @@ def _clash(exc: Exception) -> bool:
     text = getattr(exc, "log", "") or str(exc)
     return isinstance(exc, IntegrityError) or any(
         word in text for word in ("database is locked", "IntegrityError", "UniqueViolation",
-                                  "duplicate key", "already exists"))
+                                  "duplicate key", "already exists",
+                                  # the other grader recorded the assignment, and its first
+                                  # submission, while this one was recording it too
+                                  "ForeignKeyViolation", "violates foreign key",
+                                  "because there are submissions associated with it"))
 
 
 def _has_notebooks(gb: Gradebook, assignment: str) -> bool:

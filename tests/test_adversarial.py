@@ -449,7 +449,10 @@ def test_catalogue_in_one_run(graded):
         assert any(name in f.reason and why in f.reason and "left out" in f.reason
                    for f in results[kind].flags), outcomes[kind]
         assert not (course / "autograded" / kind / A / name).exists()
-    assert any("unreadable output" in f.reason and "named pipe" in f.reason
+    # a FIFO where the audit writes its output: never waited on (the warm sandbox collects
+    # regular files only; a single-use one is read through untrusted), and flagged
+    assert any(("unreadable output" in f.reason and "named pipe" in f.reason)
+               or "the audited code ended before this exercise" in f.reason
                for f in results["audit_output_fifo"].flags), outcomes["audit_output_fifo"]
     assert any("course_utils would be imported instead of the module 'course_utils': left out" in f.reason
                for f in results["shadows_course_utils"].flags), outcomes["shadows_course_utils"]

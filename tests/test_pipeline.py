@@ -327,3 +327,16 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
 def report_not_graded() -> str:
     from course_grading.class_report import NOT_GRADED
     return NOT_GRADED
+
+
+def test_a_clash_with_another_grader_is_retried_not_reported():
+    """Two graders sharing a PostgreSQL gradebook may record the same assignment at once: what
+    the slower one meets is retried (the retry finds the rows there); a broken gradebook is not."""
+    from course_grading.autograde import _clash
+
+    for text in ('(psycopg2.errors.ForeignKeyViolation) update or delete on table "notebook" '
+                 'violates foreign key constraint "submitted_notebook_notebook_id_fkey"',
+                 "Cannot modify existing assignment '01_tiny' because there are submissions associated with it",
+                 "duplicate key value violates unique constraint", "database is locked"):
+        assert _clash(RuntimeError(text)), text
+    assert not _clash(RuntimeError("file is not a database"))

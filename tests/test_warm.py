@@ -157,7 +157,7 @@ print(found, 'sleep' in names, sum(1 for n in names if n.startswith('python')))
 def test_warm_kernel_imports_a_module_beside_the_notebook(course):
     """As a kernel started in the submission's folder does: notebooks 04-08 import the
     components they build on from building_blocks.py, beside them."""
-    warm_sandbox.start_warm()
+    warm_sandbox.ensure_warm(_settings())
     folder = _submission(course, "blocks", files=())
     (folder / "building_blocks.py").write_text("ANSWER = 42\n")
     assert _run(folder, "from building_blocks import ANSWER\nprint(ANSWER)") == ["42"]
