@@ -148,7 +148,8 @@ class _Display:
             self.bar = widgets.IntProgress(value=0, min=0, max=total, description="training")
             self.label = widgets.Label("")
             self.picture = Picture()
-            box = widgets.VBox([widgets.HBox([self.bar, self.label]), self.picture.image])
+            # the label on a line of its own: the final summary is longer than a line's rest
+            box = widgets.VBox([self.bar, self.label, self.picture.image])
             box.add_class("course-widget")
             display(box)
 
@@ -173,7 +174,8 @@ class _Display:
         if self.mode == "text":
             print(text, flush=True)
             return
-        self.bar.value, self.label.value = step, text
+        self.bar.value = step
+        self.label.value = history.summary() if final else text  # the bar shows the step
         self.picture.show(plot_loss(history))
 
 
