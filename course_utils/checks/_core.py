@@ -220,6 +220,7 @@ class _Recorder:
     def __enter__(self):
         self._previous = _getprofile()
         if self.forbidden.ops and "torch" in sys.modules:
+            prepare_recording()  # before the profile hook, which would slow it down twice over
             self._mode = _op_recorder(self.forbidden.ops, self.calls)
             if self._mode is not None:
                 self._mode.__enter__()
@@ -240,6 +241,25 @@ class _Recorder:
         if not still_ours:
             self.tampered.append("sys.setprofile")
         return False
+
+
+_RECORDING_READY = False
+
+
+def prepare_recording() -> None:
+    """Pay, once per process and outside any profile hook, what torch costs the first time an
+    operator runs under a Python dispatch mode (it imports torch._dynamo, about 1 s; under the
+    profile hook of a check, 2.5 s). The warm sandbox calls it before forking its kernels."""
+    global _RECORDING_READY
+    if _RECORDING_READY or "torch" not in sys.modules:
+        return
+    _RECORDING_READY = True
+    mode = _op_recorder((), [])
+    if mode is not None:
+        import torch
+
+        with mode:
+            torch.zeros(1).add(1)
 
 
 def _op_recorder(ops: tuple, calls: list):

@@ -74,6 +74,16 @@ def check_softmax(softmax) -> None:
             "logits of 1e4 overflow exp() to inf and the result becomes NaN: subtract the "
             "maximum along `dim` first (it does not change the result).",
             atol=1e-3, passed="numerically stable for logits of 1e4")
+    cols = torch.tensor([[1.0, 5.0], [2.0, 0.0], [3.0, -1.0]])
+    c.close(c.call_on("a (3, 2) tensor with dim=0", softmax, cols, dim=0), _softmax(cols, dim=0),
+            "with dim=0 each COLUMN should sum to 1: take the max and the sum along `dim`, the "
+            "argument, not always the last axis.", passed="respects dim (dim=0)")
+    masked = torch.tensor([[0.5, float("-inf"), 2.0]])
+    got = c.call_on("a row holding -inf", softmax, masked)
+    c.that(bool(torch.isfinite(got).all()) and float(got[0, 1]) == 0.0,
+           "a score of -inf (a masked position) should get weight exactly 0, and nothing "
+           f"should become NaN; got {[round(float(v), 4) for v in got.flatten()]}.",
+           "a score of -inf gets weight exactly 0")
     c.done()
 
 
@@ -157,6 +167,15 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
     out, w = unpack(c, c.call(scaled_dot_product_attention, Qm, Km, Vm, mask=m))
     mask_weights(c, w, m, 4, 2, builtin_attention(Qm, Km, Vm, m)[1],
                  builtin_attention(Qm, Km, Vm, m, scale=1 / math.sqrt(2))[1])
+    Qb, Kb, Vb = qkv(g, 2, 3, q=3, k=4, d_k=8, d_v=5)
+    out, w = unpack(c, c.call_on("a batch of shape (2, 3, q, d_k)", scaled_dot_product_attention,
+                                 Qb, Kb, Vb))
+    c.shape(out, (2, 3, 3, 5), "output for Q (2, 3, 3, 8), K (2, 3, 4, 8), V (2, 3, 4, 5)",
+            "The leading (batch, head) dims pass through: swap only K's last two dims "
+            "(K.transpose(-2, -1)), not all of them as K.T does.")
+    c.close(out, builtin_attention(Qb, Kb, Vb)[0], "on a batch, each (q, d_k) slice should "
+            "attend over its own keys: K.transpose(-2, -1), not K.T.",
+            passed="works on batches (2, 3, q, d_k)")
     c.done()
 
 

@@ -222,10 +222,12 @@ def check_sample_next_token(sample_next_token) -> None:
 
 
 # -- beam search -----------------------------------------------------------------------------
-def beam(c: Check, beam_search, model, src, beam_size, max_len, length_penalty=None):
-    """The learner's beam search result as a list, after the checks every result must pass."""
+def beam(c: Check, beam_search, model, src, beam_size, max_len, length_penalty=None, what=None):
+    """The learner's beam search result as a list, after the checks every result must pass.
+    ``what`` names the input in the message when the learner's code raises."""
     kw = {} if length_penalty is None else {"length_penalty": length_penalty}
-    got = c.call(beam_search, model, src, beam_size, max_len, BOS, EOS, **kw)
+    args = (beam_search, model, src, beam_size, max_len, BOS, EOS)
+    got = c.call_on(what, *args, **kw) if what else c.call(*args, **kw)
     c.that(isinstance(got, torch.Tensor), f"should return a tensor, got {type(got).__name__}.")
     c.that(got.dim() == 1, f"should return ONE sequence of shape (L,), got shape "
            f"{tuple(got.shape)}: drop the batch dimension of the winner.")
@@ -326,7 +328,9 @@ def check_beam_search(beam_search) -> None:
                  "extensions by the SUM of log-probs so far, not by the last token's.")
     c.ok("beam_size = 2 beats greedy's myopia")
     for seed, lp in WIDE:
-        got = beam(c, beam_search, wide_model(seed), src, 4 ** 4, 5, lp)
+        got = beam(c, beam_search, wide_model(seed), src, 4 ** 4, 5, lp,
+                   what=f"beam_size = {4 ** 4}, more than the 4 extensions of the first step: "
+                        "never ask for more candidates than there are")
         want = expected(f"beam/wide{seed}")
         length_normalisation_hint(c, got, want, expected(f"beam/wide{seed}/raw"),
                                   expected(f"beam/wide{seed}/with_bos"), lp)

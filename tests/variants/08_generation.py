@@ -201,6 +201,27 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
         "eos_is_an_ordinary_token": _beam(select="""cands.sort(key=lambda c: c[0], reverse=True)
         live = cands[:beam_size]"""),
         "no_causal_mask": _beam().replace("causal_mask(L, device=src.device)", "None"),
+        # topk over every extension without a cap: at the first step there are only vocab-size
+        # candidates, and a beam wider than that raises (the message names the input)
+        "topk_wider_than_the_candidates": '''
+@torch.no_grad()
+def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1.0):
+    memory = model.encode(src)
+    live = torch.full((1, 1), bos_id, dtype=torch.long, device=src.device)
+    scores = torch.zeros(1, dtype=torch.float64, device=src.device)
+    done = []
+    while len(live) and live.size(1) < max_len:
+        out = model.decode(live, memory, causal_mask(live.size(1), device=src.device))
+        total = scores[:, None] + torch.log_softmax(out[:, -1].double(), -1)
+        V = total.size(1)
+        val, idx = total.view(-1).topk(beam_size)
+        ext = torch.cat([live[idx // V], (idx % V)[:, None]], 1)
+        ends = ext[:, -1] == eos_id
+        done += list(zip(val[ends].tolist(), ext[ends]))
+        live, scores = ext[~ends], val[~ends]
+    pool = done + list(zip(scores.tolist(), live))
+    return max(pool, key=lambda p: p[0] / (p[1].numel() - 1) ** length_penalty)[1]
+''',
         "beam_per_hypothesis": _beam(select="""best = []
         for i in range(len(live)):
             mine = cands[i * logp.size(-1):(i + 1) * logp.size(-1)]
