@@ -382,7 +382,13 @@ def _refused(message: str) -> SubmissionRefused:
 
 
 def _expected_notebooks(coursedir: CourseDirectory, assignment: str) -> list[str]:
-    """The file names of the assignment's notebooks, as the gradebook knows them."""
+    """The file names of the assignment's notebooks: those of its source folder, or, without
+    one, those the gradebook knows (which another grader sharing it may be recording at this
+    moment, with no notebook yet)."""
+    source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
+    names = sorted(p.name for p in source.glob("*.ipynb") if p.is_file())
+    if names:
+        return names
     with gradebook(coursedir) as gb:
         return sorted(f"{n.name}.ipynb" for n in gb.find_assignment(assignment).notebooks)
 

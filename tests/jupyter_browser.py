@@ -145,16 +145,18 @@ def as_typed(source: str) -> str:
                      if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
 
 
-def filled_in(assignment: str, dest: Path) -> Path:
-    """The student release with every solution cell replaced by the working solution, in
-    ``dest`` with whatever the release ships beside the notebook."""
+def filled_in(assignment: str, dest: Path, written=None, code=None, name=None) -> Path:
+    """The student release with its solution cells replaced by the working solution (only
+    those whose grade ids are in ``written``, when given) or by ``code`` ({grade_id: source}),
+    saved as ``dest/<name or assignment>.ipynb`` with whatever the release ships beside it."""
     release = json.loads((ROOT / "notebooks" / assignment / f"{assignment}.ipynb").read_text())
-    answers = solution_cells(assignment)
+    answers = {k: v for k, v in solution_cells(assignment).items() if written is None or k in written}
+    answers.update(code or {})
     for cell in release["cells"]:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if meta.get("solution") and meta.get("grade_id") in answers:
             cell["source"] = answers[meta["grade_id"]]
-    path = dest / f"{assignment}.ipynb"
+    path = dest / f"{name or assignment}.ipynb"
     path.write_text(json.dumps(release))
     for extra in (ROOT / "notebooks" / assignment).iterdir():  # what the release ships beside it
         if extra.is_file() and extra.suffix != ".ipynb":

@@ -23,20 +23,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+from jupyter_browser import (ALL_CELLS_RAN, CHROMIUM, FLAGS, ROOT, api, filled_in, free_port,
+                             require_browser, shut_down_kernels, wait_for_one_idle_kernel)
+
 NOTEBOOKS = sorted(p.parent.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 VIEWPORT = {"width": 1280, "height": 900}
 # how many widgets each notebook shows (training display included)
@@ -61,25 +57,6 @@ SHOTS = Path(os.environ["COURSE_SCREENSHOTS"]) if os.environ.get("COURSE_SCREENS
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
-def _require_browser():
-    try:
-        import playwright  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail("playwright is not installed (scripts/setup.sh --test installs it)")
-        pytest.skip("playwright is not installed")
-    if not CHROMIUM:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed (scripts/setup.sh --test installs it as root)")
-        pytest.skip("no chromium on this machine: install it to run the browser test")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 # The half-done notebook: softmax written, simple_self_attention raising inside the learner's
 # own line, the last two exercises not written yet.
 HALF_DONE = "03_attention"
@@ -89,49 +66,23 @@ HALF_DONE_CODE = {"simple_self_attention": "def simple_self_attention(X):\n"
 HALF_DONE_WRITTEN = ("softmax",)
 
 
-def _filled_in(assignment: str, dest: Path, written=None, code=None, name=None) -> Path:
-    """The student release with its solution cells replaced by the working solution (only those
-    in ``written``, when given) or by ``code`` ({grade_id: source})."""
-    release = json.loads((ROOT / "notebooks" / assignment / f"{assignment}.ipynb").read_text())
-    source = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text())
-    answers = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in source["cells"]
-               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
-    answers = {k: v for k, v in answers.items() if written is None or k in written}
-    answers.update(code or {})
-    for cell in release["cells"]:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        if meta.get("solution") and meta.get("grade_id") in answers:
-            cell["source"] = answers[meta["grade_id"]]
-    path = dest / f"{name or assignment}.ipynb"
-    path.write_text(json.dumps(release))
-    for extra in (ROOT / "notebooks" / assignment).iterdir():  # what the release ships beside it
-        if extra.is_file() and extra.suffix != ".ipynb":
-            shutil.copy(extra, dest / extra.name)
-    return path
-
-
-def _get(url: str):
-    with urllib.request.urlopen(url, timeout=20) as r:  # a busy server answers slowly
-        return json.loads(r.read())
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    _require_browser()
+    require_browser()
     work = tmp_path_factory.mktemp("lab")
     for name in NOTEBOOKS:
         folder = work / name  # each beside its own building_blocks.py
         folder.mkdir()
-        _filled_in(name, folder)
+        filled_in(name, folder)
     half = work / "half_done"
     half.mkdir()
-    _filled_in(HALF_DONE, half, written=HALF_DONE_WRITTEN, code=HALF_DONE_CODE, name="half_done")
+    filled_in(HALF_DONE, half, written=HALF_DONE_WRITTEN, code=HALF_DONE_CODE, name="half_done")
     # no "get notified about Jupyter news?" toast over the pictures, and no request for it
     settings = work / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    port, token = _free_port(), "course-test-token"
+    port, token = free_port(), "course-test-token"
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
            f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
            "--ServerApp.open_browser=False", "--LabApp.news_url=", "--allow-root"]
@@ -145,7 +96,7 @@ def lab(tmp_path_factory):
     try:
         for _ in range(120):
             try:
-                _get(f"{base}/api/status?token={token}")
+                api(f"{base}/api/status", token, timeout=20)
                 break
             except OSError:
                 time.sleep(0.5)
@@ -161,39 +112,15 @@ def lab(tmp_path_factory):
         log.close()
 
 
-def _wait_for_one_idle_kernel(base: str, token: str, timeout: float = 60) -> None:
-    """A fresh page may start its kernel twice: wait until one kernel is idle and stays so."""
-    deadline, stable, states = time.time() + timeout, 0, []
-    while time.time() < deadline:
-        sessions = _get(f"{base}/api/sessions?token={token}")
-        states = [s["kernel"]["execution_state"] for s in sessions if s.get("kernel")]
-        stable = stable + 1 if states == ["idle"] else 0
-        if stable >= 4:
-            return
-        time.sleep(0.5)
-    pytest.fail(f"the notebook's kernel never settled: {states}")
-
-
-def _shut_down_kernels(base: str, token: str) -> None:
-    for session in _get(f"{base}/api/sessions?token={token}"):
-        req = urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
-                                     method="DELETE")
-        urllib.request.urlopen(req, timeout=10).close()
-
-
 def _run_all(page, base: str, token: str, workspace: str, notebook: str) -> None:
     """Open ``notebook`` in a workspace of its own and run all its cells, to the last one."""
     # a workspace of its own, so no tab of an earlier notebook is restored
     page.goto(f"{base}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={token}")
     page.wait_for_selector(".jp-Notebook", timeout=60_000)
-    _wait_for_one_idle_kernel(base, token)
+    wait_for_one_idle_kernel(base, token)
     page.click("text=Run", timeout=10_000)  # the Run menu
     page.click("text=Run All Cells", timeout=10_000)
-    page.wait_for_function(  # every code cell has run: each prompt shows [n]
-        "() => { const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
-        ".map(e => e.textContent.trim());"
-        " return p.length > 0 && p.every(t => /^\\[\\d+\\]:$/.test(t)); }",
-        timeout=420_000)
+    page.wait_for_function(ALL_CELLS_RAN, timeout=420_000)  # each prompt shows [n]
 
 
 # -- what a widget shows, and how to make it respond ------------------------------------------
@@ -344,7 +271,7 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
             raise
         finally:
             browser.close()
-            _shut_down_kernels(base, token)
+            shut_down_kernels(base, token)
 
 
 def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
@@ -394,4 +321,4 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
             raise
         finally:
             browser.close()
-            _shut_down_kernels(base, token)
+            shut_down_kernels(base, token)
