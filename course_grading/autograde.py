@@ -8,6 +8,8 @@ integrity audit's disagreements (``audit.trusted.review``).
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import multiprocessing
 import multiprocessing.util
 import os
@@ -88,18 +90,48 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
     for attempt in range(LOCK_RETRIES):
         try:
             coursedir = course_directory(root, **(overrides or {}))
-            with gradebook(coursedir) as gb:
-                missing = [a for a in assignments if not _has_notebooks(gb, a)]
-                for student in students:
-                    gb.update_or_create_student(student)
-            for assignment in missing:
-                with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
-                    generate(root, assignment, tmp, **(overrides or {}))
+            with _one_recorder_at_a_time(coursedir.db_url):
+                with gradebook(coursedir) as gb:
+                    missing = [a for a in assignments if not _has_notebooks(gb, a)]
+                    for student in students:
+                        gb.update_or_create_student(student)
+                for assignment in missing:
+                    with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
+                        generate(root, assignment, tmp, **(overrides or {}))
             return
         except (SQLAlchemyError, GradingError) as exc:
             if attempt == LOCK_RETRIES - 1 or not _clash(exc):
                 raise
             time.sleep(0.5 * (attempt + 1))
+
+
+# a PostgreSQL advisory lock's key: "the course's assignments are being recorded"
+RECORDING_LOCK = int.from_bytes(hashlib.sha256(b"attention-course: recording assignments").digest()[:8],
+                                "big", signed=True)
+
+
+@contextlib.contextmanager
+def _one_recorder_at_a_time(db_url: str):
+    """Graders sharing a PostgreSQL gradebook record missing assignments one at a time: two
+    nbgrader generate_assignment runs of one assignment at once remove each other's notebook
+    rows while the other grader is already grading against them. The lock is PostgreSQL's own
+    (pg_advisory_lock, released when its connection closes, also if this grader dies).
+    SQLite gradebooks are for one grader, whose own clashes ``_clash`` retries."""
+    if not str(db_url).startswith("postgresql"):
+        yield
+        return
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db_url)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": RECORDING_LOCK})
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": RECORDING_LOCK})
+    finally:
+        engine.dispose()
 
 
 def _clash(exc: Exception) -> bool:
