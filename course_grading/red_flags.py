@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .cells import meta as _meta, text as _text, visible_part
+from .cells import is_setup, meta as _meta, text as _text, visible_part
 from .nbformat_tools import read_notebook
 
 META_KEYS = ("grade", "solution", "locked", "points", "task")
@@ -93,6 +93,7 @@ def scan(submitted, source) -> list[Flag]:
     sub_kernel = sub.metadata.get("kernelspec", {}).get("name")
     if sub_kernel and src_kernel and sub_kernel != src_kernel:
         flags.append(Flag("notebook", f"kernel changed to {sub_kernel!r}"))
+    first_setup = next((i for i, c in enumerate(sub.cells) if is_setup(c)), -1)
     for index, cell in enumerate(sub.cells):
         meta = _meta(cell)
         grade_id = meta.get("grade_id")
@@ -125,6 +126,8 @@ def scan(submitted, source) -> list[Flag]:
         student_code = cell.get("cell_type") == "code" and _text(cell.get("source")).strip() not in unchanged and not (
             original is not None and (_meta(original).get("locked") or _meta(original).get("grade"))
             and visible_part(_text(cell.get("source"))) == visible_part(_text(original.get("source"))))
+        if student_code and index < first_setup:
+            flags.append(Flag(where, "code that runs before the setup cell"))
         if student_code:
             code = _text(cell.get("source"))
             for why, pattern in _COMPILED:

@@ -100,3 +100,179 @@ def test_use_available_cpus_sets_torch_threads(monkeypatch):
         assert device.use_available_cpus() == 2
     finally:
         torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------- work on other threads
+# A check records what the learner's code calls on the thread that runs the check. Work handed
+# to a thread that already exists would go unseen: the check refuses to grade while such a
+# thread lives, and says why.
+
+import os as _os
+import sys
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from course_utils.checks import _seal, attention, embeddings
+from course_utils.checks._core import CheckFailed
+
+THREAD_MESSAGE = "your code runs work on another thread"
+
+
+def _softmax(x, dim=-1):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+@pytest.fixture
+def own_threads():
+    """The threads alive now are the process's own (as the setup cell makes them)."""
+    _seal.own_threads_now()
+    yield
+    assert not _seal.foreign_threads(), "a test left a thread running"
+
+
+def test_a_thread_pool_started_before_the_check(own_threads):
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        pool.submit(lambda: None).result()  # its worker thread exists from here on
+
+        def softmax(x, dim=-1):  # torch.softmax, forbidden, on the pool's thread
+            return pool.submit(torch.softmax, x, dim).result()
+
+        with pytest.raises(CheckFailed, match=THREAD_MESSAGE):
+            attention.check_softmax(softmax)
+        with pytest.raises(CheckFailed, match=THREAD_MESSAGE):  # even when correct
+            attention.check_softmax(lambda x, dim=-1: pool.submit(_softmax, x, dim).result())
+    finally:
+        pool.shutdown()
+    attention.check_softmax(_softmax)  # no thread left: graded again
+
+
+def test_a_timer_started_before_the_check(own_threads):
+    work = queue.Queue()
+
+    def serve():
+        while (job := work.get()) is not None:
+            fn, args, box, done = job
+            box.append(fn(*args))
+            done.set()
+
+    timer = threading.Timer(0.0, serve)
+    timer.start()
+    try:
+        def one_hot(ids, vocab_size):
+            box, done = [], threading.Event()
+            work.put((lambda i, v: torch.nn.functional.one_hot(torch.as_tensor(i), v).double().numpy(),
+                      (ids, vocab_size), box, done))
+            done.wait()
+            return box[0]
+
+        with pytest.raises(CheckFailed, match=THREAD_MESSAGE) as info:
+            embeddings.check_one_hot(one_hot)
+        assert "Thread" in str(info.value)  # names the thread
+    finally:
+        work.put(None)
+        timer.join()
+
+
+def test_a_thread_started_during_the_call(own_threads):
+    def softmax(x, dim=-1):
+        box = []
+        thread = threading.Thread(target=lambda: box.append(torch.softmax(x, dim)))
+        thread.start()
+        thread.join()
+        return box[0]
+
+    with pytest.raises(CheckFailed, match=THREAD_MESSAGE + r" \(a thread it started\)"):
+        attention.check_softmax(softmax)
+
+
+class _Loop(threading.Thread):
+    """A stand-in for one of the kernel's event-loop threads (IOPub, control): runs what it is
+    handed, as ``IOPubThread.schedule`` does."""
+
+    def __init__(self):
+        super().__init__(daemon=True, name="Loop")
+        self.jobs = queue.Queue()
+
+    def run(self):
+        while (job := self.jobs.get()) is not None:
+            job()
+
+    def schedule(self, job):
+        self.jobs.put(job)
+
+
+@pytest.fixture
+def kernel_loop():
+    """A watched kernel thread, as the kernel's extension installs it before the first cell."""
+    loop = _Loop()
+    loop.start()
+    _seal.own_threads_now()
+    done = threading.Event()
+    loop.schedule(lambda: _seal.WATCH.install("Loop", done))
+    assert done.wait(10)
+    yield loop
+    loop.schedule(lambda: sys.setprofile(None))
+    loop.schedule(None)
+    loop.join()
+    _seal.WATCH.threads.pop(loop.ident, None)
+    _seal.WATCH.broken = None
+
+
+def _on(loop, fn, *args):
+    box, done = [], threading.Event()
+    loop.schedule(lambda: (box.append(fn(*args)), done.set()))
+    done.wait(10)
+    return box[0]
+
+
+def test_work_handed_to_a_watched_kernel_thread_is_recorded(kernel_loop):
+    with pytest.raises(CheckFailed, match="calls torch.*softmax, the very thing"):
+        attention.check_softmax(lambda x, dim=-1: _on(kernel_loop, torch.softmax, x, dim))
+
+    def via_cross_entropy(x, dim=-1):  # reaches aten's _log_softmax from C++ only
+        loss = torch.nn.functional.cross_entropy(x.reshape(-1, x.shape[-1]), torch.zeros(1, dtype=torch.long).expand(x.numel() // x.shape[-1]))
+        return _softmax(x, dim) + 0 * loss
+
+    with pytest.raises(CheckFailed, match="calls torch operator _log_softmax"):
+        attention.check_softmax(lambda x, dim=-1: _on(kernel_loop, via_cross_entropy, x, dim))
+    attention.check_softmax(lambda x, dim=-1: _on(kernel_loop, _softmax, x, dim))  # allowed work passes
+
+
+def test_taking_the_recording_off_a_kernel_thread_is_seen(kernel_loop):
+    kernel_loop.schedule(lambda: sys.setprofile(None))  # between checks, in a cell of its own
+    _on(kernel_loop, lambda: None)
+    with pytest.raises(CheckFailed, match=THREAD_MESSAGE + r" \(setprofile on the kernel's Loop thread\)"):
+        attention.check_softmax(_softmax)
+
+
+def test_a_kernel_thread_without_a_loop_that_ran_during_the_call(own_threads, monkeypatch):
+    """Like the kernel's threads that relay file descriptors 1 and 2: idle until handed
+    something, and then running Python code beyond the recording's sight."""
+    read, write = _os.pipe()
+    box = []
+
+    def relay():
+        while data := _os.read(read, 100):
+            box.append(torch.softmax(torch.tensor([float(len(data))]), 0))
+
+    thread = threading.Thread(target=relay, daemon=True)
+    thread.start()
+    _seal.own_threads_now()
+    monkeypatch.setitem(_seal._IDLE, thread.ident, "relay")
+    try:
+        def softmax(x, dim=-1):
+            _os.write(write, b"work")
+            while not box:
+                pass
+            return _softmax(x, dim)
+
+        with pytest.raises(CheckFailed, match=THREAD_MESSAGE + r" \(relay\)"):
+            attention.check_softmax(softmax)
+    finally:
+        _os.close(write)
+        thread.join(10)
+        _os.close(read)
+    attention.check_softmax(_softmax)

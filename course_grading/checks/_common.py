@@ -1,8 +1,23 @@
-"""What every hidden check shares."""
+"""What every hidden check shares, and what the grading kernel does before the notebook's first
+cell.
+
+A grading kernel loads this module as an IPython extension (``KERNEL_ARGUMENT``, which
+``LimitedExecute`` gives every kernel it starts: sandboxed, warm or not, or plain). Loading it
+imports every check, visible and hidden, and the reference they compare with, records what
+they rely on (``course_utils.checks._seal``: the library functions and classes, the checks'
+own modules) and the kernel's own threads, and installs the recording on the kernel's
+event-loop threads: all before any cell of the submission runs, so that a cell placed before
+the setup cell finds it done already.
+"""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
+import pkgutil
+
+EXTENSION = __name__
+KERNEL_ARGUMENT = f"--IPKernelApp.extensions={EXTENSION}"
 
 
 def visible_first(check, fn) -> None:
@@ -12,3 +27,37 @@ def visible_first(check, fn) -> None:
     failure, with the visible check's own message."""
     with contextlib.redirect_stdout(io.StringIO()):
         check(fn)
+
+
+def check_modules() -> list:
+    """Every module of the checks, visible and hidden (importing them, and the reference)."""
+    import course_grading.checks as hidden
+    import course_utils.checks as visible
+
+    modules = []
+    for package in (visible, hidden):
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            modules.append(importlib.import_module(info.name))
+    return modules
+
+
+def seal_kernel(app=None) -> None:
+    """Before the first cell: record what the checks rely on and the kernel's own threads."""
+    from course_utils.checks import _seal
+
+    modules = check_modules()
+    _seal.protect(*modules)
+    _seal.kernel_started(app)
+
+
+def load_ipython_extension(ipython) -> None:
+    """IPython's entry point: the kernel loads this module before it runs any cell."""
+    app = None
+    try:
+        from ipykernel.kernelapp import IPKernelApp
+
+        if IPKernelApp.initialized():
+            app = IPKernelApp.instance()
+    except ImportError:  # pragma: no cover - a kernel has ipykernel
+        pass
+    seal_kernel(app)

@@ -5,7 +5,7 @@ import torch
 
 from course_grading.reference import attention as ref
 from course_utils.checks import attention as visible
-from course_utils.checks._core import Check, devices, generator
+from course_utils.checks._core import Check, devices, generator, torch_equal
 from course_utils.checks.attention import qkv, unpack
 
 from ._common import visible_first
@@ -59,7 +59,7 @@ def check_softmax(softmax) -> None:
     fresh = torch.randn(3, 4, generator=g) + 5.0  # a tensor no earlier call has touched
     before = fresh.clone()
     c.call(softmax, fresh)
-    c.that(torch.equal(fresh, before), "softmax modified its input in place (e.g. x -= ...): "
+    c.that(torch_equal(fresh, before), "softmax modified its input in place (e.g. x -= ...): "
            "compute into a new tensor.", "leaves the input unchanged")
     for dev in devices()[1:]:
         out = c.call(softmax, x3.to(dev))
@@ -133,7 +133,7 @@ def check_causal_mask(causal_mask) -> None:
     visible_first(visible.check_causal_mask, causal_mask)
     c = Check("causal_mask", _REFERENCE, hidden=True)
     for n in (1, 2, 7):
-        c.that(torch.equal(c.call(causal_mask, n), ref.causal_mask(n)), f"wrong for size {n}.")
+        c.that(torch_equal(c.call(causal_mask, n), ref.causal_mask(n)), f"wrong for size {n}.")
     c.ok("sizes 1, 2 and 7")
     meta = c.call(causal_mask, 3, device=torch.device("meta"))
     c.that(meta.device.type == "meta", "the mask should be created on the `device` given "

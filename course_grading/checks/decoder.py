@@ -12,7 +12,7 @@ import torch
 
 from course_grading.checks.encoder import exact_table
 from course_grading.reference import decoder as ref
-from course_utils.checks._core import Check, devices, generator
+from course_utils.checks._core import Check, devices, generator, torch_equal
 from course_utils.checks.decoder import (
     DECODER_LAYER_NAMES, DECODER_NAMES, TRANSFORMER_NAMES, call, causal, decoder_layer_case,
     decoder_layer_parts, decoder_outputs, decoder_parts, run_decoder_layers, torch_decoder_layer,
@@ -148,12 +148,12 @@ def check_make_padding_mask(make_padding_mask) -> None:
     c = Check("make_padding_mask", [f"{_REF}.make_padding_mask"], hidden=True)
     ids2 = torch.tensor([[0, 4, 2, 2], [1, 2, 2, 2], [3, 3, 3, 3]])
     got = c.call(make_padding_mask, ids2, 2)
-    c.that(isinstance(got, torch.Tensor) and torch.equal(got, ref.make_padding_mask(ids2, 2)),
+    c.that(isinstance(got, torch.Tensor) and torch_equal(got, ref.make_padding_mask(ids2, 2)),
            "wrong with pad_id=2: compare with the pad_id argument, not a fixed 0 (here 0 is "
            "a real token).", "uses pad_id")
     before = ids2.clone()
     c.call(make_padding_mask, ids2, 2)
-    c.that(torch.equal(ids2, before), "make_padding_mask modified ids in place.")
+    c.that(torch_equal(ids2, before), "make_padding_mask modified ids in place.")
     meta = c.call(make_padding_mask, ids2.to("meta"), 2)
     c.that(meta.device.type == "meta", "the mask should live on the ids' device.",
            "stays on the ids' device")

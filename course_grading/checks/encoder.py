@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from course_grading.reference import positional as ref_positional
-from course_utils.checks._core import Check, devices, generator
+from course_utils.checks._core import Check, devices, generator, torch_equal, torch_isfinite
 from course_utils.checks.encoder import (
     D, EVERYWHERE, EVERYWHERE_OPS, ENCODER_LAYER_NAMES, ENCODER_NAMES, F64, FF, H,
     LAYER_NORM_BUILTINS, LAYER_NORM_OPS, POSITIONS_HINT, compare, computing, encoder_layer_case,
@@ -61,14 +61,14 @@ def check_layer_norm(LayerNorm) -> None:
                     "normalise over dim=-1 only, whatever the number of leading dims.",
                     passed="any number of leading dims")
     out = c.call(ln, torch.full((2, 8), 3.0))
-    c.that(bool(torch.isfinite(out).all()), "a constant vector (variance 0) gives NaN or inf: "
+    c.that(bool(torch_isfinite(out).all()), "a constant vector (variance 0) gives NaN or inf: "
            "eps inside the square root prevents the division by zero.")
     c.close(out, r.bias.detach().expand(2, 8), "a constant vector should normalise to 0, "
             "leaving only the bias.", passed="constant input -> bias, no NaN")
     x = torch.randn(2, 5, 8, generator=g) * 3 + 1
     before = x.clone()
     c.call(ln, x)
-    c.that(torch.equal(x, before), "LayerNorm modified its input in place; compute into new "
+    c.that(torch_equal(x, before), "LayerNorm modified its input in place; compute into new "
            "tensors.", "input left unchanged")
     with torch.enable_grad():
         c.call(ln, x).sum().backward()

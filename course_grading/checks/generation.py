@@ -19,7 +19,7 @@ import torch
 
 from course_grading.reference import generation as ref
 from course_grading.reference.decoder import Transformer, make_padding_mask
-from course_utils.checks._core import Check, devices, generator
+from course_utils.checks._core import Check, devices, generator, torch_equal
 from course_utils.checks.generation import (
     BEAM_SRC, BOS, EOS, GREEDY_CASES, LAYERS, RANDOM_BEAMS, SAMPLING_CASES, WIDE, N_DRAWS, beam,
     beam_matches, greedy_case, greedy_ok, length_normalisation_hint, random_model,
@@ -251,20 +251,20 @@ def check_sample_next_token(sample_next_token) -> None:
     x = torch.randn(6, 9, generator=generator(9))
     a = c.call(sample_next_token, x, 0.8, 4, 0.9, generator(5))
     b = c.call(sample_next_token, x, 0.8, 4, 0.9, generator(5))
-    c.that(torch.equal(a, b), "two calls with generators seeded alike gave different "
+    c.that(torch_equal(a, b), "two calls with generators seeded alike gave different "
            "tokens: pass generator=generator to torch.multinomial.")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(123)
         want = torch.rand(3)
         torch.manual_seed(123)
         c.call(sample_next_token, x, generator=generator(5))
-        untouched = torch.equal(torch.rand(3), want)
+        untouched = torch_equal(torch.rand(3), want)
     c.that(untouched, "sampling consumed the global random state: draw with the generator you "
            "are given (torch.multinomial(..., generator=...)).",
            "reproducible with a seeded generator, global RNG untouched")
     before = x.clone()
     c.call(sample_next_token, x, 0.5, 3, 0.8, generator(1))
-    c.that(torch.equal(x, before), "sample_next_token changed the logits it was given "
+    c.that(torch_equal(x, before), "sample_next_token changed the logits it was given "
            "(an in-place /= or masked_fill_): work on a copy.", "leaves its input unchanged")
     _case(c, sample_next_token, probs.log().double(), "float64 logits, top_p = 0.7",
           "Float64 logits should work too.", seed=10, top_p=0.7)
@@ -326,6 +326,6 @@ def check_beam_search(beam_search) -> None:
         model = LookupModel(6, seed=4, eos_id=EOS, eos_bias=1.5, device=dev, layers=LAYERS)
         got = c.call(beam_search, model, src.to(dev), 2, 7, BOS, EOS)
         want = ref.beam_search(model, src, 2, 7, BOS, EOS)
-        c.that(torch.equal(got.cpu(), want), f"wrong result on {dev.type}.",
+        c.that(torch_equal(got.cpu(), want), f"wrong result on {dev.type}.",
                f"runs on {dev.type}")
     c.done()

@@ -15,7 +15,7 @@ import torch
 from course_grading.reference import attention as ref_attention
 from course_grading.reference import multi_head as ref
 from course_utils.checks import multi_head as visible
-from course_utils.checks._core import Check, devices, generator
+from course_utils.checks._core import Check, devices, generator, torch_equal, torch_isclose
 from course_utils.checks.multi_head import (ATOL32, NAMES, RTOL32, expect_projections, compare,
                                             expect_value_error, forward, near)
 
@@ -287,7 +287,7 @@ def _check_dropout(c: Check, MultiHeadAttention, D: int, H: int) -> None:
     Y = ref.split_heads((out - r.out_proj.bias) @ r.out_proj.weight, H)  # (b, h, q, d_head)
     coef = Y @ O.mT  # (b, h, q, k)
     dropped = coef.abs() <= ATOL64
-    kept = torch.isclose(coef, want_w / (1 - P_DROP), atol=ATOL64, rtol=RTOL64)
+    kept = torch_isclose(coef, want_w / (1 - P_DROP), atol=ATOL64, rtol=RTOL64)
     if bool((dropped | kept).all()):
         c.ok("training mode drops attention weights and rescales the rest by 1 / (1 - p)")
         if near(w, want_w, ATOL64, RTOL64):
@@ -295,7 +295,7 @@ def _check_dropout(c: Check, MultiHeadAttention, D: int, H: int) -> None:
         elif near(w, coef, ATOL64, RTOL64):
             c.ok("training mode returns the dropped-out weights that multiply V "
                  "(as torch.nn.MultiheadAttention does)")
-        elif bool(((w.abs() <= ATOL64) | torch.isclose(w, want_w / (1 - P_DROP), atol=ATOL64,
+        elif bool(((w.abs() <= ATOL64) | torch_isclose(w, want_w / (1 - P_DROP), atol=ATOL64,
                                                         rtol=RTOL64)).all()):
             c.fail(f"with dropout={P_DROP} in training mode the weights you return have dropout "
                    "applied, but not the dropout that the weights multiplying V got: two calls "
@@ -308,12 +308,12 @@ def _check_dropout(c: Check, MultiHeadAttention, D: int, H: int) -> None:
         md.eval()
         _eval_without_dropout(c, md, r, args, "back in eval mode after training")
         return
-    unscaled = torch.isclose(coef, want_w, atol=ATOL64, rtol=RTOL64)
+    unscaled = torch_isclose(coef, want_w, atol=ATOL64, rtol=RTOL64)
     if bool((dropped | unscaled).all()):
         c.fail(f"with dropout={P_DROP} in training mode the weights are dropped but the ones "
                "kept are not scaled up by 1 / (1 - p), so the expected output changes between "
                "training and eval. Use inverted dropout (as nn.Dropout does).")
-    twice = torch.isclose(coef, want_w / (1 - P_DROP) ** 2, atol=ATOL64, rtol=RTOL64)
+    twice = torch_isclose(coef, want_w / (1 - P_DROP) ** 2, atol=ATOL64, rtol=RTOL64)
     if bool((dropped | twice).all()):
         c.fail(f"with dropout={P_DROP} in training mode the weights that multiply V went through "
                "dropout twice (the ones kept are scaled by 1 / (1 - p)², and more are dropped "
@@ -377,7 +377,7 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
     before = x.clone()
     m.train()
     _compare(c, m, r, "training mode with the default dropout=0.0", x, x, x)
-    c.that(torch.equal(x, before), "forward changed its input in place.")
+    c.that(torch_equal(x, before), "forward changed its input in place.")
     _check_dropout(c, MultiHeadAttention, D, H)
     # gradients reach every projection
     mg = _built(c, MultiHeadAttention, D, H)

@@ -38,6 +38,7 @@ from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
 from ..cells import Markers, is_grade
+from ..checks._common import KERNEL_ARGUMENT
 
 HIDDEN_MIME = "application/vnd.course.hidden-tests+json"
 HIDDEN_TEXT = "[course: the hidden tests ran from here on]"
@@ -106,6 +107,8 @@ class LimitedExecute(Execute):
     # --------------------------------------------------------------------------- per notebook
 
     def preprocess(self, nb, resources=None, km=None):
+        if KERNEL_ARGUMENT not in self.extra_arguments:  # the checks sealed before the first cell
+            self.extra_arguments = [*self.extra_arguments, KERNEL_ARGUMENT]
         self._used_cell: dict[int, int] = {}
         self._used_notebook = 0
         self._noticed: set[tuple[int, str]] = set()

@@ -34,9 +34,31 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-# Taken at import (the notebook's first cell), before any learner code can patch them.
-_isclose = np.isclose
-_allclose = np.allclose
+from . import _seal
+
+# Everything the checks rely on is recorded before any learner code can change it: under
+# grading when the kernel starts, before the notebook's first cell; else now (the setup cell).
+_seal.take()
+
+import torch  # noqa: E402  (after the record: what it holds is what was recorded)
+
+# The functions the checks decide with, taken before any learner code ran; the checks call these,
+# never the library's attributes, and every check proves first that the library's attributes
+# are still these (``_seal.changed``).
+torch_equal = torch.equal
+torch_allclose = torch.allclose
+torch_isclose = torch.isclose
+torch_isfinite = torch.isfinite
+np_array_equal = np.array_equal
+np_allclose = np.allclose
+np_isclose = np.isclose
+np_isfinite = np.isfinite
+np_all = np.all
+np_unique = np.unique
+np_abs = np.abs
+np_max = np.max
+_isclose = np_isclose
+_allclose = np_allclose
 _asarray = np.asarray
 _setprofile, _getprofile = sys.setprofile, sys.getprofile
 _thread_setprofile = threading.setprofile
@@ -47,9 +69,10 @@ _TAMPERING = frozenset({
     "register_callback", "set_events", "set_local_events", "use_tool_id", "free_tool_id",
     "_unset_dispatch_mode", "_pop_torch_dispatch_mode", "_pop_torch_function_stack",
     "_set_torch_function_mode", "_push_on_torch_dispatch_stack", "_pop_mode",
-    "start_new_thread", "start_joinable_thread", "fork", "forkpty", "posix_spawn", "execv",
-    "execve",
+    "fork", "forkpty", "posix_spawn", "execv", "execve",
 })
+# Built-ins that start a thread: its work would run beyond the recording's sight.
+_THREADS = frozenset({"start_new_thread", "start_joinable_thread", "start_new"})
 
 
 class CheckFailed(AssertionError):
@@ -198,11 +221,17 @@ class _Recorder:
         self.forbidden = forbidden
         self.calls: list[str] = []
         self.tampered: list[str] = []
+        self.threads: list[str] = []
+        self.idle: dict = {}  # CPU time of the kernel's idle threads when the call began
         self._mode = None
         self._done = False
         self._hook = self._hook  # one bound method, so that "is it still installed" can be asked
 
     def _hook(self, frame, event, arg):
+        self.observe(frame, event, arg)
+
+    def observe(self, frame, event, arg):
+        """One profile event, from the checking thread or a watched kernel thread."""
         if self._done:
             return
         if event == "call":
@@ -216,6 +245,15 @@ class _Recorder:
                 self.calls.append(path)
             if name in _TAMPERING:
                 self.tampered.append(name)
+            elif name in _THREADS:
+                self.threads.append("a thread it started")
+
+    def observe_op(self, func) -> None:
+        """One torch operator run on a watched kernel thread."""
+        if not self._done and self.forbidden.ops:
+            name = func.__name__.split(".")[0]
+            if _op_matches(name, self.forbidden.ops):
+                self.calls.append(f"torch operator {name}")
 
     def __enter__(self):
         self._previous = _getprofile()
@@ -225,6 +263,7 @@ class _Recorder:
             if self._mode is not None:
                 self._mode.__enter__()
         _thread_setprofile(self._hook)
+        _seal.WATCH.recorder = self
         _setprofile(self._hook)
         return self
 
@@ -232,6 +271,7 @@ class _Recorder:
         still_ours = _getprofile() is self._hook
         self._done = True
         _setprofile(self._previous)
+        _seal.WATCH.recorder = None
         _thread_setprofile(None)
         if self._mode is not None:
             try:
@@ -272,11 +312,15 @@ def _op_recorder(ops: tuple, calls: list):
     class OpRecorder(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.__name__.split(".")[0]  # "_softmax.default" -> "_softmax"
-            if any(name == op or (op.endswith("*") and name.startswith(op[:-1])) for op in ops):
+            if _op_matches(name, ops):
                 calls.append(f"torch operator {name}")
             return func(*args, **(kwargs or {}))
 
     return OpRecorder()
+
+
+def _op_matches(name: str, ops) -> bool:
+    return any(name == op or (op.endswith("*") and name.startswith(op[:-1])) for op in ops)
 
 
 # --------------------------------------------------------------------------- where it went wrong
@@ -328,8 +372,33 @@ class Check:
     def __init__(self, exercise: str, forbidden: Iterable[str] = (), hidden: bool = False,
                  ops: Iterable[str] = ()):
         self.exercise = exercise
-        self.forbidden = Forbidden(forbidden, ops)
         self.hidden = hidden
+        self.sound()
+        self.forbidden = Forbidden(forbidden, ops)
+
+    # -- what the check relies on ---------------------------------------------------------
+    def sound(self, recorder: _Recorder | None = None) -> None:
+        """Fail the exercise unless the check can trust what it sees: the library functions,
+        classes and checks it uses as they were before any learner code ran, no torch mode
+        left entered, and no thread that could have run work beyond the recording's sight."""
+        what = _seal.changed()
+        if what:
+            raise CheckFailed(
+                f"{self.exercise}: the check cannot trust its tools: {what} is not what it was "
+                "when the notebook started (code in this notebook replaced or changed it). Leave "
+                "library functions, their classes and the checks as they are; this exercise "
+                "scores zero until then.") from None
+        threads = _seal.foreign_threads()
+        if recorder is not None:
+            threads += recorder.threads + _seal.ran_meanwhile(recorder.idle)
+        why = _seal.kernel_threads_unwatched()
+        if threads or why:
+            where = ", ".join(threads) if threads else why
+            raise CheckFailed(
+                f"{self.exercise}: your code runs work on another thread ({where}), where the "
+                "check cannot see what it calls, so it cannot be sure what your code does. Run "
+                "everything on the notebook's own thread (no thread, timer or pool: stop them, "
+                "or restart the kernel); this exercise scores zero until then.") from None
 
     # -- calling the learner's code --------------------------------------------------------
     def call(self, fn: Callable, *args, **kwargs):
@@ -367,13 +436,16 @@ class Check:
         return module
 
     def _guarded_call(self, fn, args, kwargs):
+        self.sound()
         recorder = _Recorder(self.forbidden)
+        recorder.idle = _seal.idle_threads_now()
         try:
             with quiet(), recorder:
                 result = fn(*args, **kwargs)
             self._verdict(recorder)
             return _plain(result, self.exercise)
         except NotImplementedError:
+            self._verdict(recorder)
             raise CheckFailed(
                 f"{self.exercise} is not implemented yet: replace the `raise NotImplementedError()` "
                 "line with your code"
@@ -388,6 +460,7 @@ class Check:
             ) from exc
 
     def _verdict(self, recorder: _Recorder) -> None:
+        self.sound(recorder)
         if recorder.tampered:
             raise CheckFailed(
                 f"{self.exercise} switches off the check's view of what it calls "
@@ -416,6 +489,7 @@ class Check:
             self.ok(passed)
 
     def done(self):
+        self.sound()
         what = "hidden" if self.hidden else "visible"
         print(f"{self.exercise}: all {what} checks passed.")
 
@@ -433,11 +507,11 @@ class Check:
         got_np, exp_np = to_numpy(got), to_numpy(expected)
         if got_np.shape != exp_np.shape:
             self.fail(f"returned shape {got_np.shape}, expected {exp_np.shape}. {message}")
-        if not np.all(np.isfinite(got_np) == np.isfinite(exp_np)):
+        if not np_all(np_isfinite(got_np) == np_isfinite(exp_np)):
             self.fail(f"found NaN or inf where finite numbers belong. {message}")
-        finite = np.isfinite(exp_np)
+        finite = np_isfinite(exp_np)
         if not _allclose(got_np[finite], exp_np[finite], atol=atol, rtol=rtol):
-            worst = float(np.max(np.abs(got_np[finite] - exp_np[finite]))) if finite.any() else 0.0
+            worst = float(np_max(np_abs(got_np[finite] - exp_np[finite]))) if finite.any() else 0.0
             self.fail(f"values are off (largest difference {worst:.3g}). {message}")
         if passed:
             self.ok(passed)
@@ -491,14 +565,15 @@ _EXPECTED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 
 @functools.lru_cache(maxsize=None)
-def _stored(assignment: str) -> dict:
-    with np.load(os.path.join(_EXPECTED, f"{assignment}.npz"), allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
+def _stored(assignment: str) -> bytes:
+    with open(os.path.join(_EXPECTED, f"{assignment}.npz"), "rb") as fh:
+        return fh.read()  # bytes: what learner code could reach of the cache, it cannot change
 
 
 def stored(assignment: str, name: str) -> np.ndarray:
-    """An expected output stored for the visible checks of ``assignment`` (a fresh copy)."""
-    return _stored(assignment)[name].copy()
+    """An expected output stored for the visible checks of ``assignment`` (read afresh)."""
+    with np.load(io.BytesIO(_stored(assignment)), allow_pickle=False) as data:
+        return data[name]
 
 
 def generator(seed: int):

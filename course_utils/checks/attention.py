@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._core import Check, CheckFailed, generator
+from ._core import Check, CheckFailed, generator, torch_allclose, torch_equal, torch_isfinite
 
 # Taken at import (the notebook's first cell), before any learner code can replace them.
 _softmax = torch.softmax
@@ -56,7 +56,7 @@ def check_softmax(softmax) -> None:
                               "keep it (keepdim=True), and then it can't broadcast back against x."
                               ) from exc.__cause__
         raise
-    c.that(torch.equal(x, before), "softmax modified its input in place (e.g. x -= ... or "
+    c.that(torch_equal(x, before), "softmax modified its input in place (e.g. x -= ... or "
            "x.exp_()): compute into a new tensor and leave x as it was.")
     c.that(isinstance(out, torch.Tensor), f"should return a tensor, got {type(out).__name__}.")
     c.shape(out, (2, 3), "softmax(x) for x of shape (2, 3)", "softmax keeps the input's shape.")
@@ -80,7 +80,7 @@ def check_softmax(softmax) -> None:
             "argument, not always the last axis.", passed="respects dim (dim=0)")
     masked = torch.tensor([[0.5, float("-inf"), 2.0]])
     got = c.call_on("a row holding -inf", softmax, masked)
-    c.that(bool(torch.isfinite(got).all()) and float(got[0, 1]) == 0.0,
+    c.that(bool(torch_isfinite(got).all()) and float(got[0, 1]) == 0.0,
            "a score of -inf (a masked position) should get weight exactly 0, and nothing "
            f"should become NaN; got {[round(float(v), 4) for v in got.flatten()]}.",
            "a score of -inf gets weight exactly 0")
@@ -130,13 +130,13 @@ def mask_weights(c: Check, w, mask, d_k: int, d_v: int, want_w, scaled_by_d_v) -
            "softmax (a score of 0 still gets weight; and True means 'may attend').",
            "masked positions get weight 0")
     sums = w.detach().sum(-1)
-    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5):
+    if not torch_allclose(sums, torch.ones_like(sums), atol=1e-5):
         c.fail(f"the masked positions get weight 0, but the rows of weights no longer sum to 1 "
                f"(they sum to {sums.min().item():.3f} … {sums.max().item():.3f}): the mask is "
                "applied after the softmax, to the weights. Apply it to the scores instead, "
                "setting the masked ones to -inf before the softmax, so that the keys a query "
                "may attend to share all of its weight.")
-    if d_k != d_v and torch.allclose(w.detach(), scaled_by_d_v, atol=1e-5, rtol=1e-4):
+    if d_k != d_v and torch_allclose(w.detach(), scaled_by_d_v, atol=1e-5, rtol=1e-4):
         c.fail(f"with a mask, d_k = {d_k} and d_v = {d_v}, the scores are divided by √d_v: "
                "d_k is the size of the queries and keys (Q.shape[-1]), not of the values.")
     c.close(w, want_w, f"with a mask (here d_k = {d_k}, d_v = {d_v}), the weights should be "
@@ -155,7 +155,7 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
             "keys (the last dim).", passed="weights: shape (q, k), rows sum to 1")
     want_out, want_w = builtin_attention(Q, K, V)
     unscaled = builtin_attention(Q, K, V, scale=1.0)[1]
-    if torch.allclose(w, unscaled, atol=1e-5):
+    if torch_allclose(w, unscaled, atol=1e-5):
         c.fail("the weights are softmax(Q Kᵀ) without the 1/√d_k scaling.")
     c.close(w, want_w, "weights should be softmax(Q Kᵀ / √d_k) with d_k = Q.shape[-1].",
             passed="weights = softmax(Q Kᵀ / √d_k)")
@@ -190,9 +190,9 @@ def check_causal_mask(causal_mask) -> None:
                          [True, True, False, False],
                          [True, True, True, False],
                          [True, True, True, True]])
-    c.that(not torch.equal(m, want.T), "that is the upper triangle: position i may attend to "
+    c.that(not torch_equal(m, want.T), "that is the upper triangle: position i may attend to "
            "positions j ≤ i (the past), so True belongs on and BELOW the diagonal.")
     c.that(bool(m.diagonal().all()), "each position may attend to itself: the diagonal is True.")
-    c.that(torch.equal(m, want), "wrong pattern: True exactly where j ≤ i.",
+    c.that(torch_equal(m, want), "wrong pattern: True exactly where j ≤ i.",
            "True on and below the diagonal")
     c.done()

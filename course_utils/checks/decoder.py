@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._core import Check, CheckFailed, generator, stored
+from ._core import Check, CheckFailed, generator, stored, torch_equal
 from .encoder import (D, EVERYWHERE, EVERYWHERE_OPS, FF, H, POSITIONS_HINT, Parts, _copy,
                       _copy_attention, _fresh, attend, attention_parts, compare, computing,
                       embedded, encoder_parts, feed_forward, ffn_parts, known, load,
@@ -315,13 +315,13 @@ def check_make_padding_mask(make_padding_mask) -> None:
     c.that(m.dtype == torch.bool, f"should be a bool tensor, got {m.dtype}: the comparison "
            "ids != pad_id already gives bools; don't convert them.", "bool tensor")
     want = torch.from_numpy(stored(ASSIGNMENT, "padding_mask"))
-    if m.numel() == want.numel() and torch.equal(m.reshape(-1), ~want.reshape(-1)):
+    if m.numel() == want.numel() and torch_equal(m.reshape(-1), ~want.reshape(-1)):
         c.fail("True and False are swapped. In this course True means 'may attend': real tokens "
                "are True, padding is False.")
     if tuple(m.shape) != (2, 1, 1, 5):
         c.fail(f"shape {tuple(m.shape)} for ids of shape (2, 5); expected (2, 1, 1, 5) "
                "— one row per sequence, with singleton dims for the heads and the query "
                "positions (in that order), so it broadcasts against scores (b, heads, q, k).")
-    c.that(torch.equal(m, want), "wrong values: True exactly where ids != pad_id.",
+    c.that(torch_equal(m, want), "wrong values: True exactly where ids != pad_id.",
            "shape (b, 1, 1, s), True on real tokens")
     c.done()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Check, to_numpy
+from ._core import Check, np_all, np_array_equal, np_unique, to_numpy
 
 # What each exercise asks the learner to build, as PyTorch ships it.
 ONE_HOT_BUILTINS = ["torch.nn.functional.one_hot"]
@@ -26,9 +26,9 @@ def check_one_hot(one_hot) -> None:
     c.that(np.issubdtype(out.dtype, np.floating),
            "should return floats (so the result can be multiplied with an embedding matrix); "
            "look at the dtype you create the array with.", "shape (4, 5) and a float dtype")
-    c.that(set(np.unique(out)) <= {0.0, 1.0} and np.all(out.sum(axis=-1) == 1),
+    c.that(set(np_unique(out)) <= {0.0, 1.0} and np_all(out.sum(axis=-1) == 1),
            "every row should contain a single 1 and zeros elsewhere.", "one 1 per row")
-    c.that(np.array_equal(out.argmax(axis=-1), ids),
+    c.that(np_array_equal(out.argmax(axis=-1), ids),
            "the 1 is in the wrong column: row i should have its 1 at column ids[i] "
            "(check for an off-by-one or a transposed result).", "the 1 sits at column ids[i]")
     grid = np.array([[1, 4, 0], [3, 3, 2]])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._core import Check, CheckFailed, generator, stored
+from ._core import Check, CheckFailed, generator, stored, torch_equal
 from .encoder import near
 
 ASSIGNMENT = "05_positional_encoding"
@@ -168,6 +168,6 @@ def check_positional_encoding(PositionalEncoding) -> None:
     before = x.clone()
     compare_added(c, m, x, table, "x of shape (2, 7, 16), max_len=50", mistakes,
                   passed="x + PE[:7] for a batch of 2")
-    c.that(torch.equal(x, before), "forward changed its input in place (x += …): return a new "
+    c.that(torch_equal(x, before), "forward changed its input in place (x += …): return a new "
            "tensor, x + …, so the caller's embeddings stay as they were.", "leaves x unchanged")
     c.done()

@@ -1,0 +1,556 @@
+"""What the checks rely on, taken before the learner's code can change it, and the proof, at
+every check, that it is still in place.
+
+A check decides with library functions (``torch.equal``, ``np.allclose``, a tensor's ``==``,
+``.all()``, ``.item()``) that the learner's code could reach and replace: ``import torch as t;
+t.equal = lambda *a: True``, ``vars(torch)['equal'] = ...``, ``np.testing.assert_allclose =
+...``, a function's ``__code__`` swapped, ``torch.Tensor.__eq__`` patched, a torch function mode
+left entered. :func:`take` records, once per process and as early as possible, every function,
+class and module of the namespaces the checks use (and of the checks themselves); :func:`changed`
+names the first of them that is no longer what was recorded. Under grading the kernel takes
+the record before the notebook's first cell (``course_grading.checks._common`` is loaded as a
+kernel extension, and the warm sandbox has imported all of this before it forks the kernel);
+elsewhere it is taken when the checks are first imported (the setup cell).
+
+The same goes for threads. What a check records while the learner's code runs (the names and
+the torch operators it calls) is seen on the thread that runs the check; work handed to another
+thread that already exists (a thread pool, a ``threading.Timer``, a thread started by an
+imported module) would not be. :func:`foreign_threads` names every live Python thread other
+than the one running the check and the kernel's own (recorded when the kernel started, or,
+outside grading, when the setup cell ran); a check refuses to grade while there is one. The
+kernel's threads that run an event loop (IOPub, control, shell channel) could be handed work
+too: :func:`watch_kernel_threads` installs the recording on them, through their own loops,
+before the first cell; whatever would take it off again is seen by the recording itself as it
+is called, and every later check refuses to grade.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import time
+import types
+
+# The namespaces the checks (visible and hidden) and what they call use. Each is recorded with
+# its functions, classes and modules; the classes defined in them with their whole __dict__.
+LIBRARY_MODULES = (
+    "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.linalg", "torch.random",
+    "torch.functional", "torch._tensor", "torch.overrides", "torch.autograd",
+    "torch.autograd.grad_mode", "torch.utils._python_dispatch", "torch.nn.modules.module",
+    "torch.nn.parameter", "torch._C._nn", "torch.testing",
+    "numpy", "numpy.linalg", "numpy.testing", "numpy.random", "numpy.lib",
+    "numpy._core.numeric", "numpy._core.fromnumeric", "numpy._core.multiarray",
+    "numpy._core.umath", "numpy._core._methods", "numpy._core.numerictypes",
+    "numpy._core.shape_base", "numpy._core.function_base", "numpy._core._ufunc_config",
+    "numpy.lib._function_base_impl", "numpy.lib._arraysetops_impl", "numpy.lib._npyio_impl",
+    "numpy.lib._shape_base_impl", "numpy.lib._twodim_base_impl", "numpy.linalg._linalg",
+    "numpy.testing._private.utils",
+    "math", "operator", "functools", "contextlib", "io", "os", "time", "threading", "_thread",
+    "inspect", "types", "traceback", "importlib", "copy",
+    # what the kernel's own threads that run no event loop call (work handed to them by
+    # replacing what they call would run beyond the recording's sight)
+    "ipykernel.iostream", "ipykernel.parentpoller", "ipykernel.heartbeat", "IPython.core.history",
+    "zmq.utils.garbage",
+)
+# The course's own checks: every value, containers by their contents too.
+COURSE_PACKAGES = ("course_utils.checks",)
+# Built-ins the checks call (IPython swaps exit/quit/get_ipython around each cell: not these).
+BUILTINS = ("abs", "all", "any", "bool", "callable", "dict", "enumerate", "float", "getattr",
+            "hasattr", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max",
+            "min", "next", "object", "print", "range", "repr", "round", "set", "sorted", "str",
+            "sum", "super", "tuple", "type", "vars", "zip", "__import__", "__build_class__",
+            "frozenset", "id", "divmod", "pow", "format", "slice", "reversed", "filter")
+_LIBRARY_ROOTS = ("torch", "numpy")
+try:
+    import numpy as _np
+
+    _DISPATCHER = type(_np.allclose)  # numpy._ArrayFunctionDispatcher: wraps a Python function
+except (ImportError, AttributeError):  # pragma: no cover
+    _DISPATCHER = None
+
+
+_DATA = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _is_tool(value) -> bool:
+    return callable(value) or isinstance(value, types.ModuleType)
+
+
+def _function(value):
+    """The Python function behind a value: itself, a method's, or a NumPy dispatcher's."""
+    if type(value) in (classmethod, staticmethod, types.MethodType):
+        return value.__func__
+    if type(value) is _DISPATCHER:
+        return value._implementation
+    return value
+
+
+def _internals(value):
+    """What can be changed in place in a Python function: its code, defaults, closure."""
+    func = _function(value)
+    if type(func) is not types.FunctionType:
+        return None
+    kw = func.__kwdefaults__
+    closure = func.__closure__
+    cells = None
+    if closure:
+        cells = []
+        for cell in closure:
+            try:
+                cells.append(id(cell.cell_contents))
+            except ValueError:
+                cells.append(None)
+        cells = tuple(cells)
+    return (func.__code__, func.__defaults__, tuple(kw.items()) if kw else None, cells)
+
+
+def _same_internals(value, inner) -> bool:
+    func = _function(value)
+    if type(func) is not types.FunctionType:
+        return False
+    if func.__code__ is not inner[0] or func.__defaults__ is not inner[1]:
+        return False
+    if inner[2] is not None or func.__kwdefaults__:
+        return _internals(func)[2] == inner[2]
+    if inner[3] is not None or func.__closure__:
+        return _internals(func)[3] == inner[3]
+    return True
+
+
+def _contents(value):
+    """A copy of a container's contents (a check's list of forbidden names, cleared in place,
+    would forbid nothing)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(id(v) for v in value)
+    if isinstance(value, (dict, set, frozenset)):
+        return tuple(sorted(map(repr, value.items() if isinstance(value, dict) else value)))
+    return None
+
+
+class _Record:
+    """One namespace: name -> (value, internals, contents) of what it held when recorded."""
+
+    __slots__ = ("label", "owner", "entries", "size", "everything", "is_class")
+
+    def __init__(self, label: str, owner, everything: bool):
+        self.label, self.owner, self.everything = label, owner, everything
+        self.is_class = isinstance(owner, type)
+        space = owner.__dict__ if self.is_class or isinstance(owner, types.ModuleType) else owner
+        self.entries = {}
+        for name, value in list(space.items()):
+            if not self.is_class and name[:2] == "__" == name[-2:]:
+                continue  # a module's __builtins__, __spec__ ...: its functions hold their own
+            if everything and (value is None or isinstance(value, bool)):
+                continue  # a module's flag (set once it has done something), not a tool
+            if self.is_class and isinstance(value, _DATA):
+                continue  # a class's counter or setting, not how it behaves
+            if everything or self.is_class or _is_tool(value):
+                self.entries[name] = (value, _internals(value), _contents(value) if everything else None)
+        self.size = len(space)
+
+    def first_change(self) -> str | None:
+        space = (self.owner.__dict__ if self.is_class or isinstance(self.owner, types.ModuleType)
+                 else self.owner)
+        get = space.get
+        missing = object()
+        for name, (value, inner, contents) in self.entries.items():
+            now = get(name, missing)
+            if now is not value:
+                return f"{self.label}.{name}"
+            if inner is not None and not _same_internals(now, inner):
+                return f"{self.label}.{name} (its code, defaults or closure)"
+            if contents is not None and _contents(now) != contents:
+                return f"{self.label}.{name} (its contents)"
+        if len(space) != self.size:
+            added = self._added(space)
+            if added:
+                return f"{self.label}.{added} (added)"
+        return None
+
+    def _added(self, space) -> str | None:
+        """A name added since the record that could shadow a lookup (a module's new submodule,
+        imported since, cannot; a class's new attribute or a module's new global can)."""
+        prefix = getattr(self.owner, "__name__", "") + "."
+        for name, value in list(space.items()):
+            if name in self.entries or (self.everything and (value is None or isinstance(value, bool))):
+                continue
+            if self.is_class and isinstance(value, _DATA):
+                continue
+            if not self.is_class and not self.everything and not _is_tool(value):
+                continue
+            if isinstance(value, types.ModuleType) and getattr(value, "__name__", "") == prefix + name:
+                continue  # a submodule imported since: the import system sets it
+            if not self.is_class and name.startswith("__") and name.endswith("__"):
+                continue
+            return name
+        return None
+
+
+class _Seal:
+    def __init__(self):
+        self.records: list[_Record] = []
+        self.covered: set[int] = set()
+        self.modules: dict[str, types.ModuleType] = {}
+        self.at_kernel_start = False
+        self.modules_seen = 0
+        self.pending = False
+
+    def add_module(self, name: str, everything: bool = False) -> None:
+        module = sys.modules.get(name)
+        if module is None or id(module) in self.covered:
+            return
+        self.covered.add(id(module))
+        self.modules[name] = module
+        self.records.append(_Record(name, module, everything))
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and id(value) not in self.covered and _mutable_class(value):
+                owner = getattr(value, "__module__", "") or ""
+                if everything or owner == name or owner.split(".")[0] in _LIBRARY_ROOTS:
+                    self.covered.add(id(value))
+                    self.records.append(_Record(f"{owner}.{value.__qualname__}", value, False))
+
+    def add_object(self, label: str, obj) -> None:
+        """An instance's own attributes (its functions and objects that can be called)."""
+        space = getattr(obj, "__dict__", None)
+        if isinstance(space, dict) and id(space) not in self.covered:
+            self.covered.add(id(space))
+            self.records.append(_Record(label, space, False))
+
+    def add_builtins(self) -> None:
+        import builtins
+
+        space = {name: getattr(builtins, name) for name in BUILTINS if hasattr(builtins, name)}
+        self.records.append(_Builtins(space))
+
+    def first_change(self) -> str | None:
+        for name, module in self.modules.items():
+            if sys.modules.get(name) is not module:
+                return f"sys.modules[{name!r}]"
+        for record in self.records:
+            found = record.first_change()
+            if found:
+                return found
+        return None
+
+
+class _Builtins(_Record):
+    def __init__(self, space: dict):
+        import builtins
+
+        self.label, self.owner, self.everything, self.is_class = "builtins", builtins, False, False
+        self.entries = {name: (value, None, None) for name, value in space.items()}
+        self.size = None
+
+    def first_change(self) -> str | None:
+        space = vars(self.owner)
+        for name, (value, _, _) in self.entries.items():
+            if space.get(name) is not value:
+                return f"builtins.{name}"
+        return None
+
+
+def _mutable_class(cls: type) -> bool:
+    """A class whose attributes can be set (a Python class, not an immutable C type)."""
+    return not cls.__flags__ & _IMMUTABLE_TYPE
+
+
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
+
+
+_SEAL: _Seal | None = None
+_LOCK = threading.Lock()
+
+
+def take() -> None:
+    """Record the namespaces (once per process: the first record is the one that counts)."""
+    global _SEAL
+    with _LOCK:
+        if _SEAL is not None:
+            _protect_course_modules(_SEAL)
+            return
+        for root in _LIBRARY_ROOTS:
+            try:
+                importlib.import_module(root)
+            except ImportError:  # pragma: no cover - the course needs both
+                pass
+        _warm_torch()
+        seal = _Seal()
+        for name in LIBRARY_MODULES:
+            if name not in sys.modules:
+                try:
+                    importlib.import_module(name)
+                except ImportError:
+                    continue
+            seal.add_module(name)
+        seal.add_builtins()
+        _protect_course_modules(seal)
+        _SEAL = seal
+        _take_threads()
+
+
+def _warm_torch() -> None:
+    """What torch imports (and wraps) the first time an operator runs under a dispatch mode, as
+    every recording check does: done before the record, so that it is part of it."""
+    try:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:  # pragma: no cover
+        return
+
+    class _Warm(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    with _Warm():
+        torch.zeros(1).add(1)
+
+
+def protect(*modules: types.ModuleType) -> None:
+    """Record these modules too (the hidden checks, when the kernel loads them at its start):
+    every value they hold, containers by their contents."""
+    if _SEAL is None:
+        take()
+    with _LOCK:
+        for module in modules:
+            _SEAL.add_module(module.__name__, everything=module.__name__ != __name__)
+
+
+def _protect_course_modules(seal: _Seal) -> None:
+    """Record the checks' modules imported since (each once it has finished importing)."""
+    if len(sys.modules) == seal.modules_seen and not seal.pending:
+        return
+    seal.modules_seen, seal.pending = len(sys.modules), False
+    for name, module in list(sys.modules.items()):
+        if (module is None or id(module) in seal.covered
+                or not any(name == p or name.startswith(p + ".") for p in COURSE_PACKAGES)):
+            continue
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            seal.pending = True
+            continue
+        seal.add_module(name, everything=name != __name__)  # this module: its tools
+
+
+def changed() -> str | None:
+    """The first recorded function, class attribute or module that is no longer what it was
+    (``"torch.equal"``), or a torch mode left entered; None when all is in place."""
+    if _SEAL is None:
+        take()
+    with _LOCK:
+        _protect_course_modules(_SEAL)
+    found = _SEAL.first_change()
+    if found:
+        return found
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        if torch._C._len_torch_function_stack():
+            return "a torch function mode left entered"
+        if torch._C._len_torch_dispatch_stack():
+            return "a torch dispatch mode left entered"
+        if not torch._C._is_torch_function_enabled():
+            return "torch functions switched off (DisableTorchFunction)"
+    return None
+
+
+# --------------------------------------------------------------------------- threads
+
+_OWN_THREADS: dict[int, str] = {}
+_KERNEL_THREADS_FIXED = False
+_LATE: list = []  # the kernel's own threads started after the record (its parent poller)
+_IDLE: dict[int, str] = {}  # the kernel's threads that run Python code only when handed work
+
+
+def _cpu(ident: int) -> int | None:
+    try:
+        return time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
+    except (OSError, AttributeError, OverflowError):
+        return None
+
+
+def idle_threads_now(settle: float = 0.001, patience: float = 0.25) -> dict[int, int | None]:
+    """CPU time of each of the kernel's idle threads, taken once they are quiet (two looks
+    ``settle`` seconds apart agree; at most ``patience`` seconds of waiting)."""
+    if not _IDLE:
+        return {}
+    deadline = time.monotonic() + patience
+    now = {ident: _cpu(ident) for ident in _IDLE}
+    while True:
+        time.sleep(settle)
+        again = {ident: _cpu(ident) for ident in _IDLE}
+        if again == now or time.monotonic() > deadline:
+            return again
+        now = again
+
+
+def ran_meanwhile(before: dict[int, int | None]) -> list[str]:
+    """The kernel's idle threads that ran since ``before`` (from :func:`idle_threads_now`)."""
+    return [_IDLE[ident] for ident, cpu in before.items() if _cpu(ident) != cpu]
+
+
+def _live_threads() -> dict[int, str]:
+    """ident -> name of every thread that runs Python code now, or that threading knows."""
+    found = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
+    for ident in sys._current_frames():
+        found.setdefault(ident, f"thread {ident}")
+    return found
+
+
+def _take_threads() -> None:
+    _OWN_THREADS.clear()
+    _OWN_THREADS.update(_live_threads())
+
+
+def own_threads_now() -> None:
+    """Outside grading (the learner's Jupyter, tests run in one process): the threads alive when
+    the setup cell runs are the kernel's own. Under grading they were fixed at the kernel's
+    start, before any cell, and stay so."""
+    if not _KERNEL_THREADS_FIXED:
+        take()
+        _take_threads()
+
+
+def foreign_threads() -> list[str]:
+    """Names of the live Python threads that are neither the one asking nor the kernel's own."""
+    me = threading.get_ident()
+    for thread in list(_LATE):
+        if thread.ident is not None:  # started since: its first ident is the one that counts
+            _OWN_THREADS.setdefault(thread.ident, thread.name)
+            _LATE.remove(thread)
+    return sorted(name for ident, name in _live_threads().items()
+                  if ident != me and ident not in _OWN_THREADS)
+
+
+def kernel_started(app=None) -> None:
+    """Under grading, before the notebook's first cell: record everything and the kernel's own
+    threads, and watch those that run an event loop."""
+    global _KERNEL_THREADS_FIXED
+    take()
+    if _SEAL is not None:
+        _SEAL.at_kernel_start = True
+    collector = _zmq_garbage_collector()
+    _take_threads()
+    _KERNEL_THREADS_FIXED = True
+    if app is None:
+        return
+    poller = getattr(app, "poller", None)
+    if poller is not None and poller.ident is None:
+        _LATE.append(poller)  # the kernel starts it after loading its extensions
+    with _LOCK:
+        for label, obj in (("the kernel's parent poller", poller), ("zmq's garbage collector", collector)):
+            if obj is not None:
+                _SEAL.add_object(label, obj)
+    watch_kernel_threads(app)
+    # the kernel's other threads that run Python code: the ones that relay what is written to
+    # the file descriptors 1 and 2, and the one that saves the history. They are idle unless
+    # handed something; a check sees whether they ran while the learner's code did.
+    # not these: a C loop; a sleep-and-look loop; one woken by zmq whenever it has sent a large
+    # output (possibly while a check runs), that only frees what was sent
+    pure = {id(getattr(app, "heartbeat", None)), id(poller), id(getattr(collector, "thread", None))}
+    _IDLE.clear()
+    for thread in threading.enumerate():
+        if (thread.ident in _OWN_THREADS and thread.ident not in WATCH.threads
+                and thread is not threading.main_thread() and id(thread) not in pure):
+            _IDLE[thread.ident] = thread.name
+
+
+def _zmq_garbage_collector():
+    """pyzmq's garbage collector, started now: it starts its thread the first time the kernel
+    sends a large output without copying it, else in the middle of the notebook."""
+    try:
+        from zmq.utils.garbage import gc
+    except ImportError:  # pragma: no cover - a kernel has pyzmq
+        return None
+    if not gc.is_alive():
+        gc.start()
+    return gc
+
+
+# --------------------------------------------------------------------------- the kernel's threads
+
+# What would take the recording off a kernel thread, or run work beyond its sight.
+UNHOOKING = frozenset({
+    "setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads", "_setprofile",
+    "register_callback", "set_events", "set_local_events", "use_tool_id", "free_tool_id",
+    "_unset_dispatch_mode", "_pop_torch_dispatch_mode", "_pop_torch_function_stack",
+    "_set_torch_function_mode", "_push_on_torch_dispatch_stack", "_pop_mode",
+    "start_new_thread", "start_joinable_thread", "fork", "forkpty", "posix_spawn",
+})
+
+
+class _Watch:
+    """The recording installed on the kernel's own event-loop threads: a profile hook and a
+    torch dispatch mode that pass everything through and report to the check recording at the
+    time. Whatever would take them off (or start a thread, or fork) from such a thread is seen
+    by the hook as it is called, at any time: ``broken`` then says so for good."""
+
+    def __init__(self):
+        self.recorder = None  # set by a check while the learner's code runs
+        self.threads: dict[int, str] = {}  # ident -> name of the threads it is installed on
+        self.broken: str | None = None
+        self.hook = self._hook
+
+    def _hook(self, frame, event, arg):
+        if event == "c_call" and getattr(arg, "__name__", "") in UNHOOKING and self.broken is None:
+            self.broken = f"{arg.__name__} on the kernel's {self.threads.get(threading.get_ident(), 'own')} thread"
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.observe(frame, event, arg)
+
+    def install(self, name: str, done: threading.Event) -> None:
+        """Runs on the kernel thread itself."""
+        try:
+            if "torch" in sys.modules:
+                mode = _passing_mode(self)
+                if mode is not None:
+                    mode.__enter__()
+            sys.setprofile(self.hook)
+            self.threads[threading.get_ident()] = name
+        finally:
+            done.set()
+
+
+def _passing_mode(watch: _Watch):
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:  # pragma: no cover
+        return None
+
+    class KernelThreadRecorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            recorder = watch.recorder
+            if recorder is not None:
+                recorder.observe_op(func)
+            return func(*args, **(kwargs or {}))
+
+    return KernelThreadRecorder()
+
+
+WATCH = _Watch()
+WAIT_SECONDS = 10.0
+
+
+def _kernel_loops(app) -> list:
+    """(name, thread, schedule) of the kernel's threads that run an event loop."""
+    loops = []
+    iopub = getattr(app, "iopub_thread", None)
+    if iopub is not None and getattr(iopub, "thread", None) is not None:
+        loops.append(("IOPub", iopub.thread, iopub.schedule))
+    for attr in ("control_thread", "shell_channel_thread"):
+        thread = getattr(app, attr, None)
+        loop = getattr(thread, "io_loop", None)
+        if thread is not None and loop is not None and thread.is_alive():
+            loops.append((thread.name, thread, loop.add_callback))
+    return loops
+
+
+def watch_kernel_threads(app) -> None:
+    """Install the recording on the kernel's event-loop threads, through their own loops."""
+    for name, thread, schedule in _kernel_loops(app):
+        done = threading.Event()
+        schedule(lambda name=name, done=done: WATCH.install(name, done))
+        if not done.wait(WAIT_SECONDS) or thread.ident not in WATCH.threads:
+            WATCH.broken = f"the recording could not be installed on the kernel's {name} thread"
+
+
+def kernel_threads_unwatched() -> str | None:
+    """Why the kernel's own threads may have run work unseen (None: they cannot have)."""
+    return WATCH.broken
