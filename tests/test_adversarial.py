@@ -120,9 +120,34 @@ _REF = None if KERNEL else _reach()
 """
 
 
+BEFORE_SETUP = "a cell before the setup cell"  # a CATALOGUE entry's code cell put first
+BLANK = {"one_hot": "def one_hot(ids, vocab_size):\n    raise NotImplementedError()\n",
+         "embed": "def embed(ids, E):\n    raise NotImplementedError()\n",
+         "encode": "def encode(tokens, vocab, unk_token='<unk>'):\n    raise NotImplementedError()\n"}
+BREAKS_SETUP = "import sys\nsys.modules['course_utils.checks.embeddings'] = None\n"
+# embed that changes E in place, which the hidden check catches with np.array_equal
+EMBED_IN_PLACE = ("def embed(ids, E):\n    E = np.asarray(E)\n    out = E[np.asarray(ids)].copy()\n"
+                  "    E[...] = 0.0\n    return out\n")
+# F.one_hot (forbidden) computed on a thread that exists before the check: a pool, a timer
+# started in an earlier cell, a thread started when a module of the submission is imported
+ON_A_POOL = ("from concurrent.futures import ThreadPoolExecutor\nimport torch\n_POOL = ThreadPoolExecutor(1)\n"
+             "_POOL.submit(int).result()\ndef one_hot(ids, vocab_size):\n"
+             "    ids = torch.as_tensor(np.asarray(ids))\n"
+             "    return _POOL.submit(lambda: torch.nn.functional.one_hot(ids, vocab_size).double().numpy()).result()\n")
+SERVER = ("import queue, threading\nimport torch\nJOBS = queue.Queue()\ndef serve():\n    while True:\n"
+          "        fn, box, done = JOBS.get()\n        box.append(fn())\n        done.set()\n"
+          "def run(fn):\n    box, done = [], threading.Event()\n    JOBS.put((fn, box, done))\n    done.wait()\n"
+          "    return box[0]\n")
+ON_SERVER = ("def one_hot(ids, vocab_size):\n    ids = torch.as_tensor(np.asarray(ids))\n"
+             "    return run(lambda: torch.nn.functional.one_hot(ids, vocab_size).double().numpy())\n")
+ON_A_TIMER = SERVER + "threading.Timer(0.0, serve).start()\n" + ON_SERVER
+ON_AN_IMPORTED_THREAD = "import numpy as np, torch\nfrom helper import run\n" + ON_SERVER
+
+
 # kind -> (changes, expected): changes maps a grade_id to new source (or a callable on the
-# cell); expected is "full", "zero:<grade_id>" (that exercise scores 0), "flag:<grade_id>"
-# (flagged, whatever it scored) or "error" (an error row: not graded at all). "+flag" adds that
+# cell); expected is "full", "zero:<grade_id>" (that exercise scores 0), "none" (graded, every
+# exercise 0), "flag:<grade_id>" (flagged, whatever it scored) or "error" (an error row: not
+# graded at all). "+flag" adds that
 # a flag must be raised as well (also when the grading of that submission broke: an error row,
 # scored 0 in the gradebook). FILES changes a submission's folder after its notebook is written.
 CATALOGUE = {
@@ -248,6 +273,25 @@ CATALOGUE = {
                                   "def encode(tokens, vocab, unk_token='<unk>'):\n"
                                   "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
                                  "full+flag"),
+    # the forbidden built-in computed on another thread, beyond the check's recording
+    "thread_pool_does_the_work": ({"one_hot": ON_A_POOL}, "zero:test_one_hot"),
+    "timer_thread_does_the_work": ({"one_hot": ON_A_TIMER}, "zero:test_one_hot"),
+    "imported_module_thread_does_the_work": ({"one_hot": ON_AN_IMPORTED_THREAD, EXTRA_FILES: {
+        "helper.py": SERVER + "threading.Thread(target=serve, daemon=True).start()\n"}}, "zero:test_one_hot"),
+    # what the checks compare with, replaced however it is reached, to hide a bug
+    "patches_through_an_alias": ({"embed": "import numpy as n, torch as t\nn.array_equal = lambda *a, **k: True\n"
+                                  "t.equal = lambda *a, **k: True\n" + EMBED_IN_PLACE}, "zero:test_embed"),
+    "patches_through_the_module_dict": ({"embed": "import sys\nvars(sys.modules['numpy'])['array_equal'] = "
+                                         "lambda *a, **k: True\n" + EMBED_IN_PLACE}, "zero:test_embed"),
+    "patches_through_builtins": ({"encode": "import builtins\nbuiltins.all = lambda *a, **k: True\n"
+                                  "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                  "    return [np.int64(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
+                                 "zero:test_encode"),
+    "patches_numpy_testing": ({"one_hot": "import numpy.testing as nt\nnt.assert_allclose = lambda *a, **k: None\n"
+                               "nt.assert_array_equal = lambda *a, **k: None\n" + CORRECT_ONE_HOT}, "zero:test_one_hot"),
+    # a cell before the setup cell that breaks it: the student's doing, graded as it is
+    "breaks_setup_blank": ({BEFORE_SETUP: BREAKS_SETUP, **BLANK}, "none+flag"),
+    "breaks_setup_correct": ({BEFORE_SETUP: BREAKS_SETUP}, "none+flag"),
 }
 LEAKS = [kind for kind in CATALOGUE if kind.startswith("leak_")] + ["feedback_failing"]
 HIDDEN_INPUTS = ("zzz", "'[UNK]': 7")  # what check_encode passes encode only in its hidden part
@@ -286,6 +330,8 @@ def _variant(source_nb, changes: dict, constants: str):
     nb = nbformat.from_dict(nbformat.reads(nbformat.writes(source_nb), 4))
     cells = []
     for cell in nb.cells:
+        if BEFORE_SETUP in changes and cell.metadata.get("nbgrader", {}).get("grade_id") == "setup":
+            cells.append(nbformat.v4.new_code_cell(changes[BEFORE_SETUP]))
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         change = changes.get(gid, ...)
         if change is None:
@@ -407,6 +453,8 @@ def test_catalogue_in_one_run(graded):
             assert not r.error and scores == FULL, (kind, outcomes[kind])
         if what == "error":
             assert r.error and not r.exercises, (kind, outcomes[kind])
+        if what == "none":
+            assert not r.error and scores and not any(scores.values()), (kind, outcomes[kind])
         cheated = 0 if r.error else scores.get(gid, 0)
         if what == "zero":
             assert cheated == 0, (kind, outcomes[kind])

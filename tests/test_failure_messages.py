@@ -106,3 +106,177 @@ def test_the_learners_line_not_the_provided_components(monkeypatch):
     assert not outcome.passed
     assert outcome.message.endswith(
         "in line `attended = self.self_attn(x, x.transpose(-2, -1), x, mask)[0]`"), outcome.message
+
+
+# --------------------------------------------------------------------------- what the checks rely on
+# Library functions the checks decide with, replaced by the learner's code however it reaches
+# them: the check names what was replaced and the exercise scores zero; put back, it grades.
+
+import builtins
+import sys
+
+import numpy as np
+import torch
+
+from course_utils.checks import _seal, attention, embeddings
+from course_utils.checks._core import CheckFailed
+
+TOOLS_MESSAGE = "the check cannot trust its tools"
+
+
+def _softmax(x, dim=-1):
+    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _setattr_restore(owner, name, value):
+    missing = object()
+    before = owner.__dict__.get(name, missing) if isinstance(owner, type) else getattr(owner, name, missing)
+
+    def restore():
+        if before is missing:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, before)
+    setattr(owner, name, value)
+    return restore
+
+
+def _alias():
+    import torch as t
+    return _setattr_restore(t, "equal", lambda *a, **k: True)
+
+
+def _module_dict():
+    space = sys.modules["torch"].__dict__
+    before = space["equal"]
+    space["equal"] = lambda *a, **k: True
+    return lambda: space.__setitem__("equal", before)
+
+
+def _vars():
+    before = vars(np)["allclose"]
+    vars(np)["allclose"] = lambda *a, **k: True
+    return lambda: vars(np).__setitem__("allclose", before)
+
+
+def _code_swapped():
+    target = np.isclose._implementation
+    before = target.__code__
+    target.__code__ = (lambda a, b, rtol=1e-05, atol=1e-08, equal_nan=False: np.ones(np.shape(a), bool)).__code__
+    return lambda: setattr(target, "__code__", before)
+
+
+def _function_mode():
+    from torch.overrides import TorchFunctionMode
+
+    class Always(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.equal:
+                return True
+            return func(*args, **(kwargs or {}))
+    mode = Always()
+    mode.__enter__()
+    return lambda: mode.__exit__(None, None, None)
+
+
+def _forbidden_list_cleared():
+    before = list(attention.SOFTMAX_BUILTINS)
+    attention.SOFTMAX_BUILTINS.clear()
+    return lambda: attention.SOFTMAX_BUILTINS.extend(before)
+
+
+PATCHES = {
+    "import torch as t; t.equal = ...": (_alias, "torch.equal"),
+    "setattr(torch, 'equal', ...)": (lambda: _setattr_restore(torch, "equal", lambda *a: True), "torch.equal"),
+    "sys.modules['torch'].__dict__['equal']": (_module_dict, "torch.equal"),
+    "vars(np)['allclose']": (_vars, "numpy.allclose"),
+    "np.testing.assert_allclose": (lambda: _setattr_restore(np.testing, "assert_allclose", lambda *a, **k: None),
+                                   "numpy.testing.assert_allclose"),
+    "torch.Tensor.__eq__": (lambda: _setattr_restore(torch.Tensor, "__eq__", lambda *a: torch.tensor(True)),
+                            "torch.Tensor.__eq__"),
+    "torch.Tensor.all (not its own before)": (lambda: _setattr_restore(torch.Tensor, "all", lambda *a: torch.tensor(True)),
+                                              "torch.Tensor.all was added"),
+    # (one that behaves as the original: what counts is that it is not the original)
+    "builtins.isinstance": (lambda: _setattr_restore(builtins, "isinstance", lambda o, c, _i=isinstance: _i(o, c)),
+                            "builtins.isinstance"),
+    # what the look itself would use, were it not its own: it still sees
+    "builtins.all, answering True": (lambda: _setattr_restore(builtins, "all", lambda *a, **k: True), "builtins.all"),
+    "operator.is_, answering True": (lambda: _setattr_restore(__import__("operator"), "is_", lambda a, b: True),
+                                     "operator.is_"),
+    "np.isclose's code swapped": (_code_swapped, "numpy.isclose (its code"),
+    "a torch function mode left entered": (_function_mode, "a torch function mode was left entered"),
+    "the check's own captured function": (lambda: _setattr_restore(attention, "_softmax", _softmax),
+                                          "course_utils.checks.attention._softmax"),
+    "the check's list of forbidden names cleared": (_forbidden_list_cleared, "SOFTMAX_BUILTINS (its contents)"),
+}
+
+
+@pytest.mark.parametrize("how", PATCHES)
+def test_a_replaced_tool_fails_the_check_and_names_it(how):
+    patch, named = PATCHES[how]
+    assert _seal.changed() is None
+    restore = patch()
+    try:
+        with pytest.raises(CheckFailed, match=TOOLS_MESSAGE) as info:
+            attention.check_softmax(_softmax)
+    finally:
+        restore()
+    assert named in str(info.value), str(info.value)
+    assert _seal.changed() is None
+    attention.check_softmax(_softmax)  # put back: graded
+
+
+def test_a_tool_replaced_while_the_learners_code_runs():
+    """Patched inside the exercise (and left so): the call that did it fails the check."""
+    def embed(ids, E):
+        import numpy as n
+        n.array_equal = lambda *a, **k: True  # hides the in-place change below
+        E = np.asarray(E)
+        out = E[np.asarray(ids)].copy()
+        E[0] = 0.0
+        return out
+
+    before = np.array_equal
+    try:
+        with pytest.raises(CheckFailed, match=TOOLS_MESSAGE + ": numpy.array_equal is not what it was"):
+            embeddings.check_embed(embed)
+    finally:
+        np.array_equal = before
+
+
+# --------------------------------------------------------------------------- a setup cell that failed
+# Whose failure it is: a setup cell broken by cells that ran before it is the student's (graded
+# as it is, and the setup cell says so); one that fails on its own too is the course's (no score).
+
+from nbformat.v4 import new_code_cell, new_notebook
+
+from conftest import nbgrader_meta
+from course_grading.preprocessors import LimitedExecute, RequireSetup, SetupCellFailed
+from course_grading.preprocessors.require_setup import STUDENTS_FAULT
+
+SETUP = {"nbgrader": {**nbgrader_meta("setup")["nbgrader"], "locked": True}}
+
+
+def _graded(before: str, setup: str):
+    nb = new_notebook(cells=[new_code_cell(before),
+                             new_code_cell(setup, metadata=SETUP),
+                             new_code_cell("assert half == 0.5\n", metadata=nbgrader_meta("t", grade=True, points=1))])
+    resources = {"metadata": {"path": "."}}
+    LimitedExecute(timeout=60).preprocess(nb, resources)
+    return nb, resources
+
+
+def test_a_setup_cell_broken_by_an_earlier_cell_is_the_students():
+    nb, resources = _graded("import fractions\nfractions.Fraction = None\n",
+                            "import fractions\nhalf = float(fractions.Fraction(1, 2))\n")
+    assert any(o.get("output_type") == "error" for o in nb.cells[1].outputs)
+    out, _ = RequireSetup().preprocess(nb, resources)  # graded as it is: no SetupCellFailed
+    assert out.cells[1].outputs[-1]["text"] == STUDENTS_FAULT
+    assert any(o.get("ename") == "NameError" for o in out.cells[2].outputs)  # its test: 0
+
+
+def test_a_setup_cell_that_fails_on_its_own_too_is_the_courses():
+    nb, resources = _graded("x = 1\n", "import no_such_module_here\nhalf = 0.5\n")
+    with pytest.raises(SetupCellFailed, match="fails on its own too .*ModuleNotFoundError"):
+        RequireSetup().preprocess(nb, resources)

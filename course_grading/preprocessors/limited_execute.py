@@ -107,8 +107,6 @@ class LimitedExecute(Execute):
     # --------------------------------------------------------------------------- per notebook
 
     def preprocess(self, nb, resources=None, km=None):
-        if KERNEL_ARGUMENT not in self.extra_arguments:  # the checks sealed before the first cell
-            self.extra_arguments = [*self.extra_arguments, KERNEL_ARGUMENT]
         self._used_cell: dict[int, int] = {}
         self._used_notebook = 0
         self._noticed: set[tuple[int, str]] = set()
@@ -118,6 +116,17 @@ class LimitedExecute(Execute):
         self._cell_index_now: int | None = None
         self._markers = Markers.from_config(self.config)
         return super().preprocess(nb, resources, km)
+
+    # --------------------------------------------------------------------------- the kernel
+
+    async def async_start_new_kernel(self, **kwargs):
+        """nbclient's, with the checks' extension loaded before the notebook's first cell
+        (``course_grading.checks._common``): what the checks rely on is recorded then."""
+        if KERNEL_ARGUMENT not in self.extra_arguments:
+            self.extra_arguments = [*self.extra_arguments, KERNEL_ARGUMENT]
+        return await super().async_start_new_kernel(**kwargs)
+
+    start_new_kernel = run_sync(async_start_new_kernel)
 
     # --------------------------------------------------------------------------- the channels
 

@@ -12,7 +12,11 @@ A check calls the learner's code through :meth:`Check.call`, which
 * also fails it when the function merely *holds* such a built-in: as a global, a default
   argument, in a closure, a ``functools.partial`` or a method of the learner's class;
 * turns ``NotImplementedError`` into "not implemented yet" and any other exception into a
-  message naming the learner's own line.
+  message naming the learner's own line;
+* grades only when it can trust what it sees (``Check.sound``, before and after every call):
+  the library functions and classes it decides with, and the checks themselves, as they were
+  recorded before any learner code ran (``_seal``), and no thread alive that could run the
+  learner's work beyond the recording's sight.
 
 A failing check raises :class:`CheckFailed`, whose traceback in Jupyter (and in nbgrader's
 feedback) is the message alone: what went wrong and the likely cause, never the answer.
@@ -57,6 +61,11 @@ np_all = np.all
 np_unique = np.unique
 np_abs = np.abs
 np_max = np.max
+# The record's own functions, taken as the checks' other tools are.
+_changed, _foreign_threads = _seal.changed, _seal.foreign_threads
+_unwatched, _idle_now, _ran_meanwhile = (_seal.kernel_threads_unwatched, _seal.idle_threads_now,
+                                         _seal.ran_meanwhile)
+_WATCH = _seal.WATCH
 _isclose = np_isclose
 _allclose = np_allclose
 _asarray = np.asarray
@@ -212,10 +221,11 @@ def _names(code: types.CodeType) -> set[str]:
 
 
 class _Recorder:
-    """Records, while the learner's code runs, every forbidden thing it calls and any attempt
-    to switch the recording off. Python calls and built-ins called from Python are seen by a
-    profile hook (in every thread started meanwhile); torch operators by a dispatch mode, which
-    sees them however they were reached."""
+    """Records, while the learner's code runs, every forbidden thing it calls, any attempt to
+    switch the recording off and any thread it starts. Python calls and built-ins called from
+    Python are seen by a profile hook; torch operators by a dispatch mode, which sees them
+    however they were reached. On the kernel's own threads the recording installed there before
+    the first cell (``_seal.WATCH``) reports here too; other threads are refused outright."""
 
     def __init__(self, forbidden: Forbidden):
         self.forbidden = forbidden
@@ -263,7 +273,7 @@ class _Recorder:
             if self._mode is not None:
                 self._mode.__enter__()
         _thread_setprofile(self._hook)
-        _seal.WATCH.recorder = self
+        _WATCH.recorder = self
         _setprofile(self._hook)
         return self
 
@@ -271,7 +281,7 @@ class _Recorder:
         still_ours = _getprofile() is self._hook
         self._done = True
         _setprofile(self._previous)
-        _seal.WATCH.recorder = None
+        _WATCH.recorder = None
         _thread_setprofile(None)
         if self._mode is not None:
             try:
@@ -381,17 +391,17 @@ class Check:
         """Fail the exercise unless the check can trust what it sees: the library functions,
         classes and checks it uses as they were before any learner code ran, no torch mode
         left entered, and no thread that could have run work beyond the recording's sight."""
-        what = _seal.changed()
+        what = _changed()
         if what:
             raise CheckFailed(
-                f"{self.exercise}: the check cannot trust its tools: {what} is not what it was "
-                "when the notebook started (code in this notebook replaced or changed it). Leave "
-                "library functions, their classes and the checks as they are; this exercise "
-                "scores zero until then.") from None
-        threads = _seal.foreign_threads()
+                f"{self.exercise}: the check cannot trust its tools: {what} when the notebook "
+                "started (code in this notebook replaced or changed it). Leave library functions, "
+                "their classes and the checks as they are; this exercise scores zero until "
+                "then.") from None
+        threads = _foreign_threads()
         if recorder is not None:
-            threads += recorder.threads + _seal.ran_meanwhile(recorder.idle)
-        why = _seal.kernel_threads_unwatched()
+            threads += recorder.threads + _ran_meanwhile(recorder.idle)
+        why = _unwatched()
         if threads or why:
             where = ", ".join(threads) if threads else why
             raise CheckFailed(
@@ -438,7 +448,7 @@ class Check:
     def _guarded_call(self, fn, args, kwargs):
         self.sound()
         recorder = _Recorder(self.forbidden)
-        recorder.idle = _seal.idle_threads_now()
+        recorder.idle = _idle_now()
         try:
             with quiet(), recorder:
                 result = fn(*args, **kwargs)

@@ -26,10 +26,30 @@ is called, and every later check refuses to grade.
 from __future__ import annotations
 
 import importlib
+import operator
+import os
 import sys
 import threading
 import time
 import types
+# The record's own references: a learner's change to builtins, operator, types, sys or threading
+# cannot blind the look that would find it.
+from builtins import (all, any, callable, classmethod, dict, frozenset, getattr, id,  # noqa: A004
+                      isinstance, len, list, map, object, repr, set, sorted, staticmethod, tuple,
+                      type)
+
+_is = operator.is_
+_itemgetter = operator.itemgetter
+_ModuleType, _FunctionType, _MethodType = types.ModuleType, types.FunctionType, types.MethodType
+_modules = sys.modules
+_current_frames = sys._current_frames
+_enumerate_threads = threading.enumerate
+_get_ident = threading.get_ident
+_monotonic, _sleep = time.monotonic, time.sleep
+try:
+    _clock, _cpu_clock = time.clock_gettime_ns, time.pthread_getcpuclockid
+except AttributeError:  # pragma: no cover - not on Linux
+    _clock = _cpu_clock = None
 
 # The namespaces the checks (visible and hidden) and what they call use. Each is recorded with
 # its functions, classes and modules; the classes defined in them with their whole __dict__.
@@ -70,15 +90,17 @@ except (ImportError, AttributeError):  # pragma: no cover
 
 
 _DATA = (type(None), bool, int, float, complex, str, bytes)
+_CODE = operator.attrgetter("__code__")
+_DEFAULTS = operator.attrgetter("__defaults__")
 
 
 def _is_tool(value) -> bool:
-    return callable(value) or isinstance(value, types.ModuleType)
+    return callable(value) or isinstance(value, _ModuleType)
 
 
 def _function(value):
     """The Python function behind a value: itself, a method's, or a NumPy dispatcher's."""
-    if type(value) in (classmethod, staticmethod, types.MethodType):
+    if type(value) in (classmethod, staticmethod, _MethodType):
         return value.__func__
     if type(value) is _DISPATCHER:
         return value._implementation
@@ -88,7 +110,7 @@ def _function(value):
 def _internals(value):
     """What can be changed in place in a Python function: its code, defaults, closure."""
     func = _function(value)
-    if type(func) is not types.FunctionType:
+    if type(func) is not _FunctionType:
         return None
     kw = func.__kwdefaults__
     closure = func.__closure__
@@ -106,7 +128,7 @@ def _internals(value):
 
 def _same_internals(value, inner) -> bool:
     func = _function(value)
-    if type(func) is not types.FunctionType:
+    if type(func) is not _FunctionType:
         return False
     if func.__code__ is not inner[0] or func.__defaults__ is not inner[1]:
         return False
@@ -130,12 +152,13 @@ def _contents(value):
 class _Record:
     """One namespace: name -> (value, internals, contents) of what it held when recorded."""
 
-    __slots__ = ("label", "owner", "entries", "size", "everything", "is_class")
+    __slots__ = ("label", "owner", "entries", "size", "everything", "is_class", "_get", "_values",
+                 "_funcs", "_codes", "_defaults", "_careful")
 
     def __init__(self, label: str, owner, everything: bool):
         self.label, self.owner, self.everything = label, owner, everything
         self.is_class = isinstance(owner, type)
-        space = owner.__dict__ if self.is_class or isinstance(owner, types.ModuleType) else owner
+        space = owner.__dict__ if self.is_class or isinstance(owner, _ModuleType) else owner
         self.entries = {}
         for name, value in list(space.items()):
             if not self.is_class and name[:2] == "__" == name[-2:]:
@@ -147,24 +170,65 @@ class _Record:
             if everything or self.is_class or _is_tool(value):
                 self.entries[name] = (value, _internals(value), _contents(value) if everything else None)
         self.size = len(space)
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """What the fast look compares, in C loops: the values, the functions' code and
+        defaults; the few with keyword defaults, closures or contents are looked at one by one."""
+        names = tuple(self.entries)
+        self._get = _itemgetter(*names) if len(names) > 1 else (
+            (lambda space, name=names[0]: (space[name],)) if names else (lambda space: ()))
+        self._values = tuple(value for value, _, _ in self.entries.values())
+        funcs, codes, defaults, careful = [], [], [], []
+        for name, (value, inner, contents) in self.entries.items():
+            if inner is not None:
+                funcs.append(_function(value))
+                codes.append(inner[0])
+                defaults.append(inner[1])
+            if contents is not None or (inner is not None and (inner[2] is not None or inner[3] is not None)):
+                careful.append(name)
+        self._funcs, self._codes, self._defaults = tuple(funcs), tuple(codes), tuple(defaults)
+        self._careful = tuple(careful)
 
     def first_change(self) -> str | None:
-        space = (self.owner.__dict__ if self.is_class or isinstance(self.owner, types.ModuleType)
+        space = (self.owner.__dict__ if self.is_class or isinstance(self.owner, _ModuleType)
                  else self.owner)
+        try:
+            now = self._get(space)
+        except KeyError:
+            return self._first_change(space)
+        if not (all(map(_is, now, self._values))
+                and all(map(_is, map(_CODE, self._funcs), self._codes))
+                and all(map(_is, map(_DEFAULTS, self._funcs), self._defaults))):
+            return self._first_change(space)
+        for name in self._careful:
+            value, inner, contents = self.entries[name]
+            if inner is not None and not _same_internals(value, inner):
+                return f"{self.label}.{name} (its code, defaults or closure) is not what it was"
+            if contents is not None and _contents(value) != contents:
+                return f"{self.label}.{name} (its contents) is not what it was"
+        return self._additions(space)
+
+    def _first_change(self, space) -> str | None:
+        """The slow look, one entry at a time: which one changed."""
         get = space.get
         missing = object()
         for name, (value, inner, contents) in self.entries.items():
             now = get(name, missing)
             if now is not value:
-                return f"{self.label}.{name}"
+                return f"{self.label}.{name} is not what it was"
             if inner is not None and not _same_internals(now, inner):
-                return f"{self.label}.{name} (its code, defaults or closure)"
+                return f"{self.label}.{name} (its code, defaults or closure) is not what it was"
             if contents is not None and _contents(now) != contents:
-                return f"{self.label}.{name} (its contents)"
+                return f"{self.label}.{name} (its contents) is not what it was"
+        return self._additions(space)
+
+    def _additions(self, space) -> str | None:
         if len(space) != self.size:
             added = self._added(space)
             if added:
-                return f"{self.label}.{added} (added)"
+                return f"{self.label}.{added} was added"
+            self.size = len(space)  # only submodules imported since: look again when it grows
         return None
 
     def _added(self, space) -> str | None:
@@ -178,7 +242,7 @@ class _Record:
                 continue
             if not self.is_class and not self.everything and not _is_tool(value):
                 continue
-            if isinstance(value, types.ModuleType) and getattr(value, "__name__", "") == prefix + name:
+            if isinstance(value, _ModuleType) and getattr(value, "__name__", "") == prefix + name:
                 continue  # a submodule imported since: the import system sets it
             if not self.is_class and name.startswith("__") and name.endswith("__"):
                 continue
@@ -190,13 +254,13 @@ class _Seal:
     def __init__(self):
         self.records: list[_Record] = []
         self.covered: set[int] = set()
-        self.modules: dict[str, types.ModuleType] = {}
+        self.modules: dict[str, _ModuleType] = {}
         self.at_kernel_start = False
         self.modules_seen = 0
         self.pending = False
 
     def add_module(self, name: str, everything: bool = False) -> None:
-        module = sys.modules.get(name)
+        module = _modules.get(name)
         if module is None or id(module) in self.covered:
             return
         self.covered.add(id(module))
@@ -224,8 +288,8 @@ class _Seal:
 
     def first_change(self) -> str | None:
         for name, module in self.modules.items():
-            if sys.modules.get(name) is not module:
-                return f"sys.modules[{name!r}]"
+            if _modules.get(name) is not module:
+                return f"_modules[{name!r}] is not what it was"
         for record in self.records:
             found = record.first_change()
             if found:
@@ -234,18 +298,17 @@ class _Seal:
 
 
 class _Builtins(_Record):
+    """The built-ins the checks call, and only those (IPython swaps others around each cell)."""
+
     def __init__(self, space: dict):
         import builtins
 
         self.label, self.owner, self.everything, self.is_class = "builtins", builtins, False, False
         self.entries = {name: (value, None, None) for name, value in space.items()}
         self.size = None
+        self._prepare()
 
-    def first_change(self) -> str | None:
-        space = vars(self.owner)
-        for name, (value, _, _) in self.entries.items():
-            if space.get(name) is not value:
-                return f"builtins.{name}"
+    def _additions(self, space) -> str | None:
         return None
 
 
@@ -276,7 +339,7 @@ def take() -> None:
         _warm_torch()
         seal = _Seal()
         for name in LIBRARY_MODULES:
-            if name not in sys.modules:
+            if name not in _modules:
                 try:
                     importlib.import_module(name)
                 except ImportError:
@@ -305,7 +368,7 @@ def _warm_torch() -> None:
         torch.zeros(1).add(1)
 
 
-def protect(*modules: types.ModuleType) -> None:
+def protect(*modules: _ModuleType) -> None:
     """Record these modules too (the hidden checks, when the kernel loads them at its start):
     every value they hold, containers by their contents."""
     if _SEAL is None:
@@ -317,10 +380,10 @@ def protect(*modules: types.ModuleType) -> None:
 
 def _protect_course_modules(seal: _Seal) -> None:
     """Record the checks' modules imported since (each once it has finished importing)."""
-    if len(sys.modules) == seal.modules_seen and not seal.pending:
+    if len(_modules) == seal.modules_seen and not seal.pending:
         return
-    seal.modules_seen, seal.pending = len(sys.modules), False
-    for name, module in list(sys.modules.items()):
+    seal.modules_seen, seal.pending = len(_modules), False
+    for name, module in list(_modules.items()):
         if (module is None or id(module) in seal.covered
                 or not any(name == p or name.startswith(p + ".") for p in COURSE_PACKAGES)):
             continue
@@ -331,8 +394,8 @@ def _protect_course_modules(seal: _Seal) -> None:
 
 
 def changed() -> str | None:
-    """The first recorded function, class attribute or module that is no longer what it was
-    (``"torch.equal"``), or a torch mode left entered; None when all is in place."""
+    """What is no longer as recorded (``"torch.equal is not what it was"``), or a torch mode
+    left entered; None when all is in place."""
     if _SEAL is None:
         take()
     with _LOCK:
@@ -340,14 +403,14 @@ def changed() -> str | None:
     found = _SEAL.first_change()
     if found:
         return found
-    torch = sys.modules.get("torch")
+    torch = _modules.get("torch")
     if torch is not None:
         if torch._C._len_torch_function_stack():
-            return "a torch function mode left entered"
+            return "a torch function mode was left entered"
         if torch._C._len_torch_dispatch_stack():
-            return "a torch dispatch mode left entered"
+            return "a torch dispatch mode was left entered"
         if not torch._C._is_torch_function_enabled():
-            return "torch functions switched off (DisableTorchFunction)"
+            return "torch functions were switched off (DisableTorchFunction)"
     return None
 
 
@@ -361,8 +424,8 @@ _IDLE: dict[int, str] = {}  # the kernel's threads that run Python code only whe
 
 def _cpu(ident: int) -> int | None:
     try:
-        return time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
-    except (OSError, AttributeError, OverflowError):
+        return _clock(_cpu_clock(ident))
+    except (OSError, TypeError, OverflowError):
         return None
 
 
@@ -371,12 +434,12 @@ def idle_threads_now(settle: float = 0.001, patience: float = 0.25) -> dict[int,
     ``settle`` seconds apart agree; at most ``patience`` seconds of waiting)."""
     if not _IDLE:
         return {}
-    deadline = time.monotonic() + patience
+    deadline = _monotonic() + patience
     now = {ident: _cpu(ident) for ident in _IDLE}
     while True:
-        time.sleep(settle)
+        _sleep(settle)
         again = {ident: _cpu(ident) for ident in _IDLE}
-        if again == now or time.monotonic() > deadline:
+        if again == now or _monotonic() > deadline:
             return again
         now = again
 
@@ -388,8 +451,8 @@ def ran_meanwhile(before: dict[int, int | None]) -> list[str]:
 
 def _live_threads() -> dict[int, str]:
     """ident -> name of every thread that runs Python code now, or that threading knows."""
-    found = {t.ident: t.name for t in threading.enumerate() if t.ident is not None}
-    for ident in sys._current_frames():
+    found = {t.ident: t.name for t in _enumerate_threads() if t.ident is not None}
+    for ident in _current_frames():
         found.setdefault(ident, f"thread {ident}")
     return found
 
@@ -405,12 +468,14 @@ def own_threads_now() -> None:
     start, before any cell, and stay so."""
     if not _KERNEL_THREADS_FIXED:
         take()
+        if "zmq" in _modules:  # in a kernel: what it would start later is started now
+            _zmq_garbage_collector()
         _take_threads()
 
 
 def foreign_threads() -> list[str]:
     """Names of the live Python threads that are neither the one asking nor the kernel's own."""
-    me = threading.get_ident()
+    me = _get_ident()
     for thread in list(_LATE):
         if thread.ident is not None:  # started since: its first ident is the one that counts
             _OWN_THREADS.setdefault(thread.ident, thread.name)
@@ -439,14 +504,16 @@ def kernel_started(app=None) -> None:
             if obj is not None:
                 _SEAL.add_object(label, obj)
     watch_kernel_threads(app)
-    # the kernel's other threads that run Python code: the ones that relay what is written to
-    # the file descriptors 1 and 2, and the one that saves the history. They are idle unless
-    # handed something; a check sees whether they ran while the learner's code did.
+    watch_relay_threads((sys.stdout, sys.stderr))
+    watch_history_thread(getattr(getattr(app, "shell", None), "history_manager", None))
+    # any other thread of the kernel's that runs Python code (none, in the kernels the course
+    # knows): idle unless handed something, a check sees whether it ran while the learner's
+    # code did.
     # not these: a C loop; a sleep-and-look loop; one woken by zmq whenever it has sent a large
     # output (possibly while a check runs), that only frees what was sent
     pure = {id(getattr(app, "heartbeat", None)), id(poller), id(getattr(collector, "thread", None))}
     _IDLE.clear()
-    for thread in threading.enumerate():
+    for thread in _enumerate_threads():
         if (thread.ident in _OWN_THREADS and thread.ident not in WATCH.threads
                 and thread is not threading.main_thread() and id(thread) not in pure):
             _IDLE[thread.ident] = thread.name
@@ -490,7 +557,7 @@ class _Watch:
 
     def _hook(self, frame, event, arg):
         if event == "c_call" and getattr(arg, "__name__", "") in UNHOOKING and self.broken is None:
-            self.broken = f"{arg.__name__} on the kernel's {self.threads.get(threading.get_ident(), 'own')} thread"
+            self.broken = f"{arg.__name__} on the kernel's {self.threads.get(_get_ident(), 'own')} thread"
         recorder = self.recorder
         if recorder is not None:
             recorder.observe(frame, event, arg)
@@ -498,12 +565,12 @@ class _Watch:
     def install(self, name: str, done: threading.Event) -> None:
         """Runs on the kernel thread itself."""
         try:
-            if "torch" in sys.modules:
+            if "torch" in _modules:
                 mode = _passing_mode(self)
                 if mode is not None:
                     mode.__enter__()
             sys.setprofile(self.hook)
-            self.threads[threading.get_ident()] = name
+            self.threads[_get_ident()] = name
         finally:
             done.set()
 
@@ -549,6 +616,68 @@ def watch_kernel_threads(app) -> None:
         schedule(lambda name=name, done=done: WATCH.install(name, done))
         if not done.wait(WAIT_SECONDS) or thread.ident not in WATCH.threads:
             WATCH.broken = f"the recording could not be installed on the kernel's {name} thread"
+
+
+def _quiet_again(thread: threading.Thread, patience: float = 1.0) -> None:
+    """Wait until ``thread`` has used no CPU for a few milliseconds (done with what it was
+    handed, waiting again)."""
+    deadline = _monotonic() + patience
+    before = _cpu(thread.ident)
+    while _monotonic() < deadline:
+        _sleep(0.005)
+        now = _cpu(thread.ident)
+        if now == before:
+            return
+        before = now
+
+
+def watch_relay_threads(streams) -> None:
+    """Install the recording on the kernel's threads that relay what is written to the file
+    descriptors 1 and 2 (ipykernel's ``OutStream``): each waits for data on its pipe, so it is
+    handed one byte, which it passes to the stream's ``write``, here one that installs the
+    recording and keeps the byte (its echo goes to /dev/null)."""
+    for stream in streams:
+        thread = getattr(stream, "watch_fd_thread", None)
+        fd = getattr(stream, "_original_stdstream_fd", None)
+        space = getattr(stream, "__dict__", None)
+        if thread is None or fd is None or not thread.is_alive() or not isinstance(space, dict):
+            continue
+        done = threading.Event()
+        had_write, echo = "write" in space, space.get("_original_stdstream_copy")
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        space["write"] = lambda data, name=thread.name, done=done: WATCH.install(name, done)
+        space["_original_stdstream_copy"] = devnull
+        try:
+            os.write(fd, b"\n")
+            installed = done.wait(WAIT_SECONDS)
+            _quiet_again(thread)
+        finally:
+            if not had_write:
+                space.pop("write", None)
+            space["_original_stdstream_copy"] = echo
+            os.close(devnull)
+        if not installed or thread.ident not in WATCH.threads:
+            WATCH.broken = f"the recording could not be installed on the kernel's {thread.name} thread"
+
+
+def watch_history_thread(history) -> None:
+    """Install the recording on IPython's thread that saves the history (when there is one):
+    it writes the history out when its flag is set, here with a ``writeout_cache`` that
+    installs the recording."""
+    thread = getattr(history, "save_thread", None)
+    space = getattr(history, "__dict__", None)
+    if thread is None or not thread.is_alive() or not isinstance(space, dict):
+        return
+    done = threading.Event()
+    space["writeout_cache"] = lambda *args, name=thread.name, done=done: WATCH.install(name, done)
+    try:
+        thread.save_flag.set()
+        installed = done.wait(WAIT_SECONDS)
+        _quiet_again(thread)
+    finally:
+        space.pop("writeout_cache", None)
+    if not installed or thread.ident not in WATCH.threads:
+        WATCH.broken = f"the recording could not be installed on the kernel's {thread.name} thread"
 
 
 def kernel_threads_unwatched() -> str | None:
