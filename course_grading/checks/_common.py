@@ -45,6 +45,7 @@ def seal_kernel(app=None) -> None:
     """Before the first cell: record what the checks rely on and the kernel's own threads."""
     from course_utils.checks import _seal
 
+    _seal.load_libraries()
     modules = check_modules()
     _seal.protect(*modules)
     _seal.kernel_started(app)

@@ -121,8 +121,12 @@ class LimitedExecute(Execute):
 
     async def async_start_new_kernel(self, **kwargs):
         """nbclient's, with the checks' extension loaded before the notebook's first cell
-        (``course_grading.checks._common``): what the checks rely on is recorded then."""
-        if KERNEL_ARGUMENT not in self.extra_arguments:
+        (``course_grading.checks._common``) when the notebook uses the course's checks (its
+        setup and test cells, restored from the gradebook, name them): what they rely on is
+        recorded then."""
+        uses_checks = any(name in str(cell.get("source", "")) for cell in self.nb.cells
+                          for name in ("course_utils", "course_grading"))
+        if uses_checks and KERNEL_ARGUMENT not in self.extra_arguments:
             self.extra_arguments = [*self.extra_arguments, KERNEL_ARGUMENT]
         return await super().async_start_new_kernel(**kwargs)
 

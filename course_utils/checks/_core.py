@@ -44,15 +44,25 @@ from . import _seal
 # grading when the kernel starts, before the notebook's first cell; else now (the setup cell).
 _seal.take()
 
-import torch  # noqa: E402  (after the record: what it holds is what was recorded)
+
+
+def _recorded(module: str, name: str) -> Callable:
+    """``module.name`` as it was recorded, before any learner code ran (torch is recorded when
+    it is first imported, if that is later: a NumPy-only notebook does not import it)."""
+    def tool(*args, **kwargs):
+        return _original(module, name)(*args, **kwargs)
+
+    tool.__name__ = tool.__qualname__ = f"{module}.{name}"
+    return tool
+
 
 # The functions the checks decide with, taken before any learner code ran; the checks call these,
 # never the library's attributes, and every check proves first that the library's attributes
 # are still these (``_seal.changed``).
-torch_equal = torch.equal
-torch_allclose = torch.allclose
-torch_isclose = torch.isclose
-torch_isfinite = torch.isfinite
+torch_equal = _recorded("torch", "equal")
+torch_allclose = _recorded("torch", "allclose")
+torch_isclose = _recorded("torch", "isclose")
+torch_isfinite = _recorded("torch", "isfinite")
 np_array_equal = np.array_equal
 np_allclose = np.allclose
 np_isclose = np.isclose
@@ -66,6 +76,7 @@ _changed, _foreign_threads = _seal.changed, _seal.foreign_threads
 _unwatched, _idle_now, _ran_meanwhile = (_seal.kernel_threads_unwatched, _seal.idle_threads_now,
                                          _seal.ran_meanwhile)
 _WATCH = _seal.WATCH
+_original = _seal.original
 _isclose = np_isclose
 _allclose = np_allclose
 _asarray = np.asarray

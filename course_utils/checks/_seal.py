@@ -258,6 +258,7 @@ class _Seal:
         self.at_kernel_start = False
         self.modules_seen = 0
         self.pending = False
+        self.by_label: dict[str, _Record] = {}
 
     def add_module(self, name: str, everything: bool = False) -> None:
         module = _modules.get(name)
@@ -266,12 +267,23 @@ class _Seal:
         self.covered.add(id(module))
         self.modules[name] = module
         self.records.append(_Record(name, module, everything))
+        self.by_label[name] = self.records[-1]
         for value in list(vars(module).values()):
             if isinstance(value, type) and id(value) not in self.covered and _mutable_class(value):
                 owner = getattr(value, "__module__", "") or ""
                 if everything or owner == name or owner.split(".")[0] in _LIBRARY_ROOTS:
                     self.covered.add(id(value))
                     self.records.append(_Record(f"{owner}.{value.__qualname__}", value, False))
+
+    def retake_standard_library(self) -> None:
+        """Record again the namespaces outside the libraries and the course (torch, imported
+        after they were recorded, patches ``inspect.getfile``). Only outside grading: a
+        grading kernel imports torch before it records anything."""
+        for index, record in enumerate(self.records):
+            label = record.label
+            if (isinstance(record.owner, _ModuleType) and not record.everything
+                    and label.split(".")[0] not in _LIBRARY_ROOTS and label != "builtins"):
+                self.records[index] = self.by_label[label] = _Record(label, record.owner, False)
 
     def add_object(self, label: str, obj) -> None:
         """An instance's own attributes (its functions and objects that can be called)."""
@@ -321,34 +333,62 @@ _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE
 
 
 _SEAL: _Seal | None = None
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 
 
 def take() -> None:
-    """Record the namespaces (once per process: the first record is the one that counts)."""
+    """Record the namespaces (once per process: the first record of each is the one that
+    counts). A library not imported yet is recorded once it is (a NumPy-only notebook does not
+    pay for importing torch); a grading kernel imports them all first (``load_libraries``)."""
     global _SEAL
     with _LOCK:
-        if _SEAL is not None:
-            _protect_course_modules(_SEAL)
-            return
-        for root in _LIBRARY_ROOTS:
-            try:
-                importlib.import_module(root)
-            except ImportError:  # pragma: no cover - the course needs both
-                pass
-        _warm_torch()
-        seal = _Seal()
-        for name in LIBRARY_MODULES:
-            if name not in _modules:
-                try:
-                    importlib.import_module(name)
-                except ImportError:
-                    continue
-            seal.add_module(name)
-        seal.add_builtins()
-        _protect_course_modules(seal)
-        _SEAL = seal
-        _take_threads()
+        if _SEAL is None:
+            seal = _Seal()
+            seal.add_builtins()
+            _SEAL = seal
+            _take_threads()
+        _protect_late(_SEAL)
+
+
+def load_libraries() -> None:
+    """Import the libraries the checks use, and what torch imports the first time a check
+    records its operators, so that all of it is recorded before any learner code runs."""
+    for root in _LIBRARY_ROOTS:
+        importlib.import_module(root)
+    take()
+
+
+def _protect_late(seal: _Seal) -> None:
+    """Record the library namespaces and the checks' modules imported since (each once it has
+    finished importing)."""
+    if len(_modules) == seal.modules_seen and not seal.pending:
+        return
+    seal.pending = False
+    roots = {name.split(".")[0] for name in LIBRARY_MODULES}
+    for root in sorted(roots, key=lambda r: (r != "torch", r)):
+        if root in _modules and root not in seal.modules:
+            if root == "torch":
+                _warm_torch()  # what it wraps the first time a check records: before the record
+                seal.retake_standard_library()  # importing torch changes some (inspect.getfile)
+            for name in LIBRARY_MODULES:
+                if name.split(".")[0] == root:
+                    if name not in _modules:
+                        try:
+                            importlib.import_module(name)
+                        except ImportError:
+                            continue
+                    seal.add_module(name)
+    _protect_course_modules(seal)
+    seal.modules_seen = len(_modules)
+
+
+def original(module: str, name: str):
+    """``module.name`` as recorded (recording ``module`` now if it had not been imported)."""
+    take()
+    record = _SEAL.by_label.get(module)
+    if record is None or name not in record.entries:
+        raise LookupError(f"{module}.{name} was not recorded")
+    return record.entries[name][0]
 
 
 def _warm_torch() -> None:
@@ -371,18 +411,13 @@ def _warm_torch() -> None:
 def protect(*modules: _ModuleType) -> None:
     """Record these modules too (the hidden checks, when the kernel loads them at its start):
     every value they hold, containers by their contents."""
-    if _SEAL is None:
-        take()
+    take()
     with _LOCK:
         for module in modules:
             _SEAL.add_module(module.__name__, everything=module.__name__ != __name__)
 
 
 def _protect_course_modules(seal: _Seal) -> None:
-    """Record the checks' modules imported since (each once it has finished importing)."""
-    if len(_modules) == seal.modules_seen and not seal.pending:
-        return
-    seal.modules_seen, seal.pending = len(_modules), False
     for name, module in list(_modules.items()):
         if (module is None or id(module) in seal.covered
                 or not any(name == p or name.startswith(p + ".") for p in COURSE_PACKAGES)):
@@ -396,10 +431,7 @@ def _protect_course_modules(seal: _Seal) -> None:
 def changed() -> str | None:
     """What is no longer as recorded (``"torch.equal is not what it was"``), or a torch mode
     left entered; None when all is in place."""
-    if _SEAL is None:
-        take()
-    with _LOCK:
-        _protect_course_modules(_SEAL)
+    take()
     found = _SEAL.first_change()
     if found:
         return found
@@ -480,8 +512,41 @@ def foreign_threads() -> list[str]:
         if thread.ident is not None:  # started since: its first ident is the one that counts
             _OWN_THREADS.setdefault(thread.ident, thread.name)
             _LATE.remove(thread)
-    return sorted(name for ident, name in _live_threads().items()
-                  if ident != me and ident not in _OWN_THREADS)
+    found = [(ident, name) for ident, name in _live_threads().items()
+             if ident != me and ident not in _OWN_THREADS]
+    if found and not _KERNEL_THREADS_FIXED:
+        # outside grading (the learner's Jupyter, tests in one process), a library's own
+        # machinery started since the setup cell (IPython's history, pyzmq's collector) is let be
+        threads = {t.ident: t for t in _enumerate_threads()}
+        found = [(ident, name) for ident, name in found if not _library_thread(threads.get(ident))]
+    return sorted(name for _, name in found)
+
+
+# Threads that run whatever they are handed: never a library's own machinery.
+_GENERIC = ("concurrent" + os.sep + "futures", os.sep + "threading.py", os.sep + "asyncio" + os.sep,
+            os.sep + "multiprocessing" + os.sep, os.sep + "sched.py", os.sep + "socketserver.py",
+            os.sep + "queue.py")
+_LIBRARY_FOLDERS = tuple({os.path.dirname(os.__file__) + os.sep,
+                          os.path.dirname(os.path.dirname(os.path.dirname(threading.__file__))) + os.sep}
+                         | {os.path.dirname(os.path.dirname(getattr(_modules.get(m), "__file__", "") or ""))
+                            + os.sep for m in ("IPython", "zmq", "ipykernel", "torch", "numpy")
+                            if getattr(_modules.get(m), "__file__", None)})
+
+
+def _library_thread(thread) -> bool:
+    """Whether ``thread`` runs a library's own code (its ``run``, or its target), not a pool,
+    a timer or a loop that runs what it is handed, nor the learner's code."""
+    if thread is None:
+        return False
+    code = getattr(getattr(type(thread), "run", None), "__code__", None)
+    if code is threading.Thread.run.__code__:
+        target = getattr(thread, "_target", None)
+        code = getattr(getattr(target, "__func__", target), "__code__", None)
+    if code is None:
+        return False
+    filename = code.co_filename
+    return (any(filename.startswith(folder) for folder in _LIBRARY_FOLDERS)
+            and "site-packages" in filename and not any(part in filename for part in _GENERIC))
 
 
 def kernel_started(app=None) -> None:
