@@ -10,7 +10,8 @@ class and module of the namespaces the checks use (and of the checks themselves)
 names the first of them that is no longer what was recorded. Under grading the kernel takes
 the record before the notebook's first cell (``course_grading.checks._common`` is loaded as a
 kernel extension, and the warm sandbox has imported all of this before it forks the kernel);
-elsewhere it is taken when the checks are first imported (the setup cell).
+elsewhere it is taken when the checks are first imported (the setup cell), and a library's
+namespaces once it is imported (a NumPy-only notebook does not pay for importing torch).
 
 The same goes for threads. What a check records while the learner's code runs (the names and
 the torch operators it calls) is seen on the thread that runs the check; work handed to another
