@@ -37,6 +37,8 @@ from .sandbox.settings import Settings, course_settings
 
 LOCK_RETRIES = 5
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
+INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
+              f". _ - @, at most {untrusted.MAX_NAME} characters): not graded")
 
 
 def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
@@ -58,8 +60,13 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     installed.verify()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     select_assignments(root, assignments)
-    pairs = find_submissions(submitted, students, assignments)
+    refused: list[str] = []
+    pairs = find_submissions(submitted, students, assignments, refused)
+    invalid = [SubmissionResult(untrusted.shown_name(name), "", error=INVALID_ID.format(untrusted.shown_name(name)))
+               for name in refused]  # never recorded in the gradebook
     if not pairs:
+        if invalid:
+            return invalid
         raise GradingError(f"no submissions to grade under {submitted}")
     known = set(source_assignments(root))
     overrides = {"submitted_directory": str(submitted), **db_override(db_url),
@@ -77,7 +84,7 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     finally:
         if warm_here:
             warm.stop_warm()
-    return sorted(results, key=lambda r: (r.student, r.assignment))
+    return sorted(results + invalid, key=lambda r: (r.student, r.assignment))
 
 
 def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .untrusted import plain_name
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,13 +22,25 @@ def search_root(explicit=None) -> Path | None:
     return None
 
 
-def find_submissions(submitted: Path, students=None, assignments=None) -> list[tuple[str, str]]:
-    """(student, assignment) for each folder ``submitted/<student>/<assignment>/``."""
+def find_submissions(submitted: Path, students=None, assignments=None,
+                     refused: list | None = None) -> list[tuple[str, str]]:
+    """(student, assignment) for each folder ``submitted/<student>/<assignment>/`` whose
+    student folder's name is a valid student id (``untrusted.plain_name``: ASCII letters,
+    digits, ``. _ - @``, at most 128 characters). The name of each other student folder (not
+    UTF-8: with lone surrogates, as ``os.listdir`` gives it) that holds a chosen assignment, or
+    any folder when none is chosen, is appended to ``refused`` when given: it is nobody's id."""
     if not Path(submitted).is_dir():
         return []
-    return [(s.name, a.name)
-            for s in sorted(Path(submitted).iterdir()) if s.is_dir() and _wanted(s.name, students)
-            for a in sorted(s.iterdir()) if a.is_dir() and _wanted(a.name, assignments)]
+    found = []
+    for student in sorted(Path(submitted).iterdir()):
+        if not (student.is_dir() and _wanted(student.name, students)):
+            continue
+        chosen = [a.name for a in sorted(student.iterdir()) if a.is_dir() and _wanted(a.name, assignments)]
+        if plain_name(student.name):
+            found += [(student.name, assignment) for assignment in chosen]
+        elif refused is not None and (chosen or not assignments):
+            refused.append(student.name)
+    return found
 
 
 def _wanted(name: str, chosen) -> bool:
