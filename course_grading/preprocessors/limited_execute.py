@@ -43,6 +43,7 @@ HIDDEN_MIME = "application/vnd.course.hidden-tests+json"
 HIDDEN_TEXT = "[course: the hidden tests ran from here on]"
 NOT_RUN_TEXT = "[course: the hidden tests did not run]"
 BUDGET_ENAME = "TimeBudgetSpent"
+MAX_SPLIT_SOURCE = 64 * 2**10  # characters of a test cell parsed to run its hidden part apart
 _NOTICE_START = "\n[course: output dropped"
 _COUNTED = {"stream", "display_data", "execute_result", "error", "update_display_data",
             "comm_open", "comm_msg"}
@@ -169,7 +170,10 @@ class LimitedExecute(Execute):
         if self._deadline is None and self.max_total_seconds > 0:
             self._deadline = monotonic() + self.max_total_seconds
         left = self._seconds_left()
-        parts = split_hidden(cell.source, self._markers)
+        # hidden tests are the instructor's, in grade cells (nbgrader restores their source):
+        # a student's own cell is never split (nor parsed here: IPython's transformer took
+        # seconds for a few hundred magics), it runs whole and feedback withholds its output
+        parts = split_hidden(cell.source, self._markers) if is_grade(cell) else None
         if left is not None and left <= 0:
             cell.outputs = [new_output("error", ename=BUDGET_ENAME, evalue=self._budget_message(),
                                        traceback=[f"{BUDGET_ENAME}: {self._budget_message()}"])]
@@ -358,6 +362,10 @@ def split_hidden(source: str, markers: Markers = Markers()):
     expression from being displayed, as in one request) and the lines from it on, or (None,
     source) when they cannot be run apart (the delimiter is indented or inside an unfinished
     statement, a cell magic, a part that does not parse)."""
+    if markers.begin_hidden not in source:
+        return None
+    if len(source) > MAX_SPLIT_SOURCE:  # no test cell is that long: not parsed, run whole
+        return None, source
     lines = source.splitlines(keepends=True)
     at = next((i for i, line in enumerate(lines) if markers.begin_hidden in line), None)
     if at is None:
@@ -377,6 +385,6 @@ def _complete(code: str) -> bool:
 
     try:
         compile(TransformerManager().transform_cell(code), "<cell>", "exec")
-    except (SyntaxError, ValueError):
-        return False
+    except (SyntaxError, ValueError, RuntimeError, MemoryError):  # RuntimeError: recursion, or
+        return False  # IPython's "input transformation still changing after 500 iterations"
     return True
