@@ -9,8 +9,10 @@ no feedback shows what the hidden tests ran on or their source.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import inspect
+import json
 import os
 import re
 import socket
@@ -24,7 +26,8 @@ import pytest
 from nbgrader.utils import compute_checksum
 
 from conftest import ROOT
-from course_grading import autograde, feedback
+from course_grading import autograde, class_report, feedback, untrusted
+from course_grading import results as results_module
 from course_grading.cells import hidden_lines
 from course_grading.sandbox import bubblewrap
 from course_grading.nbformat_tools import write_notebook
@@ -248,7 +251,31 @@ CATALOGUE = {
                                   "def encode(tokens, vocab, unk_token='<unk>'):\n"
                                   "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
                                  "full+flag"),
+    # what the grader itself reads of a submission is bounded (PARSE_BOUNDS: the bound each
+    # refusal names); scanning is linear; reports are written whatever the text
+    # (600,000 blank lines in a string: the scanner's patterns meet them, the kernel parses them at once)
+    "blank_lines_in_code": ({"one_hot": CORRECT_ONE_HOT + '_blank = """' + "\n" * 600_000 + '"""\n'}, "full"),
+    # a student's cell that names the hidden-test delimiter is not parsed by the grader (600
+    # magics: IPython's transformer gives up after 500 rounds, each over the whole cell)
+    "magics_beside_hidden_marker": ({"embed": "%time 1\n" * 600 + "# ### BEGIN HIDDEN TESTS\n"}, "zero:test_embed"),
+    "long_lines_of_spaces": ({"one_hot": (" " * 200_000 + "\n") * 20 + CORRECT_ONE_HOT}, "full"),
+    "metadata_bomb": ({}, "error+flag"),
+    "tiny_cells": ({}, "error+flag"),
+    "deep_output_nesting": ({}, "error+flag"),
+    "deep_attachment_nesting": ({}, "error+flag"),
+    "one_huge_string": ({}, "full"),
+    "odd_characters_in_tags": ({"one_hot": WRONG_ONE_HOT}, "zero:test_one_hot+flag"),
+    # student folders whose name is no student id (RENAMED): one error row each, the class goes on
+    "id_not_utf8": ({}, "error"),
+    "id_with_markup": ({}, "error"),
+    "id_with_bidi": ({}, "error"),
 }
+RENAMED = {"id_not_utf8": b"zz\xffnot-utf8", "id_with_markup": b"<img src=x onerror=alert(1)>",
+           "id_with_bidi": "zz\u202eevil".encode()}
+PARSE_BOUNDS = {"metadata_bomb": "holds more than 100000 JSON objects and arrays",
+                "tiny_cells": "holds more than 100000 JSON objects and arrays",
+                "deep_output_nesting": "nests JSON objects and arrays more than 64 deep",
+                "deep_attachment_nesting": "nests JSON objects and arrays more than 64 deep"}
 LEAKS = [kind for kind in CATALOGUE if kind.startswith("leak_")] + ["feedback_failing"]
 HIDDEN_INPUTS = ("zzz", "'[UNK]': 7")  # what check_encode passes encode only in its hidden part
 
@@ -270,6 +297,24 @@ def _fake_package(folder: Path) -> None:
         "def check_one_hot(*a, **k):\n    print('all checks passed')\n\ncheck_embed = check_encode = check_one_hot\n")
 
 
+def _rewrite(folder: Path, change, deep: int = 0) -> None:
+    """The submitted notebook's JSON changed as JSON (what write_notebook would normalize away),
+    written with escapes (a lone surrogate too); "DEEP" becomes ``deep`` nested arrays."""
+    path = folder / f"{A}.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    change(nb)
+    text = json.dumps(nb)
+    path.write_text(text.replace('"DEEP"', "[" * deep + "]" * deep) if deep else text, encoding="utf-8")
+
+
+def _code_cell(nb, grade_id: str) -> dict:
+    return next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _markdown_cell(nb) -> dict:
+    return next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
 SOLUTION = ("solutions", A, f"{A}.ipynb")
 FILES = {
     "notebook_links_to_solution": lambda c, f: _link(c.joinpath(*SOLUTION), f / f"{A}.ipynb"),
@@ -279,6 +324,17 @@ FILES = {
     "fifo_in_submission": lambda c, f: os.mkfifo(f / "pipe"),
     "shadows_course_utils": lambda c, f: _fake_package(f / "course_utils"),
     "huge_file_in_submission": lambda c, f: (f / "data.bin").write_bytes(b"\0" * (20 * 2**20)),
+    "metadata_bomb": lambda c, f: _rewrite(f, lambda nb: _markdown_cell(nb)["metadata"].update(x=[{}] * 2_000_000)),
+    "tiny_cells": lambda c, f: _rewrite(f, lambda nb: nb["cells"].extend(
+        {"cell_type": "markdown", "id": f"tiny-{i}", "metadata": {}, "source": "."} for i in range(100_000))),
+    "deep_output_nesting": lambda c, f: _rewrite(f, lambda nb: _code_cell(nb, "one_hot").update(outputs=[
+        {"output_type": "display_data", "metadata": {}, "data": {"application/json": "DEEP"}}]), deep=10_000),
+    "deep_attachment_nesting": lambda c, f: _rewrite(f, lambda nb: _markdown_cell(nb).update(
+        attachments={"a.png": {"image/png": "DEEP"}}), deep=100),
+    "one_huge_string": lambda c, f: _rewrite(f, lambda nb: _code_cell(nb, "one_hot").update(outputs=[
+        {"output_type": "stream", "name": "stdout", "text": "x" * (15 * 2**20)}])),
+    "odd_characters_in_tags": lambda c, f: _rewrite(f, lambda nb: _code_cell(nb, "test_one_hot")["metadata"].update(
+        tags=["skip-\udcff-\x00\x1b[2J\u202e" + "x" * 100_000])),
 }
 
 
@@ -370,6 +426,8 @@ def graded(tmp_path_factory):
             (course / "submitted" / kind / A / name).write_text(text)
     for kind, change in FILES.items():
         change(course, course / "submitted" / kind / A)
+    for kind, name in RENAMED.items():
+        os.rename(course / "submitted" / kind, os.path.join(bytes(course / "submitted"), name))
 
     # honest students graded alone, for comparison
     alone = _course(tmp_path / "alone")
@@ -380,7 +438,8 @@ def graded(tmp_path_factory):
     autograde._prepare_gradebook(course, [A], sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:
-        results = {r.student: r for r in autograde.autograde(course, jobs=2, progress=False)}
+        renamed = {untrusted.shown_name(os.fsdecode(name)): kind for kind, name in RENAMED.items()}
+        results = {renamed.get(r.student, r.student): r for r in autograde.autograde(course, jobs=2, progress=False)}
     finally:
         stop.set()
         thread.join(2)
@@ -457,6 +516,27 @@ def test_catalogue_in_one_run(graded):
     assert any("course_utils would be imported instead of the module 'course_utils': left out" in f.reason
                for f in results["shadows_course_utils"].flags), outcomes["shadows_course_utils"]
     assert not (course / "autograded" / "shadows_course_utils" / A / "course_utils").exists()
+
+    assert not results["magics_beside_hidden_marker"].error, outcomes["magics_beside_hidden_marker"]
+    # a notebook beyond a bound on what the grader parses: refused, naming the bound
+    for kind, bound in PARSE_BOUNDS.items():
+        assert f"{A}.ipynb {bound}: not graded" in results[kind].error, outcomes[kind]
+        assert any(bound in f.reason for f in results[kind].flags), outcomes[kind]
+    # no id that is not one reaches the gradebook; the reports hold every row and every flag
+    for kind in RENAMED:
+        assert "not a valid student id" in results[kind].error, outcomes[kind]
+    with sqlite3.connect(course / "gradebook.db") as con:
+        ids = [row[0] for row in con.execute("SELECT id FROM student")]
+    assert ids and all(untrusted.plain_name(i) for i in ids), ids
+    everyone = list(results.values())
+    reports = course / "reports"
+    results_module.write_csv(everyone, reports / "grades.csv")
+    results_module.write_flags_csv(everyone, reports / "flags.csv")
+    class_report.write_report(everyone, course)
+    results_module.format_table(everyone).encode("utf-8")
+    flagged = {row["student"] for row in csv.DictReader((reports / "flags.csv").open(encoding="utf-8"))}
+    assert flagged == {r.student for r in everyone if r.flags}
+    assert len(list(csv.DictReader((reports / "grades.csv").open(encoding="utf-8")))) >= len(CATALOGUE)
 
 
 def test_feedback_leaks_no_hidden_test(graded):
