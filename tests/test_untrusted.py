@@ -300,3 +300,13 @@ def test_find_submissions_refuses_folders_that_are_not_student_ids(tmp_path):
     assert find_submissions(submitted, assignments=["01_embeddings"], refused=refused) == [("ada", "01_embeddings")]
     assert len(refused) == 4  # the empty one holds no chosen assignment
     assert find_submissions(submitted) == pairs  # without a list: left out all the same
+
+
+def test_course_check_refuses_a_notebook_beyond_a_bound(tmp_path):
+    from course_grading.check import load_submission
+    from course_grading.nbgrader_setup import GradingError
+
+    path = tmp_path / "01_embeddings.ipynb"
+    path.write_bytes(BOMBS["nests JSON objects and arrays more than 64 deep"])
+    with pytest.raises(GradingError, match="nests JSON objects and arrays more than 64 deep: not graded"):
+        load_submission(path)
