@@ -239,7 +239,10 @@ def plain_name(name) -> bool:
 def shown_name(name) -> str:
     """``name`` (a file or folder name, perhaps not UTF-8, perhaps huge) as printable ASCII for
     a message or a report: quoted, every other byte escaped, cut to MAX_NAME characters."""
-    raw = os.fsencode(name) if isinstance(name, (str, bytes)) else str(name).encode("utf-8", "backslashreplace")
+    try:
+        raw = os.fsencode(name) if isinstance(name, (str, bytes)) else str(name).encode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that no file name decodes to
+        raw = name.encode("utf-8", "backslashreplace")
     shown = repr(raw[:MAX_NAME])[1:]
     return shown + ("..." if len(raw) > MAX_NAME else "")
 
