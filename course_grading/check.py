@@ -108,7 +108,9 @@ def load_submission(path: Path, data: bytes | None = None) -> nbformat.NotebookN
 
 
 def _nbgrader_ids(nb) -> set[str]:
-    return {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.cells} - {None}
+    """The grade ids of ``nb``'s cells (a learner's: only those that are strings count)."""
+    from .cells import grade_id
+    return {gid for c in nb.cells if isinstance(c, dict) and isinstance(gid := grade_id(c), str)}
 
 
 def identify_assignment(root: Path, path: Path, nb) -> str:

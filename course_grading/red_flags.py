@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .cells import meta as _cell_meta, text as _text, visible_part
+from .cells import meta as _meta, text as _text, visible_part
 from .nbformat_tools import read_notebook, read_untrusted
 
 META_KEYS = ("grade", "solution", "locked", "points", "task")
@@ -85,11 +85,6 @@ def _tags_by_cell(nb) -> dict:
 
 # A submitted notebook's fields hold whatever its author wrote (a list for a grade_id, numbers
 # for tags): read them so that the scan goes on and anything odd shows in a flag.
-def _meta(cell) -> dict:
-    metadata = cell.get("metadata")
-    return _cell_meta(cell) if isinstance(metadata, dict) else {}
-
-
 def _string(value) -> str | None:
     return value if isinstance(value, str) else None
 
