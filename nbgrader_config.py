@@ -38,9 +38,10 @@ c.Autograde.sanitize_preprocessors = [
 ]
 
 # Autograding: nbgrader's steps, with Execute replaced by LimitedExecute (output per cell and
-# per notebook bounded, a time budget per notebook, hidden tests run apart from the visible ones
-# so that feedback can leave their output out) and RequireSetup right after it (a failed setup
-# cell fails the submission: no score is recorded, instead of 0 for every test).
+# per notebook bounded, a time budget per notebook, hidden tests run after all the cells so that
+# no cell prints what they passed, and feedback can leave their output out) and RequireSetup right
+# after it (a failed setup cell fails the submission: no score is recorded, instead of 0 for
+# every test).
 c.Autograde.autograde_preprocessors = [
     "course_grading.preprocessors.LimitedExecute",
     "course_grading.preprocessors.RequireSetup",
@@ -51,7 +52,8 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
 ]
-# All output of one cell, and of one notebook (bytes); all cells of one notebook (seconds).
+# All output of one cell, and of one notebook (bytes); all cells of one notebook, hidden tests
+# included (seconds).
 c.LimitedExecute.max_output_bytes = 1_000_000
 c.LimitedExecute.max_notebook_output_bytes = 10_000_000
 c.LimitedExecute.max_total_seconds = 180

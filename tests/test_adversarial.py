@@ -37,6 +37,7 @@ FULL = {"test_encode": 1.0, "test_one_hot": 2.0, "test_embed": 2.0}
 WRONG_ONE_HOT = "def one_hot(ids, vocab_size):\n    return np.zeros((*np.shape(ids), vocab_size))\n"
 CORRECT_ONE_HOT = ("def one_hot(ids, vocab_size):\n    ids = np.asarray(ids)\n"
                    "    return (ids[..., None] == np.arange(vocab_size)).astype(np.float64)\n")
+ENCODE_BODY = "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"
 PORT_FILE = "PORT"  # the test's listening port is substituted below
 
 
@@ -248,6 +249,28 @@ CATALOGUE = {
                                   "def encode(tokens, vocab, unk_token='<unk>'):\n"
                                   "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
                                  "full+flag"),
+    # hidden inputs kept by the student's code and shown by a LATER cell of theirs: the hidden
+    # tests run after every cell, so those cells show the visible inputs only
+    "leak_global_list_printed_later": ({"encode": "SEEN = []\ndef encode(tokens, vocab, unk_token='<unk>'):\n"
+                                        "    SEEN.append((tokens, vocab, unk_token))\n" + ENCODE_BODY,
+                                        "one_hot": "print('LEAK', SEEN)\n" + CORRECT_ONE_HOT}, "full"),
+    "leak_file_read_later": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n    try:\n"
+                              "        with open('seen.txt', 'a') as fh:\n"
+                              "            fh.write(f'{tokens} {vocab} {unk_token}\\n')\n    except OSError:\n        pass\n"
+                              + ENCODE_BODY,
+                              "one_hot": "import os\nif os.path.exists('seen.txt'):\n    print('LEAK', open('seen.txt').read())\n"
+                              + CORRECT_ONE_HOT}, "full"),
+    "leak_attribute_shown_as_html": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                      "    encode.seen = getattr(encode, 'seen', []) + [(tokens, vocab, unk_token)]\n"
+                                      + ENCODE_BODY,
+                                      "embed": "from IPython.display import display\nseen = str(getattr(encode, 'seen', ''))\n"
+                                      "display({'text/html': '<pre>LEAK ' + seen + '</pre>', 'text/plain': 'LEAK ' + seen}, raw=True)\n"
+                                      "def embed(ids, E):\n    return np.asarray(E)[np.asarray(ids)]\n"}, "full"),
+    "leak_printed_by_del_and_atexit": ({"encode": "import atexit\nSEEN = []\natexit.register(lambda: print('LEAK', SEEN))\n"
+                                        "class _Tell:\n    def __del__(self):\n        print('LEAK', SEEN)\n"
+                                        "def encode(tokens, vocab, unk_token='<unk>'):\n    global _tell\n"
+                                        "    SEEN.append((tokens, vocab, unk_token))\n    _tell = _Tell()\n" + ENCODE_BODY},
+                                       "full"),
 }
 LEAKS = [kind for kind in CATALOGUE if kind.startswith("leak_")] + ["feedback_failing"]
 HIDDEN_INPUTS = ("zzz", "'[UNK]': 7")  # what check_encode passes encode only in its hidden part
@@ -495,6 +518,9 @@ def test_feedback_leaks_no_hidden_test(graded):
     shown = unescape(pages["leak_prints_hidden_inputs"].read_text(encoding="utf-8"))
     assert "✓ known tokens map to their ids" in shown and "hidden tests ran here" in shown
     assert "LEAK ['the', 'cat', 'sat', 'on', 'the', 'mat']" in shown  # a demo cell's output
+    for kind in ("leak_global_list_printed_later", "leak_file_read_later", "leak_attribute_shown_as_html",
+                 "leak_printed_by_del_and_atexit"):  # the later cells ran, and showed the visible inputs
+        assert "LEAK" in pages[kind].read_text(encoding="utf-8") and not results[kind].error, kind
 
 
 def _hidden_literals(check_source: str) -> set[str]:

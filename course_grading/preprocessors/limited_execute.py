@@ -310,9 +310,9 @@ class LimitedExecute(Execute):
             return None
         return self._deadline - monotonic()
 
-    def _spent(self) -> bool:
+    def _spent(self, margin: float = 0.0) -> bool:
         left = self._seconds_left()
-        return left is not None and left <= 0
+        return left is not None and left <= margin
 
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)
@@ -323,7 +323,8 @@ class LimitedExecute(Execute):
         return left if timeout is None else min(timeout, left)
 
     async def _async_handle_timeout(self, timeout, cell=None):
-        if self._spent():  # interrupted at the end of the budget: a short wait for its output
+        if self._spent(margin=0.1):  # interrupted at the end of the budget (the poll may wake a
+            # millisecond early): a short wait for its output
             self._cut = True
             self.iopub_timeout = min(self.iopub_timeout, BUDGET_GRACE)
         return await super()._async_handle_timeout(timeout, cell)
