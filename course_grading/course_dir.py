@@ -58,6 +58,8 @@ def _jupyter_config_root() -> CourseRoot | None:
     from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
     for folder in jupyter_config_path():
+        if not os.path.isabs(folder):  # an empty or relative entry of JUPYTER_CONFIG_PATH
+            continue
         for name in CONFIG_FILES:
             path = Path(folder) / name
             if not path.is_file():

@@ -188,6 +188,18 @@ def test_the_rule_in_order(clean, tmp_path, monkeypatch):
     assert course_dir.search_root() is None
 
 
+def test_no_configuration_folder_is_relative(clean, tmp_path, monkeypatch):
+    """An empty or relative entry of JUPYTER_CONFIG_PATH would be the current folder: skipped."""
+    planted = plant(tmp_path / "planted")
+    monkeypatch.setenv("COURSE_PLANTED_MARKER", str(tmp_path / "marker"))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", os.pathsep.join(["", ".", "planted"]))
+    monkeypatch.chdir(planted)
+    assert course_dir.search_root() == (course_dir.PACKAGE_ROOT, "the installed course")
+    monkeypatch.chdir(tmp_path)
+    assert course_dir.search_root() == (course_dir.PACKAGE_ROOT, "the installed course")
+    assert not (tmp_path / "marker").exists()
+
+
 @pytest.mark.parametrize("config, message", [
     ("c.CourseDirectory.root = '.'\n", "is a relative path (.): a course directory is never taken "
                                        "from the current folder; make it absolute, or use --root DIR"),
