@@ -241,3 +241,16 @@ def test_the_command_works_from_the_course_and_takes_paths_from_where_it_was_typ
     monkeypatch.setattr(cli, "cmd_check", lambda args, root: seen.update(path=args.path) or 0)
     assert cli.main(["--root", str(course_in_tmp), "check", "--no-sandbox", "mine.ipynb"]) == 0
     assert seen["path"] == str(typed / "mine.ipynb") and os.getcwd() == str(typed)
+
+
+def test_the_pipeline_reads_only_the_course_configuration(course_in_tmp, tmp_path, monkeypatch):
+    """Called in-process from a planted folder (no `course` command moving to the course), the
+    configuration and the nbgrader converters read the course's nbgrader_config.py only."""
+    from course_grading import nbgrader_setup
+    monkeypatch.setenv("COURSE_PLANTED_MARKER", str(tmp_path / "marker"))
+    monkeypatch.chdir(plant(tmp_path / "planted"))
+    coursedir = nbgrader_setup.course_directory(course_in_tmp)
+    assert coursedir.root == str(course_in_tmp) and coursedir.config.CourseDirectory.course_id == "attention-course"
+    nbgrader_setup.generate(course_in_tmp, ASSIGNMENT, tmp_path / "release", record=False)
+    assert (tmp_path / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+    assert not (tmp_path / "marker").exists()
