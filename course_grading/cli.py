@@ -38,7 +38,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from .course_dir import HOW_TO_NAME, PACKAGE_ROOT, RootConfigError, course_config_near, find_submissions, search_root
+from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 EXPORT_CSV = Path("reports") / "export.csv"
@@ -226,8 +226,8 @@ def find_root(explicit=None) -> Path:
     if not (root / "nbgrader_config.py").is_file():
         by = "" if named_by == "--root" else f" ({named_by})"
         raise UsageError(f"{root}{by} is not a course directory: it has no nbgrader_config.py")
-    if root == PACKAGE_ROOT and near is not None and not _within(near, root):
-        print(f"course: note: using the installed course {root}; {near} is not used (name "
+    if named_by != "--root" and near is not None and not _within(near, root):
+        print(f"course: note: using the course {root} ({named_by}); {near} is not used (name "
               "another course with --root DIR or COURSE_ROOT=DIR)", file=sys.stderr)
     return root
 

@@ -90,7 +90,7 @@ def test_from_a_submission_folder_the_installed_course_is_used(place):
     done = course_cmd(place, sub, "check", f"{ASSIGNMENT}.ipynb")
     note, error = error_lines(done)
     assert done.returncode == 2
-    assert note == (f"course: note: using the installed course {course_dir.PACKAGE_ROOT}; "
+    assert note == (f"course: note: using the course {course_dir.PACKAGE_ROOT} (the installed course); "
                     f"{sub / 'nbgrader_config.py'} is not used (name another course with "
                     "--root DIR or COURSE_ROOT=DIR)")
     assert error.startswith(f"course: error: cannot tell which assignment {sub / ASSIGNMENT}.ipynb")
@@ -136,7 +136,10 @@ def test_named_course_grades_from_a_planted_folder(place):
     assert done.returncode == 0, done.stderr
     assert (course / "feedback" / "ann" / ASSIGNMENT / f"{ASSIGNMENT}.html").is_file()
     done = course_cmd(place, downloads, "check", f"{ASSIGNMENT}.ipynb", env={"COURSE_ROOT": str(course)})
-    assert done.returncode == 0 and "total  2/2" in done.stdout and done.stderr == "", done.stderr
+    assert done.returncode == 0 and "total  2/2" in done.stdout, done.stderr
+    assert done.stderr.splitlines() == [f"course: note: using the course {course} (COURSE_ROOT); "
+                                        f"{downloads / 'nbgrader_config.py'} is not used (name another "
+                                        "course with --root DIR or COURSE_ROOT=DIR)"]
     # the instructor's ~/.jupyter/nbgrader_config.py loads the course's (README, "Running a class")
     config_dir = Path(place["env"]["JUPYTER_CONFIG_DIR"])
     config_dir.mkdir()
@@ -157,7 +160,7 @@ def test_a_self_learner_checks_a_download_against_the_clone(place):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL  test_one_hot" in done.stdout and "total  0/" in done.stdout
     assert done.stderr.splitlines() == [
-        f"course: note: using the installed course {course_dir.PACKAGE_ROOT}; "
+        f"course: note: using the course {course_dir.PACKAGE_ROOT} (the installed course); "
         f"{place['downloads'] / 'nbgrader_config.py'} is not used (name another course with "
         "--root DIR or COURSE_ROOT=DIR)"]
 
