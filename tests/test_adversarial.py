@@ -102,6 +102,14 @@ SHADOW_MODULES = {"numpy/__init__.py": "raise SystemExit('shadowed numpy')\n",
                   "torch.py": "raise SystemExit('shadowed torch')\n",
                   "course_utils/__init__.py": "raise SystemExit('shadowed course_utils')\n",
                   "course_utils/checks/embeddings.py": "def check_one_hot(*args, **kwargs):\n    pass\n"}
+# configuration files beside the notebook that, read by the kernel or the grader, would skip
+# the one_hot test cell (as the input_transformer kind does from a solution cell)
+SKIP_TESTS = ("get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'] "
+              "if any('check_one_hot' in l for l in lines) else lines)")
+CONFIG_FILES = {name: (f"c = get_config()\nc.InteractiveShellApp.exec_lines = [{SKIP_TESTS!r}]\n"
+                       f"c.IPKernelApp.exec_lines = [{SKIP_TESTS!r}]\n")
+                for name in ("ipython_config.py", "ipython_kernel_config.py", "jupyter_config.py",
+                             "nbgrader_config.py")}
 REACH_REFERENCE = """import builtins, glob
 KERNEL = hasattr(builtins, 'get_ipython')  # graded in a kernel; else in the audit
 def _reach():
@@ -194,6 +202,7 @@ CATALOGUE = {
                                    + "\nelse:\n" + _body(CORRECT_ONE_HOT)}, "full"),
     "fills_every_writable_place": ({"one_hot": FILL_EVERYTHING + CORRECT_ONE_HOT}, "full"),
     "ships_shadow_modules": ({"one_hot": CORRECT_ONE_HOT, EXTRA_FILES: SHADOW_MODULES}, "full"),
+    "ships_config_files": ({"one_hot": WRONG_ONE_HOT, EXTRA_FILES: CONFIG_FILES}, "zero:test_one_hot"),
     "kills_its_sandbox_server": ({"one_hot": "import os, signal\nfor sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
                                   "    os.kill(os.getppid(), sig)\n" + CORRECT_ONE_HOT}, "full"),
     # a function that tells the audit from the grading kernel (no IPython) and reaches for the
