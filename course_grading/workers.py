@@ -34,6 +34,7 @@ import multiprocessing.connection
 import os
 import resource
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -146,8 +147,12 @@ def _stop(workers: list["_Worker"]) -> None:
     for worker in workers:
         worker.stop()
     deadline = time.monotonic() + STOP_GRACE_S
-    for worker in workers:
-        worker.process.join(max(0.0, deadline - time.monotonic()))
+    while time.monotonic() < deadline and any(w.process.is_alive() for w in workers):
+        multiprocessing.connection.wait([w.process.sentinel for w in workers if w.process.is_alive()],
+                                        timeout=1)
+        for worker in workers:  # again: a SystemExit raised where Python ignores it (a
+            if worker.task is not None:  # finalizer, a weakref callback) is lost
+                worker.terminate()
     for worker in workers:
         if worker.process.is_alive():
             worker.process.kill()
@@ -222,27 +227,33 @@ class _Worker:
                 pass
 
     def stop(self) -> None:
-        if not self.process.is_alive():
-            return
-        if self.task is None:
+        if self.task is None and self.process.is_alive():
             try:
                 self.conn.send(None)
                 return
             except OSError:
                 pass
-        try:
-            self.process.terminate()
-        except OSError:
-            pass
+        self.task = self.task if self.task is not None else -1  # busy now: stopped by signal
+        self.terminate()
+
+    def terminate(self) -> None:
+        if self.process.is_alive():
+            try:
+                self.process.terminate()
+            except OSError:
+                pass
 
     def close(self) -> tuple[int | None, bool]:
         """Its exit code and whether it went over its memory bound; its pipe and cgroup gone
         (what it left in its cgroup is killed)."""
+        from .sandbox.bubblewrap import Cgroups
         self.process.join(0)
         over = self.over_memory or (self.group is not None and self.group.oom_kills() > 0)
         if self.group is not None:
             self.group.remove()
             self.group = None
+        if self.process.exitcode is not None:  # ended: what its sandboxes left (it was killed)
+            Cgroups.left_by(self.process.pid).remove()
         self.conn.close()
         return self.process.exitcode, over
 
@@ -282,6 +293,7 @@ def _worker_main(conn, function, initializer, initargs, spec: dict) -> None:
     """A worker: its memory bound, its start-up, then tasks until told to stop."""
     signal.signal(signal.SIGINT, _ignore)  # a Python handler: the kernels it execs get the default
     signal.signal(signal.SIGTERM, _exit)
+    sys.unraisablehook = _quiet_stop(sys.unraisablehook)
     if spec.get("cgroup"):
         with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
@@ -317,3 +329,12 @@ def _ignore(signum, frame) -> None:
 
 def _exit(signum, frame) -> None:
     raise SystemExit(128 + signum)
+
+
+def _quiet_stop(hook):
+    """A stop (``_exit``) raised where Python ignores exceptions (a finalizer, a weakref
+    callback) is lost, and sent again by the dispatcher: nothing to report."""
+    def quiet(unraisable):
+        if not isinstance(unraisable.exc_value, SystemExit):
+            hook(unraisable)
+    return quiet

@@ -76,6 +76,7 @@ def test_a_worker_killed_for_its_memory_costs_only_its_submission(tmp_path):
              str(bin_dir / "course"), "--root", str(course), "autograde", "--jobs", "2", "--no-report"],
             env=env, capture_output=True, text=True, timeout=900)
         oom = (pod.memory_path / "memory.oom_control").read_text()
+        left = [p.name for p in pod.memory_path.iterdir() if p.is_dir()]
         peak_mb = int((pod.memory_path / "memory.max_usage_in_bytes").read_text()) >> 20
     finally:
         _remove(pod)
@@ -93,3 +94,4 @@ def test_a_worker_killed_for_its_memory_costs_only_its_submission(tmp_path):
         [(ATTACKER, "grader", error)]
     # the worker's bound chose; the pod never reached its own limit
     assert peak_mb < POD_MB and "\noom_kill 0" in oom, (peak_mb, oom)
+    assert left == []  # no cgroup left behind, not even those of the killed worker's sandbox

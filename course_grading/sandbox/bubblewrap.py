@@ -211,7 +211,7 @@ class Cgroups:
         self.paths: list[Path] = []
         self.memory = False
         self.memory_path: Path | None = None
-        name = f"{prefix}{uuid.uuid4().hex[:12]}"
+        name = f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:12]}"  # whose: ``left_by``
         settings = files if files is not None else {
             "pids": {"pids.max": str(limits.processes)},
             "memory": {"memory.limit_in_bytes": str(limits.memory_mb << 20)},
@@ -235,6 +235,17 @@ class Cgroups:
             self.paths.append(path)
             if controller == "memory":
                 self.memory, self.memory_path = True, path
+
+    @classmethod
+    def left_by(cls, pid: int, prefix: str = "course-sandbox-") -> "Cgroups":
+        """The groups that process ``pid``, now ended, made and did not remove (a grading
+        worker killed with its sandboxes): call ``remove()`` on them."""
+        groups = cls(files={})
+        for controller in ("pids", "memory", "cpu"):
+            base = _cgroup_base(controller)
+            if base is not None:
+                groups.paths += sorted(base.glob(f"{prefix}{pid}-*"))
+        return groups
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer ended for going over the memory group's
