@@ -3,12 +3,11 @@ is), with one attacker among honest students: a notebook under the size cap whos
 parses into gigabytes of Python objects, which balloons the grading process itself (not the
 kernel, which has its own sandbox bound). The worker grading it goes over its own memory bound
 (``c.Sandbox.grader_memory_mb``) and is killed there; that submission alone is an error row,
-flagged; every honest student keeps the grade they get alone; the pod's own OOM killer never
+flagged; every honest student keeps the grade it earns; the pod's own OOM killer never
 had to choose."""
 from __future__ import annotations
 
 import csv
-import json
 import os
 import subprocess
 import sys
@@ -18,14 +17,13 @@ import nbformat
 import pytest
 
 from course_grading.sandbox import bubblewrap
-from test_adversarial import A, FULL, WRONG_ONE_HOT, _course, _submit, _variant
+from test_adversarial import A, FULL, WRONG_ONE_HOT, _course, _submit, _variant, balloon
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
 
 POD_MB = 3072      # the whole grading run, as a pod's memory limit
 GRADER_MB = 1024   # each grading worker's own bound
-BLOB = 9_000_000   # "{}," each: a 27 MB notebook (the cap is 32 MB) that parses into > 3 GB
 # the attacker sorts first: while its worker balloons, the other grades, the rest wait in the queue
 HONEST = {"b_correct": {}, "c_partial": {"one_hot": WRONG_ONE_HOT}, "d_correct": {}, "e_correct": {},
           "f_correct": {}, "g_partial": {"one_hot": WRONG_ONE_HOT}}
@@ -64,9 +62,7 @@ def test_a_worker_killed_for_its_memory_costs_only_its_submission(tmp_path):
             _submit(course, student, _variant(source, changes, ""))
         _submit(course, ATTACKER, _variant(source, {}, ""))
         path = course / "submitted" / ATTACKER / A / f"{A}.ipynb"
-        nb = json.loads(path.read_text())
-        nb["metadata"]["notes"] = "BLOB"
-        path.write_text(json.dumps(nb).replace('"BLOB"', "[" + "{}," * BLOB + "{}]"))
+        balloon(path)
         assert path.stat().st_size < 32 * 2**20
 
         bin_dir = Path(sys.executable).parent

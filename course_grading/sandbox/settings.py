@@ -10,7 +10,7 @@
                                    # $HOME and the working folder
     c.Sandbox.hidden_folders = ["/srv/other-course"]   # hidden from every sandboxed process,
                                    # besides the course folders (below)
-    c.Sandbox.grader_memory_mb = 2048  # each grading worker's own memory (not its kernels')
+    c.Sandbox.grader_memory_mb = 1024  # each grading worker's own memory (not its kernels')
 
 The course folders every sandboxed process finds empty: the course root (gradebook,
 ``submitted/``, ``autograded/``, ``feedback/``, ``solutions/``), every other folder the
@@ -58,7 +58,7 @@ class Sandbox(Configurable):
     hidden_folders = List(Unicode(), help="More folders every sandboxed process finds empty, "
                                           "besides the course folders the configuration "
                                           "names.").tag(config=True)
-    grader_memory_mb = Integer(2048, min=0, help="Memory of each grading worker process itself "
+    grader_memory_mb = Integer(1024, min=0, help="Memory of each grading worker process itself "
                                                  "(nbgrader reading and writing the notebook, the "
                                                  "scanner, the audit's comparisons; its kernels "
                                                  "have memory_mb), MB: a memory cgroup of its own "
@@ -80,7 +80,7 @@ class Settings:
     open_files: int = 1024
     tmpfs_mb: int = 256
     warm: bool = True
-    grader_memory_mb: int = 2048
+    grader_memory_mb: int = 1024
 
     @classmethod
     def from_config(cls, config: Config | None, hidden=None) -> "Settings":
