@@ -116,8 +116,11 @@ def run(function: Callable, tasks: list[tuple], jobs: int, on_result: Callable, 
             for worker in list(workers):
                 if worker.conn not in ready and worker.process.sentinel not in ready:
                     continue
+                was_ready = worker.ready
                 for index, outcome in worker.receive():
                     on_result(index, outcome)
+                if worker.ready and not was_ready:
+                    failed_starts = 0  # workers can start here
                 if worker.alive():
                     continue
                 workers.remove(worker)
@@ -128,7 +131,6 @@ def run(function: Callable, tasks: list[tuple], jobs: int, on_result: Callable, 
                         while pending:
                             on_result(pending.popleft(), WorkerDied(exitcode, at_start=True))
                     continue
-                failed_starts = 0
                 if worker.task is None:
                     continue
                 index = worker.task
@@ -136,7 +138,7 @@ def run(function: Callable, tasks: list[tuple], jobs: int, on_result: Callable, 
                 if over_memory or tries[index] > retries:
                     on_result(index, WorkerDied(exitcode, tries[index], over_memory, memory_mb))
                 else:
-                    pending.appendleft(index)  # on a fresh worker, before the others
+                    pending.appendleft(index)  # on another worker, before the others
     finally:
         _stop(workers)
 
