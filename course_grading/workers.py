@@ -20,7 +20,8 @@ machine allows (v1, made beside its sandboxes' cgroups by ``sandbox.bubblewrap.C
 kernel's OOM killer then ends that worker alone), else an ``RLIMIT_DATA`` backstop well above
 the bound and the dispatcher's own watch of the worker's resident memory (killed when over it).
 The sandboxes a worker starts lift the rlimit and leave its cgroup: the bound is for what the
-grading process itself does, the kernels have their own.
+grading process itself does, the kernels have their own (an unsandboxed kernel, ``--no-sandbox``,
+stays within its worker's bound).
 
 Ctrl-C: workers ignore SIGINT (a terminal sends it to the whole process group); the
 dispatcher, interrupted, stops them with SIGTERM, which they turn into ``SystemExit`` so

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
 
 POD_MB = 3072      # the whole grading run, as a pod's memory limit
-GRADER_MB = 1024   # each grading worker's own bound
+GRADER_MB = 900    # each grading worker's own bound (not the default: read from nbgrader_config.py)
 # the attacker sorts first: while its worker balloons, the other grades, the rest wait in the queue
 HONEST = {"b_correct": {}, "c_partial": {"one_hot": WRONG_ONE_HOT}, "d_correct": {}, "e_correct": {},
           "f_correct": {}, "g_partial": {"one_hot": WRONG_ONE_HOT}}

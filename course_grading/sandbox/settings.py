@@ -65,7 +65,8 @@ class Sandbox(Configurable):
                                                  "where the machine allows, else a watch of its "
                                                  "resident memory. A worker over it is killed and "
                                                  "the submission it graded is an error row, "
-                                                 "flagged; 0: no bound.").tag(config=True)
+                                                 "flagged. Unsandboxed kernels (--no-sandbox) "
+                                                 "count in it too. 0: no bound.").tag(config=True)
 
 
 @dataclass(frozen=True)
