@@ -61,7 +61,7 @@ class WorkerDied:
         if self.at_start:
             return f"no worker could start ({how} before it was ready)"
         if self.over_memory:
-            return f"the worker grading it was killed ({how}): over its memory bound of {self.memory_mb} MB"
+            return f"the worker grading it went over its memory bound of {self.memory_mb} MB ({how})"
         again = f", {self.tries} times" if self.tries > 1 else ""
         return f"the worker grading it died ({how}{again})"
 
@@ -323,7 +323,8 @@ def _worker_main(conn, function, initializer, initargs, spec: dict) -> None:
         except (EOFError, OSError):
             return
         except Exception as exc:  # noqa: BLE001 - an outcome that cannot be pickled
-            conn.send((index, TaskRaised(f"its result could not be sent back: {type(exc).__name__}: {exc}"[:2000])))
+            why = f"its result could not be sent back: {type(exc).__name__}: {exc}"
+            conn.send((index, TaskRaised(why[:2000])))  # nothing of the first was sent
 
 
 def _ignore(signum, frame) -> None:

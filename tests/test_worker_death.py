@@ -81,9 +81,10 @@ def test_a_worker_killed_for_its_memory_costs_only_its_submission(tmp_path):
     scores = {}
     for row in rows:
         scores.setdefault(row["student"], {})[row["exercise"]] = row["score"] or row["message"]
-    expected = {s: {k: f"{v:g}" for k, v in (PARTIAL if changes else FULL).items()} for s, changes in HONEST.items()}
+    expected = {s: {k: f"{v:g}" for k, v in (PARTIAL if changes else FULL).items()}
+                for s, changes in HONEST.items()}
     assert {s: scores[s] for s in HONEST} == expected, done.stderr[-3000:]
-    error = f"the worker grading it was killed (killed by SIGKILL): over its memory bound of {GRADER_MB} MB"
+    error = f"the worker grading it went over its memory bound of {GRADER_MB} MB (killed by SIGKILL)"
     assert scores[ATTACKER] == {"": f"grading failed: {error}"}, done.stderr[-3000:]
     flags = list(csv.DictReader(open(course / "reports" / "flags.csv")))
     assert [(f["student"], f["cell"], f["reason"]) for f in flags if f["cell"] == "grader"] == \

@@ -118,7 +118,7 @@ def test_a_task_over_the_memory_bound_fails_alone(bound, monkeypatch):
     outcomes = _run(balloon, tasks, memory_mb=150)
     died = outcomes[2]
     assert isinstance(died, workers.WorkerDied) and died.over_memory and died.tries == 1, died
-    assert "over its memory bound of 150 MB" in str(died)
+    assert str(died) == "the worker grading it went over its memory bound of 150 MB (killed by SIGKILL)"
     assert [outcomes[i] for i in (0, 1, 3, 4)] == [0, 1, 3, 4]
 
 
