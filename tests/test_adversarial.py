@@ -253,6 +253,9 @@ CATALOGUE = {
                                       "def encode(tokens, vocab, unk_token='<unk>'):\n"
                                       "    update_display(f'LEAK {tokens} {vocab} {unk_token}', display_id='leak')\n"
                                       "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    # a notebook under the size cap whose metadata parses into gigabytes: the grading process
+    # itself (not the kernel) goes over c.Sandbox.grader_memory_mb and its worker is killed
+    "balloons_the_grader": ({}, "error+flag"),
     "leak_prints_check_source": ({"encode": "import inspect\nimport course_utils.checks.embeddings as _checks\n"
                                   "print(inspect.getsource(_checks))\n"
                                   "def encode(tokens, vocab, unk_token='<unk>'):\n"
@@ -311,7 +314,17 @@ FILES = {
     "fifo_in_submission": lambda c, f: os.mkfifo(f / "pipe"),
     "shadows_course_utils": lambda c, f: _fake_package(f / "course_utils"),
     "huge_file_in_submission": lambda c, f: (f / "data.bin").write_bytes(b"\0" * (20 * 2**20)),
+    "balloons_the_grader": lambda c, f: balloon(f / f"{A}.ipynb"),
 }
+
+
+def balloon(path: Path, count: int = 9_000_000) -> None:
+    """Give a notebook metadata of ``count`` empty objects: 27 MB (under the 32 MB cap) that
+    nbformat parses into more than 3 GB of Python objects in the grading process."""
+    import json
+    nb = json.loads(path.read_text())
+    nb["metadata"]["notes"] = "BALLOON"
+    path.write_text(json.dumps(nb).replace('"BALLOON"', "[" + "{}," * count + "{}]"))
 
 
 def _variant(source_nb, changes: dict, constants: str):
@@ -486,6 +499,8 @@ def test_catalogue_in_one_run(graded):
     assert any(("unreadable output" in f.reason and "named pipe" in f.reason)
                or "the audited code ended before this exercise" in f.reason
                for f in results["audit_output_fifo"].flags), outcomes["audit_output_fifo"]
+    assert any(f.where == "grader" and "over its memory bound" in f.reason
+               for f in results["balloons_the_grader"].flags), outcomes["balloons_the_grader"]
     assert any("course_utils would be imported instead of the module 'course_utils': left out" in f.reason
                for f in results["shadows_course_utils"].flags), outcomes["shadows_course_utils"]
     assert not (course / "autograded" / "shadows_course_utils" / A / "course_utils").exists()
