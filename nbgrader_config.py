@@ -75,5 +75,6 @@ c.GenerateFeedback.preprocessors = [
 # Nothing a student wrote runs as script in a page that shows a notebook: the autograded
 # notebooks are sanitized (SanitizeNotebook, last above), and every HTML rendering of one (the
 # Formgrader's submission and manual-grading views, feedback) sanitizes it again.
+# (Not nbconvert's HTMLExporter.sanitize_html: the Formgrader's template ignores it for
+# markdown, and its narrower list shows the <p>, <img> and <th> of an output as text.)
 c.HTMLExporter.preprocessors = ["course_grading.preprocessors.SanitizeNotebook"]
-c.HTMLExporter.sanitize_html = True

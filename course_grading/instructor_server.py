@@ -40,6 +40,7 @@ from tornado.web import OutputTransform
 
 MATHJAX_PATH = "static/jupyter_server_mathjax/"
 MATHJAX_QUERY = "MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+STIX = '"HTML-CSS": {availableFonts: [], webFont: "STIX-Web", imageFont: null},'
 _NONCE: contextvars.ContextVar[str] = contextvars.ContextVar("course_csp_nonce", default="")
 
 _SCRIPT = re.compile(r"<script(?P<attrs>(?:\s[^>]*)?)>(?P<body>.*?)</script>", re.S | re.I)
@@ -121,6 +122,8 @@ class NonceScripts(Extension):
             source = source.replace("{{ mathjax() }}", "{{ mathjax(resources.mathjax_url) }}")
             return nonce_scripts(source)
         if where and where.name == "mathjax.html.j2" and where.parent.name == "base":
+            # jupyter-server-mathjax ships the STIX web fonts only (no-op for other outputs)
+            source = source.replace("displayAlign: 'center',", "displayAlign: 'center', " + STIX)
             return nonce_scripts(source, mathjax_config=True)
         return source
 

@@ -33,7 +33,7 @@ from bs4 import BeautifulSoup, NavigableString, Tag
 from markupsafe import escape
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors.sanitize import SanitizeHTML
-from traitlets import Any, List, Set, Unicode
+from traitlets import Any, Bool, List, Set, Unicode
 
 from .. import untrusted
 from ..cells import text
@@ -65,6 +65,7 @@ OUTPUT_TYPES = {"stream", "error", "display_data", "execute_result"}
 class SanitizeNotebook(SanitizeHTML):
     """Markdown, raw cells, outputs and rendered metadata of a notebook made inert (above)."""
 
+    enabled = Bool(True, help="on wherever it is listed (nbgrader registers its steps so)").tag(config=True)
     tags = List(Unicode(), default_value=TAGS, config=True, help="HTML tags kept")
     attributes = Any(default_value=ATTRIBUTES, config=True, help="HTML attributes kept, per tag")
     styles = List(Unicode(), default_value=STYLES, config=True, help="CSS properties kept in style")
