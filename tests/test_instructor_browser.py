@@ -492,7 +492,9 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             page.wait_for_selector(f"a[href*='/formgrader/submissions/{submission_id}']", timeout=30_000)
             _clean(page, "the notebook's submissions")
 
-            page.goto(f"{base}/formgrader/submissions/{submission_id}/")
+            response = page.goto(f"{base}/formgrader/submissions/{submission_id}/")
+            policy = response.headers.get("content-security-policy", "")
+            assert "script-src 'nonce-" in policy and "unsafe-inline" not in policy, policy
             page.wait_for_selector("#notebook-container", timeout=30_000)
             page.wait_for_function(MATHJAX_DONE, timeout=60_000)
             assert not [m for m in console if "fontdata" in m or "Refused" in m], console
@@ -510,6 +512,13 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             assert not active_markup(page.content(), within="#notebook-container")
             page.screenshot(path=str(shots / "formgrader-submission.png"), full_page=True)
             _clean(page, "manual grading view")
+            # the second layer: markup that got into this page anyway runs no script
+            page.evaluate("() => document.body.insertAdjacentHTML('beforeend', "
+                          "'<img src=x onerror=\"window.__probe = 1\"><iframe srcdoc=\"<script>"
+                          "parent.__probe = 2</script>\"></iframe>')")
+            page.wait_for_timeout(1500)
+            assert page.evaluate("() => window.__probe") is None
+            assert any("script-src" in v for v in page.evaluate("() => window.__csp")), "no violation seen"
             context.close()
 
             page = browser.new_page(viewport={"width": 1280, "height": 900})
