@@ -60,6 +60,7 @@ PROTOCOLS = ["http", "https", "mailto", "attachment"]
 SAFE_OUTPUT_KEYS = {"text/plain", "text/latex", "image/png", "image/jpeg", HIDDEN_MIME}
 SAFE_ATTACHMENTS = {"image/png", "image/jpeg", "image/gif"}
 OUTPUT_TYPES = {"stream", "error", "display_data", "execute_result"}
+_SEEN: dict = {}  # (markdown, settings) -> what sanitize_markdown made of it
 
 
 class SanitizeNotebook(SanitizeHTML):
@@ -138,6 +139,18 @@ class SanitizeNotebook(SanitizeHTML):
         """``source`` when nbconvert renders it to HTML that bleach leaves as it is, else that
         HTML cleaned, as one HTML block of markdown (rendered as it is, math included); markdown
         that nbconvert cannot render at all becomes its text, escaped."""
+        if attachments:
+            return self._sanitize_markdown(source, attachments)
+        # the course's prose is the same in every submission: judged once per process
+        key = (source, repr((self.tags, self.attributes, self.styles, self.protocols,
+                             self.strip, self.strip_comments)))
+        if key not in _SEEN:
+            if len(_SEEN) >= 4096:
+                _SEEN.clear()
+            _SEEN[key] = self._sanitize_markdown(source, None)
+        return _SEEN[key]
+
+    def _sanitize_markdown(self, source: str, attachments) -> str:
         try:
             html = render_markdown(source, attachments)
         except Exception:  # noqa: BLE001 - a broken cell is shown as text, never as markup
