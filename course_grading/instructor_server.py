@@ -141,7 +141,9 @@ def _transform(base_url: str):
     prefix = base_url + "formgrader"
 
     class FormgraderPolicy(OutputTransform):
-        """Content-Security-Policy, with a fresh nonce, on each HTML page of the Formgrader."""
+        """Content-Security-Policy, with a fresh nonce, on each response of the Formgrader
+        (its pages, and the files of a submission it serves beside the notebook, where an
+        .html or .svg file of the student's would otherwise run in the instructor's origin)."""
 
         def __init__(self, request):
             super().__init__(request)
@@ -153,7 +155,7 @@ def _transform(base_url: str):
                 _NONCE.set(self.nonce)
 
         def transform_first_chunk(self, status_code, headers, chunk, finishing):
-            if self.nonce and headers.get("Content-Type", "").startswith("text/html"):
+            if self.nonce:  # every response: a page, and a student's .html or .svg file beside
                 headers.add("Content-Security-Policy", policy(self.nonce, self.origin, base_url))
             return status_code, headers, chunk
 

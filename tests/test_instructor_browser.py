@@ -7,8 +7,9 @@ templates render) and a submission whose student id is HTML, refused at collect 
 submitted/ by hand, an error row never written into the gradebook). It is collected, graded by
 ``course autograde``, given feedback; then one Jupyter server with the Formgrader and the
 course's instructor_server extension serves the students list, the submissions lists, the
-manual grading view and the student's assignments page to headless Chromium, and the feedback
-HTML is opened too. Each payload, if it ran, would record itself in ``window.__pwned``, set the
+manual grading view, the student's assignments page and the .html and .svg files the student
+shipped beside the notebook (served as they are: the policy stops them) to headless Chromium,
+and the feedback HTML is opened too. Each payload, if it ran, would record itself in ``window.__pwned``, set the
 page's title and write a file into the course root through the server's contents API: none
 does, no Content-Security-Policy violation is reported (the Formgrader's own scripts all run,
 nothing of the page needs to be blocked), and the pages still show the student's math (MathJax
@@ -289,12 +290,19 @@ def _course(top: Path, exchange: Path | None = None) -> Path:
     return course
 
 
-def _inbound(exchange: Path, student: str, notebook: Path) -> None:
+# files a student ships beside the notebook: the Formgrader serves them from the submission
+SIDE_FILES = {"notes.html": f"<h1>notes</h1><script>{payload('sidehtml')}</script>{img('sideimg')}",
+              "picture.svg": SVG.replace("'svg'", "'sidesvg'").replace("'svgscript'", "'sidesvgscript'")}
+
+
+def _inbound(exchange: Path, student: str, notebook: Path, files: dict | None = None) -> None:
     stamp = "2026-01-01 10:00:00.000000 UTC"
     folder = exchange / "attention-course" / "inbound" / f"{student}+{A}+{stamp}+0123456789"
     folder.mkdir(parents=True)
     shutil.copy(notebook, folder / f"{A}.ipynb")
     (folder / "timestamp.txt").write_text(stamp)
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text)
 
 
 def _collect(course: Path) -> subprocess.CompletedProcess:
@@ -329,12 +337,14 @@ PLOT_SHOWN = ("() => [...document.querySelectorAll('img')].filter(i => i.src.sta
               " && i.naturalWidth > 100).length")
 
 
-def _clean(page, what: str) -> dict:
+def _clean(page, what: str, blocked: bool = False) -> dict:
+    """No payload ran in ``page``; the Content-Security-Policy blocked something there only
+    where ``blocked`` says it had to (else the page itself or a payload met it)."""
     page.wait_for_timeout(1500)  # an onerror, a script, a fetch would have happened by now
     state = page.evaluate(NO_PWN)
     assert state["pwned"] is None, f"{what}: a payload ran: {state}"
     assert "PWNED" not in state["title"], f"{what}: {state}"
-    assert not state["csp"], f"{what}: the Content-Security-Policy blocked something: {state['csp']}"
+    assert bool(state["csp"]) == blocked, f"{what}: the Content-Security-Policy blocked: {state['csp']}"
     return state
 
 
@@ -349,7 +359,7 @@ def graded(tmp_path_factory):
     (exchange / "attention-course" / "inbound").mkdir(parents=True)
     work = top / "work"
     work.mkdir()
-    _inbound(exchange, "mallory", hostile_notebook(work))
+    _inbound(exchange, "mallory", hostile_notebook(work), SIDE_FILES)
     _inbound(exchange, HTML_ID, hostile_notebook(work, name="other"))
     collected = _collect(course)
     assert collected.returncode == 1 and "Refused the submission" in collected.stderr
@@ -512,6 +522,12 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             assert not active_markup(page.content(), within="#notebook-container")
             page.screenshot(path=str(shots / "formgrader-submission.png"), full_page=True)
             _clean(page, "manual grading view")
+            for name in SIDE_FILES:  # the student's own files, as the Formgrader serves them
+                side = context.new_page()
+                side.goto(f"{base}/formgrader/submissions/{submission_id}/{name}")
+                assert side.evaluate("() => document.documentElement.outerHTML").count("__pwned") >= 1
+                _clean(side, name, blocked=True)  # served as it is: the policy stops it
+                side.close()
             # the second layer: markup that got into this page anyway runs no script
             page.evaluate("() => document.body.insertAdjacentHTML('beforeend', "
                           "'<img src=x onerror=\"window.__probe = 1\"><iframe srcdoc=\"<script>"
