@@ -95,7 +95,8 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
                 with gradebook(coursedir) as gb:
                     missing = [a for a in assignments if not _has_notebooks(gb, a)]
                     for student in students:
-                        gb.update_or_create_student(student)
+                        if untrusted.plain_name(student):  # never an unsafe id (an error row)
+                            gb.update_or_create_student(student)
                 for assignment in missing:
                     with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
                         generate(root, assignment, tmp, **(overrides or {}))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,9 +112,20 @@ def open_folder(path, *, dir_fd: int | None = None, label: str | None = None) ->
     return _open(os.fspath(path), _OPEN_DIR, dir_fd, label or os.fspath(path))
 
 
+# A student id, an assignment, a file of a submission: ASCII letters, digits and . _ - @, not
+# starting with . or -, at most MAX_NAME characters. Nothing else: such a name is written into
+# the gradebook, into paths and into the instructor's pages (Formgrader), where a name holding
+# markup or quotes would be read as markup.
+MAX_NAME = 64
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9._@-]*")
+
+
 def plain_name(name: str) -> bool:
-    """Whether ``name`` names an entry of a folder: not empty, no slash, not . or .."""
-    return bool(name) and "/" not in name and "\0" not in name and name not in (".", "..")
+    """Whether ``name`` is a safe name of a folder entry, a student id or an assignment: ASCII
+    letters, digits, ``. _ - @``, not starting with ``.`` or ``-`` (so never ``.`` or ``..``),
+    1 to MAX_NAME characters."""
+    return (isinstance(name, str) and 0 < len(name) <= MAX_NAME
+            and _PLAIN_NAME.fullmatch(name) is not None)
 
 
 def read_in(folder, name: str, limit: int) -> bytes:
