@@ -22,6 +22,10 @@ c.OverwriteCells.add_missing_cells = True
 # tag a secret nobody can guess, fresh each time nbgrader starts.
 c.Execute.skip_cells_with_tag = "skip-" + secrets.token_hex(16)
 
+# nbgrader collect: a submission whose student id (its file name in the exchange) is not a
+# plain name is refused, loudly; nothing of it is written.
+c.ExchangeFactory.collect = "course_grading.collect_ids.PlainIdCollect"
+
 # Per-cell time limit while grading (seconds); an endless loop costs one cell, not the class.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
@@ -38,9 +42,10 @@ c.Autograde.sanitize_preprocessors = [
 ]
 
 # Autograding: nbgrader's steps, with Execute replaced by LimitedExecute (output per cell and
-# per notebook bounded, a time budget per notebook, hidden tests run apart from the visible ones
-# so that feedback can leave their output out) and RequireSetup right after it (a failed setup
-# cell fails the submission: no score is recorded, instead of 0 for every test).
+# per notebook bounded, a time budget per notebook, hidden tests run after all the cells so that
+# no cell prints what they passed, and feedback can leave their output out) and RequireSetup right
+# after it (a failed setup cell fails the submission: no score is recorded, instead of 0 for
+# every test).
 c.Autograde.autograde_preprocessors = [
     "course_grading.preprocessors.LimitedExecute",
     "course_grading.preprocessors.RequireSetup",
@@ -50,8 +55,10 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
+    "course_grading.preprocessors.SanitizeNotebook",
 ]
-# All output of one cell, and of one notebook (bytes); all cells of one notebook (seconds).
+# All output of one cell, and of one notebook (bytes); all cells of one notebook, hidden tests
+# included (seconds).
 c.LimitedExecute.max_output_bytes = 1_000_000
 c.LimitedExecute.max_notebook_output_bytes = 10_000_000
 c.LimitedExecute.max_total_seconds = 180
@@ -63,5 +70,13 @@ c.GenerateFeedback.preprocessors = [
     "course_grading.preprocessors.HideHiddenOutputs",
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "course_grading.preprocessors.SanitizeNotebook",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# Nothing a student wrote runs as script in a page that shows a notebook: the autograded
+# notebooks are sanitized (SanitizeNotebook, last above), and every HTML rendering of one (the
+# Formgrader's submission and manual-grading views, feedback) sanitizes it again.
+# (Not nbconvert's HTMLExporter.sanitize_html: the Formgrader's template ignores it for
+# markdown, and its narrower list shows the <p>, <img> and <th> of an output as text.)
+c.HTMLExporter.preprocessors = ["course_grading.preprocessors.SanitizeNotebook"]

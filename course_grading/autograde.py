@@ -16,7 +16,6 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
@@ -29,7 +28,7 @@ from .course_dir import find_submissions
 from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_directory, db_override,
                              generate, gradebook, run_converter, select_assignments, short,
                              source_assignments)
-from . import untrusted
+from . import untrusted, workers
 from .red_flags import Flag, scan
 from .results import SubmissionResult, exercise_results
 from .sandbox import bubblewrap, installed, warm
@@ -39,6 +38,7 @@ LOCK_RETRIES = 5
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
 INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
               f". _ - @, at most {untrusted.MAX_NAME} characters): not graded")
+WORKER_FLAG = "grader"  # Flag.where of a submission whose grading worker died
 
 
 def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
@@ -80,7 +80,8 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     try:
         _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
                            db_override(db_url))
-        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None)
+        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None,
+                             course_settings(root).grader_memory_mb)
     finally:
         if warm_here:
             warm.stop_warm()
@@ -101,7 +102,8 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
                 with gradebook(coursedir) as gb:
                     missing = [a for a in assignments if not _has_notebooks(gb, a)]
                     for student in students:
-                        gb.update_or_create_student(student)
+                        if untrusted.plain_name(student):  # never an unsafe id (an error row)
+                            gb.update_or_create_student(student)
                 for assignment in missing:
                     with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
                         generate(root, assignment, tmp, **(overrides or {}))
@@ -162,9 +164,11 @@ def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
 
 
 def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
-               sandbox_root: str | None = None) -> list[SubmissionResult]:
-    """Run ``_grade_task`` over ``tasks``, in ``jobs`` processes when more than one (each
-    starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given)."""
+               sandbox_root: str | None = None, memory_mb: int = 0) -> list[SubmissionResult]:
+    """Run ``_grade_task`` over ``tasks``, in ``jobs`` worker processes when more than one
+    (each starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given; each
+    bounded to ``memory_mb`` of its own, when given). A worker that dies costs only the
+    submission it held: an error row, flagged (``workers``); the others go on, on a fresh one."""
     jobs = max(1, min(jobs, len(tasks)))
     results = []
 
@@ -179,20 +183,27 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
         for task in tasks:
             done(_grade_task(*task))
         return results
+
+    def finished(index: int, outcome) -> None:
+        done(outcome if isinstance(outcome, SubmissionResult) else _worker_failed(tasks[index], outcome))
+
     context = _mp_context()
     if context is not None:
         with installed.safe_start():  # no current directory on the fork server's path
             multiprocessing.forkserver.ensure_running()
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
-                             initargs=(_kernel_threads(jobs), sandbox_root)) as pool:
-        futures = {pool.submit(_grade_task, *task): task for task in tasks}
-        for future in as_completed(futures):
-            _, _, student, assignment, _ = futures[future]
-            try:
-                done(future.result())
-            except Exception as exc:  # the worker process itself died (killed, out of memory)
-                done(SubmissionResult(student, assignment, error=f"worker died: {exc!r}"))
+    workers.run(_grade_task, tasks, jobs, finished, context=context, initializer=_start_worker,
+                initargs=(_kernel_threads(jobs), sandbox_root), memory_mb=memory_mb)
     return results
+
+
+def _worker_failed(task: tuple, outcome) -> SubmissionResult:
+    """The error row of a submission whose worker died while grading it (flagged: the
+    instructor looks at what it does), or whose grading raised past ``_grade_task``."""
+    _, _, student, assignment, _ = task
+    if isinstance(outcome, workers.WorkerDied):
+        return SubmissionResult(student, assignment, error=str(outcome),
+                                flags=[Flag(WORKER_FLAG, str(outcome))])
+    return SubmissionResult(student, assignment, error=short(str(outcome)))
 
 
 def _start_worker(env: dict[str, str], sandbox_root: str | None) -> None:

@@ -222,18 +222,20 @@ def open_folder(path, *, dir_fd: int | None = None, label: str | None = None) ->
     return _open(os.fspath(path), _OPEN_DIR, dir_fd, label or os.fspath(path))
 
 
-MAX_NAME = 128  # characters of a student id, an assignment or a file name (the gradebook's 128)
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9._@-]{0,%d}" % (MAX_NAME - 1))
+# A student id, an assignment, a file of a submission: ASCII letters, digits and . _ - @, not
+# starting with . or -, at most MAX_NAME characters. Nothing else: such a name is written into
+# the gradebook, into paths and into the instructor's pages (Formgrader), where a name holding
+# markup or quotes would be read as markup.
+MAX_NAME = 64
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9._@-]*")
 
 
-def plain_name(name) -> bool:
-    """Whether ``name`` is a safe name: a student id, an assignment, a file the grader reads.
-
-    ASCII letters, digits and ``. _ - @``, at most MAX_NAME characters, not starting with a
-    dot or a dash: no slash, no NUL, no ``.``/``..``, nothing a report, a web page or a shell
-    would read as markup, a control or an option, nothing that is not UTF-8 (a folder name
-    that is not comes as lone surrogates)."""
-    return isinstance(name, str) and _PLAIN_NAME.fullmatch(name) is not None
+def plain_name(name: str) -> bool:
+    """Whether ``name`` is a safe name of a folder entry, a student id or an assignment: ASCII
+    letters, digits, ``. _ - @``, not starting with ``.`` or ``-`` (so never ``.`` or ``..``),
+    1 to MAX_NAME characters."""
+    return (isinstance(name, str) and 0 < len(name) <= MAX_NAME
+            and _PLAIN_NAME.fullmatch(name) is not None)
 
 
 def shown_name(name) -> str:

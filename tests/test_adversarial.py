@@ -40,6 +40,7 @@ FULL = {"test_encode": 1.0, "test_one_hot": 2.0, "test_embed": 2.0}
 WRONG_ONE_HOT = "def one_hot(ids, vocab_size):\n    return np.zeros((*np.shape(ids), vocab_size))\n"
 CORRECT_ONE_HOT = ("def one_hot(ids, vocab_size):\n    ids = np.asarray(ids)\n"
                    "    return (ids[..., None] == np.arange(vocab_size)).astype(np.float64)\n")
+ENCODE_BODY = "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"
 PORT_FILE = "PORT"  # the test's listening port is substituted below
 
 
@@ -104,6 +105,14 @@ SHADOW_MODULES = {"numpy/__init__.py": "raise SystemExit('shadowed numpy')\n",
                   "torch.py": "raise SystemExit('shadowed torch')\n",
                   "course_utils/__init__.py": "raise SystemExit('shadowed course_utils')\n",
                   "course_utils/checks/embeddings.py": "def check_one_hot(*args, **kwargs):\n    pass\n"}
+# configuration files beside the notebook that, read by the kernel or the grader, would skip
+# the one_hot test cell (as the input_transformer kind does from a solution cell)
+SKIP_TESTS = ("get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'] "
+              "if any('check_one_hot' in l for l in lines) else lines)")
+CONFIG_FILES = {name: (f"c = get_config()\nc.InteractiveShellApp.exec_lines = [{SKIP_TESTS!r}]\n"
+                       f"c.IPKernelApp.exec_lines = [{SKIP_TESTS!r}]\n")
+                for name in ("ipython_config.py", "ipython_kernel_config.py", "jupyter_config.py",
+                             "nbgrader_config.py")}
 REACH_REFERENCE = """import builtins, glob
 KERNEL = hasattr(builtins, 'get_ipython')  # graded in a kernel; else in the audit
 def _reach():
@@ -196,6 +205,7 @@ CATALOGUE = {
                                    + "\nelse:\n" + _body(CORRECT_ONE_HOT)}, "full"),
     "fills_every_writable_place": ({"one_hot": FILL_EVERYTHING + CORRECT_ONE_HOT}, "full"),
     "ships_shadow_modules": ({"one_hot": CORRECT_ONE_HOT, EXTRA_FILES: SHADOW_MODULES}, "full"),
+    "ships_config_files": ({"one_hot": WRONG_ONE_HOT, EXTRA_FILES: CONFIG_FILES}, "zero:test_one_hot"),
     "kills_its_sandbox_server": ({"one_hot": "import os, signal\nfor sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
                                   "    os.kill(os.getppid(), sig)\n" + CORRECT_ONE_HOT}, "full"),
     # a function that tells the audit from the grading kernel (no IPython) and reaches for the
@@ -246,11 +256,36 @@ CATALOGUE = {
                                       "def encode(tokens, vocab, unk_token='<unk>'):\n"
                                       "    update_display(f'LEAK {tokens} {vocab} {unk_token}', display_id='leak')\n"
                                       "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    # a notebook under the size cap whose metadata would parse into gigabytes: refused before
+    # anything parses it (PARSE_BOUNDS), the grading process never balloons
+    "balloons_the_grader": ({}, "error+flag"),
     "leak_prints_check_source": ({"encode": "import inspect\nimport course_utils.checks.embeddings as _checks\n"
                                   "print(inspect.getsource(_checks))\n"
                                   "def encode(tokens, vocab, unk_token='<unk>'):\n"
                                   "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
                                  "full+flag"),
+    # hidden inputs kept by the student's code and shown by a LATER cell of theirs: the hidden
+    # tests run after every cell, so those cells show the visible inputs only
+    "leak_global_list_printed_later": ({"encode": "SEEN = []\ndef encode(tokens, vocab, unk_token='<unk>'):\n"
+                                        "    SEEN.append((tokens, vocab, unk_token))\n" + ENCODE_BODY,
+                                        "one_hot": "print('LEAK', SEEN)\n" + CORRECT_ONE_HOT}, "full"),
+    "leak_file_read_later": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n    try:\n"
+                              "        with open('seen.txt', 'a') as fh:\n"
+                              "            fh.write(f'{tokens} {vocab} {unk_token}\\n')\n    except OSError:\n        pass\n"
+                              + ENCODE_BODY,
+                              "one_hot": "import os\nif os.path.exists('seen.txt'):\n    print('LEAK', open('seen.txt').read())\n"
+                              + CORRECT_ONE_HOT}, "full"),
+    "leak_attribute_shown_as_html": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                      "    encode.seen = getattr(encode, 'seen', []) + [(tokens, vocab, unk_token)]\n"
+                                      + ENCODE_BODY,
+                                      "embed": "from IPython.display import display\nseen = str(getattr(encode, 'seen', ''))\n"
+                                      "display({'text/html': '<pre>LEAK ' + seen + '</pre>', 'text/plain': 'LEAK ' + seen}, raw=True)\n"
+                                      "def embed(ids, E):\n    return np.asarray(E)[np.asarray(ids)]\n"}, "full"),
+    "leak_printed_by_del_and_atexit": ({"encode": "import atexit\nSEEN = []\natexit.register(lambda: print('LEAK', SEEN))\n"
+                                        "class _Tell:\n    def __del__(self):\n        print('LEAK', SEEN)\n"
+                                        "def encode(tokens, vocab, unk_token='<unk>'):\n    global _tell\n"
+                                        "    SEEN.append((tokens, vocab, unk_token))\n    _tell = _Tell()\n" + ENCODE_BODY},
+                                       "full"),
     # what the grader itself reads of a submission is bounded (PARSE_BOUNDS: the bound each
     # refusal names); scanning is linear; reports are written whatever the text
     # (600,000 blank lines in a string: the scanner's patterns meet them, the kernel parses them at once)
@@ -272,7 +307,8 @@ CATALOGUE = {
 }
 RENAMED = {"id_not_utf8": b"zz\xffnot-utf8", "id_with_markup": b"<img src=x onerror=alert(1)>",
            "id_with_bidi": "zz\u202eevil".encode()}
-PARSE_BOUNDS = {"metadata_bomb": "holds more than 100000 JSON objects and arrays",
+PARSE_BOUNDS = {"balloons_the_grader": "holds more than 100000 JSON objects and arrays",
+                "metadata_bomb": "holds more than 100000 JSON objects and arrays",
                 "tiny_cells": "holds more than 100000 JSON objects and arrays",
                 "deep_output_nesting": "nests JSON objects and arrays more than 64 deep",
                 "deep_attachment_nesting": "nests JSON objects and arrays more than 64 deep"}
@@ -324,6 +360,7 @@ FILES = {
     "fifo_in_submission": lambda c, f: os.mkfifo(f / "pipe"),
     "shadows_course_utils": lambda c, f: _fake_package(f / "course_utils"),
     "huge_file_in_submission": lambda c, f: (f / "data.bin").write_bytes(b"\0" * (20 * 2**20)),
+    "balloons_the_grader": lambda c, f: balloon(f / f"{A}.ipynb"),
     "metadata_bomb": lambda c, f: _rewrite(f, lambda nb: _markdown_cell(nb)["metadata"].update(x=[{}] * 2_000_000)),
     "tiny_cells": lambda c, f: _rewrite(f, lambda nb: nb["cells"].extend(
         {"cell_type": "markdown", "id": f"tiny-{i}", "metadata": {}, "source": "."} for i in range(100_000))),
@@ -336,6 +373,15 @@ FILES = {
     "odd_characters_in_tags": lambda c, f: _rewrite(f, lambda nb: _code_cell(nb, "test_one_hot")["metadata"].update(
         tags=["skip-\udcff-\x00\x1b[2J\u202e" + "x" * 100_000])),
 }
+
+
+def balloon(path: Path, count: int = 9_000_000) -> None:
+    """Give a notebook metadata of ``count`` empty objects: 27 MB (under the 32 MB cap) that
+    nbformat parses into more than 3 GB of Python objects in the grading process."""
+    import json
+    nb = json.loads(path.read_text())
+    nb["metadata"]["notes"] = "BALLOON"
+    path.write_text(json.dumps(nb).replace('"BALLOON"', "[" + "{}," * count + "{}]"))
 
 
 def _variant(source_nb, changes: dict, constants: str):
@@ -575,6 +621,9 @@ def test_feedback_leaks_no_hidden_test(graded):
     shown = unescape(pages["leak_prints_hidden_inputs"].read_text(encoding="utf-8"))
     assert "✓ known tokens map to their ids" in shown and "hidden tests ran here" in shown
     assert "LEAK ['the', 'cat', 'sat', 'on', 'the', 'mat']" in shown  # a demo cell's output
+    for kind in ("leak_global_list_printed_later", "leak_file_read_later", "leak_attribute_shown_as_html",
+                 "leak_printed_by_del_and_atexit"):  # the later cells ran, and showed the visible inputs
+        assert "LEAK" in pages[kind].read_text(encoding="utf-8") and not results[kind].error, kind
 
 
 def _hidden_literals(check_source: str) -> set[str]:

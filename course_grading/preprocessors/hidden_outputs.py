@@ -14,9 +14,10 @@ notebook:
 
 The score of each exercise is shown by nbgrader's feedback itself.
 
-Known limit: the kernel is one process; what the student's code kept while the hidden tests ran
-(their inputs) and prints in a later cell is ordinary output of that cell, removed only where a
-line quotes hidden-test or grading source.
+What the student's code keeps while the hidden tests run (their inputs, in a global, a file, an
+attribute) cannot reach a cell of theirs: ``LimitedExecute`` runs every hidden part after all
+the notebook's cells, so whatever prints it from then on prints into a hidden part's output,
+after its marker.
 """
 from __future__ import annotations
 
