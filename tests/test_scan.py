@@ -97,13 +97,16 @@ def test_tags_the_source_carries_are_not_flagged_added_ones_are():
 # `^\s*` under MULTILINE made 600,000 blank lines take minutes. The patterns are found in the
 # source (every re.compile/search/sub/... call), so a new one is timed too.
 RE_CALLS = {"compile", "search", "match", "fullmatch", "sub", "subn", "split", "findall", "finditer"}
+ANCHORED: set = set()  # ids of the patterns only ever matched at one position (see _grading_patterns)
 SIZE = 100_000  # characters of each adversarial text
 BOUND = 5.0  # seconds for one pattern on one text: linear takes milliseconds, quadratic minutes
 
 
 def _grading_patterns() -> dict[str, list]:
     """{file:line of each re call in course_grading: its compiled patterns}; a call whose
-    pattern is neither a literal nor a module-level constant fails the test (make it one)."""
+    pattern is neither a literal nor a module-level constant fails the test (make it one).
+    A module-level pattern that its module only ever calls ``.match``/``.fullmatch`` on (at a
+    position its caller chose) is listed in ANCHORED, and timed that way."""
     import ast
     import importlib
     import re
@@ -114,6 +117,14 @@ def _grading_patterns() -> dict[str, list]:
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
         assigned = {id(node.value): [t.id for t in node.targets if isinstance(t, ast.Name)]
                     for node in tree.body if isinstance(node, ast.Assign)}
+        uses: dict[str, set] = {}
+        through = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                uses.setdefault(node.value.id, set()).add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in through:
+                uses.setdefault(node.id, set()).add(None)  # passed on as it is: used any way
+        anchored = {name for name, attrs in uses.items() if attrs and attrs <= {"match", "fullmatch"}}
         for top in tree.body:
             for node in ast.walk(top):
                 if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
@@ -127,6 +138,9 @@ def _grading_patterns() -> dict[str, list]:
                     if node.func.attr == "compile" and len(node.args) > 1:
                         flags = eval(compile(ast.Expression(node.args[1]), where, "eval"), {"re": re})
                     found[where] = [re.compile(pattern, flags)]
+                    names = assigned.get(id(top.value), []) if isinstance(top, ast.Assign) else []
+                    if names and top.value is node and set(names) <= anchored:
+                        ANCHORED.add(id(found[where][0]))
                     continue
                 except ValueError:
                     pass
@@ -136,6 +150,8 @@ def _grading_patterns() -> dict[str, list]:
                     found[where] = patterns
                 else:
                     missing.append(where)
+                if isinstance(top, ast.Assign) and top.value is node and names and set(names) <= anchored:
+                    ANCHORED.update(id(p) for p in found.get(where, []))
     assert not missing, f"patterns the test cannot reach (make them module-level constants): {missing}"
     return found
 
@@ -177,7 +193,10 @@ def test_every_grading_pattern_runs_in_linear_time():
             for name, text in _adversarial_texts(pattern).items():
                 subject = text.encode("latin-1", "replace") if isinstance(pattern.pattern, bytes) else text
                 start = time.perf_counter()
-                pattern.sub(subject[:0], subject)  # every match, and every position tried
+                if id(pattern) in ANCHORED:
+                    pattern.match(subject)
+                else:
+                    pattern.sub(subject[:0], subject)  # every match, and every position tried
                 took = time.perf_counter() - start
                 if took > BOUND:
                     slow.append((where, pattern.pattern[:60], name, round(took, 1)))
