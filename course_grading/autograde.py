@@ -258,12 +258,13 @@ def _grade_task(config_root: str, overrides: dict, student: str, assignment: str
         return SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
 
 
-def _scan_only(folder: Path, root: Path, assignment: str) -> list:
+def _scan_only(folder: Path, root: Path, assignment: str,
+               bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list:
     """The scanner's red flags of a submission whose grading failed (nothing of it runs)."""
     flags = []
     try:
         for path, source in _with_sources(folder, root, assignment):
-            flags += scan(path, source)
+            flags += scan(path, source, bounds)
     except Exception:  # noqa: BLE001 - an unreadable notebook: the error row says enough
         return flags
     return flags
@@ -298,12 +299,14 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
     coursedir = course_directory(config_root, student_id=student, assignment_id=assignment,
                                   **overrides)
     submitted = Path(coursedir.root) / coursedir.submitted_directory
+    bounds = untrusted.NotebookBounds.from_config(coursedir.config)
     with tempfile.TemporaryDirectory(prefix="course-submission-") as stage:
         flags: list = []
         try:
             flags = stage_submission(submitted, student, assignment, Path(stage),
                                      _expected_notebooks(coursedir, assignment),
-                                     _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment))
+                                     _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
+                                     bounds)
             coursedir.submitted_directory = stage
             result = _autograde(coursedir, student, assignment)
         except SubmissionRefused as exc:
@@ -315,7 +318,7 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
             result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
         folder = Path(stage) / student / assignment
         if result.error:
-            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment) if audited else [])
+            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment, bounds) if audited else [])
         else:
             result.flags = flags + (_review(coursedir, result, bool(overrides.get("sandbox")))
                                     if audited else [])
@@ -341,13 +344,14 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
 
 
 def stage_submission(submitted: Path, student: str, assignment: str, stage: Path,
-                     notebooks: list[str], provided: frozenset[str] = frozenset()) -> list[Flag]:
+                     notebooks: list[str], provided: frozenset[str] = frozenset(),
+                     bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
     """Copy ``submitted/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
     following no symbolic link (``untrusted.copy_tree``); return a flag for each file left
-    out (a link, a FIFO or other special file, a file over its size cap, a module or package
-    that the kernel would import instead of an installed one or one of ``provided``, the
-    modules the assignment ships: the kernel runs in this folder, which comes before
-    site-packages on its sys.path).
+    out (a link, a FIFO or other special file, a file over its size cap, a notebook beyond
+    ``bounds``, a module or package that the kernel would import instead of an installed one
+    or one of ``provided``, the modules the assignment ships: the kernel runs in this folder,
+    which comes before site-packages on its sys.path).
 
     SubmissionRefused, flagged, when the student's or the assignment's folder is a link (or
     not a folder), or when one of ``notebooks`` (the assignment's notebook file names) was
@@ -367,7 +371,7 @@ def stage_submission(submitted: Path, student: str, assignment: str, stage: Path
             raise _refused(f"{exc}: not graded") from None
         try:
             left = untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
-                                       label=f"{where}/{assignment}")
+                                       label=f"{where}/{assignment}", notebook_bounds=bounds)
         except untrusted.UntrustedFileError as exc:
             raise _refused(f"{exc}: not graded") from None
         finally:
@@ -449,9 +453,10 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
     folder = Path(coursedir.format_path(coursedir.submitted_directory, result.student, result.assignment))
     scores = {e.grade_id: e.score for e in result.exercises}
     settings = Settings.from_config(coursedir.config)  # the kernels' own (nbgrader_setup.configure)
+    bounds = untrusted.NotebookBounds.from_config(coursedir.config)
     for path, source in _with_sources(folder, Path(coursedir.root), result.assignment):
         flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
-                        settings=settings)
+                        settings=settings, bounds=bounds)
     return flags
 
 

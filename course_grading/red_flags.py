@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .cells import meta as _meta, text as _text, visible_part
 from .nbformat_tools import read_notebook, read_untrusted
+from .untrusted import NOTEBOOK_BOUNDS, NotebookBounds
 
 META_KEYS = ("grade", "solution", "locked", "points", "task")
 
@@ -110,11 +111,11 @@ def _kernel(nb) -> str | None:
     return spec.get("name") if isinstance(spec, dict) else None
 
 
-def scan(submitted, source) -> list[Flag]:
+def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Flag]:
     """Red flags of notebook ``submitted`` (a path or notebook) against the source notebook.
-    A submitted path is read as untrusted (``nbformat_tools.read_untrusted``: within the
-    notebook bounds before it is parsed, else UntrustedFileError)."""
-    sub = read_untrusted(submitted) if not hasattr(submitted, "cells") else submitted
+    A submitted path is read as untrusted (``nbformat_tools.read_untrusted``: within
+    ``bounds`` before it is parsed, else UntrustedFileError)."""
+    sub = read_untrusted(submitted, bounds=bounds) if not hasattr(submitted, "cells") else submitted
     src = read_notebook(source) if not hasattr(source, "cells") else source
     flags: list[Flag] = []
     source_cells = {_grade_id(c): c for c in src.cells if _grade_id(c)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cells
+from . import cells, untrusted
 from .nbformat_tools import read_untrusted
 from .nbgrader_setup import gradebook, short, strip_ansi
 from .reports_csv import clean, write_rows
@@ -65,7 +65,7 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
         for notebook in sorted(gb.find_assignment(assignment).notebooks, key=lambda n: n.name):
             path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment),
                         f"{notebook.name}.ipynb")
-            order, messages = _failure_messages(path)
+            order, messages = _failure_messages(path, untrusted.NotebookBounds.from_config(coursedir.config))
             grades = {g.name: g for g in gb.find_submission_notebook(notebook.name, assignment, student).grades}
             known = [name for name in dict.fromkeys(order) if name in grades]  # cells nbgrader graded
             for name in known + sorted(set(grades) - set(known)):
@@ -77,11 +77,12 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
     return results
 
 
-def _failure_messages(path: Path) -> tuple[list[str], dict[str, str]]:
+def _failure_messages(path: Path, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS
+                      ) -> tuple[list[str], dict[str, str]]:
     """Grade cell ids of an autograded notebook in order, and each one's first error line
     (the notebook read as untrusted: within the notebook bounds before it is parsed)."""
     try:
-        nb = read_untrusted(path)
+        nb = read_untrusted(path, bounds=bounds)
     except (OSError, ValueError):  # missing, unreadable, beyond a bound: scores come from the gradebook
         return [], {}
     order, messages = [], {}

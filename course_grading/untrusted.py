@@ -43,6 +43,13 @@ class NotebookBounds:
     max_cells: int = 2_000
     max_cell_metadata_bytes: int = 64 * 2**10  # one cell's metadata, as JSON
 
+    @classmethod
+    def from_config(cls, config) -> "NotebookBounds":
+        """The bounds an nbgrader traitlets ``config`` sets (``c.NotebookBounds.max_cells =
+        ...`` in nbgrader_config.py), the others as above."""
+        section = (config or {}).get("NotebookBounds", {})
+        return cls(**{name: int(section[name]) for name in cls.__dataclass_fields__ if name in section})
+
 
 NOTEBOOK_BOUNDS = NotebookBounds()
 

@@ -310,3 +310,18 @@ def test_course_check_refuses_a_notebook_beyond_a_bound(tmp_path):
     path.write_bytes(BOMBS["nests JSON objects and arrays more than 64 deep"])
     with pytest.raises(GradingError, match="nests JSON objects and arrays more than 64 deep: not graded"):
         load_submission(path)
+
+
+def test_notebook_bounds_come_from_the_configuration(tmp_path):
+    from traitlets.config import Config
+
+    config = Config()
+    config.NotebookBounds.max_cells = 1
+    bounds = untrusted.NotebookBounds.from_config(config)
+    assert bounds.max_cells == 1 and bounds.max_containers == untrusted.NOTEBOOK_BOUNDS.max_containers
+    assert untrusted.NotebookBounds.from_config(Config()) == untrusted.NOTEBOOK_BOUNDS
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "two.ipynb").write_bytes(_notebook_text([_markdown()] * 2))
+    left = untrusted.copy_tree(src, tmp_path / "dst", notebook_bounds=bounds)
+    assert [(item.path, item.reason) for item in left] == [("two.ipynb", "has more than 1 cells")]

@@ -57,6 +57,9 @@ def test_a_worker_killed_for_its_memory_costs_only_its_submission(tmp_path):
         course = _course(tmp_path / "course")
         with open(course / "nbgrader_config.py", "a") as fh:
             fh.write(f"\nc.Sandbox.grader_memory_mb = {GRADER_MB}\n")
+            # the bounds on what is parsed of a notebook would refuse it before it is parsed
+            # (untrusted.NotebookBounds): lifted, so that the worker's own bound is what stops it
+            fh.write("c.NotebookBounds.max_containers = c.NotebookBounds.max_values = 10**8\n")
         source = nbformat.read(str(course / "solutions" / A / f"{A}.ipynb"), 4)
         for student, changes in HONEST.items():
             _submit(course, student, _variant(source, changes, ""))

@@ -184,7 +184,7 @@ def _compare(kind: str, got_entry, expected, outputs: "_Outputs") -> str:
 
 def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, seed: int | None = None,
           timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None,
-          blocks: Path | None = None) -> list[Verdict]:
+          blocks: Path | None = None, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Verdict]:
     """Audit the graded functions and classes of ``notebook`` (a path) for ``assignment``;
     [] when the assignment has no audited exercises. ``blocks`` is the instructor's copy of the
     assignment's building_blocks.py, put beside the cells. ``settings`` (``sandbox.settings``)
@@ -196,7 +196,7 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, s
         return []
     seed = secrets.randbits(63) if seed is None else seed
     rng = np.random.default_rng(seed)
-    nb = read_untrusted(notebook)
+    nb = read_untrusted(notebook, bounds=bounds)
     plans = {gid: _plan(ex, rng) for gid, ex in exercises.items()}
     folder = Path(tempfile.mkdtemp(prefix="course-audit-"))  # the grader's own, never the sandbox's
     try:
@@ -312,12 +312,15 @@ def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -
 # --------------------------------------------------------------------------- review
 
 def review(submitted: Path, source: Path, assignment: str, scores: dict[str, float], *,
-           sandboxed: bool = True, settings=None) -> list[Flag]:
+           sandboxed: bool = True, settings=None,
+           bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
     """Flags for one submission: scanner findings, and every exercise whose autograded score
-    (``scores``: grade_id -> points) gives points that the audit denies."""
-    flags = scan(submitted, source)
+    (``scores``: grade_id -> points) gives points that the audit denies (the notebook read
+    within ``bounds``)."""
+    flags = scan(submitted, source, bounds)
     blocks = Path(source).with_name(building_blocks.FILE_NAME)
-    for verdict in audit(submitted, assignment, sandboxed=sandboxed, settings=settings, blocks=blocks):
+    for verdict in audit(submitted, assignment, sandboxed=sandboxed, settings=settings, blocks=blocks,
+                         bounds=bounds):
         if not verdict.agrees and scores.get(verdict.grade_id, 0) > 0:
             flags.append(Flag(verdict.grade_id, f"audit disagrees with the autograded score: {verdict.reason}"))
     return flags
