@@ -65,3 +65,10 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# The exchange (course_grading/exchange.py): who submitted is the owner of the submission in
+# inbound/ and when is the last change the kernel recorded in it (ctime), never the name or the
+# timestamp.txt the student's process wrote; a submission that claims another student is
+# refused. Releasing keeps the course's folder in the exchange the instructor's (sticky root).
+c.ExchangeFactory.collect = "course_grading.exchange.OwnerCollect"
+c.ExchangeFactory.release_assignment = "course_grading.exchange.SafeReleaseAssignment"
