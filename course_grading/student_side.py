@@ -168,7 +168,10 @@ DOCKERFILE = """\
 #
 #   docker build -t {course_id}-student .
 #
-# Mount the exchange (a volume every server shares, read-write) at {exchange}.
+# Mount the exchange (a volume every server shares, read-write) at {exchange}. Run each
+# student's server as a Unix user of their own, named as on the hub (start the image as root
+# with NB_USER=<hub name> and NB_UID=<that student's own UID>): the instructor's collect takes
+# who submitted from the owner of the submission.
 FROM quay.io/jupyter/base-notebook:python-3.11
 
 USER root
