@@ -116,8 +116,11 @@ def _latest(fd: int, uid: int, prefix: str, depth: int, counted: list[int]) -> i
             counted[0] += 1
             if counted[0] > untrusted.MAX_ENTRIES:
                 raise Refused(f"holds more than {untrusted.MAX_ENTRIES} files and folders")
-            info = entry.stat(follow_symlinks=False)
             where = prefix + entry.name
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:  # removed meanwhile
+                raise Refused(f"changed while being collected ({shown(where)}): collect again") from None
             if info.st_uid != uid:
                 raise Refused(f"holds {shown(where)}, which belongs to another user (uid {info.st_uid})")
             latest = max(latest, info.st_ctime_ns)

@@ -12,7 +12,9 @@ settings and the same extensions disabled as its Dockerfile); the instructor's s
 the full course, with the course directory in the instructor's home. All servers see one
 exchange folder, made by root 1777 as an administrator would; the course's nbgrader settings
 collect with course_grading.exchange.OwnerCollect (the student is the owner of the submission,
-its time the kernel's record of its last change).
+its time the kernel's record of its last change). Where this Python lies out of other users'
+reach (pyenv's, under /root), the hub and all it starts run in a mount namespace of their own in
+which it is not (tests/unix_users.py), and what a user types runs there too.
 
 In headless Chromium, ada and ben log in, open the Assignments tab, fetch 03_attention, open it
 and write the exercises (ada all four, ben the first two, the second with the softmax over the
@@ -248,7 +250,7 @@ def wait_for_server(hub: Hub, user: str) -> None:
 
 
 def terminal(hub: Hub, user: str, *command: str, env: dict | None = None, cwd: Path | None = None,
-             status: int = 0, stdin: str | None = None) -> str:
+             status: int = 0) -> str:
     """``command`` typed in a terminal of ``user``'s server: run as that Unix user, with the
     server's own environment (and ``env``), in the user's home (or ``cwd``). Its output; the
     exit status must be ``status``."""
@@ -257,7 +259,7 @@ def terminal(hub: Hub, user: str, *command: str, env: dict | None = None, cwd: P
     environment = {**server.environ(), "TERM": "xterm", **(env or {})}
     program = shutil.which(command[0], path=environment["PATH"]) or command[0]
     done = as_user(hub.world, hub.users[user], [program, *command[1:]], cwd=cwd or hub.homes / user,
-                   env=environment, input=stdin, timeout=600)
+                   env=environment, timeout=600)
     output = done.stdout + done.stderr
     assert done.returncode == status, f"{user}$ {' '.join(command)} (exit {done.returncode}):\n{output}"
     return output
