@@ -223,6 +223,21 @@ def test_a_due_date_and_before_duedate_use_the_trusted_time(users, course):
     assert written_time(course, "daemon") > datetime.utcnow() - timedelta(hours=1)
 
 
+def test_before_duedate_takes_the_last_submission_made_in_time(users, course):
+    course, exchange, inbound = course
+    submit(inbound, "daemon", notebook='"in time"', name=f"daemon+{A}+2001-01-01 00:00:00.000000 UTC+hhhh")
+    time.sleep(0.05)
+    due = datetime.utcnow()
+    time.sleep(0.05)
+    submit(inbound, "daemon", notebook='"late"', name=f"daemon+{A}+2000-01-01 00:00:00.000000 UTC+iiii")
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}", COURSE_ID) as gb:
+        gb.update_or_create_assignment(A, duedate=due)
+    ok, log = collect(course, exchange, before_duedate=True)
+    assert ok, log
+    assert collected(course) == {"daemon": '"in time"'}
+    assert written_time(course, "daemon") <= due
+
+
 def test_updating_an_earlier_collection_needs_a_later_change(users, course):
     course, exchange, inbound = course
     folder = submit(inbound, "daemon", notebook='"v1"')
