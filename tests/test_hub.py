@@ -344,8 +344,8 @@ def hub(tmp_path_factory):
         # where this Python lies out of other users' reach, the hub and all it starts run where
         # they can reach it (a mount namespace of their own; nothing changes outside it)
         world = passable_world()
-        proc = subprocess.Popen([*world, sys.executable, "-m", "jupyterhub", "-f", str(state / "jupyterhub_config.py")],
-                                cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([*world, sys.executable, "-m", "jupyterhub",
+                                 "-f", str(state / "jupyterhub_config.py")], cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         hub = Hub(f"http://127.0.0.1:{port}", token, state, homes, course, exchange, shots, proc,
                   users, pythons, proc.pid if world else None)
@@ -432,7 +432,8 @@ ODD_NAMES = """
 import os, sys
 inbound, assignment, early = sys.argv[1:]
 for student in ("<img src=x onerror=alert(1)>".encode(), b"\\xff\\xfe"):
-    folder = os.path.join(os.fsencode(inbound), b"+".join([student, assignment.encode(), early.encode(), b"odd"]))
+    name = b"+".join([student, assignment.encode(), early.encode(), b"odd"])
+    folder = os.path.join(os.fsencode(inbound), name)
     os.mkdir(folder)
     with open(os.path.join(folder, (assignment + ".ipynb").encode()), "w") as fh:
         fh.write("{}")
@@ -628,7 +629,8 @@ def test_a_class_on_jupyterhub(hub):
     # the course's folder and outbound/ are the instructor's alone; students may drop into
     # inbound but neither list it nor move what others dropped (sticky)
     owner = hub.users[INSTRUCTOR].pw_uid
-    for folder, mode in ((COURSE_ID, 0o755), (f"{COURSE_ID}/outbound", 0o755), (f"{COURSE_ID}/inbound", 0o3733)):
+    for folder, mode in ((COURSE_ID, 0o755), (f"{COURSE_ID}/outbound", 0o755),
+                         (f"{COURSE_ID}/inbound", 0o3733)):
         info = (hub.exchange / folder).stat()
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (owner, mode), folder
 
@@ -652,7 +654,8 @@ def test_a_class_on_jupyterhub(hub):
                     api(f"{hub.server(student)}/formgrader/api/assignments", hub.token)
 
             # What was submitted is what each student wrote, under the student's name, theirs.
-            submitted = {p.name.split("+")[0]: pwd.getpwuid(p.stat().st_uid).pw_name for p in inbound.iterdir()}
+            submitted = {p.name.split("+")[0]: pwd.getpwuid(p.stat().st_uid).pw_name
+                         for p in inbound.iterdir()}
             assert submitted == {s: s for s in WORK}
             for student, work in WORK.items():
                 nb = nbformat.read(str(hub.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), 4)
@@ -663,7 +666,8 @@ def test_a_class_on_jupyterhub(hub):
 
             # The due date passes (the instructor sets it to now).
             due = datetime.now(timezone.utc).replace(tzinfo=None)
-            instructor(hub, "nbgrader", "db", "assignment", "add", ASSIGNMENT, f"--duedate={due.isoformat()} UTC")
+            instructor(hub, "nbgrader", "db", "assignment", "add", ASSIGNMENT,
+                       f"--duedate={due.isoformat()} UTC")
 
             # mallory, in a terminal: submits the blank release as ben, then their own work
             # (softmax), back-dated, and leaves folders named with no student id.

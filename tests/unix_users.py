@@ -86,11 +86,13 @@ def passable_world() -> list[str]:
             steps.append(f"s{n}_{m}=$(mktemp -d); mount --bind {shlex.quote(str(path))} \"$s{n}_{m}\"")
         steps.append(f"mount -t tmpfs -o mode=0755,size=1m tmpfs {shlex.quote(str(folder))}")
         for m, path in enumerate(paths):
-            steps.append(f"mkdir -p {shlex.quote(str(path))}; mount --bind \"$s{n}_{m}\" {shlex.quote(str(path))};"
+            where = shlex.quote(str(path))
+            steps.append(f"mkdir -p {where}; mount --bind \"$s{n}_{m}\" {where};"
                          f" umount \"$s{n}_{m}\"; rmdir \"$s{n}_{m}\"")
     if len(steps) == 1:
         return []
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "; ".join(steps) + '; exec "$@"', "sh"]
+    return ["unshare", "--mount", "--propagation", "private",
+            "sh", "-c", "; ".join(steps) + '; exec "$@"', "sh"]
 
 
 def require_users() -> None:
