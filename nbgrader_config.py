@@ -22,10 +22,6 @@ c.OverwriteCells.add_missing_cells = True
 # tag a secret nobody can guess, fresh each time nbgrader starts.
 c.Execute.skip_cells_with_tag = "skip-" + secrets.token_hex(16)
 
-# nbgrader collect: a submission whose student id (its file name in the exchange) is not a
-# plain name is refused, loudly; nothing of it is written.
-c.ExchangeFactory.collect = "course_grading.collect_ids.PlainIdCollect"
-
 # Per-cell time limit while grading (seconds); an endless loop costs one cell, not the class.
 c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
@@ -80,3 +76,11 @@ c.GenerateFeedback.preprocessors = [
 # (Not nbconvert's HTMLExporter.sanitize_html: the Formgrader's template ignores it for
 # markdown, and its narrower list shows the <p>, <img> and <th> of an output as text.)
 c.HTMLExporter.preprocessors = ["course_grading.preprocessors.SanitizeNotebook"]
+
+# The exchange (course_grading/exchange.py): who submitted is the owner of the submission in
+# inbound/ and when is the last change the kernel recorded in it (ctime), never the name or the
+# timestamp.txt the student's process wrote; a submission that claims another student, or whose
+# id is not a plain name, is refused. Releasing keeps the course's folder in the exchange the
+# instructor's (sticky root).
+c.ExchangeFactory.collect = "course_grading.exchange.OwnerCollect"
+c.ExchangeFactory.release_assignment = "course_grading.exchange.SafeReleaseAssignment"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,8 @@ from course_grading.preprocessors.sanitize import render_markdown, same_markup
 
 A = "05_positional_encoding"
 BIN = Path(sys.executable).parent
+# a system user of every Linux: collect takes the student from the submission's owner
+STUDENT = "daemon"
 HTML_ID = "<img src=x onerror=window.__pwned=1>"
 
 
@@ -201,7 +204,7 @@ def test_formgrader_exporter_sanitizes_an_unsanitized_notebook(tmp_path):
     config.HTMLExporter.template_name = "formgrade"
     config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
     resources = {"base_url": "", "assignment_id": A, "notebook_id": A, "submission_id": "s",
-                 "index": 0, "total": 1, "student": "mallory", "notebook_path": "x"}
+                 "index": 0, "total": 1, "student": STUDENT, "notebook_path": "x"}
     html, _ = HTMLExporter(config=config).from_notebook_node(nb, resources=resources)
     assert not active_markup(html, within="#notebook-container")  # (the nav is nbgrader's)
     assert "widget-state" not in html and "widget-view" not in html
@@ -303,6 +306,12 @@ def _inbound(exchange: Path, student: str, notebook: Path, files: dict | None = 
     (folder / "timestamp.txt").write_text(stamp)
     for name, text in (files or {}).items():
         (folder / name).write_text(text)
+    try:  # submitted by that user (collect takes the student from the owner)
+        user = pwd.getpwnam(student)
+    except KeyError:
+        return  # an id no user has: collect refuses it whoever owns it
+    for path in (folder, *folder.rglob("*")):
+        os.chown(path, user.pw_uid, user.pw_gid)
 
 
 def _collect(course: Path) -> subprocess.CompletedProcess:
@@ -317,13 +326,13 @@ def test_collect_refuses_an_html_student_id(tmp_path):
     course = _course(tmp_path, exchange)
     notebook = filled_in(A, tmp_path)
     (exchange / "attention-course" / "inbound").mkdir(parents=True)
-    _inbound(exchange, "ada", notebook)
+    _inbound(exchange, STUDENT, notebook)
     _inbound(exchange, HTML_ID, notebook)
     done = _collect(course)
     assert done.returncode == 1, done.stderr
-    assert "Refused the submission" in done.stderr and "not a plain name" in done.stderr
-    assert sorted(p.name for p in (course / "submitted").iterdir()) == ["ada"]
-    assert (course / "submitted" / "ada" / A / f"{A}.ipynb").is_file()
+    assert "refused, nothing of it collected" in done.stderr and "not a plain student id" in done.stderr
+    assert sorted(p.name for p in (course / "submitted").iterdir()) == [STUDENT]
+    assert (course / "submitted" / STUDENT / A / f"{A}.ipynb").is_file()
 
 
 # ------------------------------------------------------------------ the browser
@@ -359,14 +368,14 @@ def graded(tmp_path_factory):
     (exchange / "attention-course" / "inbound").mkdir(parents=True)
     work = top / "work"
     work.mkdir()
-    _inbound(exchange, "mallory", hostile_notebook(work), SIDE_FILES)
+    _inbound(exchange, STUDENT, hostile_notebook(work), SIDE_FILES)
     _inbound(exchange, HTML_ID, hostile_notebook(work, name="other"))
     collected = _collect(course)
-    assert collected.returncode == 1 and "Refused the submission" in collected.stderr
+    assert collected.returncode == 1 and "refused, nothing of it collected" in collected.stderr
     # an id that came by hand: an error row, never written into the gradebook
     by_hand = course / "submitted" / HTML_ID / A
     by_hand.mkdir(parents=True)
-    shutil.copy(course / "submitted" / "mallory" / A / f"{A}.ipynb", by_hand)
+    shutil.copy(course / "submitted" / STUDENT / A / f"{A}.ipynb", by_hand)
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
            "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     sandbox = [] if bubblewrap.available()[0] else ["--no-sandbox"]
@@ -380,8 +389,8 @@ def graded(tmp_path_factory):
     assert fed.returncode == 0, fed.stdout + fed.stderr
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention-course") as gb:
-        assert [s.id for s in gb.students] == ["mallory"]
-        submission_id = gb.find_submission_notebook(A, A, "mallory").id
+        assert [s.id for s in gb.students] == [STUDENT]
+        submission_id = gb.find_submission_notebook(A, A, STUDENT).id
     return course, submission_id, top
 
 
@@ -390,7 +399,7 @@ def test_autograded_notebook_is_inert(graded):
     """What autograded/ holds is already sanitized (before any exporter sees it): the plot,
     the text and the math are kept."""
     course, _, _ = graded
-    nb = nbformat.read(course / "autograded" / "mallory" / A / f"{A}.ipynb", as_version=4)
+    nb = nbformat.read(course / "autograded" / STUDENT / A / f"{A}.ipynb", as_version=4)
     assert "widgets" not in nb.metadata
     kinds = {key for cell in nb.cells for out in cell.get("outputs", []) for key in out.get("data", {})}
     assert kinds <= {"text/plain", "text/html", "text/markdown", "text/latex", "image/png",
@@ -463,7 +472,7 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
     (tmp_path / "control-nb").mkdir()
     nb = with_outputs(nbformat.read(hostile_notebook(tmp_path / "control-nb"), as_version=4))
     control.write_text(HTMLExporter(template_name="lab").from_notebook_node(nb)[0])
-    feedback_html = course / "feedback" / "mallory" / A / f"{A}.html"
+    feedback_html = course / "feedback" / STUDENT / A / f"{A}.html"
     assert feedback_html.is_file()
 
     with sync_playwright() as p:
@@ -484,18 +493,18 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             page.goto(f"{base}/formgrader?token={token}")  # logs in (cookie)
 
             page.goto(f"{base}/formgrader/manage_students")
-            page.wait_for_selector("td:has-text('mallory')", timeout=30_000)
+            page.wait_for_selector("td:has-text('daemon')", timeout=30_000)
             assert page.evaluate("() => document.body.innerText").count("<img") == 0
             page.screenshot(path=str(shots / "students.png"), full_page=True)
             _clean(page, "students list")
 
-            page.goto(f"{base}/formgrader/manage_students/mallory")
+            page.goto(f"{base}/formgrader/manage_students/{STUDENT}")
             page.wait_for_selector(f"td:has-text('{A}')", timeout=30_000)
-            assert page.evaluate("() => student_id") == "mallory"  # its nonce'd script ran
+            assert page.evaluate("() => student_id") == STUDENT  # its nonce'd script ran
             _clean(page, "the student's assignments")
 
             page.goto(f"{base}/formgrader/manage_submissions/{A}")
-            page.wait_for_selector("td.student-id:has-text('mallory')", timeout=30_000)
+            page.wait_for_selector("td.student-id:has-text('daemon')", timeout=30_000)
             _clean(page, "submissions list")
 
             page.goto(f"{base}/formgrader/gradebook/{A}/{A}")
