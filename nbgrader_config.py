@@ -38,9 +38,10 @@ c.Autograde.sanitize_preprocessors = [
 ]
 
 # Autograding: nbgrader's steps, with Execute replaced by LimitedExecute (output per cell and
-# per notebook bounded, a time budget per notebook, hidden tests run apart from the visible ones
-# so that feedback can leave their output out) and RequireSetup right after it (a failed setup
-# cell fails the submission: no score is recorded, instead of 0 for every test).
+# per notebook bounded, a time budget per notebook, hidden tests run after all the cells so that
+# no cell prints what they passed, and feedback can leave their output out) and RequireSetup right
+# after it (a failed setup cell fails the submission: no score is recorded, instead of 0 for
+# every test).
 c.Autograde.autograde_preprocessors = [
     "course_grading.preprocessors.LimitedExecute",
     "course_grading.preprocessors.RequireSetup",
@@ -50,8 +51,10 @@ c.Autograde.autograde_preprocessors = [
     "nbgrader.preprocessors.SaveAutoGrades",
     "nbgrader.preprocessors.AssignLatePenalties",
     "nbgrader.preprocessors.CheckCellMetadata",
+    "course_grading.preprocessors.SanitizeNotebook",
 ]
-# All output of one cell, and of one notebook (bytes); all cells of one notebook (seconds).
+# All output of one cell, and of one notebook (bytes); all cells of one notebook, hidden tests
+# included (seconds).
 c.LimitedExecute.max_output_bytes = 1_000_000
 c.LimitedExecute.max_notebook_output_bytes = 10_000_000
 c.LimitedExecute.max_total_seconds = 180
@@ -63,5 +66,21 @@ c.GenerateFeedback.preprocessors = [
     "course_grading.preprocessors.HideHiddenOutputs",
     "nbgrader.preprocessors.GetGrades",
     "nbgrader.preprocessors.ClearHiddenTests",
+    "course_grading.preprocessors.SanitizeNotebook",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
 ]
+
+# Nothing a student wrote runs as script in a page that shows a notebook: the autograded
+# notebooks are sanitized (SanitizeNotebook, last above), and every HTML rendering of one (the
+# Formgrader's submission and manual-grading views, feedback) sanitizes it again.
+# (Not nbconvert's HTMLExporter.sanitize_html: the Formgrader's template ignores it for
+# markdown, and its narrower list shows the <p>, <img> and <th> of an output as text.)
+c.HTMLExporter.preprocessors = ["course_grading.preprocessors.SanitizeNotebook"]
+
+# The exchange (course_grading/exchange.py): who submitted is the owner of the submission in
+# inbound/ and when is the last change the kernel recorded in it (ctime), never the name or the
+# timestamp.txt the student's process wrote; a submission that claims another student, or whose
+# id is not a plain name, is refused. Releasing keeps the course's folder in the exchange the
+# instructor's (sticky root).
+c.ExchangeFactory.collect = "course_grading.exchange.OwnerCollect"
+c.ExchangeFactory.release_assignment = "course_grading.exchange.SafeReleaseAssignment"

@@ -165,7 +165,7 @@ def bench_autograde(assignment: str) -> dict:
                    "MPLBACKEND": "Agg"}
             start = time.perf_counter()
             if how == "course":
-                subprocess.run([str(BIN / "course"), "autograde", assignment, "--jobs", "1"],
+                subprocess.run([str(BIN / "course"), "--root", str(course), "autograde", assignment, "--jobs", "1"],
                                cwd=course, env=env, check=True, capture_output=True)
             else:
                 subprocess.run([str(BIN / "nbgrader"), "autograde", assignment, "--force"],
@@ -271,7 +271,8 @@ def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None) -> dic
             course.mkdir()
             students = make_class_course(course, assignment, size)
             start = time.perf_counter()
-            done = subprocess.run(command, cwd=course, env=env, capture_output=True, text=True)
+            done = subprocess.run(command, cwd=course, env={**env, "COURSE_ROOT": str(course)},
+                                  capture_output=True, text=True)
             timings[how] = time.perf_counter() - start
             if done.returncode != 0:
                 raise SystemExit(f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}")

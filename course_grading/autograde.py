@@ -16,7 +16,6 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
@@ -29,7 +28,7 @@ from .course_dir import find_submissions
 from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_directory, db_override,
                              generate, gradebook, run_converter, select_assignments, short,
                              source_assignments)
-from . import untrusted
+from . import untrusted, workers
 from .red_flags import Flag, scan
 from .results import SubmissionResult, exercise_results
 from .sandbox import bubblewrap, installed, warm
@@ -37,6 +36,9 @@ from .sandbox.settings import Settings, course_settings
 
 LOCK_RETRIES = 5
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
+INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
+              f". _ - @, at most {untrusted.MAX_NAME} characters): not graded")
+WORKER_FLAG = "grader"  # Flag.where of a submission whose grading worker died
 
 
 def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
@@ -58,8 +60,13 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     installed.verify()
     submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
     select_assignments(root, assignments)
-    pairs = find_submissions(submitted, students, assignments)
+    refused: list[str] = []
+    pairs = find_submissions(submitted, students, assignments, refused)
+    invalid = [SubmissionResult(untrusted.shown_name(name), "", error=INVALID_ID.format(untrusted.shown_name(name)))
+               for name in refused]  # never recorded in the gradebook
     if not pairs:
+        if invalid:
+            return invalid
         raise GradingError(f"no submissions to grade under {submitted}")
     known = set(source_assignments(root))
     overrides = {"submitted_directory": str(submitted), **db_override(db_url),
@@ -73,11 +80,12 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     try:
         _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
                            db_override(db_url))
-        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None)
+        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None,
+                             course_settings(root).grader_memory_mb)
     finally:
         if warm_here:
             warm.stop_warm()
-    return sorted(results, key=lambda r: (r.student, r.assignment))
+    return sorted(results + invalid, key=lambda r: (r.student, r.assignment))
 
 
 def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
@@ -94,7 +102,8 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
                 with gradebook(coursedir) as gb:
                     missing = [a for a in assignments if not _has_notebooks(gb, a)]
                     for student in students:
-                        gb.update_or_create_student(student)
+                        if untrusted.plain_name(student):  # never an unsafe id (an error row)
+                            gb.update_or_create_student(student)
                 for assignment in missing:
                     with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
                         generate(root, assignment, tmp, **(overrides or {}))
@@ -155,9 +164,11 @@ def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
 
 
 def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
-               sandbox_root: str | None = None) -> list[SubmissionResult]:
-    """Run ``_grade_task`` over ``tasks``, in ``jobs`` processes when more than one (each
-    starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given)."""
+               sandbox_root: str | None = None, memory_mb: int = 0) -> list[SubmissionResult]:
+    """Run ``_grade_task`` over ``tasks``, in ``jobs`` worker processes when more than one
+    (each starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given; each
+    bounded to ``memory_mb`` of its own, when given). A worker that dies costs only the
+    submission it held: an error row, flagged (``workers``); the others go on, on a fresh one."""
     jobs = max(1, min(jobs, len(tasks)))
     results = []
 
@@ -172,20 +183,27 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
         for task in tasks:
             done(_grade_task(*task))
         return results
+
+    def finished(index: int, outcome) -> None:
+        done(outcome if isinstance(outcome, SubmissionResult) else _worker_failed(tasks[index], outcome))
+
     context = _mp_context()
     if context is not None:
         with installed.safe_start():  # no current directory on the fork server's path
             multiprocessing.forkserver.ensure_running()
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_start_worker,
-                             initargs=(_kernel_threads(jobs), sandbox_root)) as pool:
-        futures = {pool.submit(_grade_task, *task): task for task in tasks}
-        for future in as_completed(futures):
-            _, _, student, assignment, _ = futures[future]
-            try:
-                done(future.result())
-            except Exception as exc:  # the worker process itself died (killed, out of memory)
-                done(SubmissionResult(student, assignment, error=f"worker died: {exc!r}"))
+    workers.run(_grade_task, tasks, jobs, finished, context=context, initializer=_start_worker,
+                initargs=(_kernel_threads(jobs), sandbox_root), memory_mb=memory_mb)
     return results
+
+
+def _worker_failed(task: tuple, outcome) -> SubmissionResult:
+    """The error row of a submission whose worker died while grading it (flagged: the
+    instructor looks at what it does), or whose grading raised past ``_grade_task``."""
+    _, _, student, assignment, _ = task
+    if isinstance(outcome, workers.WorkerDied):
+        return SubmissionResult(student, assignment, error=str(outcome),
+                                flags=[Flag(WORKER_FLAG, str(outcome))])
+    return SubmissionResult(student, assignment, error=short(str(outcome)))
 
 
 def _start_worker(env: dict[str, str], sandbox_root: str | None) -> None:
@@ -240,12 +258,13 @@ def _grade_task(config_root: str, overrides: dict, student: str, assignment: str
         return SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
 
 
-def _scan_only(folder: Path, root: Path, assignment: str) -> list:
+def _scan_only(folder: Path, root: Path, assignment: str,
+               bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list:
     """The scanner's red flags of a submission whose grading failed (nothing of it runs)."""
     flags = []
     try:
         for path, source in _with_sources(folder, root, assignment):
-            flags += scan(path, source)
+            flags += scan(path, source, bounds)
     except Exception:  # noqa: BLE001 - an unreadable notebook: the error row says enough
         return flags
     return flags
@@ -280,12 +299,14 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
     coursedir = course_directory(config_root, student_id=student, assignment_id=assignment,
                                   **overrides)
     submitted = Path(coursedir.root) / coursedir.submitted_directory
+    bounds = untrusted.NotebookBounds.from_config(coursedir.config)
     with tempfile.TemporaryDirectory(prefix="course-submission-") as stage:
         flags: list = []
         try:
             flags = stage_submission(submitted, student, assignment, Path(stage),
                                      _expected_notebooks(coursedir, assignment),
-                                     _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment))
+                                     _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
+                                     bounds)
             coursedir.submitted_directory = stage
             result = _autograde(coursedir, student, assignment)
         except SubmissionRefused as exc:
@@ -297,7 +318,7 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
             result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
         folder = Path(stage) / student / assignment
         if result.error:
-            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment) if audited else [])
+            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment, bounds) if audited else [])
         else:
             result.flags = flags + (_review(coursedir, result, bool(overrides.get("sandbox")))
                                     if audited else [])
@@ -323,13 +344,14 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
 
 
 def stage_submission(submitted: Path, student: str, assignment: str, stage: Path,
-                     notebooks: list[str], provided: frozenset[str] = frozenset()) -> list[Flag]:
+                     notebooks: list[str], provided: frozenset[str] = frozenset(),
+                     bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
     """Copy ``submitted/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
     following no symbolic link (``untrusted.copy_tree``); return a flag for each file left
-    out (a link, a FIFO or other special file, a file over its size cap, a module or package
-    that the kernel would import instead of an installed one or one of ``provided``, the
-    modules the assignment ships: the kernel runs in this folder, which comes before
-    site-packages on its sys.path).
+    out (a link, a FIFO or other special file, a file over its size cap, a notebook beyond
+    ``bounds``, a module or package that the kernel would import instead of an installed one
+    or one of ``provided``, the modules the assignment ships: the kernel runs in this folder,
+    which comes before site-packages on its sys.path).
 
     SubmissionRefused, flagged, when the student's or the assignment's folder is a link (or
     not a folder), or when one of ``notebooks`` (the assignment's notebook file names) was
@@ -349,7 +371,7 @@ def stage_submission(submitted: Path, student: str, assignment: str, stage: Path
             raise _refused(f"{exc}: not graded") from None
         try:
             left = untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
-                                       label=f"{where}/{assignment}")
+                                       label=f"{where}/{assignment}", notebook_bounds=bounds)
         except untrusted.UntrustedFileError as exc:
             raise _refused(f"{exc}: not graded") from None
         finally:
@@ -431,9 +453,10 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
     folder = Path(coursedir.format_path(coursedir.submitted_directory, result.student, result.assignment))
     scores = {e.grade_id: e.score for e in result.exercises}
     settings = Settings.from_config(coursedir.config)  # the kernels' own (nbgrader_setup.configure)
+    bounds = untrusted.NotebookBounds.from_config(coursedir.config)
     for path, source in _with_sources(folder, Path(coursedir.root), result.assignment):
         flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
-                        settings=settings)
+                        settings=settings, bounds=bounds)
     return flags
 
 

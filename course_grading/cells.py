@@ -70,8 +70,10 @@ def text(value) -> str:
 
 
 def meta(cell) -> dict:
-    """A cell's nbgrader metadata ({} for an ordinary cell)."""
-    found = (cell.get("metadata") or {}).get("nbgrader") or {}
+    """A cell's nbgrader metadata ({} for an ordinary cell, or for metadata that is not a
+    mapping: a submission's fields hold whatever its author wrote)."""
+    metadata = cell.get("metadata")
+    found = metadata.get("nbgrader") if isinstance(metadata, dict) else None
     return found if isinstance(found, dict) else {}
 
 

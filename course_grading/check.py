@@ -87,10 +87,12 @@ def read_submission(path: Path) -> bytes:
 
 def load_submission(path: Path, data: bytes | None = None) -> nbformat.NotebookNode:
     """Read a notebook file (or parse its ``data``), with a clear GradingError for anything
-    that is not one."""
+    that is not one, or that passes a bound on what the grader parses (``untrusted.NotebookBounds``)."""
     try:
         data = read_submission(path) if data is None else data
-        data = json.loads(data.decode("utf-8"))
+        data = untrusted.load_notebook(data, str(path))
+    except untrusted.UntrustedFileError as exc:
+        raise GradingError(f"{exc}: not graded") from None
     except UnicodeDecodeError:
         raise GradingError(f"{path} is not a notebook: it is not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -106,7 +108,9 @@ def load_submission(path: Path, data: bytes | None = None) -> nbformat.NotebookN
 
 
 def _nbgrader_ids(nb) -> set[str]:
-    return {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.cells} - {None}
+    """The grade ids of ``nb``'s cells (a learner's: only those that are strings count)."""
+    from .cells import grade_id
+    return {gid for c in nb.cells if isinstance(c, dict) and isinstance(gid := grade_id(c), str)}
 
 
 def identify_assignment(root: Path, path: Path, nb) -> str:

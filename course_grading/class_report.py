@@ -19,7 +19,7 @@ from pathlib import Path
 from nbgrader.api import MissingEntry
 
 from .nbgrader_setup import course_directory, db_override, gradebook
-from .reports_csv import write_rows
+from .reports_csv import clean, write_rows
 from .results import SubmissionResult, exercise_results, uncomputed
 
 REPORT_CSV = Path("reports") / "class_report.csv"
@@ -133,7 +133,7 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
     bins = [i * 10 for i in range(11)]
     data = [[100 * r.score / r.max_score for r in graded if r.assignment == a] for a in assignments]
     if data:
-        hist.hist(data, bins=bins, stacked=True, label=assignments, edgecolor="white")
+        hist.hist(data, bins=bins, stacked=True, label=[_label(a) for a in assignments], edgecolor="white")
         if len(assignments) > 1:
             hist.legend(fontsize=8, loc="upper left")
     hist.set_xlim(0, 100)
@@ -150,7 +150,7 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
                       xytext=(3, -12), textcoords="offset points", fontsize=8)
     hist.yaxis.get_major_locator().set_params(integer=True)
 
-    labels = [f"{s.assignment}: {s.exercise}" if len(assignments) > 1 else s.exercise for s in bars]
+    labels = [_label(f"{s.assignment}: {s.exercise}" if len(assignments) > 1 else s.exercise) for s in bars]
     y = list(range(len(bars)))
     colours = [_rate_colour(s.pass_rate) for s in bars]
     rates.barh(y, [100 * s.pass_rate for s in bars], color=colours)
@@ -165,13 +165,19 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
         rates.text(100 * s.pass_rate + 1.5, yi, f"{s.passed}/{s.attempts}", va="center", fontsize=8)
     for axis in (hist, rates):
         axis.spines[["top", "right"]].set_visible(False)
-    fig.suptitle(f"Class report: {', '.join(assignments) or 'nothing graded'}", fontsize=12)
+    fig.suptitle(_label(f"Class report: {', '.join(assignments) or 'nothing graded'}"), fontsize=12)
     fig.tight_layout()
     partial = _partial(path)
     fig.savefig(partial, dpi=110)
     plt.close(fig)
     os.replace(partial, path)
     return path
+
+
+def _label(text: str) -> str:
+    """``text`` for a label of the picture: ``reports_csv.clean``, short, and no ``$`` that
+    matplotlib would read as the start of a formula."""
+    return clean(text, 120).replace("$", r"\$")
 
 
 def _rate_colour(rate: float) -> str:

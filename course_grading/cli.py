@@ -11,6 +11,14 @@
 
 Bad input ends with one line ``course: error: ...`` on stderr and exit status 2.
 
+The course directory is ``--root DIR``, else ``$COURSE_ROOT``, else ``CourseDirectory.root``
+in the nbgrader configuration of Jupyter's configuration folders (``~/.jupyter``, ...), else the
+clone this command was installed from; never the current folder or its parents, which a
+student's submission or a download may be (their nbgrader_config.py would run as Python). The
+command then works with the course directory as its current folder, so that nothing a library
+looks for in the current folder (nbgrader's and Jupyter's configuration, matplotlibrc,
+nbconvert's templates, Python's path of the processes it starts) comes from where it was typed.
+
 Starting is kept quick: this module imports nothing of nbgrader. When the command grades one
 submission in this process (``course check``, or ``course autograde`` of one submission or
 with ``--jobs 1``), the warm sandbox starts before anything heavy is imported, so that its own
@@ -30,7 +38,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from .course_dir import find_submissions, search_root
+from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 EXPORT_CSV = Path("reports") / "export.csv"
@@ -48,20 +56,26 @@ class UsageError(Exception):
 
 def run() -> None:
     """The console script: ``main`` on sys.argv, then exit at once (see ``_exit_now``)."""
-    _exit_now(main())
+    _exit_now(main(exiting=True))
 
 
-def main(argv=None) -> int:
-    """Run the ``course`` command with ``argv`` (default: sys.argv[1:]); return the exit status."""
+def main(argv=None, exiting=False) -> int:
+    """Run the ``course`` command with ``argv`` (default: sys.argv[1:]); return the exit status.
+    Unless the process ``exiting`` right after, the imports started early have ended by then
+    (a caller in the same process never meets a module half imported)."""
     from .sandbox.installed import safe_path
     sys.path[:] = safe_path(sys.path)  # nothing is imported from the current directory
     args = build_parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
     handler = _log_to_stderr() if verbose else None
+    here, importer = os.getcwd(), None
     try:
         root = find_root(getattr(args, "root", None))
+        _absolute_paths(args, here)
+        os.chdir(root)  # nothing is configured or imported from where the command was typed
         if _start_early(args, root):  # after parsing, before importing nbgrader
-            threading.Thread(target=_import_trusted_side, daemon=True).start()
+            importer = threading.Thread(target=_import_trusted_side, daemon=True)
+            importer.start()
         from .nbgrader_setup import GradingError, gradebook_problem
         try:
             with warnings.catch_warnings():
@@ -81,6 +95,9 @@ def main(argv=None) -> int:
         print("course: interrupted", file=sys.stderr)
         return 130
     finally:
+        if importer is not None and not exiting:
+            importer.join()
+        os.chdir(here)  # for a caller in the same process (tests)
         if handler:
             logging.getLogger(LOGGER).removeHandler(handler)
 
@@ -117,8 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                         help="show nbgrader's log")
     common.add_argument("--root", default=argparse.SUPPRESS,
-                        help="course directory (default: the one holding the current directory, "
-                             "else this installation's)")
+                        help="course directory (default: $COURSE_ROOT, else CourseDirectory.root "
+                             "in ~/.jupyter/nbgrader_config.py, else the clone this command was "
+                             "installed from; never the current folder)")
     parser = argparse.ArgumentParser(prog="course", description=__doc__.splitlines()[0],
                                      parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -191,14 +209,45 @@ def _log_to_stderr() -> logging.Handler:
 
 
 def find_root(explicit=None) -> Path:
-    """The course directory: ``explicit``, else the nearest folder above the current directory
-    holding nbgrader_config.py, else the directory this package was installed from."""
-    root = search_root(explicit)
-    if root is None:
-        raise UsageError("not inside a course directory (no nbgrader_config.py found); use --root")
+    """The course directory by ``course_dir.search_root``'s rule (``explicit``, COURSE_ROOT,
+    the instructor's Jupyter configuration, the installed clone), never from the current
+    folder; UsageError (one line) when none applies or it is not a course directory."""
+    try:
+        found = search_root(explicit)
+    except RootConfigError as exc:
+        raise UsageError(str(exc)) from None
+    near = course_config_near(os.getcwd())
+    if found is None:
+        if near is not None:
+            raise UsageError(f"{near} is not used: a course directory is never taken from the "
+                             f"current folder (a submission or a download may be one); {HOW_TO_NAME}")
+        raise UsageError(f"no course directory: {HOW_TO_NAME}")
+    root, named_by = found
     if not (root / "nbgrader_config.py").is_file():
-        raise UsageError(f"{root} is not a course directory: it has no nbgrader_config.py")
+        by = "" if named_by == "--root" else f" ({named_by})"
+        raise UsageError(f"{root}{by} is not a course directory: it has no nbgrader_config.py")
+    if named_by != "--root" and near is not None and not _within(near, root):
+        print(f"course: note: using the course {root} ({named_by}); {near} is not used (name "
+              "another course with --root DIR or COURSE_ROOT=DIR)", file=sys.stderr)
     return root
+
+
+def _within(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def _absolute_paths(args, here: str) -> None:
+    """The paths given on the command line, taken from the folder it was typed in (``here``),
+    before the command moves to the course directory."""
+    for name in ("path", "csv", "to", "out"):
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value:
+            setattr(args, name, os.path.join(here, value))
+    db = getattr(args, "db", None)
+    prefix = "sqlite:///"
+    if isinstance(db, str) and db.startswith(prefix) and not db[len(prefix):].startswith("/") \
+            and db[len(prefix):] not in ("", ":memory:"):
+        args.db = prefix + os.path.join(here, db[len(prefix):])
 
 
 # --------------------------------------------------------------------------- commands

@@ -1,32 +1,116 @@
-"""Where a course lives and what was submitted to it: plain folder walks, no nbgrader import
-(the ``course`` entry point uses them before anything heavy is loaded)."""
+"""Where a course lives and what was submitted to it: plain folder walks
+(the ``course`` entry point uses them before anything heavy is loaded: no nbgrader import)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import NamedTuple
+
+from .untrusted import plain_name
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+ROOT_VARIABLE = "COURSE_ROOT"
+CONFIG_FILES = ("nbgrader_config.py", "nbgrader_config.json")
+HOW_TO_NAME = (f"name the course with --root DIR (or {ROOT_VARIABLE}=DIR, or "
+               "c.CourseDirectory.root in ~/.jupyter/nbgrader_config.py)")
 
 
-def search_root(explicit=None) -> Path | None:
-    """``explicit`` (resolved), else the nearest folder at or above the current directory
-    holding nbgrader_config.py, else the directory this package was installed from when it
-    holds one; None when there is no such folder."""
+class CourseRoot(NamedTuple):
+    """A course directory and what named it (for messages)."""
+
+    path: Path
+    named_by: str
+
+
+class RootConfigError(Exception):
+    """The instructor's Jupyter configuration, which could name the course, cannot be read."""
+
+
+def search_root(explicit=None) -> CourseRoot | None:
+    """The course directory, by a rule that nothing a submission or a download writes can
+    satisfy: ``explicit`` (``--root``), else the ``COURSE_ROOT`` environment variable, else
+    ``CourseDirectory.root`` in the nbgrader configuration of Jupyter's configuration folders
+    (``~/.jupyter``, the environment's and the system's: the instructor's own, never the
+    current directory), else the clone this package was installed from (an editable install)
+    when it holds nbgrader_config.py; None when none applies.
+
+    Never the current directory or its parents: a student's submission folder, or a folder of
+    downloads, may hold an nbgrader_config.py, and the root's configuration runs as Python.
+    Relative paths are taken from the current directory (the instructor's word)."""
     if explicit:
-        return Path(explicit).resolve()
-    cwd = Path.cwd().resolve()
-    for folder in (cwd, *cwd.parents, PACKAGE_ROOT):
-        if (folder / "nbgrader_config.py").is_file():
-            return folder
+        return CourseRoot(Path(explicit).resolve(), "--root")
+    if os.environ.get(ROOT_VARIABLE):
+        return CourseRoot(Path(os.environ[ROOT_VARIABLE]).resolve(), ROOT_VARIABLE)
+    configured = _jupyter_config_root()
+    if configured is not None:
+        return configured
+    if (PACKAGE_ROOT / "nbgrader_config.py").is_file():
+        return CourseRoot(PACKAGE_ROOT, "the installed course")
     return None
 
 
-def find_submissions(submitted: Path, students=None, assignments=None) -> list[tuple[str, str]]:
-    """(student, assignment) for each folder ``submitted/<student>/<assignment>/``."""
+def _jupyter_config_root() -> CourseRoot | None:
+    """``CourseDirectory.root`` as the first nbgrader configuration file of Jupyter's
+    configuration folders that sets it says (the user's folder first, as Jupyter reads them);
+    RootConfigError when one of them cannot be read."""
+    try:
+        from jupyter_core.paths import jupyter_config_path
+    except ImportError:  # without Jupyter there is no such file
+        return None
+    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+    for folder in jupyter_config_path():
+        if not os.path.isabs(folder):  # an empty or relative entry of JUPYTER_CONFIG_PATH
+            continue
+        for name in CONFIG_FILES:
+            path = Path(folder) / name
+            if not path.is_file():
+                continue
+            loader = PyFileConfigLoader if name.endswith(".py") else JSONFileConfigLoader
+            try:
+                config = loader(name, path=str(path.parent)).load_config()
+            except Exception as exc:  # noqa: BLE001 - whatever the file raised
+                raise RootConfigError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
+            root = config.get("CourseDirectory", {}).get("root")
+            if not (isinstance(root, str) and root):
+                continue
+            if not os.path.isabs(os.path.expanduser(root)):  # it would follow the current folder
+                raise RootConfigError(f"CourseDirectory.root in {path} is a relative path ({root}): "
+                                      "a course directory is never taken from the current folder; "
+                                      "make it absolute, or use --root DIR")
+            return CourseRoot(Path(os.path.expanduser(root)).resolve(), f"CourseDirectory.root in {path}")
+    return None
+
+
+def course_config_near(folder) -> Path | None:
+    """The nbgrader_config.py at or above ``folder``, if any: only to say that it was not
+    used (nothing here reads it)."""
+    folder = Path(folder).resolve()
+    for candidate in (folder, *folder.parents):
+        if (candidate / "nbgrader_config.py").is_file():
+            return candidate / "nbgrader_config.py"
+    return None
+
+
+def find_submissions(submitted: Path, students=None, assignments=None,
+                     refused: list | None = None) -> list[tuple[str, str]]:
+    """(student, assignment) for each folder ``submitted/<student>/<assignment>/`` whose
+    student folder's name is a valid student id (``untrusted.plain_name``: ASCII letters,
+    digits, ``. _ - @``, at most MAX_NAME characters). The name of each other student folder (not
+    UTF-8: with lone surrogates, as ``os.listdir`` gives it) that holds a chosen assignment, or
+    any folder when none is chosen, is appended to ``refused`` when given: it is nobody's id."""
     if not Path(submitted).is_dir():
         return []
-    return [(s.name, a.name)
-            for s in sorted(Path(submitted).iterdir()) if s.is_dir() and _wanted(s.name, students)
-            for a in sorted(s.iterdir()) if a.is_dir() and _wanted(a.name, assignments)]
+    found = []
+    for student in sorted(Path(submitted).iterdir()):
+        if not (student.is_dir() and _wanted(student.name, students)):
+            continue
+        chosen = [a.name for a in sorted(student.iterdir()) if a.is_dir() and _wanted(a.name, assignments)]
+        if plain_name(student.name):
+            found += [(student.name, assignment) for assignment in chosen]
+        elif refused is not None and (chosen or not assignments):
+            refused.append(student.name)
+    return found
 
 
 def _wanted(name: str, chosen) -> bool:

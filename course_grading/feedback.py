@@ -53,7 +53,8 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
                                      **db_override(db_url))
         with tempfile.TemporaryDirectory(prefix="course-feedback-") as stage:
             try:
-                left = _stage(autograded, student, assignment, Path(stage))
+                left = _stage(autograded, student, assignment, Path(stage),
+                              untrusted.NotebookBounds.from_config(coursedir.config))
             except untrusted.UntrustedFileError as exc:
                 problems.append(f"no feedback for {student}/{assignment}: autograded/{exc}")
                 continue
@@ -88,7 +89,8 @@ def feedback_preprocessors(configured: list) -> list:
     return [*(p for p in FEEDBACK_PREPROCESSORS if p not in listed), *configured]
 
 
-def _stage(autograded: Path, student: str, assignment: str, stage: Path) -> list[untrusted.LeftOut]:
+def _stage(autograded: Path, student: str, assignment: str, stage: Path,
+           bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[untrusted.LeftOut]:
     """Copy ``autograded/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
     following no link; what was left out (UntrustedFileError when a folder is a link)."""
     base = untrusted.open_folder(autograded)
@@ -96,7 +98,7 @@ def _stage(autograded: Path, student: str, assignment: str, stage: Path) -> list
         student_fd = untrusted.open_folder(student, dir_fd=base, label=student)
         try:
             return untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
-                                       label=f"{student}/{assignment}")
+                                       label=f"{student}/{assignment}", notebook_bounds=bounds)
         finally:
             os.close(student_fd)
     finally:

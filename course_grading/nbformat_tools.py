@@ -8,10 +8,15 @@ layout. Committed notebooks (``solutions/`` and ``notebooks/``) are kept in this
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 
 import nbformat
+from nbformat import versions
+from nbformat.reader import get_version
+
+from . import untrusted
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 LANGUAGE_INFO = {"name": "python"}
@@ -66,6 +71,26 @@ def write_notebook(nb, path) -> None:
 def read_notebook(path) -> nbformat.NotebookNode:
     """Read a notebook file as nbformat 4 (errors: OSError, ValueError for bad content)."""
     return nbformat.read(str(path), as_version=4)
+
+
+def read_untrusted(path=None, *, data: bytes | None = None, label: str | None = None,
+                   bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> nbformat.NotebookNode:
+    """A notebook someone else wrote (a submission, an autograded notebook), from file ``path``
+    (read through ``untrusted``: no link, a regular file) or from its bytes ``data``: held to
+    ``bounds`` before anything parses it, then read as nbformat 4 (not validated: its readers
+    take any field as it comes). Errors: UntrustedFileError (an OSError) naming what it is or
+    the bound it passes; ValueError when it is not a notebook."""
+    label = label or (os.fspath(path) if path is not None else "notebook")
+    value = (untrusted.read_notebook(path, label=label, bounds=bounds) if data is None
+             else untrusted.load_notebook(data, label, bounds))
+    if not (isinstance(value, dict) and isinstance(value.get("cells", []), list)):
+        raise ValueError(f"{label} is not a notebook")
+    try:
+        major, minor = get_version(value)
+        nb = versions[major].to_notebook_json(value, minor=minor)
+        return nbformat.convert(nb, 4)
+    except Exception as exc:  # noqa: BLE001 - whatever the fields hold: not a notebook
+        raise ValueError(f"{label} is not a readable notebook ({type(exc).__name__})") from None
 
 
 def is_normalized(path) -> bool:

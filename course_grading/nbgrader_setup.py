@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 from traitlets.config.loader import PyFileConfigLoader  # noqa: E402
 
-from .preprocessors import LimitedExecute, RequireSetup  # noqa: E402
+from .preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook  # noqa: E402
 from .sandbox import bubblewrap  # noqa: E402
 
 
@@ -123,6 +123,7 @@ def course_directory(config_root, **overrides) -> CourseDirectory:
         config.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]
     if "autograde_preprocessors" not in config.Autograde:  # as nbgrader_config.py sets them
         config.Autograde.autograde_preprocessors = autograde_preprocessors()
+    config.Autograde.autograde_preprocessors = sanitized_last(config.Autograde.autograde_preprocessors)
     sandboxed = overrides.pop("sandbox", False)
     coursedir = CourseDirectory(config=config, log=LOG)
     coursedir.root = str(Path(overrides.pop("root", config_root)).resolve())
@@ -140,7 +141,16 @@ def autograde_preprocessors() -> list:
     steps = []
     for step in default:
         steps += [LimitedExecute, RequireSetup] if step.__name__ == "Execute" else [step]
-    return steps
+    return sanitized_last(steps)
+
+
+def sanitized_last(steps: list) -> list:
+    """``steps`` (classes or dotted names) with SanitizeNotebook last: what autograded/ holds
+    is inert in any page that shows it, whatever nbgrader_config.py lists."""
+    from traitlets.utils.importstring import import_item
+
+    kept = [s for s in steps if (import_item(s) if isinstance(s, str) else s) is not SanitizeNotebook]
+    return [*kept, SanitizeNotebook]
 
 
 def gradebook(coursedir: CourseDirectory) -> Gradebook:

@@ -16,18 +16,23 @@ import re
 from dataclasses import dataclass
 
 from .cells import is_setup, meta as _meta, text as _text, visible_part
-from .nbformat_tools import read_notebook
+from .nbformat_tools import read_notebook, read_untrusted
+from .untrusted import NOTEBOOK_BOUNDS, NotebookBounds
 
 META_KEYS = ("grade", "solution", "locked", "points", "task")
 
-# (what it means, pattern) over the code of cells the student wrote or changed
+# (what it means, pattern) over the code of cells the student wrote or changed. Each runs in
+# time linear in the code, whatever it holds: a pattern starts with a literal (a name, a dot), or
+# with a line start followed by spaces and tabs only ([ \t]*, never \s*, which would run on
+# across every following blank line from every line start: 600,000 blank lines took minutes).
+# tests/test_scan.py times each one on adversarial code.
 PATTERNS = [
     ("patches a comparison function",
      r"\b(np|numpy|torch|math)\s*\.\s*(allclose|isclose|array_equal|equal|all|any|abs|max|isfinite)\s*=(?!=)"
      r"|\b(np|numpy|torch)\s*\.\s*testing\s*\.\s*\w+\s*=(?!=)|\btorch\s*\.\s*Tensor\s*\.\s*\w+\s*=(?!=)"
      r"|setattr\(\s*(np|numpy|torch)\b"),
-    ("patches the checks", r"^\s*check_\w+\s*=(?!=)|^\s*def\s+check_\w+|course_(?:utils|grading)[./\\]checks|\bCheckFailed\b"
-                           r"|\b_core\b|^\s*(Check|quiet|to_numpy)\s*=(?!=)"),
+    ("patches the checks", r"^[ \t]*check_\w+\s*=(?!=)|^[ \t]*def\s+check_\w+|course_(?:utils|grading)[./\\]checks"
+                           r"|\bCheckFailed\b|\b_core\b|^[ \t]*(Check|quiet|to_numpy)\s*=(?!=)"),
     ("IPython input or AST transformer / hook",
      r"input_transformers|ast_transformers|register_transformer|register_magic|events\s*\.\s*register"
      r"|set_custom_exc|\bshell\s*\.\s*(run_cell|ex)\b|get_ipython\s*\(\s*\)\s*\.\s*(run_cell|ast|input|events|set_hook)"),
@@ -73,33 +78,64 @@ def _tags_by_cell(nb) -> dict:
     both): the tags a submitted cell may carry without a flag."""
     found = {}
     for cell in nb.cells:
-        key = _meta(cell).get("grade_id") or cell.get("id")
+        key = _grade_id(cell) or _string(cell.get("id"))
         if key:
-            found[key] = {str(t) for t in cell.get("metadata", {}).get("tags", [])}
+            found[key] = set(_tags(cell))
     return found
 
 
-def scan(submitted, source) -> list[Flag]:
-    """Red flags of notebook ``submitted`` (a path or notebook) against the source notebook."""
-    sub = read_notebook(submitted) if not hasattr(submitted, "cells") else submitted
+# A submitted notebook's fields hold whatever its author wrote (a list for a grade_id, numbers
+# for tags): read them so that the scan goes on and anything odd shows in a flag.
+def _string(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _grade_id(cell) -> str | None:
+    value = _meta(cell).get("grade_id")
+    return None if value is None else value if isinstance(value, str) else repr(value)
+
+
+def _tags(cell) -> list[str]:
+    metadata = cell.get("metadata")
+    tags = (metadata.get("tags") if isinstance(metadata, dict) else None) or []
+    return [str(t) for t in tags] if isinstance(tags, list) else [str(tags)]
+
+
+def _source(cell) -> str:
+    value = cell.get("source")
+    return "".join(map(str, value)) if isinstance(value, list) else _text(value)
+
+
+def _kernel(nb) -> str | None:
+    spec = (nb.get("metadata") or {}).get("kernelspec")
+    return spec.get("name") if isinstance(spec, dict) else None
+
+
+def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Flag]:
+    """Red flags of notebook ``submitted`` (a path or notebook) against the source notebook.
+    A submitted path is read as untrusted (``nbformat_tools.read_untrusted``: within
+    ``bounds`` before it is parsed, else UntrustedFileError)."""
+    sub = read_untrusted(submitted, bounds=bounds) if not hasattr(submitted, "cells") else submitted
     src = read_notebook(source) if not hasattr(source, "cells") else source
     flags: list[Flag] = []
-    source_cells = {_meta(c).get("grade_id"): c for c in src.cells if _meta(c).get("grade_id")}
+    source_cells = {_grade_id(c): c for c in src.cells if _grade_id(c)}
     source_tags = _tags_by_cell(src)
     seen = set()
-    unchanged = {_text(c.get("source")).strip() for c in src.cells}
-    unchanged |= {visible_part(_text(c.get("source"))).strip() for c in src.cells}
-    src_kernel = src.metadata.get("kernelspec", {}).get("name")
-    sub_kernel = sub.metadata.get("kernelspec", {}).get("name")
+    unchanged = {_source(c).strip() for c in src.cells}
+    unchanged |= {visible_part(_source(c)).strip() for c in src.cells}
+    src_kernel, sub_kernel = _kernel(src), _kernel(sub)
     if sub_kernel and src_kernel and sub_kernel != src_kernel:
         flags.append(Flag("notebook", f"kernel changed to {sub_kernel!r}"))
-    first_setup = next((i for i, c in enumerate(sub.cells) if is_setup(c)), -1)
+    first_setup = next((i for i, c in enumerate(sub.cells) if isinstance(c, dict) and is_setup(c)), -1)
     for index, cell in enumerate(sub.cells):
+        if not isinstance(cell, dict):
+            flags.append(Flag(f"cell {index}", "not a notebook cell"))
+            continue
         meta = _meta(cell)
-        grade_id = meta.get("grade_id")
+        grade_id = _grade_id(cell)
         where = grade_id or f"cell {index}"
-        tags = [str(t) for t in cell.get("metadata", {}).get("tags", [])]
-        carried = source_tags.get(grade_id or cell.get("id"), set())  # the source's own tags
+        tags = _tags(cell)
+        carried = source_tags.get(grade_id or _string(cell.get("id")), set())  # the source's own tags
         odd_tags = [t for t in tags if t not in carried and (
             "skip" in t.lower() or "raises" in t.lower() or "hide" in t.lower())]
         if odd_tags:
@@ -119,17 +155,17 @@ def scan(submitted, source) -> list[Flag]:
                 flags.append(Flag(where, f"nbgrader metadata edited: {', '.join(sorted(set(changed)))}"))
             if want.get("grade") or want.get("locked"):
                 if cell.get("cell_type") != original.get("cell_type") or (
-                        visible_part(_text(cell.get("source"))) != visible_part(_text(original.get("source")))):
+                        visible_part(_source(cell)) != visible_part(_source(original))):
                     flags.append(Flag(where, "locked/test cell edited"))
                 elif meta.get("checksum") and meta["checksum"] != _checksum(cell):
                     flags.append(Flag(where, "nbgrader checksum edited"))
-        student_code = cell.get("cell_type") == "code" and _text(cell.get("source")).strip() not in unchanged and not (
+        student_code = cell.get("cell_type") == "code" and _source(cell).strip() not in unchanged and not (
             original is not None and (_meta(original).get("locked") or _meta(original).get("grade"))
-            and visible_part(_text(cell.get("source"))) == visible_part(_text(original.get("source"))))
+            and visible_part(_source(cell)) == visible_part(_source(original)))
         if student_code and index < first_setup:
             flags.append(Flag(where, "code that runs before the setup cell"))
         if student_code:
-            code = _text(cell.get("source"))
+            code = _source(cell)
             for why, pattern in _COMPILED:
                 match = pattern.search(code)
                 if match:

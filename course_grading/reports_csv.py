@@ -1,27 +1,55 @@
-"""Writing the course's CSV files (grades, flags, the class report, the export) so that no cell
-becomes a spreadsheet formula.
+"""Writing the course's reports (grades, flags, the class report, the export, the printed
+table) so that any text can be written and none of it is taken for something else.
 
 A student controls much of what lands in them: their folder name (the student id), the messages
-of exceptions their code raised, the reasons of red flags. A spreadsheet reads a cell starting
-with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return as a formula; every such text cell is
-written with a leading apostrophe, which spreadsheets show as text. Numbers stay numbers.
+of exceptions their code raised, the reasons of red flags (their tags, their cells' ids). Every
+text goes through ``clean``: lone surrogates (which no file or terminal can encode), control
+characters, bidirectional overrides and other invisible format characters are written as
+escapes (``\\x1b``, ``\\u202e``), and a text longer than ``MAX_TEXT`` characters is cut. A
+spreadsheet reads a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return as
+a formula; every such text cell is written with a leading apostrophe, which spreadsheets show as
+text. Numbers stay numbers.
 """
 from __future__ import annotations
 
 import csv
 import os
 import re
+import unicodedata
 from pathlib import Path
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+MAX_TEXT = 2000  # characters of one text in a report (messages are cut to 1000 before)
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+# Unicode categories written as escapes: controls, format characters (bidi overrides and
+# isolates, zero-width ones), surrogates, private use, unassigned, line and paragraph separators
+_ESCAPED = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+
+
+def clean(value, limit: int = MAX_TEXT) -> str:
+    """``value`` as text that any report can hold and that shows what it is: at most ``limit``
+    characters (then "…"), every control, format, surrogate, private-use or unassigned
+    character escaped as Python writes it (``\\n``, ``\\x00``, ``\\u202e``, ``\\udcff``)."""
+    text = "" if value is None else value if isinstance(value, str) else str(value)
+    cut = len(text) > limit
+    text = text[:limit]
+    if not text.isprintable():  # only then character by character (bounded by ``limit``)
+        text = "".join(_escape(ch) if unicodedata.category(ch) in _ESCAPED else ch for ch in text)
+    return text + "…" if cut else text
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if ch in "\n\r\t":
+        return repr(ch)[1:-1]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def safe_cell(value) -> str:
-    """``value`` as a CSV cell that no spreadsheet evaluates."""
+    """``value`` as a CSV cell that no spreadsheet evaluates (text through ``clean``)."""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:g}" if isinstance(value, float) else str(value)
-    text = "" if value is None else str(value)
+    text = clean(value)
     if text.startswith(FORMULA_START) and not _NUMBER.fullmatch(text):
         return "'" + text
     return text

@@ -1,19 +1,20 @@
 """What grading produced: one result per (student, assignment), and the ways it is written
 out (the score table, ``reports/grades.csv``, ``reports/flags.csv``), read back from the
-gradebook and the autograded notebooks."""
+gradebook and the autograded notebooks. Every text is written through ``reports_csv.clean``:
+whatever a student put in a tag, a cell id or an exception, the reports are written."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from . import cells, untrusted
+from .nbformat_tools import read_untrusted
 from .nbgrader_setup import gradebook, short, strip_ansi
-from .reports_csv import write_rows
+from .reports_csv import clean, write_rows
 
 GRADES_CSV = Path("reports") / "grades.csv"
 FLAGS_CSV = Path("reports") / "flags.csv"
+NO_ASSIGNMENT = "(not graded: no assignment)"
 
 
 @dataclass
@@ -64,7 +65,7 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
         for notebook in sorted(gb.find_assignment(assignment).notebooks, key=lambda n: n.name):
             path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment),
                         f"{notebook.name}.ipynb")
-            order, messages = _failure_messages(path)
+            order, messages = _failure_messages(path, untrusted.NotebookBounds.from_config(coursedir.config))
             grades = {g.name: g for g in gb.find_submission_notebook(notebook.name, assignment, student).grades}
             known = [name for name in dict.fromkeys(order) if name in grades]  # cells nbgrader graded
             for name in known + sorted(set(grades) - set(known)):
@@ -76,31 +77,36 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
     return results
 
 
-def _failure_messages(path: Path) -> tuple[list[str], dict[str, str]]:
-    """Grade cell ids of an autograded notebook in order, and each one's first error line."""
+def _failure_messages(path: Path, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS
+                      ) -> tuple[list[str], dict[str, str]]:
+    """Grade cell ids of an autograded notebook in order, and each one's first error line
+    (the notebook read as untrusted: within the notebook bounds before it is parsed)."""
     try:
-        nb = nbformat.reads(untrusted.read_text(path, untrusted.MAX_NOTEBOOK_BYTES), as_version=4)
-    except (OSError, ValueError, RecursionError):  # missing or unreadable: scores come from the gradebook
+        nb = read_untrusted(path, bounds=bounds)
+    except (OSError, ValueError):  # missing, unreadable, beyond a bound: scores come from the gradebook
         return [], {}
     order, messages = [], {}
     for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "code" and meta.get("grade"):
+        meta = cells.meta(cell)
+        if cells.is_grade(cell) and isinstance(meta.get("grade_id"), str):
             order.append(meta["grade_id"])
             messages[meta["grade_id"]] = _cell_failure(cell)
     return order, messages
 
 
 def _cell_failure(cell) -> str:
-    """First line of a cell's error output, else of its stderr (nbgrader scores both 0)."""
-    for output in cell.get("outputs", []):
+    """First line of a cell's error output, else of its stderr (nbgrader scores both 0), as
+    ``reports_csv.clean`` writes it."""
+    outputs = [o for o in cell.get("outputs") or [] if isinstance(o, dict)]
+    for output in outputs:
         if output.get("output_type") == "error":
             text = f"{output.get('ename', '')}: {output.get('evalue', '')}".strip(": ")
-            return short(text.splitlines()[0]) if text else "error"
-    for output in cell.get("outputs", []):
+            return clean(short(text.splitlines()[0])) if text.strip() else "error"
+    for output in outputs:
         if output.get("output_type") == "stream" and output.get("name") == "stderr":
-            lines = [ln for ln in strip_ansi(cells.text(output.get("text", ""))).splitlines() if ln.strip()]
-            return short("stderr: " + (lines[0] if lines else ""))
+            first = next((ln for ln in strip_ansi(cells.text(output.get("text", ""))).splitlines()
+                          if ln.strip()), "")
+            return clean(short("stderr: " + first))
     return ""
 
 
@@ -116,20 +122,22 @@ def write_csv(results: list[SubmissionResult], path) -> Path:
 
 
 def format_table(results: list[SubmissionResult]) -> str:
-    """A plain-text table per assignment: one row per student, one column per exercise."""
+    """A plain-text table per assignment: one row per student, one column per exercise (every
+    text through ``reports_csv.clean``). Submissions of no assignment (a student folder whose
+    name is not a valid id) come last, under NO_ASSIGNMENT."""
     blocks = []
-    for assignment in sorted({r.assignment for r in results}):
+    for assignment in sorted({r.assignment for r in results}, key=lambda a: (not a, a)):
         rows = [r for r in results if r.assignment == assignment]
         exercises = list(dict.fromkeys(e.grade_id for r in rows for e in r.exercises))
-        table = [["student", *exercises, "total"]]
+        table = [["student", *map(clean, exercises), "total"]]
         for r in rows:
             if r.error:
-                table.append([r.student, f"ERROR: {r.error}"])
+                table.append([clean(r.student), f"ERROR: {clean(r.error)}"])
                 continue
             scores = {e.grade_id: f"{e.score:g}/{e.max_score:g}" for e in r.exercises}
-            table.append([r.student, *(scores.get(x, "-") for x in exercises),
+            table.append([clean(r.student), *(scores.get(x, "-") for x in exercises),
                           f"{r.score:g}/{r.max_score:g}"])
-        blocks.append(f"{assignment}\n{_columns(table)}")
+        blocks.append(f"{clean(assignment) or NO_ASSIGNMENT}\n{_columns(table)}")
     return "\n\n".join(blocks)
 
 
@@ -142,7 +150,8 @@ def _columns(table: list[list[str]]) -> str:
 
 def format_flags(results: list[SubmissionResult]) -> str:
     """One line per flag (student, assignment, where, why); '' when nothing was flagged."""
-    return "\n".join(f"FLAG {r.student}/{r.assignment} {flag}" for r in results for flag in r.flags)
+    return "\n".join(f"FLAG {clean(r.student)}/{clean(r.assignment)} {clean(flag)}"
+                     for r in results for flag in r.flags)
 
 
 def write_flags_csv(results: list[SubmissionResult], path) -> Path:

@@ -168,7 +168,10 @@ DOCKERFILE = """\
 #
 #   docker build -t {course_id}-student .
 #
-# Mount the exchange (a volume every server shares, read-write) at {exchange}.
+# Mount the exchange (a volume every server shares, read-write) at {exchange}. Run each
+# student's server as a Unix user of their own, named as on the hub (start the image as root
+# with NB_USER=<hub name> and NB_UID=<that student's own UID>): the instructor's collect takes
+# who submitted from the owner of the submission.
 FROM quay.io/jupyter/base-notebook:python-3.11
 
 USER root
@@ -191,16 +194,14 @@ RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/wh
 
 STUDENT_CONFIG = """\
 # nbgrader settings for students of {course_id} (/etc/jupyter/nbgrader_config.py on their servers).
-import os
-
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = {course_id!r}
 c.Exchange.root = {exchange!r}
-# Students are told apart by their JupyterHub user name. nbgrader itself takes it only when the
-# server runs as "jovyan", and otherwise the Unix user's name, which every student's server
-# may share (one account for all, or an image whose user has another name).
-if os.environ.get("JUPYTERHUB_USER"):
-    c.CourseDirectory.student_id = os.environ["JUPYTERHUB_USER"]
+# Who submitted is the Unix user the server runs as, never a name the student can set: the
+# instructor's `nbgrader collect` files each submission under the name of its owner and refuses
+# one that claims another student. So each student's server runs as a Unix user of their own,
+# named as on the hub (JupyterHub's LocalProcessSpawner does that; on Kubernetes, a UID per
+# student and NB_USER set to the hub name), and nbgrader takes the student id from it.
 """
 
 README = """\

@@ -9,8 +9,10 @@ no feedback shows what the hidden tests ran on or their source.
 """
 from __future__ import annotations
 
+import csv
 import hashlib
 import inspect
+import json
 import os
 import re
 import socket
@@ -24,7 +26,8 @@ import pytest
 from nbgrader.utils import compute_checksum
 
 from conftest import ROOT
-from course_grading import autograde, feedback
+from course_grading import autograde, class_report, feedback, untrusted
+from course_grading import results as results_module
 from course_grading.cells import hidden_lines
 from course_grading.sandbox import bubblewrap
 from course_grading.nbformat_tools import write_notebook
@@ -37,6 +40,7 @@ FULL = {"test_encode": 1.0, "test_one_hot": 2.0, "test_embed": 2.0}
 WRONG_ONE_HOT = "def one_hot(ids, vocab_size):\n    return np.zeros((*np.shape(ids), vocab_size))\n"
 CORRECT_ONE_HOT = ("def one_hot(ids, vocab_size):\n    ids = np.asarray(ids)\n"
                    "    return (ids[..., None] == np.arange(vocab_size)).astype(np.float64)\n")
+ENCODE_BODY = "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"
 PORT_FILE = "PORT"  # the test's listening port is substituted below
 
 
@@ -101,6 +105,14 @@ SHADOW_MODULES = {"numpy/__init__.py": "raise SystemExit('shadowed numpy')\n",
                   "torch.py": "raise SystemExit('shadowed torch')\n",
                   "course_utils/__init__.py": "raise SystemExit('shadowed course_utils')\n",
                   "course_utils/checks/embeddings.py": "def check_one_hot(*args, **kwargs):\n    pass\n"}
+# configuration files beside the notebook that, read by the kernel or the grader, would skip
+# the one_hot test cell (as the input_transformer kind does from a solution cell)
+SKIP_TESTS = ("get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'] "
+              "if any('check_one_hot' in l for l in lines) else lines)")
+CONFIG_FILES = {name: (f"c = get_config()\nc.InteractiveShellApp.exec_lines = [{SKIP_TESTS!r}]\n"
+                       f"c.IPKernelApp.exec_lines = [{SKIP_TESTS!r}]\n")
+                for name in ("ipython_config.py", "ipython_kernel_config.py", "jupyter_config.py",
+                             "nbgrader_config.py")}
 REACH_REFERENCE = """import builtins, glob
 KERNEL = hasattr(builtins, 'get_ipython')  # graded in a kernel; else in the audit
 def _reach():
@@ -218,6 +230,7 @@ CATALOGUE = {
                                    + "\nelse:\n" + _body(CORRECT_ONE_HOT)}, "full"),
     "fills_every_writable_place": ({"one_hot": FILL_EVERYTHING + CORRECT_ONE_HOT}, "full"),
     "ships_shadow_modules": ({"one_hot": CORRECT_ONE_HOT, EXTRA_FILES: SHADOW_MODULES}, "full"),
+    "ships_config_files": ({"one_hot": WRONG_ONE_HOT, EXTRA_FILES: CONFIG_FILES}, "zero:test_one_hot"),
     "kills_its_sandbox_server": ({"one_hot": "import os, signal\nfor sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
                                   "    os.kill(os.getppid(), sig)\n" + CORRECT_ONE_HOT}, "full"),
     # a function that tells the audit from the grading kernel (no IPython) and reaches for the
@@ -268,6 +281,9 @@ CATALOGUE = {
                                       "def encode(tokens, vocab, unk_token='<unk>'):\n"
                                       "    update_display(f'LEAK {tokens} {vocab} {unk_token}', display_id='leak')\n"
                                       "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    # a notebook under the size cap whose metadata would parse into gigabytes: refused before
+    # anything parses it (PARSE_BOUNDS), the grading process never balloons
+    "balloons_the_grader": ({}, "error+flag"),
     "leak_prints_check_source": ({"encode": "import inspect\nimport course_utils.checks.embeddings as _checks\n"
                                   "print(inspect.getsource(_checks))\n"
                                   "def encode(tokens, vocab, unk_token='<unk>'):\n"
@@ -292,7 +308,54 @@ CATALOGUE = {
     # a cell before the setup cell that breaks it: the student's doing, graded as it is
     "breaks_setup_blank": ({BEFORE_SETUP: BREAKS_SETUP, **BLANK}, "none+flag"),
     "breaks_setup_correct": ({BEFORE_SETUP: BREAKS_SETUP}, "none+flag"),
+    # hidden inputs kept by the student's code and shown by a LATER cell of theirs: the hidden
+    # tests run after every cell, so those cells show the visible inputs only
+    "leak_global_list_printed_later": ({"encode": "SEEN = []\ndef encode(tokens, vocab, unk_token='<unk>'):\n"
+                                        "    SEEN.append((tokens, vocab, unk_token))\n" + ENCODE_BODY,
+                                        "one_hot": "print('LEAK', SEEN)\n" + CORRECT_ONE_HOT}, "full"),
+    "leak_file_read_later": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n    try:\n"
+                              "        with open('seen.txt', 'a') as fh:\n"
+                              "            fh.write(f'{tokens} {vocab} {unk_token}\\n')\n    except OSError:\n        pass\n"
+                              + ENCODE_BODY,
+                              "one_hot": "import os\nif os.path.exists('seen.txt'):\n    print('LEAK', open('seen.txt').read())\n"
+                              + CORRECT_ONE_HOT}, "full"),
+    "leak_attribute_shown_as_html": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n"
+                                      "    encode.seen = getattr(encode, 'seen', []) + [(tokens, vocab, unk_token)]\n"
+                                      + ENCODE_BODY,
+                                      "embed": "from IPython.display import display\nseen = str(getattr(encode, 'seen', ''))\n"
+                                      "display({'text/html': '<pre>LEAK ' + seen + '</pre>', 'text/plain': 'LEAK ' + seen}, raw=True)\n"
+                                      "def embed(ids, E):\n    return np.asarray(E)[np.asarray(ids)]\n"}, "full"),
+    "leak_printed_by_del_and_atexit": ({"encode": "import atexit\nSEEN = []\natexit.register(lambda: print('LEAK', SEEN))\n"
+                                        "class _Tell:\n    def __del__(self):\n        print('LEAK', SEEN)\n"
+                                        "def encode(tokens, vocab, unk_token='<unk>'):\n    global _tell\n"
+                                        "    SEEN.append((tokens, vocab, unk_token))\n    _tell = _Tell()\n" + ENCODE_BODY},
+                                       "full"),
+    # what the grader itself reads of a submission is bounded (PARSE_BOUNDS: the bound each
+    # refusal names); scanning is linear; reports are written whatever the text
+    # (600,000 blank lines in a string: the scanner's patterns meet them, the kernel parses them at once)
+    "blank_lines_in_code": ({"one_hot": CORRECT_ONE_HOT + '_blank = """' + "\n" * 600_000 + '"""\n'}, "full"),
+    # a student's cell that names the hidden-test delimiter is not parsed by the grader (600
+    # magics: IPython's transformer gives up after 500 rounds, each over the whole cell)
+    "magics_beside_hidden_marker": ({"embed": "%time 1\n" * 600 + "# ### BEGIN HIDDEN TESTS\n"}, "zero:test_embed"),
+    "long_lines_of_spaces": ({"one_hot": (" " * 200_000 + "\n") * 20 + CORRECT_ONE_HOT}, "full"),
+    "metadata_bomb": ({}, "error+flag"),
+    "tiny_cells": ({}, "error+flag"),
+    "deep_output_nesting": ({}, "error+flag"),
+    "deep_attachment_nesting": ({}, "error+flag"),
+    "one_huge_string": ({}, "full"),
+    "odd_characters_in_tags": ({"one_hot": WRONG_ONE_HOT}, "zero:test_one_hot+flag"),
+    # student folders whose name is no student id (RENAMED): one error row each, the class goes on
+    "id_not_utf8": ({}, "error"),
+    "id_with_markup": ({}, "error"),
+    "id_with_bidi": ({}, "error"),
 }
+RENAMED = {"id_not_utf8": b"zz\xffnot-utf8", "id_with_markup": b"<img src=x onerror=alert(1)>",
+           "id_with_bidi": "zz\u202eevil".encode()}
+PARSE_BOUNDS = {"balloons_the_grader": "holds more than 100000 JSON objects and arrays",
+                "metadata_bomb": "holds more than 100000 JSON objects and arrays",
+                "tiny_cells": "holds more than 100000 JSON objects and arrays",
+                "deep_output_nesting": "nests JSON objects and arrays more than 64 deep",
+                "deep_attachment_nesting": "nests JSON objects and arrays more than 64 deep"}
 LEAKS = [kind for kind in CATALOGUE if kind.startswith("leak_")] + ["feedback_failing"]
 HIDDEN_INPUTS = ("zzz", "'[UNK]': 7")  # what check_encode passes encode only in its hidden part
 
@@ -314,6 +377,24 @@ def _fake_package(folder: Path) -> None:
         "def check_one_hot(*a, **k):\n    print('all checks passed')\n\ncheck_embed = check_encode = check_one_hot\n")
 
 
+def _rewrite(folder: Path, change, deep: int = 0) -> None:
+    """The submitted notebook's JSON changed as JSON (what write_notebook would normalize away),
+    written with escapes (a lone surrogate too); "DEEP" becomes ``deep`` nested arrays."""
+    path = folder / f"{A}.ipynb"
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    change(nb)
+    text = json.dumps(nb)
+    path.write_text(text.replace('"DEEP"', "[" * deep + "]" * deep) if deep else text, encoding="utf-8")
+
+
+def _code_cell(nb, grade_id: str) -> dict:
+    return next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _markdown_cell(nb) -> dict:
+    return next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+
+
 SOLUTION = ("solutions", A, f"{A}.ipynb")
 FILES = {
     "notebook_links_to_solution": lambda c, f: _link(c.joinpath(*SOLUTION), f / f"{A}.ipynb"),
@@ -323,7 +404,28 @@ FILES = {
     "fifo_in_submission": lambda c, f: os.mkfifo(f / "pipe"),
     "shadows_course_utils": lambda c, f: _fake_package(f / "course_utils"),
     "huge_file_in_submission": lambda c, f: (f / "data.bin").write_bytes(b"\0" * (20 * 2**20)),
+    "balloons_the_grader": lambda c, f: balloon(f / f"{A}.ipynb"),
+    "metadata_bomb": lambda c, f: _rewrite(f, lambda nb: _markdown_cell(nb)["metadata"].update(x=[{}] * 2_000_000)),
+    "tiny_cells": lambda c, f: _rewrite(f, lambda nb: nb["cells"].extend(
+        {"cell_type": "markdown", "id": f"tiny-{i}", "metadata": {}, "source": "."} for i in range(100_000))),
+    "deep_output_nesting": lambda c, f: _rewrite(f, lambda nb: _code_cell(nb, "one_hot").update(outputs=[
+        {"output_type": "display_data", "metadata": {}, "data": {"application/json": "DEEP"}}]), deep=10_000),
+    "deep_attachment_nesting": lambda c, f: _rewrite(f, lambda nb: _markdown_cell(nb).update(
+        attachments={"a.png": {"image/png": "DEEP"}}), deep=100),
+    "one_huge_string": lambda c, f: _rewrite(f, lambda nb: _code_cell(nb, "one_hot").update(outputs=[
+        {"output_type": "stream", "name": "stdout", "text": "x" * (15 * 2**20)}])),
+    "odd_characters_in_tags": lambda c, f: _rewrite(f, lambda nb: _code_cell(nb, "test_one_hot")["metadata"].update(
+        tags=["skip-\udcff-\x00\x1b[2J\u202e" + "x" * 100_000])),
 }
+
+
+def balloon(path: Path, count: int = 9_000_000) -> None:
+    """Give a notebook metadata of ``count`` empty objects: 27 MB (under the 32 MB cap) that
+    nbformat parses into more than 3 GB of Python objects in the grading process."""
+    import json
+    nb = json.loads(path.read_text())
+    nb["metadata"]["notes"] = "BALLOON"
+    path.write_text(json.dumps(nb).replace('"BALLOON"', "[" + "{}," * count + "{}]"))
 
 
 def _variant(source_nb, changes: dict, constants: str):
@@ -416,6 +518,8 @@ def graded(tmp_path_factory):
             (course / "submitted" / kind / A / name).write_text(text)
     for kind, change in FILES.items():
         change(course, course / "submitted" / kind / A)
+    for kind, name in RENAMED.items():
+        os.rename(course / "submitted" / kind, os.path.join(bytes(course / "submitted"), name))
 
     # honest students graded alone, for comparison
     alone = _course(tmp_path / "alone")
@@ -426,7 +530,8 @@ def graded(tmp_path_factory):
     autograde._prepare_gradebook(course, [A], sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:
-        results = {r.student: r for r in autograde.autograde(course, jobs=2, progress=False)}
+        renamed = {untrusted.shown_name(os.fsdecode(name)): kind for kind, name in RENAMED.items()}
+        results = {renamed.get(r.student, r.student): r for r in autograde.autograde(course, jobs=2, progress=False)}
     finally:
         stop.set()
         thread.join(2)
@@ -506,6 +611,27 @@ def test_catalogue_in_one_run(graded):
                for f in results["shadows_course_utils"].flags), outcomes["shadows_course_utils"]
     assert not (course / "autograded" / "shadows_course_utils" / A / "course_utils").exists()
 
+    assert not results["magics_beside_hidden_marker"].error, outcomes["magics_beside_hidden_marker"]
+    # a notebook beyond a bound on what the grader parses: refused, naming the bound
+    for kind, bound in PARSE_BOUNDS.items():
+        assert f"{A}.ipynb {bound}: not graded" in results[kind].error, outcomes[kind]
+        assert any(bound in f.reason for f in results[kind].flags), outcomes[kind]
+    # no id that is not one reaches the gradebook; the reports hold every row and every flag
+    for kind in RENAMED:
+        assert "not a valid student id" in results[kind].error, outcomes[kind]
+    with sqlite3.connect(course / "gradebook.db") as con:
+        ids = [row[0] for row in con.execute("SELECT id FROM student")]
+    assert ids and all(untrusted.plain_name(i) for i in ids), ids
+    everyone = list(results.values())
+    reports = course / "reports"
+    results_module.write_csv(everyone, reports / "grades.csv")
+    results_module.write_flags_csv(everyone, reports / "flags.csv")
+    class_report.write_report(everyone, course)
+    results_module.format_table(everyone).encode("utf-8")
+    flagged = {row["student"] for row in csv.DictReader((reports / "flags.csv").open(encoding="utf-8"))}
+    assert flagged == {r.student for r in everyone if r.flags}
+    assert len(list(csv.DictReader((reports / "grades.csv").open(encoding="utf-8")))) >= len(CATALOGUE)
+
 
 def test_feedback_leaks_no_hidden_test(graded):
     """Feedback for failing and leaking students: per-exercise messages, what the visible tests
@@ -543,6 +669,9 @@ def test_feedback_leaks_no_hidden_test(graded):
     shown = unescape(pages["leak_prints_hidden_inputs"].read_text(encoding="utf-8"))
     assert "✓ known tokens map to their ids" in shown and "hidden tests ran here" in shown
     assert "LEAK ['the', 'cat', 'sat', 'on', 'the', 'mat']" in shown  # a demo cell's output
+    for kind in ("leak_global_list_printed_later", "leak_file_read_later", "leak_attribute_shown_as_html",
+                 "leak_printed_by_del_and_atexit"):  # the later cells ran, and showed the visible inputs
+        assert "LEAK" in pages[kind].read_text(encoding="utf-8") and not results[kind].error, kind
 
 
 def _hidden_literals(check_source: str) -> set[str]:

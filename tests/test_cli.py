@@ -120,10 +120,19 @@ def test_bad_jobs_value_is_a_usage_error(course, capsys):
     assert info.value.code == 2 and "positive whole number" in capsys.readouterr().err
 
 
-def test_root_is_found_from_the_current_directory(course, monkeypatch):
+def test_root_is_never_found_from_the_current_directory(course, monkeypatch, tmp_path, capsys):
+    """A folder holding nbgrader_config.py (a submission, a download) does not become the root:
+    the installed course does, or, without one, the command refuses and names --root."""
+    from course_grading import course_dir
     (course / "solutions" / ASSIGNMENT / "deep").mkdir()
     monkeypatch.chdir(course / "solutions" / ASSIGNMENT / "deep")
-    assert cli.find_root() == course.resolve()
+    monkeypatch.delenv("COURSE_ROOT", raising=False)
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "no-jupyter-config"))
+    assert cli.find_root() == course_dir.PACKAGE_ROOT != course.resolve()
+    assert f"{course / 'nbgrader_config.py'} is not used" in capsys.readouterr().err  # a note
+    monkeypatch.setattr(course_dir, "PACKAGE_ROOT", tmp_path / "not-a-clone")
+    line = run_error(capsys, "release")
+    assert f"{course / 'nbgrader_config.py'} is not used" in line and "--root DIR" in line
 
 
 def test_start_runs_jupyter_lab_on_the_first_notebook(course, monkeypatch):

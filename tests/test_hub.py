@@ -1,77 +1,107 @@
 """A class on a real JupyterHub: students fetch, work and submit in the browser; the instructor
-collects, grades and returns feedback; the students read it, in the browser.
+collects, grades and returns feedback; the students read it, in the browser. And a student who
+tries to pass for another, to replace the release or to look early, gets nowhere.
 
 One hub for the module, on 127.0.0.1 only: JupyterHub with its proxy (configurable-http-proxy,
-from npm into .node/ by scripts/setup.sh --test), a shared password, and one local process per
-user, each user with a home folder of its own under the test's tmp dir. The students' servers
-run from the student side that `course build-student` writes (the learner wheel installed into
-an environment of its own, with the students' nbgrader settings and the same extensions
-disabled as its Dockerfile); the instructor's server runs from the full course, with the course
-directory in the instructor's home. All servers see one exchange folder.
+from npm into .node/ by scripts/setup.sh --test), a shared password, and JupyterHub's
+LocalProcessSpawner: the hub runs as root and starts each user's server as the Unix user of the
+same name (made for the test with useradd, removed afterwards), in that user's home folder
+(0700). The students' servers run from the student side that `course build-student` writes
+(the learner wheel installed into an environment of its own, with the students' nbgrader
+settings and the same extensions disabled as its Dockerfile); the instructor's server runs from
+the full course, with the course directory in the instructor's home. All servers see one
+exchange folder, made by root 1777 as an administrator would; the course's nbgrader settings
+collect with course_grading.exchange.OwnerCollect (the student is the owner of the submission,
+its time the kernel's record of its last change). Where this Python lies out of other users'
+reach (pyenv's, under /root), the hub and all it starts run in a mount namespace of their own in
+which it is not (tests/unix_users.py), and what a user types runs there too.
 
 In headless Chromium, ada and ben log in, open the Assignments tab, fetch 03_attention, open it
 and write the exercises (ada all four, ben the first two, the second with the softmax over the
 wrong dimension), run the notebook and see a visible test's message, and submit; ada's
-notebook shows its widget, and the widget responds. The instructor runs `nbgrader collect` and
-`course autograde` in the course directory; the Formgrader tab shows the assignment and the two
-submissions with the scores of reports/grades.csv. The instructor runs `course feedback` and
-`nbgrader release_feedback`; each student fetches the feedback in the Assignments tab and opens
-it: the score, the visible messages, no hidden test.
+notebook shows its widget, and the widget responds. mallory, a third student, types in a
+terminal of their own server (the test runs the commands as mallory, with the environment of
+mallory's server): tries to overwrite the release in outbound/ (denied; the release fetched
+afterwards is the instructor's); once the due date has passed, submits a blank notebook as ben
+(JUPYTERHUB_USER and --student set to ben), then their own work, back-dated (timestamp.txt,
+mtimes and the folder's name), and leaves two folders whose names are no student id (HTML, and
+bytes that are not UTF-8). The instructor runs `nbgrader collect`: ada's, ben's own and
+mallory's submissions are collected, the rest refused by name (exit status 1), and `course
+autograde` grades ben on ben's notebook and gives mallory's late work 0 (penalty_method 'zero').
+The Formgrader tab shows the assignment and the submissions with the scores of
+reports/grades.csv. The instructor runs `course feedback` and `nbgrader release_feedback`;
+each student fetches the feedback in the Assignments tab and opens it: the score, the visible
+messages, no hidden test.
 
-Screenshots go to the test's tmp dir (``hub-*.png``). Skipped without chromium, playwright,
-JupyterHub or node and the proxy, except in CI, where any of them missing is a failure.
+Screenshots and the hub's log go to the test's tmp dir (``hub-*.png``, ``hub/jupyterhub.log``).
+Skipped without root, chromium, playwright, JupyterHub or node and the proxy, except in CI,
+where any of them missing is a failure.
 """
 from __future__ import annotations
 
 import csv
 import os
+import pwd
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import textwrap
 import threading
 import time
 import urllib.error
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from jupyter_browser import (CHROMIUM, FLAGS, ROOT, api, as_typed, free_port,
+from jupyter_browser import (CHROMIUM, FLAGS, ROOT, api, as_typed, filled_in, free_port,
                              last_widget_with_picture, require_browser, require_or_skip,
                              run_all_cells, solution_cells, some_control_changes_the_picture,
                              wait_for_one_idle_kernel, wait_until_all_cells_ran)
+from unix_users import as_user, create_user, give, passable_world, remove_user, require_users
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 ASSIGNMENT = "03_attention"
 COURSE_ID = "attention-course"
 INSTRUCTOR = "instructor"
+ATTACKER = "mallory"  # a student who types in a terminal of their own server; VICTIM's classmate
+VICTIM = "ben"
 PASSWORD = "attention-class-password"
 # who writes what: the exercises (solution grade ids) each student fills in; ben's second one
 # takes the softmax over the wrong dimension, a mistake the visible test names
 WORK = {"ada": {"softmax": "solution", "simple_self_attention": "solution",
                 "scaled_dot_product_attention": "solution", "causal_mask": "solution"},
         "ben": {"softmax": "solution", "simple_self_attention": "softmax_over_dim_minus_2"}}
+STUDENTS = [*WORK, ATTACKER]
 EXPECTED = {"ada": {"test_softmax": 2, "test_simple_self_attention": 2,
                     "test_scaled_dot_product_attention": 3, "test_causal_mask": 1},
             "ben": {"test_softmax": 2, "test_simple_self_attention": 0,
-                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0}}
+                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0},
+            # mallory writes softmax, and submits after the due date: 2 points, less all of them
+            ATTACKER: {"test_softmax": 2, "test_simple_self_attention": 0,
+                       "test_scaled_dot_product_attention": 0, "test_causal_mask": 0}}
+LATE = {ATTACKER}
 MAX_SCORE = 8
 # what each student sees under a test cell after running the notebook
 SEEN = {"ada": "scaled_dot_product_attention: all visible checks passed.",
         "ben": "simple_self_attention: values are off"}
 # hidden tests' source, and what the hidden checks print
 HIDDEN = ("BEGIN HIDDEN TESTS", "hidden=True", "hidden checks")
+EARLY = "2020-01-01 00:00:00.000000 UTC"  # the time mallory writes everywhere
+EARLY_EPOCH = 1577836800
 CHP = ROOT / ".node" / "node_modules" / ".bin" / "configurable-http-proxy"
-BIN = Path(sys.executable).parent
 LIMIT_S = 60  # any one wait for the hub, a server or a page
 
 
 def _require_hub() -> None:
+    """Skip (fail in CI) without what the test needs."""
     require_browser()
     try:
         import jupyterhub  # noqa: F401
@@ -83,6 +113,7 @@ def _require_hub() -> None:
     if not CHP.exists():
         require_or_skip(f"no configurable-http-proxy at {CHP.relative_to(ROOT)}: "
                         "scripts/setup.sh --test installs it with npm")
+    require_users()
 
 
 # --------------------------------------------------------------------------- the student side
@@ -156,10 +187,9 @@ c.JupyterHub.cookie_secret_file = {state!r} + "/cookie_secret"
 c.JupyterHub.authenticator_class = "shared-password"
 c.SharedPasswordAuthenticator.user_password = {password!r}
 c.Authenticator.allowed_users = {users!r}
-c.JupyterHub.spawner_class = "simple"
-c.SimpleLocalProcessSpawner.home_dir_template = {homes!r} + "/{{username}}"
+# each user's server runs as the Unix user of the same name, in its home folder
+c.JupyterHub.spawner_class = "localprocess"
 c.Spawner.default_url = "/lab"
-c.Spawner.args = {args!r}
 c.Spawner.env_keep = ["LANG", "LC_ALL"]
 c.Spawner.start_timeout = 120
 c.Spawner.http_timeout = 120
@@ -192,6 +222,9 @@ class Hub:
     exchange: Path
     shots: Path
     proc: subprocess.Popen
+    users: dict
+    pythons: dict
+    world: int | None  # the process whose mount namespace the users' processes run in
     peaks: dict = field(default_factory=dict)
 
     def server(self, user: str) -> str:
@@ -205,21 +238,37 @@ class Hub:
         server = psutil.Process(pid)
         return [server, *server.children(recursive=True)]
 
-
-def _instructor_env(hub_home: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MPLBACKEND")}
-    return {**env, "HOME": str(hub_home), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-            "JUPYTERHUB_USER": INSTRUCTOR}
+    def python(self, user: str) -> str:
+        return self.pythons.get(user, self.pythons["*"])
 
 
-def instructor(hub: Hub, *command: str) -> str:
-    """One of the instructor's commands, typed in the course directory on the instructor's
-    server (same user, environment and home); returns its output."""
-    done = subprocess.run([str(BIN / command[0]), *command[1:]], cwd=hub.course,
-                          env=_instructor_env(hub.homes / INSTRUCTOR), capture_output=True,
-                          text=True, timeout=600)
-    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout}{done.stderr}"
-    return done.stdout + done.stderr
+def wait_for_server(hub: Hub, user: str) -> None:
+    deadline = time.time() + 2 * LIMIT_S
+    while not api(f"{hub.url}/hub/api/users/{user}", hub.token)["servers"].get("", {}).get("ready"):
+        assert time.time() < deadline, f"{user}'s server did not start; see {hub.state / 'jupyterhub.log'}"
+        time.sleep(0.5)
+
+
+def terminal(hub: Hub, user: str, *command: str, env: dict | None = None, cwd: Path | None = None,
+             status: int = 0) -> str:
+    """``command`` typed in a terminal of ``user``'s server: run as that Unix user, with the
+    server's own environment (and ``env``), in the user's home (or ``cwd``). Its output; the
+    exit status must be ``status``."""
+    wait_for_server(hub, user)
+    server = hub.server_processes(user)[0]
+    environment = {**server.environ(), "TERM": "xterm", **(env or {})}
+    program = shutil.which(command[0], path=environment["PATH"]) or command[0]
+    done = as_user(hub.world, hub.users[user], [program, *command[1:]], cwd=cwd or hub.homes / user,
+                   env=environment, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == status, f"{user}$ {' '.join(command)} (exit {done.returncode}):\n{output}"
+    return output
+
+
+def instructor(hub: Hub, *command: str, status: int = 0) -> str:
+    """One of the instructor's commands, typed in the course directory in a terminal of the
+    instructor's server; returns its output."""
+    return terminal(hub, INSTRUCTOR, *command, cwd=hub.course, status=status)
 
 
 @pytest.fixture(scope="module")
@@ -227,58 +276,79 @@ def hub(tmp_path_factory):
     _require_hub()
     from course_grading.cli import main
 
-    top = tmp_path_factory.mktemp("hub")
-    state, homes, exchange, shots = top / "hub", top / "home", top / "exchange", top / "screenshots"
-    for folder in (state, homes, shots):
+    # What the test keeps (screenshots, the hub's state and log) in its tmp dir; what other
+    # users must reach (homes, exchange, environments) in a folder they can pass through.
+    kept = tmp_path_factory.mktemp("hub")
+    state, shots = kept / "hub", kept / "screenshots"
+    for folder in (state, shots):
         folder.mkdir()
-
-    # The instructor's course directory (this repository) in the instructor's home, with the
-    # exchange's place in its nbgrader settings; the students' side built from it.
-    course = homes / INSTRUCTOR / "attention-course"
-    for part in ("solutions", "notebooks"):
-        shutil.copytree(ROOT / part, course / part,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    for part in ("nbgrader_config.py", "pyproject.toml", "scripts/constraints.txt"):
-        (course / part).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / part, course / part)
-    with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
-        config.write(f"\nc.Exchange.root = {str(exchange)!r}\n")
-    jupyter_dir = homes / INSTRUCTOR / ".jupyter"
-    jupyter_dir.mkdir()
-    (jupyter_dir / "nbgrader_config.py").write_text(textwrap.dedent(f"""\
-        # The Formgrader finds the course wherever the instructor's server starts.
-        c = get_config()  # noqa: F821
-        load_subconfig({str(course / "nbgrader_config.py")!r})
-        """), encoding="utf-8")
-    # JupyterHub forbids framing a user's pages (frame-ancestors 'none'); the Formgrader tab
-    # frames the instructor's own server, so that server allows its own origin.
-    (jupyter_dir / "jupyter_server_config.py").write_text(textwrap.dedent("""\
-        c = get_config()  # noqa: F821
-        c.ServerApp.tornado_settings = {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
-        """), encoding="utf-8")
-    assert main(["--root", str(course), "build-student", str(top / "student-side")]) == 0
-    student_python = student_environment(top / "student-side", top / "student-env")
-    assert not _imports(student_python, "course_grading"), "the students can import the grading side"
-
-    port, token = free_port(), os.urandom(16).hex()
-    users = sorted([INSTRUCTOR, *WORK])
-    for user in users:  # nobody is asked about Jupyter's news feed (there is no internet)
-        settings = homes / user / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
-        settings.mkdir(parents=True, exist_ok=True)
-        (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    (state / "jupyterhub_config.py").write_text(HUB_CONFIG.format(
-        port=port, hub_port=free_port(), proxy_api_port=free_port(), chp=str(CHP),
-        state=str(state), password=PASSWORD, users=set(users), homes=str(homes),
-        args=["--allow-root"] if os.geteuid() == 0 else [], token=token,
-        pythons={INSTRUCTOR: sys.executable, "*": str(student_python)}), encoding="utf-8")
-    env = {"PATH": f"{BIN}{os.pathsep}/usr/bin:/bin", "HOME": str(state),
-           "LANG": os.environ.get("LANG", "C.UTF-8")}
-    log = open(state / "jupyterhub.log", "w")  # read it when the test fails
-    proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(state / "jupyterhub_config.py")],
-                            cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    hub = Hub(f"http://127.0.0.1:{port}", token, state, homes, course, exchange, shots, proc)
+    top = Path(tempfile.mkdtemp(prefix="attention-hub-"))
+    top.chmod(0o755)
+    homes, exchange = top / "home", top / "exchange"
+    homes.mkdir()
+    users = {}
+    proc = log = None
     try:
+        for name in (INSTRUCTOR, *STUDENTS):
+            users[name] = create_user(name, homes / name)
+        # The exchange, as an administrator makes it: writable by all, sticky (nobody may
+        # rename or remove another's folder in it).
+        exchange.mkdir()
+        exchange.chmod(0o1777)
+
+        # The instructor's course directory (this repository) in the instructor's home, with
+        # the exchange's place in its nbgrader settings and late work scored 0; the students'
+        # side built from it.
+        course = homes / INSTRUCTOR / "attention-course"
+        for part in ("solutions", "notebooks"):
+            shutil.copytree(ROOT / part, course / part,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        for part in ("nbgrader_config.py", "pyproject.toml", "scripts/constraints.txt"):
+            (course / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / part, course / part)
+        with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
+            config.write(f"\nc.Exchange.root = {str(exchange)!r}\n"
+                         'c.LateSubmissionPlugin.penalty_method = "zero"\n')
+        jupyter_dir = homes / INSTRUCTOR / ".jupyter"
+        jupyter_dir.mkdir()
+        (jupyter_dir / "nbgrader_config.py").write_text(textwrap.dedent(f"""\
+            # The Formgrader finds the course wherever the instructor's server starts.
+            c = get_config()  # noqa: F821
+            load_subconfig({str(course / "nbgrader_config.py")!r})
+            """), encoding="utf-8")
+        # JupyterHub forbids framing a user's pages (frame-ancestors 'none'); the Formgrader tab
+        # frames the instructor's own server, so that server allows its own origin.
+        (jupyter_dir / "jupyter_server_config.py").write_text(textwrap.dedent("""\
+            c = get_config()  # noqa: F821
+            c.ServerApp.tornado_settings = {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
+            """), encoding="utf-8")
+        assert main(["--root", str(course), "build-student", str(top / "student-side")]) == 0
+        student_python = student_environment(top / "student-side", top / "student-env")
+        assert not _imports(student_python, "course_grading"), "the students can import the grading side"
+
+        for name, user in users.items():  # nobody is asked about Jupyter's news feed (no internet)
+            settings = homes / name / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+            settings.mkdir(parents=True, exist_ok=True)
+            (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+            give(homes / name, user)
+
+        port, token = free_port(), os.urandom(16).hex()
+        pythons = {INSTRUCTOR: sys.executable, "*": str(student_python)}
+        (state / "jupyterhub_config.py").write_text(HUB_CONFIG.format(
+            port=port, hub_port=free_port(), proxy_api_port=free_port(), chp=str(CHP),
+            state=str(state), password=PASSWORD, users=set(users), token=token,
+            pythons=pythons), encoding="utf-8")
+        env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin",
+               "HOME": str(state), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        log = open(state / "jupyterhub.log", "w")  # read it when the test fails
+        # where this Python lies out of other users' reach, the hub and all it starts run where
+        # they can reach it (a mount namespace of their own; nothing changes outside it)
+        world = passable_world()
+        proc = subprocess.Popen([*world, sys.executable, "-m", "jupyterhub",
+                                 "-f", str(state / "jupyterhub_config.py")], cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        hub = Hub(f"http://127.0.0.1:{port}", token, state, homes, course, exchange, shots, proc,
+                  users, pythons, proc.pid if world else None)
         deadline = time.time() + LIMIT_S
         while True:
             try:
@@ -290,8 +360,13 @@ def hub(tmp_path_factory):
                 time.sleep(0.5)
         yield hub
     finally:
-        _stop(proc)
-        log.close()
+        if proc is not None:
+            _stop(proc)
+        if log is not None:
+            log.close()
+        for name in users:
+            remove_user(name)
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -311,6 +386,58 @@ def _stop(proc: subprocess.Popen) -> None:
     for p in alive:
         p.kill()
     psutil.wait_procs(alive, timeout=5)
+
+
+# --------------------------------------------------------------------------- mallory's terminal
+
+# Against the release: overwrite it, add to outbound/, rename the course's folder away (to put
+# one of one's own in its place), rename outbound/ away. Prints one word per attempt.
+AGAINST_THE_RELEASE = """
+import os, sys
+exchange, course, assignment = sys.argv[1:]
+top = os.path.join(exchange, course)
+outbound = os.path.join(top, "outbound")
+def attempt(f):
+    try:
+        f()
+        return "done"
+    except PermissionError:
+        return "denied"
+print(attempt(lambda: open(os.path.join(outbound, assignment, assignment + ".ipynb"), "w").write("{}")),
+      attempt(lambda: os.mkdir(os.path.join(outbound, "mine"))),
+      attempt(lambda: os.rename(top, os.path.join(exchange, "old"))),
+      attempt(lambda: os.rename(outbound, os.path.join(top, "old"))))
+"""
+
+# Back-date a submission in inbound/ (mallory's own folder): its timestamp.txt, every mtime,
+# and the time in its name. Prints the new name.
+BACK_DATE = """
+import os, sys
+folder, early, epoch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with open(os.path.join(folder, "timestamp.txt"), "w") as fh:
+    fh.write(early)
+for here, folders, files in os.walk(folder):
+    for name in files + folders:
+        os.utime(os.path.join(here, name), (epoch, epoch))
+os.utime(folder, (epoch, epoch))
+student, assignment, _, random = os.path.basename(folder).split("+")
+moved = os.path.join(os.path.dirname(folder), "+".join([student, assignment, early, random]))
+os.rename(folder, moved)
+os.utime(moved, (epoch, epoch))
+print(moved)
+"""
+
+# Folders in inbound/ whose names are no student id: HTML, and bytes that are not UTF-8.
+ODD_NAMES = """
+import os, sys
+inbound, assignment, early = sys.argv[1:]
+for student in ("<img src=x onerror=alert(1)>".encode(), b"\\xff\\xfe"):
+    name = b"+".join([student, assignment.encode(), early.encode(), b"odd"])
+    folder = os.path.join(os.fsencode(inbound), name)
+    os.mkdir(folder)
+    with open(os.path.join(folder, (assignment + ".ipynb").encode()), "w") as fh:
+        fh.write("{}")
+"""
 
 
 # --------------------------------------------------------------------------- in the browser
@@ -450,19 +577,19 @@ def student_finishes(hub: Hub, student: str, page, watch):
     assert submitted.first.locator(".item_name").first.inner_text().strip() == ASSIGNMENT
 
 
-def formgrader_scores(hub: Hub, browser) -> dict:
-    """The instructor opens the Formgrader tab, then the assignment's submissions; the score
-    shown for each student."""
+def formgrader_scores(hub: Hub, browser, count: int) -> dict:
+    """The instructor opens the Formgrader tab, then the assignment's submissions (``count``
+    of them); the score shown for each student."""
     page = log_in(browser, hub, INSTRUCTOR)
     open_from_nbgrader_menu(page, "open-formgrader")
     formgrader = page.frame_locator("iframe").first
     formgrader.locator("tr", has_text=ASSIGNMENT).first.locator("td.num-submissions a").click()
     rows = formgrader.locator("tr:has(td.student-id)")
     rows.first.wait_for()
-    page.wait_for_function(  # both rows, each with its score
+    page.wait_for_function(  # every row, each with its score
         "() => { const f = document.querySelector('iframe');"
         " const cells = f && f.contentDocument ? [...f.contentDocument.querySelectorAll('td.score')] : [];"
-        f" return cells.length === {len(WORK)} && cells.every(c => c.textContent.includes('/')); }}")
+        f" return cells.length === {count} && cells.every(c => c.textContent.includes('/')); }}")
     to_the_middle(rows.first)
     page.screenshot(path=str(hub.shots / "hub-formgrader.png"))
     return {r.locator("td.student-id").inner_text().strip(): r.locator("td.score").inner_text().strip()
@@ -489,15 +616,30 @@ def test_a_class_on_jupyterhub(hub):
     from playwright.sync_api import sync_playwright
     import nbformat
 
-    for user in [*WORK, INSTRUCTOR]:  # the users' servers start meanwhile
+    for user in [*STUDENTS, INSTRUCTOR]:  # the users' servers start meanwhile
         api(f"{hub.url}/hub/api/users/{user}/server", hub.token, method="POST", timeout=LIMIT_S)
+    inbound = hub.exchange / COURSE_ID / "inbound"
+    release = hub.course / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
 
     # Instructor: release the assignment into the exchange.
     instructor(hub, "course", "release", ASSIGNMENT)
     instructor(hub, "nbgrader", "release_assignment", ASSIGNMENT)
-    assert (hub.exchange / COURSE_ID / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
-    # students may drop into inbound but not list it (nbgrader's mode for the shared folder)
-    assert (hub.exchange / COURSE_ID / "inbound").stat().st_mode & 0o777 == 0o733
+    outbound = hub.exchange / COURSE_ID / "outbound" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    assert outbound.read_bytes() == release.read_bytes()
+    # the course's folder and outbound/ are the instructor's alone; students may drop into
+    # inbound but neither list it nor move what others dropped (sticky)
+    owner = hub.users[INSTRUCTOR].pw_uid
+    for folder, mode in ((COURSE_ID, 0o755), (f"{COURSE_ID}/outbound", 0o755),
+                         (f"{COURSE_ID}/inbound", 0o3733)):
+        info = (hub.exchange / folder).stat()
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (owner, mode), folder
+
+    # mallory, in a terminal: cannot replace the release; what is fetched is the instructor's.
+    attempts = terminal(hub, ATTACKER, hub.python(ATTACKER), "-c", AGAINST_THE_RELEASE,
+                        str(hub.exchange), COURSE_ID, ASSIGNMENT)
+    assert attempts.split() == ["denied"] * 4, attempts
+    terminal(hub, ATTACKER, hub.python(ATTACKER), "-m", "nbgrader", "fetch_assignment", ASSIGNMENT)
+    assert (hub.homes / ATTACKER / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == release.read_bytes()
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -511,9 +653,10 @@ def test_a_class_on_jupyterhub(hub):
                 with pytest.raises(urllib.error.HTTPError, match="404"):
                     api(f"{hub.server(student)}/formgrader/api/assignments", hub.token)
 
-            # What was submitted is what each student wrote, under the student's hub name.
-            inbound = sorted(p.name.split("+")[0] for p in (hub.exchange / COURSE_ID / "inbound").iterdir())
-            assert inbound == sorted(WORK)
+            # What was submitted is what each student wrote, under the student's name, theirs.
+            submitted = {p.name.split("+")[0]: pwd.getpwuid(p.stat().st_uid).pw_name
+                         for p in inbound.iterdir()}
+            assert submitted == {s: s for s in WORK}
             for student, work in WORK.items():
                 nb = nbformat.read(str(hub.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), 4)
                 written = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
@@ -521,19 +664,47 @@ def test_a_class_on_jupyterhub(hub):
                 for grade_id, how in work.items():
                     assert written[grade_id].strip() == _answer(grade_id, how).strip(), (student, grade_id)
 
-            # Instructor: collect and grade.
-            instructor(hub, "nbgrader", "collect", ASSIGNMENT, "--CollectApp.check_owner=False")
-            for student in WORK:
-                assert (hub.course / "submitted" / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
+            # The due date passes (the instructor sets it to now).
+            due = datetime.now(timezone.utc).replace(tzinfo=None)
+            instructor(hub, "nbgrader", "db", "assignment", "add", ASSIGNMENT,
+                       f"--duedate={due.isoformat()} UTC")
+
+            # mallory, in a terminal: submits the blank release as ben, then their own work
+            # (softmax), back-dated, and leaves folders named with no student id.
+            terminal(hub, ATTACKER, hub.python(ATTACKER), "-m", "nbgrader", "submit", ASSIGNMENT,
+                     f"--student={VICTIM}", env={"JUPYTERHUB_USER": VICTIM})
+            give(filled_in(ASSIGNMENT, hub.homes / ATTACKER / ASSIGNMENT, written={"softmax"}),
+                 hub.users[ATTACKER])
+            said = terminal(hub, ATTACKER, hub.python(ATTACKER), "-m", "nbgrader", "submit", ASSIGNMENT)
+            mine = re.search(r"Destination: (\S+\+\S+ \S+ \S+\+\S+)", said).group(1)
+            terminal(hub, ATTACKER, hub.python(ATTACKER), "-c", BACK_DATE, mine, EARLY, str(EARLY_EPOCH))
+            terminal(hub, ATTACKER, hub.python(ATTACKER), "-c", ODD_NAMES, str(inbound), ASSIGNMENT, EARLY)
+
+            # Instructor: collect (what claims another student, or no student id, is refused by
+            # name, loudly) and grade.
+            said = instructor(hub, "nbgrader", "collect", ASSIGNMENT, status=1)
+            assert f"claims to be submitted by '{VICTIM}' but belongs to '{ATTACKER}'" in said, said
+            assert "'<img src=x onerror=alert(1)>+03_attention+" in said, said
+            assert "'\\xff\\xfe+03_attention+" in said and "is not valid UTF-8" in said, said
+            assert "3 submission(s) of '03_attention' refused" in said, said
+            collected = hub.course / "submitted"
+            assert sorted(p.name for p in collected.iterdir()) == sorted(STUDENTS)
+            for student in STUDENTS:  # each graded on their own notebook (ben too)
+                assert (collected / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == \
+                    (hub.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes(), student
+            # the time is the exchange's record of the last change, not what mallory wrote
+            stamped = (collected / ATTACKER / ASSIGNMENT / "timestamp.txt").read_text()
+            assert stamped != EARLY and datetime.strptime(stamped, "%Y-%m-%d %H:%M:%S.%f %Z") > due, stamped
+
             instructor(hub, "course", "autograde", ASSIGNMENT)
             rows = list(csv.DictReader((hub.course / "reports" / "grades.csv").open(encoding="utf-8")))
-            got = {s: {r["exercise"]: float(r["score"]) for r in rows if r["student"] == s} for s in WORK}
+            got = {s: {r["exercise"]: float(r["score"]) for r in rows if r["student"] == s} for s in STUDENTS}
             assert got == EXPECTED
             totals = {s: sum(v.values()) for s, v in got.items()}
 
             # The Formgrader tab shows the submissions with the scores of reports/grades.csv.
-            assert formgrader_scores(hub, browser) == {
-                s: f"{totals[s]:g} / {MAX_SCORE}" for s in WORK}
+            assert formgrader_scores(hub, browser, len(STUDENTS)) == {
+                s: f"{totals[s]:g} / {MAX_SCORE}" for s in STUDENTS}
 
             # Instructor: feedback, released through the exchange.
             instructor(hub, "course", "feedback", ASSIGNMENT)
@@ -545,10 +716,15 @@ def test_a_class_on_jupyterhub(hub):
                 assert f"{ASSIGNMENT} (Score: {float(totals[student])} / {float(MAX_SCORE)})" in text
                 assert SEEN[student] in text
                 assert not [h for h in HIDDEN if h in text], student
-            # Instructor: the grades, from the gradebook.
-            instructor(hub, "course", "export", "--to", str(hub.state / "grades.csv"))
-            exported = csv.DictReader((hub.state / "grades.csv").open(encoding="utf-8"))
-            assert {r["student_id"]: float(r["score"]) for r in exported} == totals
+            # Instructor: the grades, from the gradebook: mallory's late work scores 0.
+            export = hub.course / "grades-export.csv"
+            instructor(hub, "course", "export", "--to", str(export))
+            exported = {r["student_id"]: r for r in csv.DictReader(export.open(encoding="utf-8"))}
+            assert {s: float(r["raw_score"]) for s, r in exported.items()} == totals
+            assert {s: float(r["late_submission_penalty"]) for s, r in exported.items()} == {
+                s: totals[s] if s in LATE else 0.0 for s in STUDENTS}
+            assert {s: float(r["score"]) for s, r in exported.items()} == {
+                s: 0.0 if s in LATE else totals[s] for s in STUDENTS}
         except Exception:
             for n, context in enumerate(browser.contexts):  # what each user saw when it failed
                 for m, page in enumerate(context.pages):

@@ -1,7 +1,7 @@
 """LimitedExecute, RequireSetup and HideHiddenOutputs on small notebooks, in a local kernel:
-output bounded whatever way it is produced, a time budget per notebook, hidden tests run apart
-from the visible ones (and nothing of theirs in feedback), a failed setup cell fails the
-submission."""
+output bounded whatever way it is produced (weighed as it arrived, before it is read), a time
+budget per notebook, hidden tests run after every cell (and nothing of theirs in feedback, nor
+anything a cell printed that could depend on them), a failed setup cell fails the submission."""
 from __future__ import annotations
 
 import json
@@ -12,8 +12,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import nbgrader_meta
 from course_grading.preprocessors import HideHiddenOutputs, LimitedExecute, RequireSetup, SetupCellFailed
-from course_grading.preprocessors.limited_execute import (BUDGET_ENAME, OutputLost, is_hidden_marker,
-                                                          split_hidden)
+from course_grading.preprocessors.limited_execute import (BUDGET_ENAME, MAX_DEPTH, UNREAD_ENAME, OutputLost,
+                                                          is_hidden_marker, json_shape, split_hidden)
 
 pytestmark = pytest.mark.slow
 
@@ -73,6 +73,48 @@ def test_every_kind_of_output_counts():
     assert any(o.output_type == "stream" and o.name == "stderr" for o in stderr.outputs)
 
 
+def test_output_is_weighed_as_it_arrived_before_it_is_read():
+    """A display whose metadata holds millions of empty lists weighs what it weighs on the wire:
+    over the limit, it is never read into Python objects (the grader's memory stays small) and
+    a notice stands for it; so does a message nested too deep, however small. A forged error
+    or stream too large to read still costs a grade cell its points."""
+    import tracemalloc
+
+    from nbgrader.utils import determine_grade
+
+    tracemalloc.start()
+    try:
+        nb = run("from IPython.display import display\n"
+                 "for _ in range(2):\n    display({'text/plain': 'x'}, metadata={'m': [[]] * 4_000_000}, raw=True)\n",
+                 "deep = []\nfor _ in range(2 * %d):\n    deep = [deep]\n"
+                 "display({'text/plain': 'deep'}, metadata={'m': deep}, raw=True)\nprint('after')\n" % MAX_DEPTH,
+                 "k = get_ipython().kernel\n"
+                 "k.session.send(k.iopub_socket, 'error', {'ename': 'E', 'evalue': 'v', 'traceback': [[]] * 100_000},\n"
+                 "               parent=k.get_parent('shell'))\n",
+                 "k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x', 'more': [[]] * 100_000},\n"
+                 "               parent=k.get_parent('shell'))\n",
+                 grade=(2, 3))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 120 * 2**20, peak  # two 16 MB messages arrived; read, they would take ~500 MB
+    assert size(nb) < 50_000
+    flood, deep, error, stream = nb.cells
+    assert "output dropped: a message of 16" in texts(flood) and "too large to read" in texts(flood)
+    assert not [o for o in flood.outputs if o.output_type == "display_data"]
+    assert f"nested deeper than {MAX_DEPTH} levels" in texts(deep) and "after" in texts(deep)
+    assert [o.ename for o in error.outputs if o.output_type == "error"] == [UNREAD_ENAME]
+    assert any(o.output_type == "stream" and o.name == "stderr" for o in stream.outputs)
+    assert determine_grade(error)[0] == 0 and determine_grade(stream)[0] == 0
+
+
+def test_json_shape():
+    assert json_shape(b'{"a": [1, 2, {"b": "[[[,,,"}], "c": "\\"[", "d": []}') == (14, 3)  # 4 containers, 6 strings, 4 commas
+    assert json_shape(b'[' * 5 + b']' * 5, max_depth=4) is None
+    assert json_shape(b'[' + b'[],' * 100 + b'[]]', max_values=50) is None
+    assert json_shape(b'{"a": "no end}') is None
+
+
 def test_a_message_over_the_limit_is_no_score():
     """A message larger than max_message_bytes never reaches the grader's memory; its cell's
     output is incomplete, so the notebook has no score (an error row), not a silent one."""
@@ -112,6 +154,45 @@ def test_time_budget_stops_the_notebook():
         assert [o.ename for o in cell.outputs if o.output_type == "error"] == [BUDGET_ENAME]
         assert "time budget of 4 s" in cell.outputs[0].evalue and "late" not in texts(cell)
 
+
+
+def test_time_budget_covers_the_hidden_tests_and_says_why():
+    """Each request runs for what is left of the budget at most; the hidden tests, run last,
+    count too: a cell cut while they ran, and one whose hidden tests had no time left, score 0
+    and say why where feedback shows it."""
+    from nbgrader.utils import determine_grade
+
+    slow = "import time\ndef slow():\n    time.sleep(2.5)\n"
+    nb = run(slow, "slow()\n" + HIDDEN.format("slow()"), "slow()\n" + HIDDEN.format("slow()"),
+             grade=(1, 2), max_total_seconds=6)
+    cut, starved = nb.cells[1], nb.cells[2]
+    assert [determine_grade(c)[0] for c in (cut, starved)] == [0, 0]
+    shown, _ = HideHiddenOutputs().preprocess(nb, {})
+    for cell, why in ((cut, "was spent while this cell's hidden tests ran"), (starved, "did not run")):
+        [err] = [o for o in cell.outputs if o.output_type == "error"]
+        assert err.ename == BUDGET_ENAME and "time budget of 6 s" in err.evalue and why in err.evalue
+    # with time enough, the same notebook scores full marks
+    nb = run(slow, "slow()\n" + HIDDEN.format("slow()"), "slow()\n" + HIDDEN.format("slow()"),
+             grade=(1, 2), max_total_seconds=20)
+    assert [determine_grade(c)[0] for c in nb.cells[1:]] == [1.0, 1.0]
+
+
+def test_a_cell_that_will_not_stop_at_the_budget_scores_zero():
+    """Interrupted at the end of the budget, a cell that catches the interrupt and goes on is
+    left behind after BUDGET_GRACE: it and what follows score 0 with the reason, no output is
+    said to be lost, and the notebook does not wait for it."""
+    from time import monotonic
+
+    from nbgrader.utils import determine_grade
+
+    started = monotonic()
+    nb = run("import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    time.sleep(60)\n",
+             "assert True\n", grade=(0, 1), max_total_seconds=3)
+    assert monotonic() - started < 30  # generous: it would take 60 s more if it waited
+    for cell in nb.cells:
+        assert determine_grade(cell)[0] == 0
+        assert [o.ename for o in cell.outputs if o.output_type == "error"] == [BUDGET_ENAME]
+        assert "time budget of 3 s" in cell.outputs[-1].evalue
 
 HIDDEN = "### BEGIN HIDDEN TESTS\n{}\n### END HIDDEN TESTS\n"
 
@@ -169,6 +250,29 @@ def test_feedback_keeps_the_visible_part_only():
     for secret in ("-99", "-98", "FD-WRITE", "leak", "AFTER FORGED", "BEGIN HIDDEN"):
         assert secret not in shown, secret
     assert "hidden tests ran here" in shown
+
+
+def test_no_later_cell_sees_what_the_hidden_tests_passed(tmp_path):
+    """The student's function keeps its inputs (a global list, a file, an attribute, an object
+    whose __del__ prints them) and later cells show them: they ran before any hidden test, so
+    feedback shows the visible inputs only; the hidden part still sees everything."""
+    keep = (f"SEEN_FILE = {str(tmp_path / 'seen.txt')!r}\nSEEN = []\n"
+            "class Tell:\n    def __del__(self):\n        print('DEL', SEEN)\n"
+            "def f(x):\n    global tell\n    SEEN.append(x)\n    f.seen = list(SEEN)\n    tell = Tell()\n"
+            "    with open(SEEN_FILE, 'a') as fh:\n        fh.write(f'{x}\\n')\n    return x\n")
+    nb = run(keep,
+             "assert f('visible-1') == 'visible-1'\n" + HIDDEN.format("assert f('SECRET-A') == 'SECRET-A'"),
+             "print('LIST', SEEN)\nprint('FILE', open(SEEN_FILE).read())\nf('visible-2')\n",
+             "from IPython.display import display\n"
+             "display({'text/html': f'<b>{f.seen}</b>', 'text/plain': f'ATTR {f.seen}'}, raw=True)\n",
+             "assert f('visible-3')\n" + HIDDEN.format("assert f('SECRET-B')\nprint('HIDDEN SAW', SEEN)"),
+             grade=(1, 4))
+    assert "SECRET-A" in json.dumps(nb.cells[4].outputs)  # the hidden part ran last, after all
+    out, _ = HideHiddenOutputs().preprocess(nb, {})
+    shown = json.dumps([c.outputs for c in out.cells])
+    assert "SECRET" not in shown and "HIDDEN SAW" not in shown
+    assert "LIST ['visible-1']" in shown and "FILE visible-1" in shown and "DEL" in shown
+    assert "ATTR ['visible-1', 'visible-2']" in shown
 
 
 def test_feedback_drops_quoted_hidden_and_grading_lines():

@@ -112,3 +112,42 @@ def test_export_has_no_formula_and_says_what_is_not_a_grade(tmp_path):
     [row] = list(csv.DictReader(path.open(encoding="utf-8")))
     assert (row["student_id"], row["first_name"], row["score"], row["note"]) == (
         "'" + EVIL[0], "'" + EVIL[3], "0.0", "not submitted")
+
+
+HOSTILE = ["lone \udcff surrogate", "bidi \u202eevil\u202c and \u2066isolate\u2069", "nul \x00 esc \x1b[31m red",
+           "line\nbreak\rreturn\u2028sep", "zero\u200bwidth \ufeff bom", "x" * 100_000, "=cmd|' /C calc'!A0 \udcff"]
+
+
+def test_reports_are_written_whatever_the_text(tmp_path, capsys):
+    """Lone surrogates, controls, bidi overrides, huge strings in every field a student can
+    reach: grades.csv, flags.csv, the class report (CSV and PNG) and the printed table are all
+    written, as strict UTF-8, with each such character escaped and each text cut; every other
+    row, and every other student's flag, is there."""
+    from course_grading.red_flags import Flag
+    from course_grading.reports_csv import MAX_TEXT, clean
+    from course_grading.results import format_flags, format_table, write_csv, write_flags_csv
+
+    results = [SubmissionResult(text, "03_attention", [ExerciseResult("test_softmax", 0, 2, text),
+                                                       ExerciseResult(text, 1, 1)],
+                                flags=[Flag(text, f"tagged {text}")]) for text in HOSTILE]
+    results += [SubmissionResult(f"student{i}", text, error=text) for i, text in enumerate(HOSTILE)]
+    results.append(SubmissionResult("accomplice", "03_attention", [ExerciseResult("test_softmax", 2, 2)],
+                                    flags=[Flag("test_softmax", "patches the checks")]))
+    paths = [write_csv(results, tmp_path / "grades.csv"), write_flags_csv(results, tmp_path / "flags.csv"),
+             *report.write_report(results, tmp_path)]
+    printed = format_table(results) + "\n" + format_flags(results)
+    for path in paths[:3]:
+        text = path.read_bytes().decode("utf-8")  # strict: no surrogate got through
+        cells = _cells(path)
+        assert all(len(c) <= MAX_TEXT + 2 for c in cells), path.name
+        for shown in (text, printed):
+            assert not [ch for ch in shown if ch in "\x00\x1b\u202e\u2066\u200b\ufeff\u2028" or 0xD800 <= ord(ch) < 0xE000]
+    assert paths[3].stat().st_size > 1000  # the picture
+    printed.encode("utf-8")
+    flags = list(csv.DictReader((tmp_path / "flags.csv").open(encoding="utf-8")))
+    assert len(flags) == len(HOSTILE) + 1 and flags[-1]["student"] == "accomplice"
+    assert "lone \\udcff surrogate" in printed and "bidi \\u202eevil" in printed and "esc \\x1b[31m" in printed
+    assert clean("a\tb\nc") == "a\\tb\\nc" and clean("é 😀 ok") == "é 😀 ok" and clean("x" * 50, 10) == "x" * 10 + "…"
+    grades = list(csv.DictReader((tmp_path / "grades.csv").open(encoding="utf-8")))
+    assert grades[-1]["student"] == "accomplice" and grades[-1]["score"] == "2"
+    assert [g["student"] for g in grades].count("'=cmd|' /C calc'!A0 \\udcff") == 2  # escaped, and not a formula

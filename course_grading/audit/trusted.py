@@ -14,7 +14,9 @@ flagged as they are. Nothing here changes a score.
 """
 from __future__ import annotations
 
+import io
 import json
+import math
 import secrets
 import shutil
 import subprocess
@@ -29,7 +31,7 @@ import numpy as np
 
 from .. import building_blocks, untrusted
 from ..cells import setup_and_solution_sources
-from ..nbformat_tools import read_notebook
+from ..nbformat_tools import read_untrusted
 from ..red_flags import Flag, scan
 from ..sandbox import warm as warm_sandbox
 from ..sandbox.settings import Settings
@@ -40,6 +42,8 @@ from .wire import Gen, Lookup, T, ToyModel
 
 TIMEOUT = 40  # seconds for one submission's whole audit (each call: CALL_SECONDS in the child)
 MAX_OUTPUT_BYTES = 256 * 2**20  # read back for one exercise, its .json and .npy files together
+# what is parsed of one exercise's out-<grade_id>.json (the arrays are in .npy files beside it)
+OUTPUT_JSON = {"max_bytes": 16 * 2**20, "max_containers": 100_000, "max_values": 1_000_000, "max_depth": 32}
 
 
 @dataclass
@@ -180,7 +184,7 @@ def _compare(kind: str, got_entry, expected, outputs: "_Outputs") -> str:
 
 def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, seed: int | None = None,
           timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None,
-          blocks: Path | None = None) -> list[Verdict]:
+          blocks: Path | None = None, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Verdict]:
     """Audit the graded functions and classes of ``notebook`` (a path) for ``assignment``;
     [] when the assignment has no audited exercises. ``blocks`` is the instructor's copy of the
     assignment's building_blocks.py, put beside the cells. ``settings`` (``sandbox.settings``)
@@ -192,7 +196,7 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, s
         return []
     seed = secrets.randbits(63) if seed is None else seed
     rng = np.random.default_rng(seed)
-    nb = read_notebook(notebook)
+    nb = read_untrusted(notebook, bounds=bounds)
     plans = {gid: _plan(ex, rng) for gid, ex in exercises.items()}
     folder = Path(tempfile.mkdtemp(prefix="course-audit-"))  # the grader's own, never the sandbox's
     try:
@@ -229,27 +233,61 @@ def _run_unsandboxed(folder: Path, timeout: int) -> str:
 class _Outputs:
     """Reads what the child wrote into the audit's folder, which the sandbox could write:
     each file through ``untrusted`` (no link, no FIFO, a regular file, a size cap), and at most
-    ``MAX_OUTPUT_BYTES`` for one exercise's outputs in all."""
+    ``MAX_OUTPUT_BYTES`` for one exercise's outputs in all. An .npy file is given only when its
+    header describes a plain numeric array of exactly the bytes that follow it (NumPy would
+    otherwise allocate whatever size the header claims); the .json is parsed by ``load_json``,
+    within OUTPUT_JSON. Anything else: UntrustedFileError, saying why."""
 
     def __init__(self, folder: Path):
         self.folder, self.left = folder, MAX_OUTPUT_BYTES
 
-    def read(self, name: str) -> bytes:
-        data = untrusted.read_in(self.folder, name, self.left)
+    def read(self, name: str, limit: int | None = None) -> bytes:
+        data = untrusted.read_in(self.folder, name, min(self.left, limit or self.left))
         self.left -= len(data)
+        problem = _npy_problem(data) if name.endswith(".npy") else ""
+        if problem:
+            raise untrusted.UntrustedFileError(name, problem)
         return data
+
+    def load_json(self, name: str):
+        data = self.read(name, OUTPUT_JSON["max_bytes"])
+        problem = untrusted.json_bound(data, OUTPUT_JSON["max_containers"], OUTPUT_JSON["max_values"],
+                                       OUTPUT_JSON["max_depth"])
+        if problem:
+            raise untrusted.UntrustedFileError(name, problem)
+        return json.loads(data.decode("utf-8"))
+
+
+def _npy_problem(data: bytes) -> str:
+    """'' when ``data`` is an .npy file of a plain array (booleans, numbers or text; no object, no
+    record, no sub-array) whose header's shape and dtype account for exactly the bytes after it."""
+    from numpy.lib import format as npy
+
+    stream = io.BytesIO(data)
+    try:
+        version = npy.read_magic(stream)
+        reader = {(1, 0): npy.read_array_header_1_0, (2, 0): npy.read_array_header_2_0}[version]
+        shape, _, dtype = reader(stream, max_header_size=10_000)
+    except Exception:  # noqa: BLE001 - a header NumPy cannot read, of whatever kind
+        return "is not an array file"
+    if dtype.hasobject or dtype.names is not None or dtype.subdtype is not None or dtype.kind not in "biufcUS":
+        return f"holds an array of {dtype}, not of numbers or text"
+    if math.prod(shape) * dtype.itemsize != len(data) - stream.tell():
+        return "holds fewer or more bytes than its header says"
+    return ""
 
 
 def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
     outputs = _Outputs(folder)
     try:
-        raw = outputs.read(wire.output_name(gid))
+        data = outputs.load_json(wire.output_name(gid))
     except FileNotFoundError:
         return Verdict(gid, False, ended or "the audited code ended before this exercise (crashed or exited)")
-    except OSError as exc:  # a link, a FIFO, a folder, too large: never followed, never waited on
+    except OSError as exc:  # a link, a FIFO, a folder, too large or nested: never followed, never waited on
         return Verdict(gid, False, f"unreadable output: {exc}")
+    except ValueError:  # not JSON: also a write cut short by a crash
+        return Verdict(gid, False, ended or "the audited code ended before this exercise (crashed or exited)")
     try:
-        data = json.loads(raw.decode("utf-8"))
         results = data["outputs"]
     except (ValueError, KeyError, TypeError, RecursionError):  # also a write cut short by a crash
         return Verdict(gid, False, ended or "the audited code ended before this exercise (crashed or exited)")
@@ -274,12 +312,15 @@ def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -
 # --------------------------------------------------------------------------- review
 
 def review(submitted: Path, source: Path, assignment: str, scores: dict[str, float], *,
-           sandboxed: bool = True, settings=None) -> list[Flag]:
+           sandboxed: bool = True, settings=None,
+           bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
     """Flags for one submission: scanner findings, and every exercise whose autograded score
-    (``scores``: grade_id -> points) gives points that the audit denies."""
-    flags = scan(submitted, source)
+    (``scores``: grade_id -> points) gives points that the audit denies (the notebook read
+    within ``bounds``)."""
+    flags = scan(submitted, source, bounds)
     blocks = Path(source).with_name(building_blocks.FILE_NAME)
-    for verdict in audit(submitted, assignment, sandboxed=sandboxed, settings=settings, blocks=blocks):
+    for verdict in audit(submitted, assignment, sandboxed=sandboxed, settings=settings, blocks=blocks,
+                         bounds=bounds):
         if not verdict.agrees and scores.get(verdict.grade_id, 0) > 0:
             flags.append(Flag(verdict.grade_id, f"audit disagrees with the autograded score: {verdict.reason}"))
     return flags

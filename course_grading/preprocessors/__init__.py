@@ -4,15 +4,17 @@
 
 Autograding: ``RefuseLinks`` first among the sanitizing steps, ``LimitedExecute`` (in place of
 nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenOutputs`` and ``ScrubHiddenTracebacks`` before nbgrader's
-``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``).
+``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``). ``SanitizeNotebook`` last among the
+autograding steps, in feedback, and in every HTMLExporter (the Formgrader's pages).
 """
 from .hidden_outputs import HideHiddenOutputs
 from .limited_execute import LimitedExecute
 from .refuse_links import LinkedSubmission, RefuseLinks
 from .require_setup import RequireSetup, SetupCellFailed
+from .sanitize import SanitizeNotebook
 from .scrub_hidden_tracebacks import ScrubHiddenTracebacks
 
-FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs]
+FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs, SanitizeNotebook]
 
 __all__ = ["FEEDBACK_PREPROCESSORS", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
-           "RefuseLinks", "RequireSetup", "ScrubHiddenTracebacks", "SetupCellFailed"]
+           "RefuseLinks", "RequireSetup", "SanitizeNotebook", "ScrubHiddenTracebacks", "SetupCellFailed"]

@@ -1,36 +1,51 @@
 """``LimitedExecute``: nbgrader's Execute with the output, the time and the reach of each
-submission bounded, and the hidden tests of each cell run apart from its visible tests.
+submission bounded, and the hidden tests of the notebook run after all its cells.
 
-* **Output.** Every output message the kernel sends is counted at its full size (data,
-  metadata, text, ename, evalue, traceback, display updates once per output they update, widget
-  messages), per cell (``max_output_bytes``) and per notebook (``max_notebook_output_bytes``).
-  Nothing is given back: clearing the output does not let a cell produce more. Past a limit,
-  output is dropped with one notice; what decides a score is never dropped: an error is kept
-  (cut short), stderr leaves a stderr notice, a result a stub.
+* **Output.** Every message the kernel sends is weighed by the bytes it arrived as (header,
+  metadata, content, buffers: data, transient fields and containers included), before it is
+  deserialised (``WeighingChannel``). An output counts that weight per cell
+  (``max_output_bytes``) and per notebook (``max_notebook_output_bytes``); display updates count
+  once per output they update, widget messages count too. Nothing is given back: clearing the
+  output does not let a cell produce more. Past a limit, output is dropped with one notice in
+  the cell (the instructor sees it in the graded notebook; the grader's log says so); what
+  decides a score is never dropped: an error is kept (cut short), stderr leaves a stderr notice,
+  a result a stub. A message over what its cell may still produce is read into Python objects
+  only if it holds few values (``READ_VALUES``): else it is replaced by a stub of its kind
+  without being read (an error stays an error, a stream counts as stderr, a reply as an error),
+  and so is any message nested deeper than ``MAX_DEPTH`` levels.
 * **Memory.** The grader's connection to the kernel takes messages of at most
   ``max_message_bytes`` and holds at most ``queued_messages`` waiting, so a kernel that writes
   without end cannot fill the grader's memory. A message dropped for its size leaves its cell's
   output incomplete: the submission then fails (``OutputLost``), it is not scored on part of it.
-* **Time.** Besides nbgrader's per-cell ``Execute.timeout``, a notebook has
-  ``max_total_seconds`` from its first cell on: a cell still running when they are spent is
-  interrupted, and the cells after it are not run; each gets an error output saying so (a
-  grade cell thus scores 0, with that message).
-* **Hidden tests.** A cell holding a hidden-test region runs in two requests: its visible part,
-  then, only if that part raised nothing, the rest from the hidden-test delimiter on. Between
-  them the grader itself puts a marker output (``HIDDEN_MIME``): the kernel cannot move output
-  of the hidden part before it (nbclient files output by the request it answers), clearing the
-  output keeps it, and display updates reach only outputs of the running request. A cell
-  whose parts cannot be run apart runs whole, with the marker first. Feedback drops everything
-  from the first marker of a cell on (``HideHiddenOutputs``); a forged marker only drops more.
+* **Time.** A notebook has ``max_total_seconds`` from its first cell on, hidden tests included;
+  each request runs for at most ``Execute.timeout`` or what is left of that budget, whichever is
+  less. A cell still running when the budget is spent is interrupted (a kernel that does not
+  stop is given ``BUDGET_GRACE`` seconds, then left behind), and what has not run then does not
+  run: each such cell gets an error output saying so (``TimeBudgetSpent``), so a grade cell
+  scores 0, with that message.
+* **Hidden tests.** A cell holding a hidden-test region runs its visible part in place; the
+  hidden part, from the hidden-test delimiter on, runs only after every cell of the notebook has
+  run, in the cells' order, each as a request of its own, its output attached to its cell after
+  a marker output that the grader itself puts there (``HIDDEN_MIME``). So nothing a cell of the
+  student prints can depend on what the hidden tests passed the student's code: no cell of
+  theirs runs after a hidden input was seen. The hidden part of a cell whose visible part raised
+  does not run. The kernel cannot move output of a hidden part before the marker (nbclient
+  files output by the request it answers), clearing the output keeps the marker, and display
+  updates reach only outputs of the running request. A cell whose parts cannot be run apart
+  runs whole at the end, all of its output after the marker. Feedback drops everything from the
+  first marker of a cell on (``HideHiddenOutputs``); a forged marker only drops more.
 * **Errors and stderr survive clearing**, so that a cleared output cannot turn a failing cell
   into a passing one; and a grade cell that raised keeps no result output (nbgrader would give
   it the points a result sent before the error claims).
 """
 from __future__ import annotations
 
-import math
+import re
+from hmac import compare_digest
 from time import monotonic
 
+from jupyter_client.channels import AsyncZMQSocketChannel
+from jupyter_client.session import extract_dates
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError
 from nbformat.v4 import new_output
@@ -44,10 +59,19 @@ HIDDEN_MIME = "application/vnd.course.hidden-tests+json"
 HIDDEN_TEXT = "[course: the hidden tests ran from here on]"
 NOT_RUN_TEXT = "[course: the hidden tests did not run]"
 BUDGET_ENAME = "TimeBudgetSpent"
+MAX_SPLIT_SOURCE = 64 * 2**10  # characters of a test cell parsed to run its hidden part apart
+UNREAD_ENAME = "OutputUnreadable"
 _NOTICE_START = "\n[course: output dropped"
 _COUNTED = {"stream", "display_data", "execute_result", "error", "update_display_data",
             "comm_open", "comm_msg"}
 _KEPT_ON_CLEAR = ("error",)
+
+HEADER_BYTES = 65_536   # a message's header and parent header, each (a kernel's are ~300 bytes)
+MAX_DEPTH = 100         # containers nested in a message's metadata or content, at most
+READ_VALUES = 10_000    # values a message over its cell's allowance may hold and still be read
+BUDGET_GRACE = 1        # seconds a kernel interrupted at the end of the time budget has to stop
+WEIGHT = "course_wire_bytes"   # the bytes a message arrived as (a key of the message dict)
+UNREAD = "course_unread"       # why a message was replaced by a stub without being read
 
 
 class OutputLost(Exception):
@@ -66,33 +90,151 @@ def is_hidden_marker(output) -> bool:
 
 
 def message_size(msg: dict) -> int:
-    """The size of a kernel message's content and binary buffers: the length of every key,
-    string and number in it (however deeply nested; nothing is copied)."""
+    """The size of a kernel message's content and binary buffers, for a message that did not come
+    through a ``WeighingChannel``: every key, string and number, and two bytes per container
+    (however deeply nested; nothing is copied)."""
     size, stack = 0, [msg.get("content", {}), list(msg.get("buffers") or [])]
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
+            size += 2
             stack.extend(value.keys())
             stack.extend(value.values())
         elif isinstance(value, (list, tuple)):
+            size += 2
             stack.extend(value)
         elif isinstance(value, (str, bytes, bytearray, memoryview)):
-            size += len(value)
+            size += len(value) + 2
         else:
             size += 8
     return size
 
 
+# --------------------------------------------------------------------------- weighing messages
+
+_STRUCTURE = re.compile(rb'["\[\]{},]')
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+
+
+def json_shape(data: bytes, max_values: int | None = None, max_depth: int = MAX_DEPTH):
+    """(values, depth) of the JSON text ``data``, read without building it: containers, strings
+    and comma-separated items count as values. None as soon as there are more than
+    ``max_values`` values or deeper nesting than ``max_depth``, or a string does not end."""
+    values = depth = deepest = pos = 0
+    find, string = _STRUCTURE.search, _STRING.match
+    while (found := find(data, pos)) is not None:
+        char = data[found.start()]
+        if char == 0x22:  # '"': skip the whole string
+            whole = string(data, found.start())
+            if whole is None:
+                return None
+            pos = whole.end()
+            values += 1
+        else:
+            pos = found.end()
+            if char in b"[{":
+                depth += 1
+                values += 1
+                deepest = max(deepest, depth)
+                if depth > max_depth:
+                    return None
+            elif char in b"]}":
+                depth -= 1
+            else:  # a comma
+                values += 1
+        if max_values is not None and values > max_values:
+            return None
+    return values, deepest
+
+
+def _dropped() -> dict:
+    """A message that belongs to no request (nbclient passes over it)."""
+    return {"header": {"msg_id": "", "msg_type": "course_dropped"}, "msg_id": "",
+            "msg_type": "course_dropped", "parent_header": {}, "metadata": {}, "content": {},
+            "buffers": [], WEIGHT: 0}
+
+
+def _stub_content(msg_type: str, reason: str) -> dict | None:
+    """What stands for a message of ``msg_type`` that was not read (None: nothing does)."""
+    error = {"ename": UNREAD_ENAME, "evalue": reason, "traceback": [f"{UNREAD_ENAME}: {reason}"]}
+    return {
+        # only forged messages are unreadable; whether it was stdout or stderr is unknown,
+        # so it counts as stderr (nbgrader scores a grade cell with stderr 0)
+        "stream": {"name": "stderr", "text": ""},
+        "error": error,
+        "execute_result": {"execution_count": None, "metadata": {},
+                           "data": {"text/plain": f"[course: {reason}]"}},
+        "display_data": {"data": {}, "metadata": {}, "transient": {}},
+        "update_display_data": {"data": {}, "metadata": {}, "transient": {}},
+        "comm_open": {}, "comm_msg": {},
+        "execute_input": {},
+        "execute_reply": {"status": "error", "execution_count": None, **error},
+    }.get(msg_type)
+
+
+def read_message(session, frames: list, allowance) -> dict:
+    """The message of ``frames`` (a kernel message after its identities), weighed before it is
+    read: ``allowance(msg_type)`` says how many bytes it may weigh and still be read whatever
+    it holds; heavier, it is read only if it holds at most READ_VALUES values. Deeper nesting
+    than MAX_DEPTH, or too many values, and it is replaced by a stub of its kind (``UNREAD``
+    says why); a message whose header cannot be read belongs to no request."""
+    if len(frames) < 5 or any(len(f) > HEADER_BYTES or json_shape(f, HEADER_BYTES) is None for f in frames[1:3]):
+        return _dropped()
+    if session.auth is not None and not compare_digest(bytes(frames[0]), session.sign(frames[1:5])):
+        return _dropped()
+    try:
+        header, parent = session.unpack(frames[1]), session.unpack(frames[2])
+    except (ValueError, TypeError, RecursionError):
+        return _dropped()
+    if not (isinstance(header, dict) and isinstance(parent, dict) and isinstance(header.get("msg_type"), str)):
+        return _dropped()
+    msg_type, weight = header["msg_type"], sum(len(f) for f in frames[1:])
+    limit = None if weight <= allowance(msg_type) else READ_VALUES
+    if all(json_shape(f, limit) is not None for f in frames[3:5]):
+        try:
+            msg = session.deserialize(frames)
+        except (ValueError, TypeError, RecursionError):
+            msg = None
+        if msg is not None and isinstance(msg.get("content"), dict) and isinstance(msg.get("metadata"), dict):
+            msg[WEIGHT] = weight
+            return msg
+        reason = f"a message of {weight} bytes that could not be read"
+    elif limit is None:
+        reason = f"a message of {weight} bytes nested deeper than {MAX_DEPTH} levels"
+    else:
+        reason = (f"a message of {weight} bytes, over what this cell may still produce and too "
+                  f"large to read (over {READ_VALUES} values or {MAX_DEPTH} levels deep)")
+    content = _stub_content(msg_type, reason)
+    if content is None:
+        return _dropped()
+    header, parent = extract_dates(header), extract_dates(parent)
+    return {"header": header, "msg_id": header.get("msg_id"), "msg_type": msg_type,
+            "parent_header": parent, "metadata": {}, "content": content, "buffers": [],
+            WEIGHT: weight, UNREAD: reason}
+
+
+class WeighingChannel(AsyncZMQSocketChannel):
+    """jupyter_client's channel, reading each message through ``read_message`` (weighed by
+    the bytes it arrived as before it is deserialised); ``allowance`` is set on a subclass."""
+
+    allowance = None
+
+    async def _recv(self, **kwargs):
+        frames = await self.socket.recv_multipart(**kwargs)
+        _, frames = self.session.feed_identities(frames)
+        return read_message(self.session, frames, type(self).allowance)
+
+
 class LimitedExecute(Execute):
-    """nbgrader's Execute with bounded output and time, and hidden tests run apart (see the
-    module docstring)."""
+    """nbgrader's Execute with bounded output and time, and hidden tests run after every cell
+    (see the module docstring)."""
 
     max_output_bytes = Integer(1_000_000, help="output one cell may produce in all (bytes)").tag(config=True)
     max_notebook_output_bytes = Integer(
         10_000_000, help="output one notebook may produce in all (bytes)").tag(config=True)
     max_total_seconds = Integer(
-        180, help="seconds one notebook's cells may run in all (0: no limit); the per-cell limit "
-                  "is Execute.timeout").tag(config=True)
+        180, help="seconds one notebook's cells may run in all, hidden tests included (0: no "
+                  "limit); each request runs for at most Execute.timeout").tag(config=True)
 
     max_message_bytes = Integer(
         64_000_000, help="largest message taken from the kernel (bytes); a larger one is "
@@ -103,6 +245,7 @@ class LimitedExecute(Execute):
 
     _CELL_NOTICE = _NOTICE_START + ": this cell's output is over {} bytes]\n"
     _NOTEBOOK_NOTICE = _NOTICE_START + ": this notebook's output is over {} bytes]\n"
+    _UNREAD_NOTICE = _NOTICE_START + ": {}]\n"
 
     # --------------------------------------------------------------------------- per notebook
 
@@ -111,9 +254,11 @@ class LimitedExecute(Execute):
         self._used_notebook = 0
         self._noticed: set[tuple[int, str]] = set()
         self._deadline: float | None = None
+        self._cut = False             # the time budget ran out while a request ran
         self._part_start = 0          # first output index of the request now running
         self._prefix: list | None = None  # outputs to put back before the hidden part's own
         self._cell_index_now: int | None = None
+        self._deferred: list[tuple[int, str]] = []  # (cell index, hidden part) to run at the end
         self._markers = Markers.from_config(self.config)
         return super().preprocess(nb, resources, km)
 
@@ -132,12 +277,19 @@ class LimitedExecute(Execute):
 
     start_new_kernel = run_sync(async_start_new_kernel)
 
+    def preprocess_cell(self, cell, resources, index):
+        result = super().preprocess_cell(cell, resources, index)
+        if index == len(self.nb.cells) - 1:
+            run_sync(self._run_deferred)()
+        return result
+
     # --------------------------------------------------------------------------- the channels
 
     async def async_start_new_kernel_client(self):
         """nbclient's, with the client's sockets in a context of their own that takes messages
-        of at most ``max_message_bytes`` and holds at most ``queued_messages``: what waits for
-        the grader is bounded, however fast and however much the kernel writes."""
+        of at most ``max_message_bytes`` and holds at most ``queued_messages`` (what waits for
+        the grader is bounded, however fast and however much the kernel writes), and its
+        shell and IOPub channels weighing each message before reading it."""
         import zmq
         import zmq.asyncio
 
@@ -145,9 +297,10 @@ class LimitedExecute(Execute):
         context.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
         context.setsockopt(zmq.RCVHWM, self.queued_messages)
         make_client = self.km.client
+        channel = type("WeighingChannel", (WeighingChannel,), {"allowance": staticmethod(self._allowance)})
 
         def client(**kw):
-            kc = make_client(context=context, **kw)
+            kc = make_client(context=context, shell_channel_class=channel, iopub_channel_class=channel, **kw)
             kc._created_context = True  # destroyed with the client
             return kc
         self.km.client = client
@@ -158,6 +311,15 @@ class LimitedExecute(Execute):
 
     start_new_kernel_client = run_sync(async_start_new_kernel_client)
 
+    def _allowance(self, msg_type: str) -> int:
+        """Bytes a message of ``msg_type`` may weigh and be read whatever it holds: for output,
+        what the running cell and the notebook may still produce; for anything else (replies,
+        statuses), as much as one cell's output."""
+        if msg_type not in _COUNTED or self._cell_index_now is None:
+            return self.max_output_bytes
+        return max(0, min(self.max_output_bytes - self._used_cell.get(self._cell_index_now, 0),
+                          self.max_notebook_output_bytes - self._used_notebook))
+
     # --------------------------------------------------------------------------- time
 
     def _seconds_left(self) -> float | None:
@@ -165,17 +327,30 @@ class LimitedExecute(Execute):
             return None
         return self._deadline - monotonic()
 
+    def _spent(self, margin: float = 0.0) -> bool:
+        left = self._seconds_left()
+        return left is not None and left <= margin
+
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)
         left = self._seconds_left()
         if left is None:
             return timeout
-        left = max(1, math.ceil(left))
+        left = max(0.1, left)
         return left if timeout is None else min(timeout, left)
 
-    def _budget_message(self) -> str:
-        return (f"not run: the notebook's time budget of {self.max_total_seconds} s "
-                "(LimitedExecute.max_total_seconds) was spent before this cell")
+    async def _async_handle_timeout(self, timeout, cell=None):
+        if self._spent(margin=0.1):  # interrupted at the end of the budget (the poll may wake a
+            # millisecond early): a short wait for its output
+            self._cut = True
+            self.iopub_timeout = min(self.iopub_timeout, BUDGET_GRACE)
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def _budget_error(self, evalue: str) -> dict:
+        return new_output("error", ename=BUDGET_ENAME, evalue=evalue, traceback=[f"{BUDGET_ENAME}: {evalue}"])
+
+    def _budget_text(self) -> str:
+        return f"the notebook's time budget of {self.max_total_seconds} s (LimitedExecute.max_total_seconds)"
 
     # --------------------------------------------------------------------------- cells
 
@@ -184,11 +359,12 @@ class LimitedExecute(Execute):
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         if self._deadline is None and self.max_total_seconds > 0:
             self._deadline = monotonic() + self.max_total_seconds
-        left = self._seconds_left()
-        parts = split_hidden(cell.source, self._markers)
-        if left is not None and left <= 0:
-            cell.outputs = [new_output("error", ename=BUDGET_ENAME, evalue=self._budget_message(),
-                                       traceback=[f"{BUDGET_ENAME}: {self._budget_message()}"])]
+        # hidden tests are the instructor's, in grade cells (nbgrader restores their source):
+        # a student's own cell is never split (nor parsed here: IPython's transformer took
+        # seconds for a few hundred magics), it runs whole and feedback withholds its output
+        parts = split_hidden(cell.source, self._markers) if is_grade(cell) else None
+        if self._cut or self._spent():
+            cell.outputs = [self._budget_error(f"not run: {self._budget_text()} was spent before this cell")]
             cell.outputs += [hidden_marker(ran=False)] if parts is not None else []
             cell.execution_count = None
             self.nb["cells"][cell_index] = cell
@@ -196,58 +372,84 @@ class LimitedExecute(Execute):
         original = cell.source
         try:
             if parts is None:
-                await self._run(cell, cell_index, execution_count, store_history)
+                await self._request(cell, cell_index, original, execution_count, store_history)
+            elif parts[0] is None:  # cannot be run apart: whole, at the end
+                cell.outputs, cell.execution_count = [], None
+                self._deferred.append((cell_index, original))
             else:
-                await self._run_apart(cell, cell_index, parts, execution_count, store_history)
-        except CellTimeoutError as exc:
-            if "IOPub" not in str(exc):
-                raise
-            raise OutputLost(f"the output of cell {cell_index} did not arrive whole (a message over "
-                             f"{self.max_message_bytes} bytes, or output sent faster than it was read): "
-                             "its score cannot be computed") from None
+                visible, hidden = parts
+                await self._request(cell, cell_index, visible, execution_count, store_history)
+                if not any(o.get("output_type") == "error" for o in cell.outputs):
+                    self._deferred.append((cell_index, hidden))
         finally:
             cell.source = original
-        if parts is not None and not any(is_hidden_marker(o) for o in cell.outputs):
+        if parts is not None and not any(index == cell_index for index, _ in self._deferred):
             cell.outputs.append(hidden_marker(ran=False))
-        if is_grade(cell) and any(o.get("output_type") == "error" for o in cell.outputs):
-            # a cell that raised never displayed its last expression: a result before the
-            # error was sent by the code it ran, and nbgrader would score the cell by it
-            cell.outputs = [o for o in cell.outputs if o.get("output_type") != "execute_result"]
-        left = self._seconds_left()
-        if left is not None and left <= 0:  # interrupted because the budget ran out
-            for output in cell.outputs:
-                if output.get("output_type") == "error" and output.get("ename") == "CellTimeoutError":
-                    output["evalue"] = ("interrupted: the notebook's time budget of "
-                                        f"{self.max_total_seconds} s (LimitedExecute.max_total_seconds) was spent")
         return cell
 
     execute_cell = run_sync(async_execute_cell)
 
-    async def _run(self, cell, cell_index, execution_count, store_history, prefix=None):
-        """One request; ``prefix`` (outputs) is put before the outputs it produces."""
+    async def _run_deferred(self):
+        """The hidden parts, in the cells' order, each after its cell's output and a marker."""
+        deferred, self._deferred = self._deferred, []
+        for cell_index, hidden in deferred:
+            cell = self.nb.cells[cell_index]
+            if self._cut or self._spent():
+                cell.outputs.append(self._budget_error(
+                    f"the hidden tests did not run: {self._budget_text()} was spent before them"))
+                cell.outputs.append(hidden_marker(ran=False))
+                continue
+            original = cell.source
+            try:
+                await self._request(cell, cell_index, hidden, None, True, prefix=[*cell.outputs, hidden_marker()])
+            finally:
+                cell.source = original
+            if self._cut:  # say why where feedback shows it: before the marker
+                at = next(i for i, o in enumerate(cell.outputs) if is_hidden_marker(o))
+                cell.outputs.insert(at, self._budget_error(
+                    f"interrupted: {self._budget_text()} was spent while this cell's hidden tests ran"))
+                self._settle(cell)
+
+    async def _request(self, cell, cell_index, source, execution_count, store_history, prefix=None):
+        """One request running ``source`` for ``cell``; ``prefix`` (outputs) is put before the
+        outputs it produces."""
+        cell.source = source
         self._prefix = prefix
         self._part_start = len(prefix or [])
+        self._cell_index_now = cell_index
+        iopub_timeout = self.iopub_timeout
         try:
             await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except CellTimeoutError as exc:
+            if "IOPub" not in str(exc):
+                raise
+            if not self._cut:
+                raise OutputLost(f"the output of cell {cell_index} did not arrive whole (a message over "
+                                 f"{self.max_message_bytes} bytes, or output sent faster than it was read): "
+                                 "its score cannot be computed") from None
+            # interrupted at the end of the budget and still running: nothing runs after it
+            if not any(o.get("output_type") == "error" for o in cell.outputs):
+                cell.outputs.append(self._budget_error(""))
+            self.nb["cells"][cell_index] = cell
         finally:
+            self.iopub_timeout = iopub_timeout
             if self._prefix is not None:  # no message came at all
                 cell.outputs[:0] = self._prefix
                 self._prefix = None
+        self._settle(cell)
 
-    async def _run_apart(self, cell, cell_index, parts, execution_count, store_history):
-        visible, hidden = parts
-        if visible is None:  # cannot be run apart: whole, everything after the marker
-            await self._run(cell, cell_index, execution_count, store_history, prefix=[hidden_marker()])
-            return
-        cell.source = visible
-        await self._run(cell, cell_index, execution_count, store_history)
-        raised = any(o.get("output_type") == "error" for o in cell.outputs)
-        left = self._seconds_left()
-        if raised or (left is not None and left <= 0):
-            return
-        cell.source = hidden
-        await self._run(cell, cell_index, execution_count, store_history,
-                        prefix=[*cell.outputs, hidden_marker()])
+    def _settle(self, cell):
+        """After a request: a grade cell that raised keeps no result; an interruption at the end
+        of the budget says so."""
+        if is_grade(cell) and any(o.get("output_type") == "error" for o in cell.outputs):
+            # a cell that raised never displayed its last expression: a result before the
+            # error was sent by the code it ran, and nbgrader would score the cell by it
+            cell.outputs = [o for o in cell.outputs if o.get("output_type") != "execute_result"]
+        if self._cut:
+            for output in cell.outputs:
+                if output.get("output_type") == "error" and output.get("ename") in ("CellTimeoutError", BUDGET_ENAME) \
+                        and not output.get("evalue"):
+                    output["evalue"] = f"interrupted: {self._budget_text()} was spent"
 
     # --------------------------------------------------------------------------- messages
 
@@ -278,37 +480,42 @@ class LimitedExecute(Execute):
         msg_type = msg["msg_type"]
         if msg_type == "error":
             msg = _cut_error(msg)
-        size = message_size(msg)
+        size = msg[WEIGHT] if WEIGHT in msg else message_size(msg)
         display_id = ((msg.get("content") or {}).get("transient") or {}).get("display_id")
         if display_id and msg_type in ("display_data", "execute_result", "update_display_data"):
             targets = len(self._display_targets(display_id, cell_index))  # outputs it rewrites
             size *= targets + (msg_type != "update_display_data")
         cell_used = self._used_cell.get(cell_index, 0) + size
         notebook_used = self._used_notebook + size
-        if cell_used <= self.max_output_bytes and notebook_used <= self.max_notebook_output_bytes:
+        unread = msg.get(UNREAD)
+        if not unread and cell_used <= self.max_output_bytes and notebook_used <= self.max_notebook_output_bytes:
             self._used_cell[cell_index] = cell_used
             self._used_notebook = notebook_used
             return msg
-        which = "cell" if cell_used > self.max_output_bytes else "notebook"
-        self._notice(cell, cell_index, which)
+        which = "unread" if unread else "cell" if cell_used > self.max_output_bytes else "notebook"
+        self._notice(cell, cell_index, which, detail=unread)
         content = msg.get("content") or {}
         kinds = {o.get("output_type") for o in cell.outputs}
         if msg_type == "error":  # the first one is kept (cut short): it decides the score
             return msg if "error" not in kinds else None
         if msg_type == "stream" and content.get("name") == "stderr":
-            self._notice(cell, cell_index, which, stream="stderr")
+            self._notice(cell, cell_index, which, stream="stderr", detail=unread)
         elif msg_type == "execute_result" and "execute_result" not in kinds:  # a stub of the first
             return dict(msg, content={"execution_count": content.get("execution_count"), "metadata": {},
                                       "data": {"text/plain": str((content.get("data") or {}).get(
                                           "text/plain", ""))[:200]}})
         return None
 
-    def _notice(self, cell, cell_index, which, stream="stdout"):
+    def _notice(self, cell, cell_index, which, stream="stdout", detail=None):
         if (cell_index, stream) in self._noticed:
             return
         self._noticed.add((cell_index, stream))
-        limit = self.max_output_bytes if which == "cell" else self.max_notebook_output_bytes
-        text = (self._CELL_NOTICE if which == "cell" else self._NOTEBOOK_NOTICE).format(limit)
+        if which == "unread":
+            text = self._UNREAD_NOTICE.format(detail)
+        else:
+            limit = self.max_output_bytes if which == "cell" else self.max_notebook_output_bytes
+            text = (self._CELL_NOTICE if which == "cell" else self._NOTEBOOK_NOTICE).format(limit)
+        self.log.warning("cell %s: %s", cell_index, text.strip())
         cell.outputs.append(new_output("stream", name=stream, text=text))
 
     def _display_targets(self, display_id, cell_index) -> list[int]:
@@ -374,6 +581,10 @@ def split_hidden(source: str, markers: Markers = Markers()):
     expression from being displayed, as in one request) and the lines from it on, or (None,
     source) when they cannot be run apart (the delimiter is indented or inside an unfinished
     statement, a cell magic, a part that does not parse)."""
+    if markers.begin_hidden not in source:
+        return None
+    if len(source) > MAX_SPLIT_SOURCE:  # no test cell is that long: not parsed, run whole
+        return None, source
     lines = source.splitlines(keepends=True)
     at = next((i for i, line in enumerate(lines) if markers.begin_hidden in line), None)
     if at is None:
@@ -393,6 +604,6 @@ def _complete(code: str) -> bool:
 
     try:
         compile(TransformerManager().transform_cell(code), "<cell>", "exec")
-    except (SyntaxError, ValueError):
-        return False
+    except (SyntaxError, ValueError, RuntimeError, MemoryError):  # RuntimeError: recursion, or
+        return False  # IPython's "input transformation still changing after 500 iterations"
     return True

@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,7 @@ SECRET_MODULES = ("course_grading.reference", "course_grading.checks")
 SECRET_FOLDERS = tuple(GRADING_PACKAGE / m.rsplit(".", 1)[1] for m in SECRET_MODULES)
 EXEC = Path(__file__).resolve().with_name("exec_limited.py")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+GRADER_GROUP = "course-grader-"  # name prefix of a grading worker's memory cgroup (workers.py)
 NOBODY = 65534
 HIDDEN_MB = 1  # the empty tmpfs over a hidden folder (read-only once the mounts inside are made)
 IPC_MB = 1  # a single-use sandbox's socket folder
@@ -190,6 +192,8 @@ def _cgroup_base(controller: str) -> Path | None:
             _, controllers, path = line.split(":", 2)
             if controller in controllers.split(","):
                 base = CGROUP_ROOT / controller / path.lstrip("/")
+                if base.name.startswith(GRADER_GROUP):  # a grading worker's own memory bound:
+                    base = base.parent  # its sandboxes are bounded beside it, not within it
                 return base if os.access(base, os.W_OK) else None
     except OSError:
         return None
@@ -197,15 +201,21 @@ def _cgroup_base(controller: str) -> Path | None:
 
 
 class Cgroups:
-    """Per-sandbox cgroups (v1: pids, memory, cpu) under this process's own; empty if not allowed."""
+    """Per-sandbox cgroups (v1: pids, memory, cpu) under this process's own; empty if not allowed.
 
-    def __init__(self, limits: Settings):
+    ``files`` (instead of ``limits``) makes other groups: ``{controller: {file: value}}``
+    under ``prefix`` (a grading worker's own memory bound, ``workers``)."""
+
+    def __init__(self, limits: Settings | None = None, *, files: dict | None = None,
+                 prefix: str = "course-sandbox-"):
         self.paths: list[Path] = []
         self.memory = False
-        name = f"course-sandbox-{uuid.uuid4().hex[:12]}"
-        settings = {"pids": {"pids.max": str(limits.processes)},
-                    "memory": {"memory.limit_in_bytes": str(limits.memory_mb << 20)},
-                    "cpu": {}}
+        self.memory_path: Path | None = None
+        name = f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:12]}"  # whose: ``left_by``
+        settings = files if files is not None else {
+            "pids": {"pids.max": str(limits.processes)},
+            "memory": {"memory.limit_in_bytes": str(limits.memory_mb << 20)},
+            "cpu": {}}
         for controller, files in settings.items():
             base = _cgroup_base(controller)
             if base is None:
@@ -223,7 +233,32 @@ class Cgroups:
                     pass
                 continue
             self.paths.append(path)
-            self.memory = self.memory or controller == "memory"
+            if controller == "memory":
+                self.memory, self.memory_path = True, path
+
+    @classmethod
+    def left_by(cls, pid: int, prefix: str = "course-sandbox-") -> "Cgroups":
+        """The groups that process ``pid``, now ended, made and did not remove (a grading
+        worker killed with its sandboxes): call ``remove()`` on them."""
+        groups = cls(files={})
+        for controller in ("pids", "memory", "cpu"):
+            base = _cgroup_base(controller)
+            if base is not None:
+                groups.paths += sorted(base.glob(f"{prefix}{pid}-*"))
+        return groups
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer ended for going over the memory group's
+        limit (v1 ``memory.oom_control``; else whether the limit was ever hit, ``failcnt``)."""
+        if self.memory_path is None:
+            return 0
+        try:
+            for line in (self.memory_path / "memory.oom_control").read_text().splitlines():
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+            return int((self.memory_path / "memory.failcnt").read_text())
+        except (OSError, ValueError):
+            return 0
 
     def remove(self) -> None:
         """Kill what is left in the groups, then remove them."""
@@ -245,7 +280,7 @@ class Cgroups:
                 except OSError:
                     import time
                     time.sleep(0.05)
-        self.paths = []
+        self.paths, self.memory_path = [], None
 
 
 def _environment(home: str) -> dict[str, str]:
@@ -262,7 +297,9 @@ def wrap(command: list[str], settings: Settings, base: Path, *, single: bool = F
     cgroups (call ``remove()`` on them when the process has ended)."""
     groups = Cgroups(settings)
     rlimits = {"RLIMIT_CPU": cpu_seconds or settings.cpu_seconds, "RLIMIT_FSIZE": settings.file_mb << 20,
-               "RLIMIT_NOFILE": settings.open_files, "RLIMIT_CORE": 0}
+               "RLIMIT_NOFILE": settings.open_files, "RLIMIT_CORE": 0,
+               # as high as allowed: a grading worker's own bound (workers.py) is not the sandbox's
+               "RLIMIT_DATA": resource.getrlimit(resource.RLIMIT_DATA)[1]}
     if not groups.memory:
         rlimits["RLIMIT_AS"] = (settings.memory_mb + 2048) << 20  # address space > resident memory
     spec = {"rlimits": rlimits, "cgroups": [str(p) for p in groups.paths],

@@ -10,6 +10,7 @@
                                    # $HOME and the working folder
     c.Sandbox.hidden_folders = ["/srv/other-course"]   # hidden from every sandboxed process,
                                    # besides the course folders (below)
+    c.Sandbox.grader_memory_mb = 1024  # each grading worker's own memory (not its kernels')
 
 The course folders every sandboxed process finds empty: the course root (gradebook,
 ``submitted/``, ``autograded/``, ``feedback/``, ``solutions/``), every other folder the
@@ -57,6 +58,15 @@ class Sandbox(Configurable):
     hidden_folders = List(Unicode(), help="More folders every sandboxed process finds empty, "
                                           "besides the course folders the configuration "
                                           "names.").tag(config=True)
+    grader_memory_mb = Integer(1024, min=0, help="Memory of each grading worker process itself "
+                                                 "(nbgrader reading and writing the notebook, the "
+                                                 "scanner, the audit's comparisons; its kernels "
+                                                 "have memory_mb), MB: a memory cgroup of its own "
+                                                 "where the machine allows, else a watch of its "
+                                                 "resident memory. A worker over it is killed and "
+                                                 "the submission it graded is an error row, "
+                                                 "flagged. Unsandboxed kernels (--no-sandbox) "
+                                                 "count in it too. 0: no bound.").tag(config=True)
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,7 @@ class Settings:
     open_files: int = 1024
     tmpfs_mb: int = 256
     warm: bool = True
+    grader_memory_mb: int = 1024
 
     @classmethod
     def from_config(cls, config: Config | None, hidden=None) -> "Settings":
