@@ -191,6 +191,26 @@ def test_markdown_that_nbconvert_cannot_render_is_shown_as_text():
     assert "<img" not in out and "&lt;img" in out
 
 
+def test_markdown_rendered_per_notebook_is_bounded():
+    """Past max_rendered_chars of a notebook's markdown, cells are shown as their escaped text
+    (nbconvert's renderer is too slow to run on whatever length a submission holds); the
+    course's own cells, judged before, are kept as written."""
+    course_cell = "A *course* cell with $x^2$."
+    SanitizeNotebook().sanitize_markdown(course_cell)  # judged once, as the release's cells are
+    hostile = "*a* <img src=x onerror=alert(1)> " * 3000  # about 100,000 characters
+    nb = nbformat.v4.new_notebook(cells=[new_markdown_cell(course_cell)]
+                                  + [new_markdown_cell(f"{i} {hostile}") for i in range(3)])
+    start = time.perf_counter()
+    out, _ = SanitizeNotebook(max_rendered_chars=150_000).preprocess(nb, {})
+    assert time.perf_counter() - start < 60  # a bound that only a blow-up breaks
+    assert out.cells[0].source == course_cell
+    first, *rest = (c.source for c in out.cells[1:])
+    assert "<em>" in first and "onerror" not in first  # rendered, then cleaned
+    for source in rest:  # over the budget: text, escaped, never markup
+        assert source.startswith('<div class="course-sanitized"><pre>') and "<img" not in source
+        assert "&lt;img src=x onerror=alert(1)&gt;" in source
+
+
 def test_formgrader_exporter_sanitizes_an_unsanitized_notebook(tmp_path):
     """Defence in depth: the Formgrader's exporter (its formgrade template, which puts
     markdown into the page uncleaned), configured by nbgrader_config.py, renders a notebook

@@ -33,7 +33,7 @@ from bs4 import BeautifulSoup, NavigableString, Tag
 from markupsafe import escape
 from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors.sanitize import SanitizeHTML
-from traitlets import Any, Bool, List, Set, Unicode
+from traitlets import Any, Bool, Integer, List, Set, Unicode
 
 from .. import untrusted
 from ..cells import text
@@ -61,6 +61,7 @@ SAFE_OUTPUT_KEYS = {"text/plain", "text/latex", "image/png", "image/jpeg", HIDDE
 SAFE_ATTACHMENTS = {"image/png", "image/jpeg", "image/gif"}
 OUTPUT_TYPES = {"stream", "error", "display_data", "execute_result"}
 _SEEN: dict = {}  # (markdown, settings) -> what sanitize_markdown made of it
+SEEN_LENGTH = 65_536  # longer markdown is not kept in _SEEN (the course's cells are far shorter)
 
 
 class SanitizeNotebook(SanitizeHTML):
@@ -75,8 +76,14 @@ class SanitizeNotebook(SanitizeHTML):
                            help="Output types kept as they are")
     sanitized_output_types = Set(default_value={"text/html", "text/markdown"}, config=True,
                                  help="Output types kept after cleaning")
+    max_rendered_chars = Integer(
+        500_000, min=0, config=True,
+        help="Characters of markdown rendered per notebook (nbconvert's renderer costs about "
+             "10 microseconds a character): past them, a markdown cell or output is shown as its "
+             "text, escaped. The course's own cells, judged once per process, do not count.")
 
     def preprocess(self, nb, resources):
+        self._rendering_left = self.max_rendered_chars
         nb.metadata.pop("widgets", None)
         for index, cell in enumerate(nb.cells):
             nb.cells[index], resources = self.preprocess_cell(cell, resources, index)
@@ -139,22 +146,27 @@ class SanitizeNotebook(SanitizeHTML):
         """``source`` when nbconvert renders it to HTML that bleach leaves as it is, else that
         HTML cleaned, as one HTML block of markdown (rendered as it is, math included); markdown
         that nbconvert cannot render at all becomes its text, escaped."""
-        if attachments:
-            return self._sanitize_markdown(source, attachments)
         # the course's prose is the same in every submission: judged once per process
         key = (source, repr((self.tags, self.attributes, self.styles, self.protocols,
                              self.strip, self.strip_comments)))
-        if key not in _SEEN:
+        if not attachments and key in _SEEN:
+            return _SEEN[key]
+        left = getattr(self, "_rendering_left", self.max_rendered_chars)
+        if len(source) > left:  # rendering is not linear enough to do for any length
+            return _as_text(source)
+        self._rendering_left = left - len(source)
+        made = self._sanitize_markdown(source, attachments)
+        if not attachments and len(source) <= SEEN_LENGTH:
             if len(_SEEN) >= 4096:
                 _SEEN.clear()
-            _SEEN[key] = self._sanitize_markdown(source, None)
-        return _SEEN[key]
+            _SEEN[key] = made
+        return made
 
     def _sanitize_markdown(self, source: str, attachments) -> str:
         try:
             html = render_markdown(source, attachments)
         except Exception:  # noqa: BLE001 - a broken cell is shown as text, never as markup
-            return _block("<pre>" + str(escape(source)) + "</pre>")
+            return _as_text(source)
         clean = self.sanitize_html_tags(html)
         if same_markup(html, clean):
             return source
@@ -165,6 +177,11 @@ def render_markdown(source: str, attachments=None) -> str:
     """Markdown to HTML as nbconvert's templates render it (``markdown2html``)."""
     renderer = IPythonRenderer(escape=False, attachments=dict(attachments or {}))
     return MarkdownWithMath(renderer=renderer).render(source)
+
+
+def _as_text(source: str) -> str:
+    """Markdown shown as its text, escaped: inert, and linear in its length."""
+    return _block("<pre>" + str(escape(source)) + "</pre>")
 
 
 def _block(html: str) -> str:
