@@ -29,6 +29,7 @@ from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_director
                              generate, gradebook, run_converter, select_assignments, short,
                              source_assignments)
 from . import untrusted, workers
+from .preprocessors.limited_execute import UNREAD_MESSAGES
 from .red_flags import Flag, scan
 from .results import SubmissionResult, exercise_results
 from .sandbox import bubblewrap, installed, warm
@@ -36,6 +37,7 @@ from .sandbox.settings import Settings, course_settings
 
 LOCK_RETRIES = 5
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
+OUTPUT_FLAG = "outputs"  # Flag.where of kernel messages built to cost the grader (LimitedExecute)
 INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
               f". _ - @, at most {untrusted.MAX_NAME} characters): not graded")
 WORKER_FLAG = "grader"  # Flag.where of a submission whose grading worker died
@@ -308,7 +310,10 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
                                      _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
                                      bounds)
             coursedir.submitted_directory = stage
+            UNREAD_MESSAGES.clear()
             result = _autograde(coursedir, student, assignment)
+            flags += [Flag(OUTPUT_FLAG, f"output the grader would not read ({why})")
+                      for why in UNREAD_MESSAGES]
         except SubmissionRefused as exc:
             flags = exc.flags
             result = SubmissionResult(student, assignment, error=str(exc))

@@ -260,6 +260,12 @@ CATALOGUE = {
         "from IPython.display import display, update_display\n"
         "for _ in range(100):\n    display('x', display_id='flood')\n"
         "for _ in range(100):\n    update_display('y' * 100_000, display_id='flood')\n")}, "full"),
+    # displays whose metadata holds millions of empty lists (24 MB on the wire, 37 bytes by their
+    # envelope): weighed as they arrive, never read, the notebook stays small, the grader flags it
+    "display_metadata_bomb": ({"one_hot": CORRECT_ONE_HOT + (
+        "from IPython.display import display\n"
+        "for _ in range(2):\n    display({'text/plain': 'x'}, metadata={'m': [[]] * 4_000_000}, raw=True)\n")},
+        "full+flag"),
     "huge_exception": ({"one_hot": "def one_hot(ids, vocab_size):\n"
                         "    raise type('E' * 3_000_000, (Exception,), {})('v' * 3_000_000)\n"}, "zero:test_one_hot"),
     # hidden inputs and hidden check source printed into the student's own feedback
@@ -587,7 +593,7 @@ def test_catalogue_in_one_run(graded):
     assert facts["received"] == []
     assert facts["checks_file"].read_bytes() == facts["checks_before"]
     assert not (Path.home() / ".ipython" / "profile_default" / "startup" / "00-course-adversarial.py").exists()
-    for kind in ("correct_huge_output", "display_update_flood", "huge_exception"):
+    for kind in ("correct_huge_output", "display_update_flood", "huge_exception", "display_metadata_bomb"):
         autograded = course / "autograded" / kind / A / f"{A}.ipynb"
         assert autograded.stat().st_size < 3_000_000, kind
 
@@ -607,6 +613,8 @@ def test_catalogue_in_one_run(graded):
     assert any(("unreadable output" in f.reason and "named pipe" in f.reason)
                or "the audited code ended before this exercise" in f.reason
                for f in results["audit_output_fifo"].flags), outcomes["audit_output_fifo"]
+    assert any(f.where == "outputs" and "output the grader would not read" in f.reason
+               for f in results["display_metadata_bomb"].flags), results["display_metadata_bomb"].flags
     assert any("course_utils would be imported instead of the module 'course_utils': left out" in f.reason
                for f in results["shadows_course_utils"].flags), outcomes["shadows_course_utils"]
     assert not (course / "autograded" / "shadows_course_utils" / A / "course_utils").exists()

@@ -72,6 +72,10 @@ READ_VALUES = 10_000    # values a message over its cell's allowance may hold an
 BUDGET_GRACE = 1        # seconds a kernel interrupted at the end of the time budget has to stop
 WEIGHT = "course_wire_bytes"   # the bytes a message arrived as (a key of the message dict)
 UNREAD = "course_unread"       # why a message was replaced by a stub without being read
+# What the kernel sent that was never read (UNREAD), "cell N: why", for the grader of this
+# process to flag: kept here, in the grader's memory, where nothing the student wrote can add
+# to it or take from it (a notice in the notebook could be forged or printed over).
+UNREAD_MESSAGES: list[str] = []
 
 
 class OutputLost(Exception):
@@ -516,6 +520,8 @@ class LimitedExecute(Execute):
             limit = self.max_output_bytes if which == "cell" else self.max_notebook_output_bytes
             text = (self._CELL_NOTICE if which == "cell" else self._NOTEBOOK_NOTICE).format(limit)
         self.log.warning("cell %s: %s", cell_index, text.strip())
+        if which == "unread" and len(UNREAD_MESSAGES) < 100:
+            UNREAD_MESSAGES.append(f"cell {cell_index}: {detail}")
         cell.outputs.append(new_output("stream", name=stream, text=text))
 
     def _display_targets(self, display_id, cell_index) -> list[int]:
