@@ -6,10 +6,12 @@ in CI, where a missing browser is a failure.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -60,6 +62,32 @@ def api(url: str, token: str | None = None, method: str = "GET", body=None, time
     with urllib.request.urlopen(request, timeout=timeout) as r:
         text = r.read()
     return json.loads(text) if text.strip() else None
+
+
+@contextlib.contextmanager
+def jupyter_server(cmd: list[str], log_path: Path, token: str, port: int, **popen):
+    """Start the Jupyter server ``cmd`` (listening on 127.0.0.1:``port``, its output in
+    ``log_path``), wait until its API answers, yield its base URL; stop it afterwards."""
+    log = open(log_path, "w")  # read it when a test fails
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **popen)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):
+            try:
+                api(f"{base}/api/status", token, timeout=20)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail(f"the Jupyter server did not start within 60 s: see {log_path}")
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
 
 
 def wait_for_one_idle_kernel(server: str, token: str, timeout: float = 60) -> None:

@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from jupyter_browser import (ALL_CELLS_RAN, CHROMIUM, FLAGS, ROOT, api, filled_in, free_port,
-                             require_browser, shut_down_kernels, wait_for_one_idle_kernel)
+from jupyter_browser import (ALL_CELLS_RAN, CHROMIUM, FLAGS, ROOT, filled_in, free_port,
+                             jupyter_server, require_browser, shut_down_kernels,
+                             wait_for_one_idle_kernel)
 
 NOTEBOOKS = sorted(p.parent.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 VIEWPORT = {"width": 1280, "height": 900}
@@ -90,26 +89,8 @@ def lab(tmp_path_factory):
     # for two shared cores make 07's training loop take minutes instead of seconds
     env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline",
            "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"), "OMP_NUM_THREADS": "1"}
-    log = open(work / "jupyterlab.log", "w")  # read it when a test here fails
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                api(f"{base}/api/status", token, timeout=20)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("JupyterLab did not start within 60 s")
+    with jupyter_server(cmd, work / "jupyterlab.log", token, port, env=env) as base:
         yield base, token
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def _run_all(page, base: str, token: str, workspace: str, notebook: str) -> None:

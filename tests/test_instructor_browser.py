@@ -36,7 +36,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
-from jupyter_browser import CHROMIUM, FLAGS, ROOT, api, filled_in, free_port, require_browser
+from jupyter_browser import (CHROMIUM, FLAGS, ROOT, filled_in, free_port, jupyter_server,
+                             require_browser)
 from course_grading import untrusted
 from course_grading.instructor_server import handler_hashes, nonce_scripts
 from course_grading.preprocessors import SanitizeNotebook
@@ -453,30 +454,11 @@ def formgrader(graded):
         c.ServerApp.jpserver_extensions = {"course_grading.instructor_server": True}
         """))
     port, token = free_port(), "instructor-test-token"
-    log = open(top / "jupyter.log", "w")
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}",
-                             "--ip=127.0.0.1", f"--IdentityProvider.token={token}",
-                             f"--ServerApp.root_dir={course}", "--allow-root"],
-                            cwd=course, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(120):
-            try:
-                api(f"{base}/api/status", token, timeout=20)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"the Jupyter server did not start: see {top / 'jupyter.log'}")
+    cmd = [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={course}", "--allow-root"]
+    with jupyter_server(cmd, top / "jupyter.log", token, port, cwd=course, env=env) as base:
         yield base, token
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.mark.slow
