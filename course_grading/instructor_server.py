@@ -106,6 +106,7 @@ class _Formgrader:
     """What the extension knows of the Formgrader: its templates and its URL."""
     template_path: Path | None = None
     hashes: list[str] = []
+    installed = False
 
 
 class NonceScripts(Extension):
@@ -137,7 +138,8 @@ def policy(nonce: str, origin: str, base_url: str) -> str:
             f"form-action 'self'")
 
 
-def _transform(base_url: str):
+def _transform(serverapp):
+    base_url = serverapp.web_app.settings["base_url"]
     prefix = base_url + "formgrader"
 
     class FormgraderPolicy(OutputTransform):
@@ -149,6 +151,8 @@ def _transform(base_url: str):
             super().__init__(request)
             self.nonce = ""
             if request.path == prefix or request.path.startswith(prefix + "/"):
+                if not _Formgrader.installed:  # the Formgrader loaded after this extension
+                    _install(serverapp, last_chance=True)
                 self.nonce = secrets.token_urlsafe(18)
                 self.origin = f"{request.protocol}://{request.host}"
                 # the handler runs in a task made from this context: its templates see it
@@ -162,14 +166,20 @@ def _transform(base_url: str):
     return FormgraderPolicy
 
 
-def _install(serverapp) -> None:
-    """Once every extension is loaded: the nonces into the Formgrader's two template
-    environments, MathJax from this server."""
+def _install(serverapp, last_chance: bool = False) -> None:
+    """Once every extension is loaded (or, where the Formgrader is loaded later, as under
+    JupyterHub's single-user server, before its first page is rendered): the nonces into the
+    Formgrader's two template environments, MathJax from this server. Until then its pages
+    run no script of their own either: the policy holds, the nonces are missing."""
+    if _Formgrader.installed:
+        return
     settings = serverapp.web_app.settings
     env, exporter = settings.get("nbgrader_jinja2_env"), settings.get("nbgrader_exporter")
     if env is None or exporter is None:
-        serverapp.log.warning("course_grading.instructor_server: no Formgrader on this server")
+        if last_chance:
+            serverapp.log.warning("course_grading.instructor_server: no Formgrader on this server")
         return
+    _Formgrader.installed = True
     from nbgrader.server_extensions.formgrader import handlers
 
     _Formgrader.template_path = Path(handlers.template_path).resolve()
@@ -186,5 +196,5 @@ def _jupyter_server_extension_points():
 
 
 def _load_jupyter_server_extension(serverapp):
-    serverapp.web_app.add_transform(_transform(serverapp.web_app.settings["base_url"]))
+    serverapp.web_app.add_transform(_transform(serverapp))
     serverapp.io_loop.add_callback(_install, serverapp)

@@ -64,6 +64,24 @@ def api(url: str, token: str | None = None, method: str = "GET", body=None, time
     return json.loads(text) if text.strip() else None
 
 
+def write_instructor_config(folder: Path, course: Path) -> None:
+    """The instructor's two Jupyter settings of README "Running a class", step 3, in ``folder``
+    (their ~/.jupyter): the Formgrader and `course` find ``course``; JupyterHub's framing rule
+    relaxed for the Formgrader tab; the Formgrader's Content-Security-Policy extension on."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "nbgrader_config.py").write_text(
+        "# The Formgrader finds the course wherever the instructor's server starts.\n"
+        "c = get_config()  # noqa: F821\n"
+        f"load_subconfig({str(course / 'nbgrader_config.py')!r})\n", encoding="utf-8")
+    (folder / "jupyter_server_config.py").write_text(
+        "c = get_config()  # noqa: F821\n"
+        "# JupyterHub forbids framing a user's pages (frame-ancestors 'none'); the Formgrader tab\n"
+        "# frames the instructor's own server\n"
+        "c.ServerApp.tornado_settings = {\"headers\": {\"Content-Security-Policy\": \"frame-ancestors 'self'\"}}\n"
+        "# the Formgrader's pages run no script but their own\n"
+        "c.ServerApp.jpserver_extensions = {\"course_grading.instructor_server\": True}\n", encoding="utf-8")
+
+
 @contextlib.contextmanager
 def jupyter_server(cmd: list[str], log_path: Path, token: str, port: int, **popen):
     """Start the Jupyter server ``cmd`` (listening on 127.0.0.1:``port``, its output in

@@ -50,7 +50,6 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import textwrap
 import threading
 import time
 import urllib.error
@@ -63,7 +62,8 @@ import pytest
 from jupyter_browser import (CHROMIUM, FLAGS, ROOT, api, as_typed, filled_in, free_port,
                              last_widget_with_picture, require_browser, require_or_skip,
                              run_all_cells, solution_cells, some_control_changes_the_picture,
-                             wait_for_one_idle_kernel, wait_until_all_cells_ran)
+                             wait_for_one_idle_kernel, wait_until_all_cells_ran,
+                             write_instructor_config)
 from unix_users import as_user, create_user, give, passable_world, remove_user, require_users
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -309,19 +309,7 @@ def hub(tmp_path_factory):
         with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
             config.write(f"\nc.Exchange.root = {str(exchange)!r}\n"
                          'c.LateSubmissionPlugin.penalty_method = "zero"\n')
-        jupyter_dir = homes / INSTRUCTOR / ".jupyter"
-        jupyter_dir.mkdir()
-        (jupyter_dir / "nbgrader_config.py").write_text(textwrap.dedent(f"""\
-            # The Formgrader finds the course wherever the instructor's server starts.
-            c = get_config()  # noqa: F821
-            load_subconfig({str(course / "nbgrader_config.py")!r})
-            """), encoding="utf-8")
-        # JupyterHub forbids framing a user's pages (frame-ancestors 'none'); the Formgrader tab
-        # frames the instructor's own server, so that server allows its own origin.
-        (jupyter_dir / "jupyter_server_config.py").write_text(textwrap.dedent("""\
-            c = get_config()  # noqa: F821
-            c.ServerApp.tornado_settings = {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
-            """), encoding="utf-8")
+        write_instructor_config(homes / INSTRUCTOR / ".jupyter", course)
         assert main(["--root", str(course), "build-student", str(top / "student-side")]) == 0
         student_python = student_environment(top / "student-side", top / "student-env")
         assert not _imports(student_python, "course_grading"), "the students can import the grading side"

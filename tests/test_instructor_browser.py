@@ -37,7 +37,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
 from jupyter_browser import (CHROMIUM, FLAGS, ROOT, filled_in, free_port, jupyter_server,
-                             require_browser)
+                             require_browser, write_instructor_config)
 from course_grading import untrusted
 from course_grading.instructor_server import handler_hashes, nonce_scripts
 from course_grading.preprocessors import SanitizeNotebook
@@ -443,16 +443,7 @@ def formgrader(graded):
     require_browser()
     course, _, top = graded
     config = top / "jupyter-config"
-    config.mkdir()
-    (config / "nbgrader_config.py").write_text(textwrap.dedent(f"""\
-        c = get_config()  # noqa: F821
-        load_subconfig({str(course / "nbgrader_config.py")!r})
-        """))
-    (config / "jupyter_server_config.py").write_text(textwrap.dedent("""\
-        c = get_config()  # noqa: F821
-        c.ServerApp.tornado_settings = {"headers": {"Content-Security-Policy": "frame-ancestors 'self'"}}
-        c.ServerApp.jpserver_extensions = {"course_grading.instructor_server": True}
-        """))
+    write_instructor_config(config, course)
     port, token = free_port(), "instructor-test-token"
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     cmd = [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
