@@ -1,7 +1,8 @@
 """Building blocks: the components of earlier notebooks that a later notebook builds on.
 
 Notebook 06 stacks its encoder on 04's ``MultiHeadAttention`` and 05's ``PositionalEncoding``;
-07 and 08 build on the encoder and the whole ``Transformer``. A learner's own earlier work may
+07 and 08 build on the encoder and the whole ``Transformer``; 09 builds its GPT from 04's
+attention, 06's ``LayerNorm`` and ``FeedForward``, and samples with 08's ``sample_next_token``. A learner's own earlier work may
 be unfinished or wrong, so each such assignment ships a module ``building_blocks.py`` beside
 its notebook holding the course's versions of those components, and the notebook imports them
 from there (``from building_blocks import MultiHeadAttention``).
@@ -59,6 +60,8 @@ COMPONENTS: dict[str, Component] = {
     "Decoder": Component("07_decoder", "decoder", ("DecoderLayer", "PositionalEncoding")),
     "Transformer": Component("07_decoder", "decoder", ("Encoder", "Decoder")),
     "make_padding_mask": Component("07_decoder", "decoder"),
+    "filter_logits": Component("08_generation", "generation"),
+    "sample_next_token": Component("08_generation", "generation", ("filter_logits",)),
 }
 
 # What each notebook imports from its building_blocks.py.
@@ -69,6 +72,8 @@ NEEDED: dict[str, tuple[str, ...]] = {
     "07_decoder": ("causal_mask", "MultiHeadAttention", "PositionalEncoding", "LayerNorm",
                    "FeedForward", "Encoder"),
     "08_generation": ("causal_mask", "make_padding_mask", "Transformer"),
+    "09_gpt": ("scaled_dot_product_attention", "split_heads", "merge_heads", "MultiHeadAttention",
+               "LayerNorm", "FeedForward", "sample_next_token"),
 }
 
 _HEADER = '''"""{intro}

@@ -27,6 +27,7 @@ EXERCISES = {
     "LayerNorm": 1, "FeedForward": 2, "EncoderLayer": 3, "Encoder": 4,
     "DecoderLayer": 1, "Decoder": 2, "make_padding_mask": 3, "Transformer": 4,
     "greedy_decode": 1, "sample_next_token": 2, "beam_search": 3,
+    "GPTBlock": 1, "GPT": 2, "generate": 3,
 }
 
 

@@ -1,4 +1,4 @@
-"""A real browser: JupyterLab in headless Chromium opens each of the eight student notebooks with
+"""A real browser: JupyterLab in headless Chromium opens each of the student notebooks with
 its exercises filled in with working code, runs it, and then:
 
 - every widget renders, and responds to one interaction (a slider moved with the keyboard, a
@@ -37,7 +37,7 @@ VIEWPORT = {"width": 1280, "height": 900}
 # how many widgets each notebook shows (training display included)
 WIDGETS = {"01_embeddings": 1, "02_cosine_similarity": 2, "03_attention": 1,
            "04_multi_head_attention": 1, "05_positional_encoding": 1, "06_encoder": 1,
-           "07_decoder": 1, "08_generation": 3}
+           "07_decoder": 1, "08_generation": 3, "09_gpt": 2}
 # static figures worth a screenshot: a piece of their cell's code -> file name
 FIGURES = {"01_embeddings": {"plot_word_projection(projection": "01_countries"},
            "05_positional_encoding": {"clear of the peaks": "05_similarity_legend"},
@@ -50,7 +50,8 @@ TYPED = {"01_embeddings": [(0, "words", "prince princess boy girl uncle aunt bro
          "02_cosine_similarity": [(1, "as c is to ?", "xyzzyq", "error")],
          "03_attention": [(0, "sentence", "we sat on the bank of the river zxqwv", "redraw")],
          "04_multi_head_attention": [(0, "sentence", "my dog did not eat because it was full",
-                                      "query it")]}
+                                      "query it")],
+         "09_gpt": [(0, "prompt", "KING HENRY VI:", "redraw"), (0, "prompt", "Zounds€", "error")]}
 SHOTS = Path(os.environ["COURSE_SCREENSHOTS"]) if os.environ.get("COURSE_SCREENSHOTS") else None
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -1,7 +1,7 @@
-"""The learner side of 05-08 holds no solution and no hidden check.
+"""The learner side of 05-09 holds no solution and no hidden check.
 
 ``course_utils`` is installed on every student's machine, so the checks there of
-05_positional_encoding, 06_encoder, 07_decoder and 08_generation must not import the instructor
+05_positional_encoding, 06_encoder, 07_decoder, 08_generation and 09_gpt must not import the instructor
 side (``course_grading``: reference solutions, hidden checks), must not contain a line of any
 solution or hidden test of the course, and must run only the visible cases.
 """
@@ -17,9 +17,10 @@ import pytest
 from conftest import ROOT
 from course_grading.release import secret_lines
 
-MODULES = ["positional", "encoder", "decoder", "generation"]
+MODULES = ["positional", "encoder", "decoder", "generation", "gpt"]
 LEARNER_FILES = [ROOT / "course_utils" / "checks" / f"{m}.py" for m in MODULES] + [
-    ROOT / "course_utils" / "toy_task.py"]  # 08's models, which the visible checks decode with
+    ROOT / "course_utils" / "toy_task.py",  # 08's models, which the visible checks decode with
+    ROOT / "course_utils" / "language_model.py"]  # 09's text, training and checkpoint
 
 
 def _secrets() -> set[str]:
@@ -30,7 +31,7 @@ def _secrets() -> set[str]:
 
 
 def test_every_source_notebook_has_secrets_to_compare_with():
-    assert len(list((ROOT / "solutions").glob("[0-9]*/[0-9]*.ipynb"))) == 8
+    assert len(list((ROOT / "solutions").glob("[0-9]*/[0-9]*.ipynb"))) == 9
     assert len(_secrets()) > 100
 
 
@@ -50,7 +51,7 @@ def test_no_mention_of_the_instructor_side(path):
 def test_importing_the_checks_loads_nothing_of_the_instructor_side():
     code = ("import sys\n"
             + "".join(f"import course_utils.checks.{m}\n" for m in MODULES)
-            + "import course_utils.toy_task\n"
+            + "import course_utils.toy_task\nimport course_utils.language_model\n"
             "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'course_grading')\n"
             "assert not bad, bad\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -73,7 +74,7 @@ def test_learner_checks_take_only_the_learners_code(module):
 
 @pytest.mark.parametrize("assignment,module", [
     ("05_positional_encoding", "positional"), ("06_encoder", "encoder"),
-    ("07_decoder", "decoder"), ("08_generation", "generation")])
+    ("07_decoder", "decoder"), ("08_generation", "generation"), ("09_gpt", "gpt")])
 def test_grade_cells_call_the_visible_then_the_hidden_check(assignment, module):
     nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
     grades = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]

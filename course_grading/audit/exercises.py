@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from .wire import Gen, Lookup, T, ToyModel
+from .wire import Gen, Lookup, Prefix, T, ToyModel
 
 
 @dataclass
@@ -250,6 +250,36 @@ def _beam_inputs(rng):
             ((_lookup(rng, 0.0), T(ids), 1, 9, 1, 2), {})]
 
 
+def _kv(rng, b: int, h: int, t: int, d_head: int):
+    """A random cache (K, V), each (b, h, t, d_head)."""
+    return (_f32(rng, b, h, t, d_head), _f32(rng, b, h, t, d_head))
+
+
+def _gpt_block_inputs(rng):
+    h = int(rng.choice([1, 2]))
+    d, ff, t, past = 4 * h, int(rng.integers(8, 17)), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+    return [(Init((d, h, ff)), (_f32(rng, 2, int(rng.integers(2, 6)), d),), {}),
+            (Init((d, h, ff)), (_f32(rng, 2, t, d), _kv(rng, 2, h, past, d // h)), {})]
+
+
+def _gpt_inputs(rng):
+    v, t, past = int(rng.integers(6, 15)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+    sizes = {"d_model": 8, "num_heads": 2, "d_ff": 16, "num_layers": 2, "max_len": 12}
+    cache = tuple(_kv(rng, 2, 2, past, 4) for _ in range(2))  # one (K, V) per block
+    return [(Init((v,), sizes), (_i64(rng, v, 2, int(rng.integers(2, 8))),), {}),
+            (Init((v,), sizes), (_i64(rng, v, 2, t), cache), {})]
+
+
+def _generate_inputs(rng):
+    v = int(rng.integers(5, 11))
+    model = lambda: Prefix(vocab_size=v, seed=int(rng.integers(1 << 30)))  # noqa: E731
+    prompts = _i64(rng, v, 3, int(rng.integers(1, 6)))
+    seed = int(rng.integers(1 << 31))
+    return [((model(), prompts, 5), {"temperature": 0}),
+            ((model(), prompts, 6), {"temperature": 0.9, "top_k": 4, "generator": Gen(seed)}),
+            ((model(), prompts, 4), {"top_p": 0.8, "use_cache": False, "generator": Gen(seed + 1)})]
+
+
 EXERCISES: dict[str, dict[str, Exercise]] = {
     "01_embeddings": {
         "test_one_hot": Exercise("one_hot", "embeddings.one_hot", _one_hot_inputs),
@@ -303,5 +333,10 @@ EXERCISES: dict[str, dict[str, Exercise]] = {
         "test_sample_next_token": Exercise("sample_next_token", "generation.filter_logits",
                                            _sample_inputs, "support"),
         "test_beam_search": Exercise("beam_search", "generation.beam_search", _beam_inputs, "exact"),
+    },
+    "09_gpt": {
+        "test_gpt_block": Exercise("GPTBlock", "gpt.GPTBlock", _gpt_block_inputs, kind="module"),
+        "test_gpt": Exercise("GPT", "gpt.GPT", _gpt_inputs, kind="module"),
+        "test_generate": Exercise("generate", "gpt.generate", _generate_inputs, "exact"),
     },
 }

@@ -37,7 +37,7 @@ from ..sandbox import warm as warm_sandbox
 from ..sandbox.settings import Settings
 from . import wire
 from .exercises import EXERCISES, Exercise, Init
-from .wire import Gen, Lookup, T, ToyModel
+from .wire import Gen, Lookup, Prefix, T, ToyModel
 
 
 TIMEOUT = 40  # seconds for one submission's whole audit (each call: CALL_SECONDS in the child)
@@ -68,6 +68,11 @@ def _as_reference_input(value):
     if isinstance(value, Lookup):
         from course_utils.toy_task import LookupModel
         return LookupModel(**value.kwargs)
+    if isinstance(value, Prefix):
+        from course_utils.checks.gpt import PrefixLM
+        return PrefixLM(**value.kwargs)
+    if isinstance(value, tuple):
+        return tuple(_as_reference_input(v) for v in value)
     return value
 
 

@@ -7,7 +7,7 @@ Everything crosses as plain data in one folder, never pickle:
   {"args": [...], "kwargs": {...}} (a class also has "init" {"args", "kwargs"} and "state"
   {parameter name: value}); a value is JSON, or {"nd": "in-N.npy"} (a NumPy array),
   {"t": "in-N.npy"} (a torch tensor), {"tuple": [...]}, {"generator": seed},
-  {"toy_model": true}, {"lookup_model": {kwargs}};
+  {"toy_model": true}, {"lookup_model": {kwargs}}, {"prefix_model": {kwargs}};
 * ``cells.json``  [[grade_id, source], ...]: the setup cell and the solution cells;
 * ``out-<grade_id>.json``  {"outputs": [{"value": v} or {"error": "Type: message"}, ...]}, one
   per call, a value being {"t": "out-….npy", "dtype", "device"}, {"nd": "out-….npy", "dtype"},
@@ -50,6 +50,14 @@ class Lookup:
         self.kwargs = kwargs
 
 
+class Prefix:
+    """A ``course_utils.checks.gpt.PrefixLM`` (logits a fixed function of the whole prefix, a
+    cache that carries the tokens seen), as the model input of 09's ``generate``."""
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+
 class Gen:
     """A ``torch.Generator`` seeded with ``seed``."""
 
@@ -64,6 +72,8 @@ def encode_input(value, folder: Path, names: list):
         return {"generator": value.seed}
     if isinstance(value, Lookup):
         return {"lookup_model": value.kwargs}
+    if isinstance(value, Prefix):
+        return {"prefix_model": value.kwargs}
     if isinstance(value, (T, np.ndarray)):
         name = f"in-{len(names)}.npy"
         names.append(name)
@@ -107,6 +117,9 @@ def decode_input(value, folder: str):
     if isinstance(value, dict) and "lookup_model" in value:
         from course_utils.toy_task import LookupModel
         return LookupModel(**value["lookup_model"])
+    if isinstance(value, dict) and "prefix_model" in value:
+        from course_utils.checks.gpt import PrefixLM
+        return PrefixLM(**value["prefix_model"])
     if isinstance(value, dict) and "generator" in value:
         import torch
         return torch.Generator().manual_seed(int(value["generator"]))

@@ -1,0 +1,523 @@
+"""Visible checks for 09_gpt: GPTBlock, GPT, generate.
+
+``GPTBlock`` and ``GPT``: known weights loaded by name into the learner's module and copied
+into PyTorch's equivalent, ``nn.TransformerEncoderLayer`` with ``norm_first=True`` (GPT-2's
+pre-norm block) under a causal mask, which computes what is expected. A pre-norm block attending
+over the whole sequence under a causal mask computes, at its last positions, exactly what the
+cached computation must give: so the cached calls are checked against the uncached sequence,
+and the cache itself against PyTorch's own projections of the block's normed input. Wrong
+outputs are compared with the common mistakes (a mask not shifted by the cached positions, the
+past ignored, positions restarting at 0 …), built from the same PyTorch parts, to name the bug.
+
+``generate`` runs on :class:`PrefixLM`, a fake model with the GPT contract whose logits are a
+fixed function of the whole prefix and whose "cache" carries the tokens it has seen, and which
+writes down every call (how many new tokens, how many cached): a wrong use of the cache changes
+its logits and the record names the mistake. The expected tokens are stored
+(``course_utils/data/expected``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ._core import Check, CheckFailed, generator, stored, torch_equal
+from .encoder import (ATOL, EVERYWHERE, EVERYWHERE_OPS, RTOL, Parts, _fresh, attend,
+                      attention_parts, computing, feed_forward, ffn_parts, known, load, near,
+                      torch_encoder_layer)
+
+ASSIGNMENT = "09_gpt"
+D, H, FF = 16, 4, 32  # the small sizes every check uses
+BLOCK_NAMES = "ln1, attn, ln2, ffn"
+GPT_NAMES = "tok_embedding, pos_embedding, blocks, ln_f, lm_head"
+
+
+def causal(size: int) -> torch.Tensor:
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+def shifted(t: int, T: int) -> torch.Tensor:
+    """(t, T): the last t of T positions, each seeing every earlier position and itself."""
+    return torch.ones(t, T, dtype=torch.bool).tril(diagonal=T - t)
+
+
+# -- PyTorch's equivalents -----------------------------------------------------------------------
+def block_parts(d: int = D, d_ff: int = FF) -> Parts:
+    return Parts(ln1=nn.LayerNorm(d), attn=attention_parts(d), ln2=nn.LayerNorm(d),
+                 ffn=ffn_parts(d, d_ff))
+
+
+def gpt_parts(vocab: int, d: int, d_ff: int, num_layers: int, max_len: int) -> Parts:
+    return Parts(tok_embedding=nn.Embedding(vocab, d), pos_embedding=nn.Embedding(max_len, d),
+                 blocks=nn.ModuleList([block_parts(d, d_ff) for _ in range(num_layers)]),
+                 ln_f=nn.LayerNorm(d), lm_head=nn.Linear(d, vocab, bias=False))
+
+
+class TorchBlock:
+    """PyTorch's pre-norm encoder layer holding a GPTBlock's known weights, and the pieces to
+    build the common mistakes from."""
+
+    def __init__(self, parts: Parts, num_heads: int = H, dtype=torch.float32):
+        alias = Parts(self_attn=parts.attn, ffn=parts.ffn, norm1=parts.ln1, norm2=parts.ln2)
+        self.layer = torch_encoder_layer(alias, num_heads, norm_first=True, dtype=dtype)
+        self.post = torch_encoder_layer(alias, num_heads, norm_first=False, dtype=dtype)
+        self.heads = num_heads
+        self.parts = parts
+
+    def run(self, x, mask, norm=True, residual=True):
+        """The block on x (b, T, d) with a course mask (True = may attend); ``norm=False``
+        attends over x itself (no ln1), ``residual=False`` drops the residual around it."""
+        L = self.layer
+        with computing():
+            n = L.norm1(x) if norm else x
+            h = residual * x + attend(L.self_attn, n, n, mask)
+            return h + feed_forward(L, L.norm2(h))
+
+    def new_positions(self, x, t, mask, ffn=True):
+        """The last t positions of x when they attend to all of x's normed states under ``mask``
+        (t, T): what a cached step computes with that mask."""
+        L = self.layer
+        with computing():
+            new = x[:, -t:]
+            h = new + attend(L.self_attn, L.norm1(new), L.norm1(x), mask)
+            return h + feed_forward(L, L.norm2(h)) if ffn else h
+
+    def kv(self, x):
+        """(K, V) of x: split_heads(k_proj(ln1(x))) and the same with v_proj, (b, H, T, d_head)."""
+        L, b, T, d = self.layer, x.size(0), x.size(1), x.size(2)
+        w, bias = L.self_attn.in_proj_weight, L.self_attn.in_proj_bias
+        with computing():
+            h = L.norm1(x)
+            k = F.linear(h, w[d:2 * d], bias[d:2 * d])
+            v = F.linear(h, w[2 * d:], bias[2 * d:])
+            heads = lambda y: y.reshape(b, T, self.heads, d // self.heads).transpose(1, 2)
+            unnormed = F.linear(x, w[d:2 * d], bias[d:2 * d])
+            return heads(k), heads(v), {"q": heads(F.linear(h, w[:d], bias[:d])),
+                                        "unnormed": heads(unnormed)}
+
+
+# -- GPTBlock ------------------------------------------------------------------------------------
+def pair(c: Check, out, what: str):
+    """(output, present) of a block or model call, after the checks every result must pass."""
+    if isinstance(out, torch.Tensor):
+        c.fail(f"{what} returned a single tensor; it should return a pair (output, present), "
+               "present being the cache extended by this call's positions.")
+    c.that(isinstance(out, (tuple, list)) and len(out) == 2, f"{what} should return a pair "
+           f"(output, present), got {type(out).__name__}"
+           + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "") + ".")
+    return out
+
+
+def kv_pair(c: Check, present, what: str):
+    c.that(isinstance(present, (tuple, list)) and len(present) == 2
+           and all(isinstance(p, torch.Tensor) for p in present),
+           f"{what}: present should be a pair of tensors (K, V), got "
+           f"{type(present).__name__}.")
+    return present
+
+
+def check_cache(c: Check, present, tb: TorchBlock, x, what: str, past_len: int = 0) -> None:
+    """The block's present against the keys and values of every position of x."""
+    K, V = kv_pair(c, present, what)
+    want_k, want_v, other = tb.kv(x)
+    b, T, dh = x.size(0), x.size(1), x.size(2) // tb.heads
+    shape = (b, tb.heads, T, dh)
+    if tuple(K.shape) != shape and past_len and tuple(K.shape) == (b, tb.heads, T - past_len, dh):
+        c.fail(f"{what}: present holds only this call's {T - past_len} positions. It should be "
+               f"the past extended by them: torch.cat([past_K, K], dim=2), the same for V, so "
+               f"that it covers all {T} positions.")
+    c.shape(K, shape, f"{what}: present's K", "K and V are (b, num_heads, positions so far, "
+            "d_head): the keys after k_proj and split_heads, cached positions first.")
+    c.shape(V, shape, f"{what}: present's V")
+    if near(K, want_v, 1e-4, 1e-3) and near(V, want_k, 1e-4, 1e-3):
+        c.fail(f"{what}: present's K and V are swapped: the pair is (K, V).")
+    if near(K, other["q"], 1e-4, 1e-3):
+        c.fail(f"{what}: present's K holds the queries; cache the keys (attn.k_proj).")
+    if near(K, other["unnormed"], 1e-4, 1e-3):
+        c.fail(f"{what}: present's K is k_proj of x; the keys are projections of ln1(x), the "
+               "normed input the attention reads.")
+    c.close(K, want_k, f"{what}: present's K should be split_heads(attn.k_proj(ln1(x))) of every "
+            "position so far, the cached ones first.", atol=ATOL, rtol=RTOL)
+    c.close(V, want_v, f"{what}: present's V should be split_heads(attn.v_proj(ln1(x))) of every "
+            "position so far, the cached ones first.", atol=ATOL, rtol=RTOL)
+
+
+def block_mistakes(tb: TorchBlock, x, t: int):
+    """Outputs of the last t positions of x for the common mistakes of a cached step."""
+    T = x.size(1)
+    with computing():
+        return [
+            (tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool).tril()),
+             "the new positions see too little: the mask is not shifted by the cached positions. "
+             "New position i sits at T - t + i and sees every cached position and the new ones "
+             "up to itself: torch.ones(t, T).tril(diagonal=T - t), the LAST t rows of a causal "
+             "mask of size T, not its first t rows."),
+            (tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool)) if t > 1 else None,
+             "the new positions attend to later new positions: with a cache, the new "
+             "positions still need a causal mask among themselves (their rows of a causal mask "
+             "of size T = cached + new)."),
+            (tb.run(x[:, -t:], causal(t)), "the past is ignored: the new positions attend only "
+             "to each other. Put the cached K and V before the new ones (torch.cat on dim=2) "
+             "and attend over all of them."),
+            (tb.new_positions(x, t, shifted(t, T), ffn=False), "the feed-forward half is "
+             "missing: x = x + ffn(ln2(x)) after the attention."),
+        ]
+
+
+def block_case(c: Check, block, tb: TorchBlock, x, t_past: int, past, what: str,
+               passed: str | None = None):
+    """The learner's block on x[:, t_past:] with ``past``: output and present."""
+    T = x.size(1)
+    new = x[:, t_past:]
+    args = (new,) if past is None else (new, past)
+    out, present = pair(c, c.call_on(what, block, *args), f"GPTBlock(...)(x{'' if past is None else ', past'})")
+    want = tb.run(x, causal(T))[:, t_past:]
+    c.shape(out, tuple(want.shape), f"{what}: the output", "It has the shape of x.")
+    if not near(out, want, ATOL, RTOL):
+        with computing():
+            post = tb.post(x, src_mask=~causal(T))[:, t_past:]
+            no_mask = tb.run(x, None)[:, t_past:]
+        mistakes = [(post, "this is post-norm (norm(x + attn(x))); GPT-2's block is pre-norm: "
+                     "x = x + attn(ln1(x)), then x = x + ffn(ln2(x))."),
+                    (no_mask, "the attention is not causal: position i must not see the "
+                     "positions after it. (A mask made for one new token, the last row of a "
+                     "causal mask, lets every position of a longer input see everything.)"),
+                    (tb.run(x, causal(T), norm=False)[:, t_past:], "the attention reads x "
+                     "itself: ln1 comes first, and the queries, keys and values are projections "
+                     "of ln1(x)."),
+                    (tb.run(x, causal(T), residual=False)[:, t_past:], "the residual "
+                     "connection around the attention is missing: x = x + attn(ln1(x)).")]
+        if t_past:
+            mistakes = block_mistakes(tb, x, T - t_past) + mistakes
+        for candidate, message in mistakes:
+            if candidate is not None and near(out, candidate, 1e-4, 1e-3):
+                c.fail(f"{what}: {message}")
+    c.close(out, want, f"{what}: wrong output. x = x + attn(ln1(x)) with a causal mask over "
+            "the cached and new positions, then x = x + ffn(ln2(x)).", atol=ATOL, rtol=RTOL,
+            passed=passed)
+    check_cache(c, present, tb, x, what, t_past)
+    return out, present
+
+
+def check_gpt_block(GPTBlock) -> None:
+    c = Check("GPTBlock", EVERYWHERE, ops=EVERYWHERE_OPS)
+    block = c.build(GPTBlock, D, H, FF)
+    for name in ("ln1", "attn", "ln2", "ffn"):
+        c.that(isinstance(getattr(block, name, None), nn.Module), f"GPTBlock needs a sub-module "
+               f"named {name} ({BLOCK_NAMES}: LayerNorm, MultiHeadAttention, LayerNorm, "
+               "FeedForward).")
+    parts = known(block_parts, seed=90)
+    load(c, block, parts, BLOCK_NAMES)
+    tb = TorchBlock(parts)
+    x = torch.randn(2, 7, D, generator=generator(91))
+    block_case(c, block, tb, x, 0, None, "a (2, 7, 16) input, no past",
+               passed="pre-norm, causal: x + attn(ln1(x)), then + ffn(ln2(x))")
+    c.ok("present = (K, V) of every position, (b, num_heads, t, d_head)")
+    K, V, _ = tb.kv(x[:, :4])
+    block_case(c, block, tb, x, 4, (K, V), "3 new positions after a past of 4",
+               passed="with a past: the new positions see the cached ones, causally among "
+                      "themselves, and present is the past extended")
+    past = None
+    for i in range(7):  # one position at a time, each step with the learner's own present
+        _, past = block_case(c, block, tb, x[:, :i + 1], i, past,
+                             f"position {i} fed alone with the present of the step before")
+    c.ok("one position at a time, each step's present as the next step's past, gives the "
+         "whole sequence's output")
+    c.done()
+
+
+# -- GPT -----------------------------------------------------------------------------------------
+class TorchGPT:
+    """The expected logits of a GPT with known weights, from PyTorch's layers."""
+
+    def __init__(self, parts: Parts, num_heads: int = H, dtype=torch.float32):
+        self.parts, self.dtype = parts, dtype
+        self.blocks = [TorchBlock(p, num_heads, dtype) for p in parts.blocks]
+
+    def embed(self, ids, positions=None, scale=1.0):
+        p = self.parts
+        positions = torch.arange(ids.size(1)) if positions is None else positions
+        with computing():
+            return (F.embedding(ids, p.tok_embedding.weight.to(self.dtype)) * scale
+                    + F.embedding(positions, p.pos_embedding.weight.to(self.dtype)))
+
+    def logits(self, x, mask="causal", blocks=None, final_norm=True):
+        p = self.parts
+        mask = causal(x.size(1)) if mask == "causal" else mask
+        for tb in (self.blocks if blocks is None else blocks):
+            x = tb.run(x, mask)
+        with computing():
+            if final_norm:
+                ln = p.ln_f
+                x = F.layer_norm(x, ln.normalized_shape, ln.weight.to(self.dtype),
+                                 ln.bias.to(self.dtype), ln.eps)
+            return F.linear(x, p.lm_head.weight.to(self.dtype))
+
+    def mistakes(self, ids, t_past: int = 0):
+        """(logits of the last positions, message) for the common mistakes."""
+        T = ids.size(1)
+        x = self.embed(ids)
+        restart = torch.cat([torch.arange(t_past), torch.arange(T - t_past)])
+        d = x.size(-1)
+        out = [
+            (self.logits(self.embed(ids, restart)) if t_past else None,
+             "the new positions get position embeddings 0, 1, … again: with a past of t_past "
+             "positions, the positions of ids are t_past … t_past + t - 1 (read t_past from the "
+             "cache: past[0][0].size(2))."),
+            (self.logits(self.embed(ids, torch.zeros(T, dtype=torch.long))),
+             "the position embeddings are missing or all the same: add pos_embedding of "
+             "positions t_past … t_past + t - 1."),
+            (self.logits(self.embed(ids, scale=d ** 0.5)), "the token embeddings are scaled by "
+             "√d_model: that was the sinusoidal encoder's habit; GPT adds learned positions to "
+             "the plain token embeddings."),
+            (self.logits(x, mask=None), "the blocks are not causal (each position sees later ones)."),
+            (self.logits(x, final_norm=False), "the final LayerNorm ln_f is missing before lm_head."),
+            (self.logits(x, blocks=self.blocks[:1]), "only the first block runs."),
+            (self.logits(x, blocks=self.blocks[-1:]), "only the last block runs on the "
+             "embeddings: feed each block's output to the next."),
+        ]
+        return [(None if o is None else o[:, t_past:], m) for o, m in out]
+
+
+def logits_case(c: Check, got, want, mistakes, what: str, passed=None, atol=ATOL, rtol=RTOL):
+    c.that(isinstance(got, torch.Tensor), f"{what}: the logits should be a tensor, got "
+           f"{type(got).__name__}.")
+    c.shape(got, tuple(want.shape), f"{what}: the logits", "(b, t, vocab_size): one row of "
+            "logits per new position, from lm_head.")
+    if not near(got, want, atol, rtol):
+        for candidate, message in (mistakes() if callable(mistakes) else mistakes):
+            if candidate is not None and near(got, candidate, 1e-4, 1e-3):
+                c.fail(f"{what}: {message}")
+        with computing():
+            if near(got, torch.log_softmax(want, -1), 1e-4, 1e-3) or near(
+                    got, torch.softmax(want, -1), 1e-4, 1e-3):
+                c.fail(f"{what}: these are (log-)probabilities; return the raw logits of lm_head.")
+    c.close(got, want, f"{what}: wrong logits. x = tok_embedding(ids) + pos_embedding(positions) "
+            "with the positions continuing after the cached ones (t_past = past[0][0].size(2), "
+            "the length of a cached key), then block i with past[i], ln_f, lm_head.",
+            atol=atol, rtol=rtol,
+            passed=passed)
+
+
+def present_list(c: Check, present, layers: int, what: str):
+    c.that(isinstance(present, (list, tuple)) and len(present) == layers, f"{what}: present "
+           f"should be a list with one (K, V) per block ({layers} here), got "
+           f"{type(present).__name__}" + (f" of length {len(present)}"
+                                         if isinstance(present, (list, tuple)) else "") + ".")
+    for kv in present:
+        kv_pair(c, kv, what)
+    return present
+
+
+def raises_value_error(c: Check, fn, *args, what: str) -> None:
+    try:
+        c.call(fn, *args)
+    except CheckFailed as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ValueError):
+            c.that(len(str(cause)) > 10, "raise the ValueError with a message that says what is "
+                   "wrong (the positions would pass max_len).")
+            return
+        if cause is None:
+            raise
+        c.fail(f"{what} raised {type(cause).__name__}: check the number of positions (cached + "
+               "new) first and "
+               "raise a ValueError with a clear message (an index error from pos_embedding "
+               "says nothing about max_len).")
+    c.fail(f"{what} was accepted: the model has no position embedding beyond max_len. Raise a "
+           "ValueError when cached + new positions > max_len.")
+
+
+GPT_SIZES = dict(vocab=11, layers=2, max_len=12)
+
+
+def check_gpt(GPT) -> None:
+    c = Check("GPT", EVERYWHERE, ops=EVERYWHERE_OPS)
+    V, L, M = GPT_SIZES["vocab"], GPT_SIZES["layers"], GPT_SIZES["max_len"]
+    model = c.build(GPT, V, d_model=D, num_heads=H, d_ff=FF, num_layers=L, max_len=M)
+    head = getattr(model, "lm_head", None)
+    c.that(isinstance(head, nn.Linear) and head.bias is None, "the model needs lm_head = "
+           "nn.Linear(d_model, vocab_size, bias=False).")
+    pos = getattr(model, "pos_embedding", None)
+    c.that(isinstance(pos, nn.Embedding) and pos.num_embeddings == M, "the model needs "
+           "pos_embedding = nn.Embedding(max_len, d_model): learned positions, one row per "
+           "position up to max_len.")
+    parts = known(lambda: gpt_parts(V, D, FF, L, M), seed=92)
+    load(c, model, parts, GPT_NAMES)
+    ref = TorchGPT(parts)
+    ids = torch.randint(0, V, (2, 9), generator=generator(93))
+    want = ref.logits(ref.embed(ids))
+    logits, present = pair(c, c.call_on("ids (2, 9), no past", model, ids), "GPT(...)(ids)")
+    logits_case(c, logits, want, lambda: ref.mistakes(ids), "ids (2, 9), no past",
+                passed="tok_embedding + pos_embedding, the blocks, ln_f, lm_head")
+    present = present_list(c, present, L, "ids (2, 9)")
+    c.that(tuple(present[0][0].shape) == (2, H, 9, D // H), f"present's K of the first block has "
+           f"shape {tuple(present[0][0].shape)}, expected (2, {H}, 9, {D // H}).",
+           "present: one (K, V) per block")
+    _, first = pair(c, c.call(model, ids[:, :5]), "GPT(...)(ids)")
+    first = present_list(c, first, L, "ids[:, :5]")
+    got, present = pair(c, c.call_on("4 new ids after a past of 5", model, ids[:, 5:], first),
+                        "GPT(...)(ids, past)")
+    logits_case(c, got, want[:, 5:], lambda: ref.mistakes(ids, 5), "4 new ids after a past of 5",
+                passed="with a past: the positions continue after the cached ones")
+    present_list(c, present, L, "4 new ids after a past of 5")
+    c.that(present[0][0].size(2) == 9, "present after a past of 5 and 4 new ids should cover 9 "
+           f"positions, covers {present[0][0].size(2)}: each block's present extends its past.")
+    past = None
+    for i in range(9):
+        got, past = pair(c, c.call(model, ids[:, i:i + 1], past), "GPT(...)(ids, past)")
+        logits_case(c, got, want[:, i:i + 1], lambda: ref.mistakes(ids[:, :i + 1], i),
+                    f"id {i} fed alone with the present of the step before")
+        past = present_list(c, past, L, f"step {i}")
+    c.ok("one id at a time with the cache gives the whole sequence's logits")
+    raises_value_error(c, model, torch.zeros(1, M + 1, dtype=torch.long),
+                       what=f"ids of length {M + 1} with max_len = {M}")
+    _, past = pair(c, c.call(model, torch.zeros(1, M - 2, dtype=torch.long)), "GPT(...)(ids)")
+    raises_value_error(c, model, torch.zeros(1, 3, dtype=torch.long), past,
+                       what=f"3 new ids after a past of {M - 2} with max_len = {M}")
+    c.ok("a ValueError when the positions would pass max_len, the cached ones included")
+    c.done()
+
+
+# -- generate ------------------------------------------------------------------------------------
+class PrefixLM(nn.Module):
+    """A fake GPT whose next-token logits are a fixed random function of the WHOLE prefix.
+
+    ``forward(ids, past=None) -> (logits (b, t, V), present)`` like the GPT contract; its
+    "cache" is one (K, V) per layer that carries the tokens seen so far (K) and their positions
+    (V), so a wrong cache gives other logits. ``calls`` records (new tokens, cached tokens) of
+    every call.
+    """
+
+    def __init__(self, vocab_size: int, seed: int, num_layers: int = 2, num_heads: int = 2,
+                 max_len: int = 64, scale: float = 3.0, device=None):
+        super().__init__()
+        self.vocab_size, self.seed, self.num_layers, self.num_heads = (vocab_size, seed,
+                                                                      num_layers, num_heads)
+        self.max_len, self.scale = max_len, scale
+        self.anchor = nn.Parameter(torch.zeros(1, device=device))  # where the model lives
+        self.calls: list[tuple[int, int]] = []
+
+    def logits_for(self, prefix: tuple) -> list[float]:
+        h = self.seed
+        for tok in prefix:
+            h = (h * 1_000_003 + int(tok) + 1) % 2_147_483_647
+        g = torch.Generator().manual_seed(h)
+        return (self.scale * torch.randn(self.vocab_size, generator=g, dtype=torch.float64)).tolist()
+
+    def forward(self, ids, past=None):
+        b, t = ids.shape
+        if past is None:
+            seen = torch.zeros(b, 0, dtype=torch.long, device=ids.device)
+        else:
+            if not (isinstance(past, (list, tuple)) and len(past) == self.num_layers):
+                raise ValueError("past should be the list of (K, V) pairs that the previous "
+                                 "call returned as present")
+            seen = past[0][0][:, 0, :, 0].round().long()  # (b, t_past) the tokens cached
+        full = torch.cat([seen, ids.long()], dim=1)  # (b, T)
+        T = full.size(1)
+        if T > self.max_len:
+            raise ValueError(f"{T} positions pass max_len={self.max_len}")
+        self.calls.append((t, T - t))
+        rows = full.cpu().tolist()
+        logits = torch.tensor([[self.logits_for(tuple(r[:T - t + i + 1])) for i in range(t)]
+                               for r in rows], device=ids.device)  # (b, t, V)
+        k = full.to(torch.get_default_dtype())[:, None, :, None].expand(
+            b, self.num_heads, T, 1).contiguous()
+        v = torch.arange(T, device=ids.device).to(k)[None, None, :, None].expand(
+            b, self.num_heads, T, 1).contiguous()
+        present = [(k, v) for _ in range(self.num_layers)]
+        return logits.to(self.anchor.dtype) + self.anchor, present
+
+
+GENERATE_CASES = {
+    # name: (PrefixLM seed, vocab, prompt rows, max_new_tokens, keyword arguments)
+    "greedy": (1, 9, [[3, 1, 4], [1, 5, 9]], 6, {"temperature": 0}),
+    "sampled": (2, 9, [[2, 6, 5, 3, 5], [8, 9, 7, 9, 3]], 7,
+                {"temperature": 0.8, "top_k": 5}),
+    "one_token_prompt": (3, 7, [[4], [2], [6]], 5, {"temperature": 0}),
+}
+
+
+def generate_case(name: str):
+    seed, vocab, rows, n, kwargs = GENERATE_CASES[name]
+    return PrefixLM(vocab, seed), torch.tensor(rows), n, dict(kwargs)
+
+
+def cache_use(c: Check, calls, prompt_len: int, n: int, use_cache: bool, what: str) -> None:
+    """Name the mistake from the record of calls (new tokens, cached tokens)."""
+    if n == 0:
+        return
+    most = n + 1 if use_cache else n  # with the cache, a last call that fills it is allowed
+    c.that(n <= len(calls) <= most, f"{what}: the model was called {len(calls)} times for "
+           f"max_new_tokens = {n}; call it once per new token.")
+    if not use_cache:
+        for i, (t, past) in enumerate(calls):
+            c.that(past == 0, f"{what}: with use_cache=False no past is passed: run the whole "
+                   "sequence (model(ids)) at every step.")
+            c.that(t == prompt_len + i, f"{what}: with use_cache=False step {i} should run the "
+                   f"whole sequence so far ({prompt_len + i} tokens), ran {t}.")
+        return
+    t, past = calls[0]
+    c.that(past == 0 and t == prompt_len, f"{what}: the first step should run the whole prompt "
+           f"({prompt_len} tokens, no past) to fill the cache; it ran {t} token(s) with "
+           f"{past} cached.")
+    for i, (t, past) in enumerate(calls[1:], start=1):
+        if t > 1:
+            c.fail(f"{what}: step {i} ran {t} tokens; with the cache each step after the first "
+                   "feeds only the newest token (ids[:, -1:]) and the past.")
+        if past == 0:
+            c.fail(f"{what}: step {i} fed one token without a past: pass the present returned "
+                   "by the step before as past.")
+        if past != prompt_len + i - 1:
+            c.fail(f"{what}: at step {i} the cache held {past} tokens, expected "
+                   f"{prompt_len + i - 1}: use the present returned by the LAST call as the next "
+                   "past (it is the cache extended by the token just fed).")
+
+
+def generated(c: Check, generate, model, ids, n, want, what: str, **kwargs):
+    model.calls.clear()
+    before = ids.clone()
+    got = c.call_on(what, generate, model, ids, n, **kwargs)
+    c.that(isinstance(got, torch.Tensor), f"{what}: should return a tensor, got "
+           f"{type(got).__name__}.")
+    c.that(torch_equal(ids, before), f"{what}: generate changed the ids it was given; build a "
+           "new tensor (torch.cat) instead.")
+    c.shape(got, (ids.size(0), ids.size(1) + n), f"{what}: the result", "It is the prompt "
+            "followed by max_new_tokens new tokens: (b, t + max_new_tokens).")
+    c.that(got.dtype == torch.long, f"{what}: should return token ids (torch.long), got "
+           f"{got.dtype}.")
+    c.that(torch_equal(got[:, :ids.size(1)].cpu(), ids.cpu()), f"{what}: the result should start "
+           "with the prompt itself.")
+    cache_use(c, list(model.calls), ids.size(1), n, kwargs.get("use_cache", True), what)
+    rows = got.cpu().tolist()
+    if rows != want:
+        wrong = next(j for j in range(len(rows[0])) if any(r[j] != w[j] for r, w in zip(rows, want)))
+        how = ("the argmax of the LAST position's logits (logits[:, -1])"
+               if kwargs.get("temperature") == 0 else
+               "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)")
+        c.fail(f"{what}: wrong token in column {wrong}. Each step appends {how}.")
+    return got
+
+
+def check_generate(generate) -> None:
+    c = Check("generate")
+    for name, passed in (("greedy", "temperature 0: the argmax, cached and uncached"),
+                         ("sampled", "sampling with sample_next_token and the generator, "
+                                     "cached and uncached give the same tokens"),
+                         ("one_token_prompt", "a prompt of one token, a batch of 3")):
+        model, ids, n, kwargs = generate_case(name)
+        want = stored(ASSIGNMENT, f"generate/{name}").tolist()
+        for use_cache in (True, False):
+            extra = {"generator": generator(7)} if kwargs.get("temperature") != 0 else {}
+            generated(c, generate, model, ids, n, want,
+                      f"{name.replace('_', ' ')}, use_cache={use_cache}", use_cache=use_cache,
+                      **kwargs, **extra)
+        c.ok(passed)
+    model, ids, _, kwargs = generate_case("greedy")
+    generated(c, generate, model, ids, 0, ids.tolist(), "max_new_tokens = 0", **kwargs)
+    c.ok("the first step runs the whole prompt, then one token and the cache per step")
+    c.done()
+
+
+__all__ = ["check_gpt_block", "check_gpt", "check_generate", "PrefixLM"]

@@ -1,0 +1,158 @@
+"""09_gpt: where a GPT's newest token looks, what it predicts, and what the cache weighs.
+
+- ``cached_step(model, ids, past)``: one call ``model(ids, past)`` that also returns every
+  block's attention weights of the new positions, read with forward hooks (the block's input and
+  its ``present``; the queries come from the block's own ``ln1`` and ``attn.q_proj``).
+- ``GenerationState`` / ``advance``: token-by-token generation with the cache, for the widget.
+- ``plot_next_char``: the next-character distribution and what your sampler makes of it.
+- ``plot_new_token_attention``: one row per block, one column per position so far: where the
+  newest character looks (mean of the heads).
+- ``cache_bytes(present)`` / ``cache_formula(...)``: the cache's size, measured and predicted.
+
+The model is any module with the GPT contract (notebook 09's ``GPT``: ``blocks`` of
+``GPTBlock`` with ``ln1`` and ``attn``). matplotlib is imported inside the functions.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+
+def _heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    b, t, d = x.shape
+    return x.reshape(b, t, num_heads, d // num_heads).transpose(1, 2)  # (b, H, t, d_head)
+
+
+@torch.no_grad()
+def cached_step(model, ids: torch.Tensor, past=None):
+    """``model(ids, past)`` and the attention of the new positions in every block.
+
+    Returns (logits (b, t, V), present, weights): weights is a list with one
+    (b, heads, t, T) tensor per block, T = cached + new positions."""
+    captured = []
+
+    def hook(block, args, out):
+        x = args[0]  # (b, t, d_model) the block's input
+        K = out[1][0]  # (b, H, T, d_head) every key so far
+        Q = _heads(block.attn.q_proj(block.ln1(x)), K.size(1))  # (b, H, t, d_head)
+        t, T = Q.size(2), K.size(2)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(K.size(-1))  # (b, H, t, T)
+        allowed = torch.ones(t, T, dtype=torch.bool, device=K.device).tril(diagonal=T - t)
+        captured.append(torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1))
+
+    handles = [block.register_forward_hook(hook) for block in model.blocks]
+    try:
+        logits, present = model(ids, past)
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, present, captured
+
+
+def cache_bytes(present) -> int:
+    """Bytes held by a cache: every K and V of every block."""
+    return sum(t.numel() * t.element_size() for kv in present for t in kv)
+
+
+def cache_formula(layers: int, heads: int, d_head: int, tokens: int, bytes_per_number: int,
+                  batch: int = 1) -> int:
+    """2 (K and V) × layers × heads × d_head × tokens × bytes per number (× batch)."""
+    return 2 * layers * heads * d_head * tokens * bytes_per_number * batch
+
+
+@dataclass
+class GenerationState:
+    """Token-by-token generation of one sequence with the cache, for the widget."""
+    ids: list[int]                       # the prompt and everything written so far
+    past: list | None = None             # the cache after the last call
+    logits: np.ndarray | None = None     # (V,) the next token's logits
+    attention: list = field(default_factory=list)  # per written token: (layers, T) mean of heads
+
+
+@torch.no_grad()
+def start(model, prompt_ids: Sequence[int]) -> GenerationState:
+    """Run the whole prompt once (filling the cache); the state holds the next token's logits."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=device)
+    logits, present, weights = cached_step(model, ids)
+    state = GenerationState(list(prompt_ids), present, logits[0, -1].float().cpu().numpy())
+    state.attention.append(torch.stack([w[0, :, -1].mean(0) for w in weights]).cpu().numpy())
+    return state
+
+
+@torch.no_grad()
+def advance(model, state: GenerationState, token: int) -> GenerationState:
+    """Append ``token`` and feed only it, with the cache: one cheap step."""
+    device = next(model.parameters()).device
+    logits, present, weights = cached_step(model, torch.tensor([[token]], device=device),
+                                           state.past)
+    state.ids.append(int(token))
+    state.past = present
+    state.logits = logits[0, -1].float().cpu().numpy()
+    state.attention.append(torch.stack([w[0, :, -1].mean(0) for w in weights]).cpu().numpy())
+    return state
+
+
+def sampler_share(logits: np.ndarray, sample_fn: Callable, draws: int = 2000,
+                  generator: torch.Generator | None = None, **knobs) -> np.ndarray:
+    """(V,) the share of ``draws`` draws of ``sample_fn`` (your sample_next_token) per token."""
+    row = torch.as_tensor(logits, dtype=torch.float32)[None].expand(draws, -1).contiguous()
+    picks = sample_fn(row, generator=generator, **knobs)
+    return np.bincount(picks.cpu().numpy(), minlength=row.size(1)) / draws
+
+
+def show_char(ch: str) -> str:
+    return {"\n": "⏎", " ": "␣"}.get(ch, ch)
+
+
+def plot_next_char(logits: np.ndarray, itos: Sequence[str], share: np.ndarray | None = None,
+                   chosen: int | None = None, top: int = 12, ax=None):
+    """Bars of the next-character distribution (grey, temperature 1) and of ``share`` (blue,
+    what the sampler draws), for the ``top`` most likely characters; ``chosen`` outlined."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3))
+    z = logits - logits.max()
+    p = np.exp(z) / np.exp(z).sum()
+    order = np.argsort(-p)[:top]
+    if chosen is not None and chosen not in order:
+        order = np.append(order[:-1], chosen)
+    x = np.arange(len(order))
+    ax.bar(x - 0.2, p[order], width=0.4, color="0.7", label="model (T = 1)")
+    if share is not None:
+        ax.bar(x + 0.2, share[order], width=0.4, color="C0", label="your sampler")
+    if chosen is not None:
+        i = int(np.where(order == chosen)[0][0])
+        ax.bar(x[i] - 0.2, p[chosen], width=0.4, fill=False, edgecolor="k", lw=1.5)
+    ax.set_xticks(x, [show_char(itos[i]) for i in order])
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("probability")
+    ax.set_title("next character", fontsize=10)
+    ax.legend(loc="upper right", fontsize=8)
+    return p
+
+
+def plot_new_token_attention(attention: np.ndarray, chars: Sequence[str], last: int = 40,
+                             ax=None):
+    """Heatmap: one row per block, one column per position (the last ``last`` of them), the
+    newest character's attention (mean of the heads)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 2))
+    a = np.asarray(attention)[:, -last:]  # (layers, shown)
+    shown = list(chars)[-a.shape[1]:]
+    ax.imshow(a, aspect="auto", cmap="Blues", vmin=0, vmax=max(float(a.max()), 1e-6))
+    ax.set_yticks(range(a.shape[0]), [f"block {i}" for i in range(a.shape[0])])
+    ax.set_xticks(range(len(shown)), [show_char(c) for c in shown], fontsize=8)
+    ax.set_title("where the newest character looks (mean of the heads)", fontsize=10)
+    return a
+
+
+__all__ = ["cached_step", "cache_bytes", "cache_formula", "GenerationState", "start",
+           "advance", "sampler_share", "plot_next_char", "plot_new_token_attention"]

@@ -1,0 +1,146 @@
+"""The 09_gpt widget: generate one character at a time with the cache, and watch where it looks.
+
+Thin: :mod:`course_utils.plots.gpt` does the work (``start`` runs the prompt once, ``advance``
+feeds one character with the cache, ``sampler_share`` asks your sampler, the plots draw); the
+widget wires a text box, the sampler's knobs and buttons to them. A knob only redraws: the model
+runs once per character written.
+"""
+from __future__ import annotations
+
+import html
+from typing import Callable
+
+from ..device import grading
+from ..plots.gpt import (advance, plot_new_token_attention, plot_next_char, sampler_share, show_char,
+                         start)
+
+
+def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
+                       prompt: str = "ROMEO:\n", seed: int = 0, draws: int = 2000):
+    """Generate from ``model`` (09's GPT) one character at a time.
+
+    ``sample_fn`` is your ``sample_next_token``: in "sample" mode it draws the next character
+    and, from ``draws`` draws, the blue bars. "next" writes one character, "next 10" ten; the
+    heatmap shows, for each block, where the newest character attended. Returns the
+    ipywidgets container, or None while grading.
+    """
+    if grading():
+        return None
+    import ipywidgets as W
+    import matplotlib.pyplot as plt
+    import torch
+
+    from .picture import Picture
+
+    label = {"description_width": "90px"}
+    text = W.Text(prompt.replace("\n", "\\n"), description="prompt", style=label,
+                  continuous_update=False, layout=W.Layout(width="420px"))
+    temperature = W.FloatLogSlider(0.8, base=10, min=-1, max=0.5, step=0.05,
+                                   description="temperature", style=label,
+                                   continuous_update=False, layout=W.Layout(width="340px"))
+    top_k = W.IntSlider(len(tokenizer), 1, len(tokenizer), description="top-k",
+                        style={"description_width": "45px"}, continuous_update=False,
+                        layout=W.Layout(width="260px"))
+    top_p = W.FloatSlider(1.0, min=0.05, max=1.0, step=0.05, description="top-p",
+                          style={"description_width": "45px"}, continuous_update=False,
+                          layout=W.Layout(width="260px"))
+    mode = W.ToggleButtons(options=["greedy", "sample"], value="sample" if sample_fn else "greedy",
+                           layout=W.Layout(width="auto"))
+    mode.style.button_width = "80px"
+    one = W.Button(description="next", button_style="primary", layout=W.Layout(width="90px"))
+    ten = W.Button(description="next 10", layout=W.Layout(width="90px"))
+    reset = W.Button(description="reset", layout=W.Layout(width="80px"))
+    status = W.HTML()
+    picture = Picture()
+    ui = W.VBox([text, W.HBox([temperature, top_k, top_p]),
+                 W.HBox([mode, one, ten, reset], layout=W.Layout(align_items="center")),
+                 status, picture.message, picture.image])
+    ui.add_class("course-widget")
+    ui.controls = {"prompt": text, "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                   "mode": mode, "next": one, "next10": ten, "reset": reset, "status": status,
+                   "image": picture.image, "message": picture.message}
+    box = {"state": None, "gen": torch.Generator().manual_seed(seed), "sample_fn": sample_fn,
+           "note": "" if sample_fn else "sampling needs your <code>sample_next_token</code>"}
+    if sample_fn is None:
+        mode.disabled = True
+
+    def knobs():
+        return {"temperature": temperature.value, "top_k": top_k.value, "top_p": top_p.value}
+
+    def choose(state):
+        """The next character: the argmax, or one draw of your sampler."""
+        if mode.value == "sample" and box["sample_fn"] is not None:
+            row = torch.as_tensor(state.logits, dtype=torch.float32)[None]
+            return int(box["sample_fn"](row, generator=box["gen"], **knobs())[0])
+        return int(state.logits.argmax())
+
+    def restart(*_):
+        try:
+            ids = tokenizer.encode(text.value.replace("\\n", "\n") or "\n")
+            box["state"] = start(model, ids[-(model.max_len - 1):] if hasattr(model, "max_len")
+                                 else ids)
+            box["gen"] = torch.Generator().manual_seed(seed)
+        except Exception as exc:  # an unknown character, or a bug in the learner's model
+            status.value = ""
+            picture.fail(exc)
+            return
+        draw()
+
+    def draw(*_):
+        state = box["state"]
+        if state is None:
+            return
+        share = None
+        if box["sample_fn"] is not None:
+            try:
+                share = sampler_share(state.logits, box["sample_fn"], draws,
+                                      torch.Generator().manual_seed(seed + 1), **knobs())
+            except NotImplementedError:
+                box["sample_fn"], box["note"] = None, ("your <code>sample_next_token</code> is "
+                                                       "not written yet: greedy only")
+                with mode.hold_trait_notifications():
+                    mode.value, mode.disabled = "greedy", True
+            except Exception as exc:
+                status.value = ""
+                picture.fail(exc)
+                return
+        full = len(state.ids) >= getattr(model, "max_len", 10 ** 9)
+        one.disabled = ten.disabled = full
+        written = tokenizer.decode(state.ids)
+        note = f" &nbsp; <small>{box['note']}</small>" if box["note"] else ""
+        end = " &nbsp; <small>(max_len reached: reset)</small>" if full else ""
+        status.value = ("<pre style='margin:0;white-space:pre-wrap;max-height:7em;"
+                        f"overflow:auto'>{html.escape(written[-400:])}</pre>{note}{end}")
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.0),
+                                       gridspec_kw={"width_ratios": [1, 1.6]})
+        plot_next_char(state.logits, tokenizer.itos, share, int(state.logits.argmax()), ax=ax1)
+        chars = [tokenizer.itos[i] for i in state.ids]
+        plot_new_token_attention(state.attention[-1], chars, ax=ax2)
+        ax2.set_xlabel(f"positions so far (the last 40 of {len(chars)}); the row is "
+                       f"'{show_char(chars[-1])}' predicting the next", fontsize=8)
+        fig.tight_layout()
+        picture.show(fig)
+
+    def write(n):
+        state = box["state"]
+        if state is None:
+            return
+        try:
+            for _ in range(n):
+                if len(state.ids) >= getattr(model, "max_len", 10 ** 9):
+                    break
+                advance(model, state, choose(state))
+        except Exception as exc:
+            status.value = ""
+            picture.fail(exc)
+            return
+        draw()
+
+    one.on_click(lambda _: write(1))
+    ten.on_click(lambda _: write(10))
+    reset.on_click(restart)
+    text.observe(restart, names="value")
+    for control in (temperature, top_k, top_p, mode):
+        control.observe(draw, names="value")
+    restart()
+    return ui

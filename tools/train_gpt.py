@@ -1,0 +1,102 @@
+"""Train notebook 09's character-level GPT on the course's Shakespeare and (optionally) write the
+shipped checkpoint.
+
+    python tools/train_gpt.py                 # train, evaluate, print; writes nothing
+    python tools/train_gpt.py --save          # ... and write course_utils/data/shakespeare_gpt.{pt,json}
+
+The run is deterministic on the CPU for a given seed and thread count. Defaults are
+course_utils.language_model.GPTConfig; the model is the course's reference GPT.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from course_grading.reference.gpt import GPT, generate  # noqa: E402
+from course_utils.device import get_device  # noqa: E402
+from course_utils.language_model import (CHECKPOINT, CharTokenizer, GPTConfig,  # noqa: E402
+                                         build_gpt, load_text, perplexity, save_gpt, split,
+                                         train_lm)
+
+
+def main(argv=None) -> int:
+    defaults = GPTConfig()
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for f in dataclasses.fields(GPTConfig):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
+                       default=getattr(defaults, f.name))
+    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: get_device())")
+    p.add_argument("--threads", type=int, default=0,
+                   help="torch CPU threads (0: torch's default); on a busy machine 1 is faster")
+    p.add_argument("--save", action="store_true", help="write the checkpoint and its JSON")
+    p.add_argument("--out", type=Path, default=CHECKPOINT)
+    args = p.parse_args(argv)
+    config = GPTConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)})
+    device = torch.device(args.device) if args.device else get_device()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    text = load_text()
+    tok = CharTokenizer(text)
+    train_ids, val_ids = split(tok.encode(text))
+    model = build_gpt(GPT, config, len(tok))
+    t0 = time.perf_counter()
+    history = train_lm(model, train_ids, steps=config.steps, block=config.block,
+                       batch_size=config.batch_size, lr=config.lr, warmup=config.warmup,
+                       weight_decay=config.weight_decay, device=device, seed=config.seed,
+                       show="text", redraw_every=20.0)
+    train_seconds = time.perf_counter() - t0
+    model.float().eval()
+    ppl = perplexity(model, val_ids.to(device), config.block)
+    ppl_train = perplexity(model, train_ids.to(device), config.block)
+    half = build_gpt(GPT, config, len(tok)).to(device)  # what the checkpoint holds: float16 weights
+    half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
+    ppl_half = perplexity(half.eval(), val_ids.to(device), config.block)
+    prompt = torch.tensor([tok.encode("ROMEO:\n")], device=device)
+    sample = generate(half, prompt, 200, temperature=0.8,
+                      generator=torch.Generator(device=device).manual_seed(0))
+    print(f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
+          f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
+          f"final loss {sum(history.losses[-50:]) / 50:.4f}")
+    print(f"perplexity per character: held-out {ppl:.3f} (float16 weights {ppl_half:.3f}), "
+          f"training text {ppl_train:.3f}")
+    print("sample:\n" + tok.decode(sample[0]))
+    if args.save:
+        path = save_gpt(model, config, tok, args.out)
+        info = {
+            "command": "python tools/train_gpt.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "config": dataclasses.asdict(config),
+            "vocab_size": len(tok),
+            "held_out_perplexity": round(ppl_half, 3),
+            "train_perplexity": round(ppl_train, 3),
+            "held_out_characters": len(val_ids),
+            "train_seconds": round(train_seconds, 1),
+            "steps": history.steps,
+            "final_loss": round(sum(history.losses[-50:]) / 50, 4),
+            "device": str(device),
+            "torch_threads": torch.get_num_threads(),
+            "load_average_1min": round(os.getloadavg()[0], 2),
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "bytes": path.stat().st_size,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        }
+        path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n")
+        print(f"wrote {path} ({info['bytes']:,} bytes) and {path.with_suffix('.json').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
