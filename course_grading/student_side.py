@@ -33,7 +33,7 @@ from .release import release, secret_lines
 
 DISTRIBUTION = "attention-course-learner"
 PACKAGE = "course_utils"
-DATA_SUFFIXES = (".npz", ".md", ".pt", ".json")
+DATA_SUFFIXES = (".npz", ".md", ".pt", ".json", ".txt")
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the same wheel
 
 

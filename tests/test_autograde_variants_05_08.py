@@ -1,4 +1,4 @@
-"""Through the real grading pipeline: correct and buggy implementations of 05-08, taken from
+"""Through the real grading pipeline: correct and buggy implementations of 05-09, taken from
 tests/variants/, graded as students of one `course autograde --no-audit` run (sandboxed warm
 kernels, nbgrader, the gradebook): a correct one keeps full marks, a buggy one loses the points
 of its exercise with a message.
@@ -36,6 +36,8 @@ CASES = [
     ("08_generation", "test_sample_next_token", "hugging_face_logits_warpers", "CORRECT"),
     ("08_generation", "test_sample_next_token", "top_p_before_top_k", "BUGGY"),
     ("08_generation", "test_beam_search", "no_causal_mask", "BUGGY"),
+    ("09_gpt", "test_generate", "rasbt_llms_from_scratch_generate_cached", "CORRECT"),
+    ("09_gpt", "test_gpt_block", "mask_not_shifted_by_the_cache", "BUGGY"),
 ]
 
 

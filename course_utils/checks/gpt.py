@@ -116,7 +116,7 @@ def kv_pair(c: Check, present, what: str):
     return present
 
 
-def check_cache(c: Check, present, tb: TorchBlock, x, what: str, past_len: int = 0) -> None:
+def cache_ok(c: Check, present, tb: TorchBlock, x, what: str, past_len: int = 0) -> None:
     """The block's present against the keys and values of every position of x."""
     K, V = kv_pair(c, present, what)
     want_k, want_v, other = tb.kv(x)
@@ -195,7 +195,7 @@ def block_case(c: Check, block, tb: TorchBlock, x, t_past: int, past, what: str,
     c.close(out, want, f"{what}: wrong output. x = x + attn(ln1(x)) with a causal mask over "
             "the cached and new positions, then x = x + ffn(ln2(x)).", atol=ATOL, rtol=RTOL,
             passed=passed)
-    check_cache(c, present, tb, x, what, t_past)
+    cache_ok(c, present, tb, x, what, t_past)
     return out, present
 
 
