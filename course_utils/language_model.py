@@ -82,9 +82,9 @@ class GPTConfig:
     num_layers: int = 3
     max_len: int = 128
     dropout: float = 0.0
-    block: int = 64           # characters per training window
-    steps: int = 2000
-    batch_size: int = 32
+    block: int = 128          # characters per training window: every position of max_len trained
+    steps: int = 1200
+    batch_size: int = 16
     lr: float = 3e-3
     warmup: int = 100
     weight_decay: float = 0.1
@@ -119,8 +119,8 @@ def lm_loss(model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
 
 
-def train_lm(model, data: torch.Tensor, *, steps: int = 2000, block: int = 64,
-             batch_size: int = 32, lr: float = 3e-3, warmup: int = 100,
+def train_lm(model, data: torch.Tensor, *, steps: int = 1200, block: int = 128,
+             batch_size: int = 16, lr: float = 3e-3, warmup: int = 100,
              weight_decay: float = 0.1, device=None, seed: int = 0,
              time_budget: float | None = None, time_limit: float | None = None,
              show: str | None = None, redraw_every: float = 2.0) -> History:
@@ -181,7 +181,7 @@ def train_lm(model, data: torch.Tensor, *, steps: int = 2000, block: int = 64,
 
 
 @torch.no_grad()
-def perplexity(model, data: torch.Tensor, block: int = 64, max_windows: int = 128) -> float:
+def perplexity(model, data: torch.Tensor, block: int = 128, max_windows: int = 128) -> float:
     """exp(mean cross-entropy per character) on ``data``, read in consecutive windows of
     ``block`` characters (at most ``max_windows``, spread over the text)."""
     device = next(model.parameters()).device

@@ -63,15 +63,11 @@ def main(argv=None) -> int:
     half = build_gpt(GPT, config, len(tok)).to(device)  # what the checkpoint holds: float16 weights
     half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
     ppl_half = perplexity(half.eval(), val_ids.to(device), config.block)
-    prompt = torch.tensor([tok.encode("ROMEO:\n")], device=device)
-    sample = generate(half, prompt, 200, temperature=0.8,
-                      generator=torch.Generator(device=device).manual_seed(0))
     print(f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
           f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
           f"final loss {sum(history.losses[-50:]) / 50:.4f}")
     print(f"perplexity per character: held-out {ppl:.3f} (float16 weights {ppl_half:.3f}), "
           f"training text {ppl_train:.3f}")
-    print("sample:\n" + tok.decode(sample[0]))
     if args.save:
         path = save_gpt(model, config, tok, args.out)
         info = {
@@ -95,6 +91,10 @@ def main(argv=None) -> int:
         }
         path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n")
         print(f"wrote {path} ({info['bytes']:,} bytes) and {path.with_suffix('.json').name}")
+    prompt = torch.tensor([tok.encode("ROMEO:\n")], device=device)
+    sample = generate(half, prompt, config.max_len - prompt.size(1), temperature=0.8,
+                      generator=torch.Generator(device=device).manual_seed(0))
+    print("sample:\n" + tok.decode(sample[0]))
     return 0
 
 

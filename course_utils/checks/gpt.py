@@ -475,6 +475,26 @@ def cache_use(c: Check, calls, prompt_len: int, n: int, use_cache: bool, what: s
                    "past (it is the cache extended by the token just fed).")
 
 
+def sampling_mistake(c: Check, generate, model, ids, n, rows, want, what: str, kwargs) -> None:
+    """Name the likely cause of wrong sampled tokens: a batch that shares one draw, the argmax
+    instead of a draw, or draws that ignore the generator."""
+    t = ids.size(1)
+    if len(rows) > 1 and all(r[t:] == rows[0][t:] for r in rows) and any(
+            w[t:] != want[0][t:] for w in want):
+        c.fail(f"{what}: every row got the same new tokens. sample_next_token(logits[:, -1], ...) "
+               "returns one token per row, shape (b,): append it as a column, next_id[:, None].")
+    greedy = c.call(generate, model, ids, n, **{**kwargs, "temperature": 0, "generator": None})
+    if greedy.cpu().tolist() == rows:
+        c.fail(f"{what}: at temperature {kwargs.get('temperature')} your tokens are the argmax "
+               "ones: only temperature == 0 takes the argmax; any other temperature draws with "
+               "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator).")
+    seed = kwargs["generator"].initial_seed()
+    again = c.call(generate, model, ids, n, **{**kwargs, "generator": generator(seed)})
+    if again.cpu().tolist() != rows:
+        c.fail(f"{what}: two calls with generators seeded alike gave different tokens: pass "
+               "generator=generator on to sample_next_token.")
+
+
 def generated(c: Check, generate, model, ids, n, want, what: str, **kwargs):
     model.calls.clear()
     before = ids.clone()
@@ -491,12 +511,16 @@ def generated(c: Check, generate, model, ids, n, want, what: str, **kwargs):
            "with the prompt itself.")
     cache_use(c, list(model.calls), ids.size(1), n, kwargs.get("use_cache", True), what)
     rows = got.cpu().tolist()
+    if rows != want and kwargs.get("temperature", 1.0) != 0 and kwargs.get("generator") is not None:
+        sampling_mistake(c, generate, model, ids, n, rows, want, what, kwargs)
     if rows != want:
         wrong = next(j for j in range(len(rows[0])) if any(r[j] != w[j] for r, w in zip(rows, want)))
         how = ("the argmax of the LAST position's logits (logits[:, -1])"
                if kwargs.get("temperature") == 0 else
                "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)")
-        c.fail(f"{what}: wrong token in column {wrong}. Each step appends {how}.")
+        c.fail(f"{what}: wrong token in column {wrong}. Each step appends {how}"
+               + ("; the temperature, top_k and top_p go to sample_next_token as they are."
+                  if kwargs.get("temperature") != 0 else "."))
     return got
 
 

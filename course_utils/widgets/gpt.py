@@ -59,6 +59,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     ui.controls = {"prompt": text, "temperature": temperature, "top_k": top_k, "top_p": top_p,
                    "mode": mode, "next": one, "next10": ten, "reset": reset, "status": status,
                    "image": picture.image, "message": picture.message}
+    limit = getattr(model, "max_len", None) or model.pos_embedding.num_embeddings  # positions
     box = {"state": None, "gen": torch.Generator().manual_seed(seed), "sample_fn": sample_fn,
            "note": "" if sample_fn else "sampling needs your <code>sample_next_token</code>"}
     if sample_fn is None:
@@ -77,8 +78,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     def restart(*_):
         try:
             ids = tokenizer.encode(text.value.replace("\\n", "\n") or "\n")
-            box["state"] = start(model, ids[-(model.max_len - 1):] if hasattr(model, "max_len")
-                                 else ids)
+            box["state"] = start(model, ids[-(limit - 1):])
             box["gen"] = torch.Generator().manual_seed(seed)
         except Exception as exc:  # an unknown character, or a bug in the learner's model
             status.value = ""
@@ -104,7 +104,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
                 status.value = ""
                 picture.fail(exc)
                 return
-        full = len(state.ids) >= getattr(model, "max_len", 10 ** 9)
+        full = len(state.ids) >= limit
         one.disabled = ten.disabled = full
         written = tokenizer.decode(state.ids)
         note = f" &nbsp; <small>{box['note']}</small>" if box["note"] else ""
@@ -127,7 +127,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
             return
         try:
             for _ in range(n):
-                if len(state.ids) >= getattr(model, "max_len", 10 ** 9):
+                if len(state.ids) >= limit:
                     break
                 advance(model, state, choose(state))
         except Exception as exc:
