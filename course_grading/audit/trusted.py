@@ -69,7 +69,7 @@ def _as_reference_input(value):
         from course_utils.toy_task import LookupModel
         return LookupModel(**value.kwargs)
     if isinstance(value, Prefix):
-        from course_utils.checks.gpt import PrefixLM
+        from course_utils.language_model import PrefixLM
         return PrefixLM(**value.kwargs)
     if isinstance(value, tuple):
         return tuple(_as_reference_input(v) for v in value)

@@ -51,7 +51,7 @@ class Lookup:
 
 
 class Prefix:
-    """A ``course_utils.checks.gpt.PrefixLM`` (logits a fixed function of the whole prefix, a
+    """A ``course_utils.language_model.PrefixLM`` (logits a fixed function of the whole prefix, a
     cache that carries the tokens seen), as the model input of 09's ``generate``."""
 
     def __init__(self, **kwargs):
@@ -118,7 +118,7 @@ def decode_input(value, folder: str):
         from course_utils.toy_task import LookupModel
         return LookupModel(**value["lookup_model"])
     if isinstance(value, dict) and "prefix_model" in value:
-        from course_utils.checks.gpt import PrefixLM
+        from course_utils.language_model import PrefixLM
         return PrefixLM(**value["prefix_model"])
     if isinstance(value, dict) and "generator" in value:
         import torch

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..language_model import PrefixLM
 from ._core import Check, CheckFailed, generator, stored, torch_equal
 from .encoder import (ATOL, EVERYWHERE, EVERYWHERE_OPS, RTOL, Parts, _fresh, attend,
                       attention_parts, computing, feed_forward, ffn_parts, known, load, near,
@@ -380,56 +381,6 @@ def check_gpt(GPT) -> None:
 
 
 # -- generate ------------------------------------------------------------------------------------
-class PrefixLM(nn.Module):
-    """A fake GPT whose next-token logits are a fixed random function of the WHOLE prefix.
-
-    ``forward(ids, past=None) -> (logits (b, t, V), present)`` like the GPT contract; its
-    "cache" is one (K, V) per layer that carries the tokens seen so far (K) and their positions
-    (V), so a wrong cache gives other logits. ``calls`` records (new tokens, cached tokens) of
-    every call.
-    """
-
-    def __init__(self, vocab_size: int, seed: int, num_layers: int = 2, num_heads: int = 2,
-                 max_len: int = 64, scale: float = 3.0, device=None):
-        super().__init__()
-        self.vocab_size, self.seed, self.num_layers, self.num_heads = (vocab_size, seed,
-                                                                      num_layers, num_heads)
-        self.max_len, self.scale = max_len, scale
-        self.anchor = nn.Parameter(torch.zeros(1, device=device))  # where the model lives
-        self.calls: list[tuple[int, int]] = []
-
-    def logits_for(self, prefix: tuple) -> list[float]:
-        h = self.seed
-        for tok in prefix:
-            h = (h * 1_000_003 + int(tok) + 1) % 2_147_483_647
-        g = torch.Generator().manual_seed(h)
-        return (self.scale * torch.randn(self.vocab_size, generator=g, dtype=torch.float64)).tolist()
-
-    def forward(self, ids, past=None):
-        b, t = ids.shape
-        if past is None:
-            seen = torch.zeros(b, 0, dtype=torch.long, device=ids.device)
-        else:
-            if not (isinstance(past, (list, tuple)) and len(past) == self.num_layers):
-                raise ValueError("past should be the list of (K, V) pairs that the previous "
-                                 "call returned as present")
-            seen = past[0][0][:, 0, :, 0].round().long()  # (b, t_past) the tokens cached
-        full = torch.cat([seen, ids.long()], dim=1)  # (b, T)
-        T = full.size(1)
-        if T > self.max_len:
-            raise ValueError(f"{T} positions pass max_len={self.max_len}")
-        self.calls.append((t, T - t))
-        rows = full.cpu().tolist()
-        logits = torch.tensor([[self.logits_for(tuple(r[:T - t + i + 1])) for i in range(t)]
-                               for r in rows], device=ids.device)  # (b, t, V)
-        k = full.to(torch.get_default_dtype())[:, None, :, None].expand(
-            b, self.num_heads, T, 1).contiguous()
-        v = torch.arange(T, device=ids.device).to(k)[None, None, :, None].expand(
-            b, self.num_heads, T, 1).contiguous()
-        present = [(k, v) for _ in range(self.num_layers)]
-        return logits.to(self.anchor.dtype) + self.anchor, present
-
-
 GENERATE_CASES = {
     # name: (PrefixLM seed, vocab, prompt rows, max_new_tokens, keyword arguments)
     "greedy": (1, 9, [[3, 1, 4], [1, 5, 9]], 6, {"temperature": 0}),
