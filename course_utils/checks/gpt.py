@@ -429,9 +429,9 @@ def cache_use(c: Check, calls, prompt_len: int, n: int, use_cache: bool, what: s
 def sampling_mistake(c: Check, generate, model, ids, n, rows, want, what: str, kwargs) -> None:
     """Name the likely cause of wrong sampled tokens: a batch that shares one draw, the argmax
     instead of a draw, or draws that ignore the generator."""
-    t = ids.size(1)
-    if len(rows) > 1 and all(r[t:] == rows[0][t:] for r in rows) and any(
-            w[t:] != want[0][t:] for w in want):
+    start = ids.size(1)  # where the new tokens begin
+    if len(rows) > 1 and all(r[start:] == rows[0][start:] for r in rows) and any(
+            w[start:] != want[0][start:] for w in want):
         c.fail(f"{what}: every row got the same new tokens. sample_next_token(logits[:, -1], ...) "
                "returns one token per row, shape (b,): append it as a column, next_id[:, None].")
     greedy = c.call(generate, model, ids, n, **{**kwargs, "temperature": 0, "generator": None})
