@@ -113,12 +113,14 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
                         f"overflow:auto'>{html.escape(written[-400:])}</pre>{note}{end}")
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.0),
                                        gridspec_kw={"width_ratios": [1, 1.6]})
+        fig.subplots_adjust(left=0.06, right=0.99, bottom=0.2, top=0.9, wspace=0.22)  # no
+        # tight_layout: it measures every label again at each redraw
         plot_next_char(state.logits, tokenizer.itos, share, int(state.logits.argmax()), ax=ax1)
         chars = [tokenizer.itos[i] for i in state.ids]
         plot_new_token_attention(state.attention[-1], chars, ax=ax2)
-        ax2.set_xlabel(f"positions so far (the last 40 of {len(chars)}); the row is "
-                       f"'{show_char(chars[-1])}' predicting the next", fontsize=8)
-        fig.tight_layout()
+        shown = f"the last 40 of {len(chars)}" if len(chars) > 40 else f"all {len(chars)}"
+        ax2.set_xlabel(f"positions so far ({shown}); the row is '{show_char(chars[-1])}' "
+                       "predicting the next", fontsize=8)
         picture.show(fig)
 
     def write(n):
