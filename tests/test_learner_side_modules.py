@@ -39,8 +39,9 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_there_are_learner_side_modules_and_solution_sources():
     names = {p.relative_to(PACKAGE).as_posix() for p in MODULES}
-    assert {"training.py", "minilm.py", "plots/attention.py", "widgets/generation.py"} <= names
-    assert len(SOURCES) == 8
+    assert {"training.py", "minilm.py", "language_model.py", "plots/attention.py", "widgets/generation.py",
+            "widgets/gpt.py"} <= names
+    assert len(SOURCES) == 9
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
