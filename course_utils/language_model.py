@@ -87,7 +87,7 @@ class GPTConfig:
     max_len: int = 128
     dropout: float = 0.0
     block: int = 128          # characters per training window: every position of max_len trained
-    steps: int = 1200
+    steps: int = 2400
     batch_size: int = 16
     lr: float = 3e-3
     warmup: int = 100
