@@ -21,13 +21,13 @@ from pathlib import Path
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from .audit.trusted import review
 from .course_dir import find_submissions
-from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_directory, db_override,
-                             generate, gradebook, run_converter, select_assignments, short,
-                             source_assignments)
+from .errors import GradingError, SubmissionRefused, retriable, short
+from .nbgrader_setup import (LOG, GradingRun, folders, generate, gradebook, run_converter,
+                             select_assignments, source_assignments)
 from . import untrusted, workers
 from .preprocessors.limited_execute import UNREAD_MESSAGES
 from .red_flags import Flag, scan
@@ -60,7 +60,7 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     """
     root = Path(root).resolve()
     installed.verify()
-    submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
+    submitted = Path(submitted_dir).resolve() if submitted_dir else root / folders(root).submitted
     select_assignments(root, assignments)
     refused: list[str] = []
     pairs = find_submissions(submitted, students, assignments, refused)
@@ -71,18 +71,16 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
             return invalid
         raise GradingError(f"no submissions to grade under {submitted}")
     known = set(source_assignments(root))
-    overrides = {"submitted_directory": str(submitted), **db_override(db_url),
-                 **safety(sandboxed, audit)}
-    tasks = [(str(root), overrides, student, assignment, assignment in known)
-             for student, assignment in pairs]
+    run = GradingRun(config_root=str(root), root=str(root), submitted=str(submitted), db_url=db_url,
+                     sandbox=sandbox_available(sandboxed), audit=audit)
+    tasks = [(run, student, assignment, assignment in known) for student, assignment in pairs]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    warm_here = overrides["sandbox"] and jobs == 1
+    warm_here = run.sandbox and jobs == 1
     if warm_here:  # its imports overlap with the gradebook's set-up below
         warm.ensure_warm(course_settings(root))
     try:
-        _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
-                           db_override(db_url))
-        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None,
+        _prepare_gradebook(run, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}))
+        results = _grade_all(tasks, jobs, progress, str(root) if run.sandbox else None,
                              course_settings(root).grader_memory_mb)
     finally:
         if warm_here:
@@ -90,8 +88,7 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     return sorted(results + invalid, key=lambda r: (r.student, r.assignment))
 
 
-def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
-                       overrides: dict | None = None) -> None:
+def _prepare_gradebook(run: GradingRun, assignments: list[str], students: list[str]) -> None:
     """Record missing assignments (generated into a temporary folder) and the students.
 
     Another grader sharing the gradebook (PostgreSQL) may be recording the same rows at the
@@ -99,7 +96,7 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
     """
     for attempt in range(LOCK_RETRIES):
         try:
-            coursedir = course_directory(root, **(overrides or {}))
+            coursedir = run.course_directory()
             with _one_recorder_at_a_time(coursedir.db_url):
                 with gradebook(coursedir) as gb:
                     missing = [a for a in assignments if not _has_notebooks(gb, a)]
@@ -108,10 +105,10 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
                             gb.update_or_create_student(student)
                 for assignment in missing:
                     with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
-                        generate(root, assignment, tmp, **(overrides or {}))
+                        generate(run.config_root, assignment, tmp, root=run.root, db_url=run.db_url)
             return
         except (SQLAlchemyError, GradingError) as exc:
-            if attempt == LOCK_RETRIES - 1 or not _clash(exc):
+            if attempt == LOCK_RETRIES - 1 or not retriable(exc):
                 raise
             time.sleep(0.5 * (attempt + 1))
 
@@ -127,7 +124,7 @@ def _one_recorder_at_a_time(db_url: str):
     nbgrader generate_assignment runs of one assignment at once remove each other's notebook
     rows while the other grader is already grading against them. The lock is PostgreSQL's own
     (pg_advisory_lock, released when its connection closes, also if this grader dies).
-    SQLite gradebooks are for one grader, whose own clashes ``_clash`` retries."""
+    SQLite gradebooks are for one grader, whose own clashes are retried (``errors.retriable``)."""
     if not str(db_url).startswith("postgresql"):
         yield
         return
@@ -143,19 +140,6 @@ def _one_recorder_at_a_time(db_url: str):
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": RECORDING_LOCK})
     finally:
         engine.dispose()
-
-
-def _clash(exc: Exception) -> bool:
-    """Whether a gradebook error comes from another grader writing at the same moment (a
-    duplicate key, a lock), which a retry resolves, rather than from a broken gradebook."""
-    text = getattr(exc, "log", "") or str(exc)
-    return isinstance(exc, IntegrityError) or any(
-        word in text for word in ("database is locked", "IntegrityError", "UniqueViolation",
-                                  "duplicate key", "already exists",
-                                  # the other grader recorded the assignment, and its first
-                                  # submission, while this one was recording it too
-                                  "ForeignKeyViolation", "violates foreign key",
-                                  "because there are submissions associated with it"))
 
 
 def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
@@ -201,7 +185,7 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
 def _worker_failed(task: tuple, outcome) -> SubmissionResult:
     """The error row of a submission whose worker died while grading it (flagged: the
     instructor looks at what it does), or whose grading raised past ``_grade_task``."""
-    _, _, student, assignment, _ = task
+    _, student, assignment, _ = task
     if isinstance(outcome, workers.WorkerDied):
         return SubmissionResult(student, assignment, error=str(outcome),
                                 flags=[Flag(WORKER_FLAG, str(outcome))])
@@ -248,14 +232,14 @@ def _mp_context():
     return ctx
 
 
-def _grade_task(config_root: str, overrides: dict, student: str, assignment: str,
-                known: bool) -> SubmissionResult:
+def _grade_task(run: GradingRun, student: str, assignment: str, known: bool) -> SubmissionResult:
     """Grade one submission (in a worker process); any failure becomes an error result."""
     if not known:
-        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in solutions/")
+        where = folders(run.root).source
+        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in {where}/")
     try:
         installed.verify()  # a worker that imported another copy of the course grades nothing
-        return grade_submission(config_root, overrides, student, assignment)
+        return grade_submission(run, student, assignment)
     except Exception as exc:  # noqa: BLE001 - keep grading the others, whatever this one did
         return SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
 
@@ -272,34 +256,24 @@ def _scan_only(folder: Path, root: Path, assignment: str,
     return flags
 
 
-def safety(sandboxed: bool, audit: bool) -> dict:
-    """The overrides that sandbox the kernels and audit the results; warns when unsandboxed."""
+def sandbox_available(sandboxed: bool) -> bool:
+    """Whether kernels run sandboxed: asked for, and bubblewrap works here (a loud warning on
+    stderr when it does not)."""
     ok, why = bubblewrap.available() if sandboxed else (False, "--no-sandbox")
     if not ok:
         print(bubblewrap.UNSANDBOXED_WARNING.format(why=why), file=sys.stderr, flush=True)
-    return {"sandbox": ok, "audit": audit}
+    return ok
 
 
-class SubmissionRefused(GradingError):
-    """A submission that is not graded as it is (its notebook is a link, ...); ``flags`` say why."""
-
-    def __init__(self, message: str, flags: list):
-        super().__init__(message)
-        self.flags = flags
-
-
-def grade_submission(config_root, overrides: dict, student: str, assignment: str) -> SubmissionResult:
+def grade_submission(run: GradingRun, student: str, assignment: str) -> SubmissionResult:
     """nbgrader autograde of one (student, assignment), from a copy of its folder that follows
-    no link (``stage_submission``), retried while SQLite is locked; then, when ``overrides``
-    asks for an audit, its red flags and audit disagreements.
+    no link (``stage_submission``), retried while SQLite is locked; then, when ``run`` asks
+    for an audit, its red flags and audit disagreements.
 
     A submission that cannot be graded becomes a result with ``error`` set, flagged with what
     the scanner finds in it when audited; files left out of the copy are flagged in any case.
     """
-    overrides = dict(overrides)
-    audited = overrides.pop("audit", False)
-    coursedir = course_directory(config_root, student_id=student, assignment_id=assignment,
-                                  **overrides)
+    coursedir = run.course_directory(student_id=student, assignment_id=assignment)
     submitted = Path(coursedir.root) / coursedir.submitted_directory
     bounds = untrusted.NotebookBounds.from_config(coursedir.config)
     with tempfile.TemporaryDirectory(prefix="course-submission-") as stage:
@@ -323,10 +297,9 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
             result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
         folder = Path(stage) / student / assignment
         if result.error:
-            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment, bounds) if audited else [])
+            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment, bounds) if run.audit else [])
         else:
-            result.flags = flags + (_review(coursedir, result, bool(overrides.get("sandbox")))
-                                    if audited else [])
+            result.flags = flags + (_review(coursedir, result, run.sandbox) if run.audit else [])
     return result
 
 
@@ -341,8 +314,8 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
         try:
             run_converter(converter)
             break
-        except NbgraderFailure as exc:
-            if "database is locked" not in exc.log or attempt == LOCK_RETRIES - 1:
+        except GradingError as exc:
+            if not retriable(exc) or attempt == LOCK_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
     return SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
@@ -466,8 +439,9 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
 
 
 def _with_sources(folder: Path, root: Path, assignment: str) -> list[tuple[Path, Path]]:
-    """Each submitted notebook of ``folder`` with its source in ``root/solutions``."""
-    pairs = [(path, root / "solutions" / assignment / path.name) for path in sorted(folder.glob("*.ipynb"))]
+    """Each submitted notebook of ``folder`` with its source in the course's source folder."""
+    source = folders(root).source_of(assignment)
+    pairs = [(path, source / path.name) for path in sorted(folder.glob("*.ipynb"))]
     return [(path, source) for path, source in pairs if source.is_file()]
 
 

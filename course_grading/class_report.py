@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nbgrader.api import MissingEntry
 
-from .nbgrader_setup import course_directory, db_override, gradebook
+from .nbgrader_setup import course_directory, gradebook
 from .reports_csv import clean, write_rows
 from .results import SubmissionResult, exercise_results, uncomputed
 
@@ -197,7 +197,7 @@ def gradebook_results(root, assignments=None, db_url=None) -> list[SubmissionRes
     autograded notebooks that are on this machine (none where another machine graded). A
     submission with a cell that has no score (its autograding failed) is an error row."""
     root = Path(root).resolve()
-    coursedir = course_directory(root, **db_override(db_url))
+    coursedir = course_directory(root, db_url=db_url)
     with gradebook(coursedir) as gb:
         found = sorted((s.student.id, s.assignment.name, uncomputed(s)) for a in gb.assignments
                        if not assignments or a.name in assignments for s in a.submissions)

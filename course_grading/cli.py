@@ -38,7 +38,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, search_root
+from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, folders, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 EXPORT_CSV = Path("reports") / "export.csv"
@@ -76,7 +76,7 @@ def main(argv=None, exiting=False) -> int:
         if _start_early(args, root):  # after parsing, before importing nbgrader
             importer = threading.Thread(target=_import_trusted_side, daemon=True)
             importer.start()
-        from .nbgrader_setup import GradingError, gradebook_problem
+        from .errors import GradingError, gradebook_problem
         try:
             with warnings.catch_warnings():
                 if not verbose:
@@ -392,7 +392,7 @@ def _grades_here(args, root: Path) -> bool:
         return False
     if args.jobs == 1:
         return True
-    return len(find_submissions(root / "submitted", args.student, args.assignments or None)) == 1
+    return len(find_submissions(root / folders(root).submitted, args.student, args.assignments or None)) == 1
 
 
 def _start_early(args, root: Path) -> bool:

@@ -18,8 +18,8 @@ from nbgrader.api import MissingEntry
 
 from . import untrusted
 from .course_dir import find_submissions
-from .nbgrader_setup import (LOG, GradingError, course_directory, db_override, gradebook,
-                             run_converter)
+from .errors import GradingError
+from .nbgrader_setup import LOG, course_directory, folders, gradebook, run_converter
 from .preprocessors import FEEDBACK_PREPROCESSORS
 from .reports_csv import write_rows
 from .results import uncomputed
@@ -41,16 +41,16 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
     Raises FeedbackIncomplete, after every other submission got its feedback, when some
     submission could not have it (or lost files on the way)."""
     root = Path(root).resolve()
-    autograded = root / "autograded"
+    where = folders(root)
+    autograded = root / where.autograded
     pairs = find_submissions(autograded, students, assignments)
     if not pairs:
         raise GradingError(f"nothing autograded under {autograded}: run `course autograde` first")
-    with gradebook(course_directory(root, **db_override(db_url))):
+    with gradebook(course_directory(root, db_url=db_url)):
         pass  # a gradebook that cannot be opened stops here, with one line
     problems: list[str] = []
     for student, assignment in pairs:
-        coursedir = course_directory(root, student_id=student, assignment_id=assignment,
-                                     **db_override(db_url))
+        coursedir = course_directory(root, db_url=db_url, student_id=student, assignment_id=assignment)
         with tempfile.TemporaryDirectory(prefix="course-feedback-") as stage:
             try:
                 left = _stage(autograded, student, assignment, Path(stage),
@@ -74,7 +74,7 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
             except GradingError as exc:
                 problems.append(f"no feedback for {student}/{assignment}: {exc}")
     pages = sorted(p for student, assignment in pairs
-                   for p in (root / "feedback" / student / assignment).glob("*.html"))
+                   for p in (root / where.feedback / student / assignment).glob("*.html"))
     if problems:
         raise FeedbackIncomplete(problems, pages)
     return pages
@@ -115,7 +115,7 @@ def export(root, path, assignments=None, students=None, db_url=None) -> Path:
     for a formula, and a last column ``note`` that says where a score is not a grade: "not
     submitted" (nbgrader's export shows 0), "not graded" where a cell has no score at all
     (autograding failed, or manual grading is pending)."""
-    coursedir = course_directory(Path(root).resolve(), **db_override(db_url))
+    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
     rows = [EXPORT_COLUMNS]
     with gradebook(coursedir) as gb:
         for assignment in gb.assignments:

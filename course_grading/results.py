@@ -9,7 +9,8 @@ from pathlib import Path
 
 from . import cells, untrusted
 from .nbformat_tools import read_untrusted
-from .nbgrader_setup import gradebook, short, strip_ansi
+from .errors import short, strip_ansi
+from .nbgrader_setup import gradebook
 from .reports_csv import clean, write_rows
 
 GRADES_CSV = Path("reports") / "grades.csv"
