@@ -374,9 +374,9 @@ def cmd_autograde(args, root: Path) -> int:
                             jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
                             audit=not args.no_audit, resume=args.resume)
     except Interrupted as stop:
-        left = stop.total - stop.graded
-        print(f"course: interrupted: {stop.graded} of {stop.total} submissions graded and kept; "
-              f"the same command with --resume grades the other {left}", file=sys.stderr)
+        print(f"course: interrupted after {stop.graded} of {stop.total} submissions; the same "
+              "command with --resume grades the rest (a grade that still stands is kept, an "
+              "error row is tried again)", file=sys.stderr)
         return 130
     print(out.format_table(results))
     csv_path = out.write_csv(results, args.csv or root / GRADES_CSV)

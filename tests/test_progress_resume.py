@@ -207,7 +207,7 @@ def test_a_class_run_interrupted_with_ctrl_c_resumes_without_grading_again(tmp_p
     os.close(master)
     screen = b"".join(shown).decode("utf-8", "replace")
     assert "%|" in screen and "ETA" in screen, screen[-2000:]
-    assert "course: interrupted:" in screen and "--resume" in screen, screen[-2000:]
+    assert "course: interrupted after" in screen and "--resume" in screen, screen[-2000:]
     done = _records(course)
     assert 1 <= len(done) < len(STUDENTS), screen[-2000:]
     times = {s: _autograded(course, s).stat().st_mtime_ns for s in done}
