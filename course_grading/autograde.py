@@ -332,7 +332,7 @@ def _dispatch(tasks: list[tuple], jobs: int, done, sandbox_root: str | None, mem
         with installed.safe_start():  # no current directory on the fork server's path
             multiprocessing.forkserver.ensure_running()
     workers.run(_grade_task, tasks, jobs, finished, context=context, initializer=_start_worker,
-                initargs=(_kernel_threads(jobs), sandbox_root), memory_mb=memory_mb)
+                initargs=(_kernel_threads(jobs), sandbox_root, _warnings_ignored()), memory_mb=memory_mb)
 
 
 def _worker_failed(task: tuple, outcome) -> SubmissionResult:
@@ -345,11 +345,24 @@ def _worker_failed(task: tuple, outcome) -> SubmissionResult:
     return SubmissionResult(student, assignment, error=short(str(outcome)))
 
 
-def _start_worker(env: dict[str, str], sandbox_root: str | None) -> None:
+def _warnings_ignored() -> bool:
+    """Whether this process ignores every warning (the ``course`` command does, unless -v)."""
+    import warnings
+
+    first = warnings.filters[0] if warnings.filters else None
+    return bool(first) and first[0] == "ignore" and first[2] is Warning and first[1] is None \
+        and first[3] is None
+
+
+def _start_worker(env: dict[str, str], sandbox_root: str | None, quiet: bool = False) -> None:
     """A grading worker: its kernels' environment, and its warm sandbox, started at once
-    (closed when the worker ends)."""
+    (closed when the worker ends). ``quiet``: it ignores warnings, as its dispatcher does
+    (nbgrader's SQLAlchemy warnings would break the progress bar's line)."""
     os.environ.pop("PYTHONSAFEPATH", None)  # the fork server's own; unsandboxed kernels need their folder
     os.environ.update(env)
+    if quiet:
+        import warnings
+        warnings.simplefilter("ignore")
     if sandbox_root is not None:
         try:
             warm.ensure_warm(course_settings(sandbox_root))
