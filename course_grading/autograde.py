@@ -135,7 +135,8 @@ def already_graded(root: Path, overrides: dict, tasks: list[tuple]
     candidates: dict[tuple[str, str], SubmissionResult] = {}
     for _, _, student, assignment, known in tasks:
         old = ledger.read(root, student, assignment) if known else None
-        if old is not None and old.key == _current_key(coursedir, submitted, student, assignment, bounds):
+        if old is not None and old.key == _current_key(coursedir, submitted, student, assignment,
+                                                       bounds, _how(overrides)):
             candidates[(student, assignment)] = old
     standing = _still_recorded(coursedir, candidates) if candidates else set()
     return ([candidates[pair] for pair in sorted(standing)],
@@ -143,7 +144,7 @@ def already_graded(root: Path, overrides: dict, tasks: list[tuple]
 
 
 def _current_key(coursedir: CourseDirectory, submitted: Path, student: str, assignment: str,
-                 bounds: untrusted.NotebookBounds) -> str:
+                 bounds: untrusted.NotebookBounds, how: str) -> str:
     """The key a grade of the submission would have now; '' when it would not be graded."""
     with tempfile.TemporaryDirectory(prefix="course-resume-") as stage:
         try:
@@ -154,7 +155,13 @@ def _current_key(coursedir: CourseDirectory, submitted: Path, student: str, assi
         except Exception:  # noqa: BLE001 - refused, unreadable: graded again (an error row)
             return ""
         return ledger.submission_key(coursedir.root, assignment, Path(stage) / student / assignment,
-                                     coursedir.db_url)
+                                     coursedir.db_url, how)
+
+
+def _how(overrides: dict) -> str:
+    """How a submission is graded, as far as its result depends on it: sandboxed or not (a
+    grade computed unsandboxed is not one computed in the sandbox), audited or not (the flags)."""
+    return f"sandbox={bool(overrides.get('sandbox'))} audit={bool(overrides.get('audit'))}"
 
 
 def _still_recorded(coursedir: CourseDirectory, candidates: dict) -> set[tuple[str, str]]:
@@ -460,7 +467,7 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
                                      _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
                                      bounds)
             key = ledger.submission_key(coursedir.root, assignment, Path(stage) / student / assignment,
-                                        coursedir.db_url)  # before anything runs: what was submitted
+                                        coursedir.db_url, _how({**overrides, "audit": audited}))
             coursedir.submitted_directory = stage
             UNREAD_MESSAGES.clear()
             result = _autograde(coursedir, student, assignment)

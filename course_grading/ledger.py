@@ -10,7 +10,8 @@ of three things:
 * the course version of its assignment (``course_version``): the installed course's own
   files (``course_grading``, ``course_utils``: checks, references, data), the course's
   ``nbgrader_config.py`` and the assignment's ``solutions/`` folder;
-* the gradebook it was written to (its URL).
+* the gradebook it was written to (its URL), and how it was graded (in the sandbox or not,
+  with the integrity audit or not: a resumed run keeps only what it would have done itself).
 
 ``course autograde`` writes one record per graded submission, as it is graded, into
 ``reports/progress/<assignment>/<student>.json`` (written whole, then renamed into place, so a
@@ -113,9 +114,10 @@ def course_version(root, assignment: str) -> str:
     return _course_files(str(root), assignment, _stamp(root, assignment))
 
 
-def submission_key(root, assignment: str, staged_folder, db_url: str) -> str:
-    """The key of a grade: the staged submission, the course version, the gradebook."""
-    parts = [tree_digest(staged_folder), course_version(root, assignment), str(db_url)]
+def submission_key(root, assignment: str, staged_folder, db_url: str, how: str = "") -> str:
+    """The key of a grade: the staged submission, the course version, the gradebook, and
+    ``how`` it was graded (sandboxed, audited)."""
+    parts = [tree_digest(staged_folder), course_version(root, assignment), str(db_url), how]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

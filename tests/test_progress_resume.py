@@ -101,6 +101,7 @@ def test_the_key_follows_the_submission_the_course_and_the_gradebook(tmp_path):
     shutil.copytree(folder, copy)
     assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///a.db") == key
     assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///b.db") != key
+    assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///a.db", "sandbox=False audit=True") != key
     (copy / "timestamp.txt").write_text("2026-11-27 09:00:00")  # submitted again, later
     assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///a.db") != key
     (course / "nbgrader_config.py").write_text((course / "nbgrader_config.py").read_text() + "\n# changed\n")
