@@ -276,13 +276,20 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
     results = []
     shown = Progress(already + len(tasks), already=already) if progress else None
     stop = _Stop()
+    unrecorded: list = []
 
     def done(result: SubmissionResult) -> None:
         if stop.requested:  # graded while the run was being stopped: maybe cut short, not kept
             raise KeyboardInterrupt
         results.append(result)
         if ledger_root is not None:
-            ledger.write(ledger_root, result)
+            try:
+                ledger.write(ledger_root, result)
+            except OSError as exc:  # grading goes on; only --resume would grade it again
+                if not unrecorded:
+                    print(f"course: warning: cannot record what was graded ({exc}): --resume will "
+                          "grade it again", file=sys.stderr, flush=True)
+                unrecorded.append(result)
         if shown is not None:
             shown.done(result)
 

@@ -245,3 +245,11 @@ def _drain(fd: int, into: list) -> None:
         if not data:
             return
         into.append(data)
+
+
+def test_a_record_that_cannot_be_written_costs_only_a_regrade(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(autograde, "_grade_task", lambda root, overrides, student, assignment, known: result(student))
+    (tmp_path / "reports").write_text("a file where the records' folder would be")
+    graded = autograde._grade_all(_tasks(tmp_path, ["ada", "ben"]), 1, False, ledger_root=tmp_path)
+    assert [r.student for r in graded] == ["ada", "ben"]
+    assert capsys.readouterr().err.count("cannot record what was graded") == 1
