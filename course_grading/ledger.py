@@ -162,7 +162,7 @@ def write(root, result: SubmissionResult) -> None:
 def forget(root, student: str, assignment: str) -> None:
     try:
         record_path(root, student, assignment).unlink()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # there is none
         pass
 
 
