@@ -158,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", parents=[common],
                             help="where you stand: every notebook and exercise, from your notebooks")
     status.add_argument("--notebooks", metavar="DIR",
-                        help="the folder holding your NN_topic/NN_topic.ipynb (default: notebooks/ of the course)")
+                        help="the folder holding your NN_topic/NN_topic.ipynb or NN_topic.ipynb "
+                             "(default: notebooks/ of the course)")
     status.add_argument("--no-cache", action="store_true", help="grade every started notebook again")
     status.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     status.set_defaults(run=cmd_status)

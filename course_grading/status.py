@@ -86,7 +86,12 @@ def cache_folder() -> Path:
 
 
 def notebook_path(folder: Path, assignment: str) -> Path:
-    return folder / assignment / f"{assignment}.ipynb"
+    """``folder/NN_topic/NN_topic.ipynb`` (the course's layout), else ``folder/NN_topic.ipynb``
+    where only that one is there (notebooks downloaded into one folder)."""
+    nested, flat = folder / assignment / f"{assignment}.ipynb", folder / f"{assignment}.ipynb"
+    if not (nested.exists() or nested.is_symlink()) and (flat.exists() or flat.is_symlink()):
+        return flat
+    return nested
 
 
 def status(root, folder=None, sandboxed=True, use_cache=True, on_grading=None) -> list[NotebookStatus]:

@@ -119,6 +119,11 @@ def test_what_has_not_changed_is_not_graded_again(half_done, monkeypatch):
     status.status(ROOT, half_done)
     status.status(ROOT, half_done, use_cache=False)
     assert calls == ["03_attention"] * 4
+    flat = half_done / "downloads"  # notebooks downloaded side by side: found there too
+    flat.mkdir()
+    notebook.rename(flat / "03_attention.ipynb")
+    assert _states(status.status(ROOT, flat))["03_attention"]["softmax"] == status.PASSED
+    assert calls == ["03_attention"] * 4  # the same bytes: from the cache
 
 
 def test_a_notebook_that_cannot_be_read_is_said_and_the_rest_shown(half_done, capsys, monkeypatch):
