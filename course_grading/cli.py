@@ -2,8 +2,10 @@
 
     course start [--no-browser] [--port N]      JupyterLab on the first notebook
     course check PATH                           grade your own notebook (hidden tests included)
+    course status [--notebooks DIR] [--no-cache]  every notebook and exercise: passed, failed, not started
+    course doctor [--test] [--quiet]            OK/FAIL per thing the course needs, each FAIL with its fix
     course release [ASSIGNMENT ...] [--check]   solutions/ -> notebooks/
-    course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report]
+    course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report] [--resume]
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
     course export [--to PATH] [--db URL]
     course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
@@ -73,6 +75,8 @@ def main(argv=None, exiting=False) -> int:
         root = find_root(getattr(args, "root", None))
         _absolute_paths(args, here)
         os.chdir(root)  # nothing is configured or imported from where the command was typed
+        if args.run is cmd_doctor:  # it runs where nbgrader itself is broken
+            return args.run(args, root)
         if _start_early(args, root):  # after parsing, before importing nbgrader
             importer = threading.Thread(target=_import_trusted_side, daemon=True)
             importer.start()
@@ -151,6 +155,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     check.set_defaults(run=cmd_check)
 
+    status = sub.add_parser("status", parents=[common],
+                            help="where you stand: every notebook and exercise, from your notebooks")
+    status.add_argument("--notebooks", metavar="DIR",
+                        help="the folder holding your NN_topic/NN_topic.ipynb or NN_topic.ipynb "
+                             "(default: notebooks/ of the course)")
+    status.add_argument("--no-cache", action="store_true", help="grade every started notebook again")
+    status.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
+    status.set_defaults(run=cmd_status)
+
+    doctor = sub.add_parser("doctor", parents=[common],
+                            help="check this environment: one OK/FAIL line per thing the course needs")
+    doctor.add_argument("--test", action="store_true",
+                        help="what the test suite needs is required too (FAIL, not WARN)")
+    doctor.add_argument("--quiet", action="store_true", help="show only what is not OK")
+    doctor.set_defaults(run=cmd_doctor)
+
     release = sub.add_parser("release", parents=[common], help="regenerate notebooks/ from solutions/")
     release.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     release.add_argument("--check", action="store_true",
@@ -168,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     autograde.add_argument("--no-audit", action="store_true",
                            help="skip the integrity audit and the red-flag scan")
+    autograde.add_argument("--resume", action="store_true",
+                           help="keep the grades of an earlier (interrupted) run that still stand: "
+                                "grade only what is new, changed or not graded yet")
     autograde.set_defaults(run=cmd_autograde)
 
     feedback = sub.add_parser("feedback", parents=[common], help="HTML feedback into feedback/")
@@ -239,7 +262,7 @@ def _within(path: Path, folder: Path) -> bool:
 def _absolute_paths(args, here: str) -> None:
     """The paths given on the command line, taken from the folder it was typed in (``here``),
     before the command moves to the course directory."""
-    for name in ("path", "csv", "to", "out"):
+    for name in ("path", "csv", "to", "out", "notebooks"):
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
             setattr(args, name, os.path.join(here, value))
@@ -296,6 +319,36 @@ def cmd_check(args, root: Path) -> int:
     return 0 if all(e.passed for e in result.exercises) else 1
 
 
+def cmd_status(args, root: Path) -> int:
+    """Every notebook and exercise: ✔ / ✘ / not started; exit 1 only when one could not be graded."""
+    from .status import format_status, timed_status
+
+    def grading(assignment: str) -> None:
+        print(f"grading {assignment} …", file=sys.stderr, flush=True)
+
+    found, seconds = timed_status(root, args.notebooks, sandboxed=not args.no_sandbox,
+                                  use_cache=not args.no_cache, on_grading=grading)
+    print(format_status(found, width=shutil.get_terminal_size((100, 24)).columns))
+    graded = sum(n.graded for n in found)
+    print(f"({graded} notebook{'s' * (graded != 1)} graded, {sum(n.cached for n in found)} unchanged "
+          f"since the last run, in {seconds:.1f} s)")
+    return 1 if any(n.error for n in found) else 0
+
+
+def cmd_doctor(args, root: Path) -> int:
+    """One line per thing the course needs; exit 1 when one is FAIL."""
+    from .doctor import FAIL, diagnose, format_lines
+
+    lines = diagnose(test=args.test)
+    text = format_lines(lines, quiet=args.quiet)
+    if text:
+        print(text)
+    failed = sum(line.status == FAIL for line in lines)
+    if failed or not args.quiet:
+        print(f"{failed} problem{'s' * (failed != 1)} found" if failed else "everything the course needs is here")
+    return 1 if failed else 0
+
+
 def cmd_release(args, root: Path) -> int:
     """Write the changed release files, or with --check list them and exit 1."""
     from .release import release
@@ -315,11 +368,17 @@ def cmd_release(args, root: Path) -> int:
 def cmd_autograde(args, root: Path) -> int:
     """The score table and CSV; exit 1 only if grading broke for some submission."""
     from . import class_report, results as out
-    from .autograde import autograde
+    from .autograde import Interrupted, autograde
 
-    results = autograde(root, students=args.student, assignments=args.assignments or None,
-                        jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
-                        audit=not args.no_audit)
+    try:
+        results = autograde(root, students=args.student, assignments=args.assignments or None,
+                            jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
+                            audit=not args.no_audit, resume=args.resume)
+    except Interrupted as stop:
+        print(f"course: interrupted after {stop.graded} of {stop.total} submissions; the same "
+              "command with --resume grades the rest (a grade that still stands is kept, an "
+              "error row is tried again)", file=sys.stderr)
+        return 130
     print(out.format_table(results))
     csv_path = out.write_csv(results, args.csv or root / GRADES_CSV)
     print(f"\ngrades: {csv_path}")

@@ -41,6 +41,7 @@ class SubmissionResult:
     exercises: list[ExerciseResult] = field(default_factory=list)
     error: str = ""
     flags: list = field(default_factory=list)  # scan.Flag: red flags and audit disagreements
+    key: str = ""  # what was graded, by what, into which gradebook (ledger.submission_key)
 
     @property
     def score(self) -> float:
