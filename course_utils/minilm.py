@@ -439,3 +439,54 @@ def load_minilm(encoder_layer_cls, layer_norm_cls) -> MiniLM:
     model = MiniLM(embeddings, layers, load_tokenizer()).eval()
     model.requires_grad_(False)
     return model
+
+
+# --------------------------------------------------------------------------- 04: attention alone
+
+class _FeedForward(nn.Module):
+    """Two Linear layers (``linear1``, ``linear2``) for GELUFeedForward to wrap."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+
+
+def _layer_around(mha_class):
+    """A post-norm BERT layer whose self-attention is ``mha_class`` (04's MultiHeadAttention)
+    and whose norms and feed-forward network are PyTorch's: what 04 can build before 06."""
+
+    class AttentionInBertLayer(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = mha_class(d_model, num_heads)
+            self.ffn = _FeedForward(d_model, d_ff)
+            self.norm1 = nn.LayerNorm(d_model)
+            self.norm2 = nn.LayerNorm(d_model)
+
+        def forward(self, x, mask=None):
+            x = self.norm1(x + self.self_attn(x, x, x, mask)[0])  # (b, s, d)
+            return self.norm2(x + self.ffn(x))  # (b, s, d)
+
+    return AttentionInBertLayer
+
+
+def load_minilm_attention(mha_class) -> MiniLM:
+    """all-MiniLM-L6-v2 whose six self-attentions are ``mha_class(384, 12)`` (04's
+    ``MultiHeadAttention``, the learner's), filled with the trained q/k/v/out weights; its
+    layer norms and feed-forward networks are PyTorch's (notebook 06 has you write those)."""
+    return load_minilm(_layer_around(mha_class), nn.LayerNorm)
+
+
+@torch.no_grad()
+def attention_weights(model: MiniLM, text: str) -> tuple[list[str], torch.Tensor]:
+    """One sentence's tokens and the attention weights of every layer and head, read from what
+    each layer's ``self_attn`` returns: (tokens, weights (layers, heads, s, s))."""
+    ids, _ = model.tokenizer(text)
+    x = model.embeddings(ids)  # (1, s, d)
+    per_layer = []
+    for layer in model.layers:
+        _, w = layer.self_attn(x, x, x)  # (1, h, s, s)
+        per_layer.append(w[0])
+        x = layer(x)  # (1, s, d)
+    return model.tokenizer.convert_ids_to_tokens(ids[0]), torch.stack(per_layer)
