@@ -140,3 +140,23 @@ def test_minilm_attention_from_a_multi_head_attention_is_the_whole_model():
     assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-5)
     _, same = minilm.attention_weights(whole, text)  # the weights 06's layers return
     assert torch.allclose(weights, same, atol=1e-5)
+
+
+def test_the_model_is_read_tensor_by_tensor_into_its_parameters():
+    """load_minilm reads each tensor from the file straight into its parameter (04 and 06 load
+    MiniLM; a copy of all its weights beside the model cost their kernels ~90 MB at the peak)."""
+    torch = pytest.importorskip("torch")
+    from course_utils import minilm
+
+    if not minilm.minilm_available():
+        pytest.skip("the MiniLM weights are not installed")
+    path = minilm.model_dir() / "model.safetensors"
+    lazy, eager = minilm.SafetensorsFile(path), minilm.read_safetensors(path)
+    assert set(lazy.header) == set(eager)
+    for name in ("embeddings.position_ids", "encoder.layer.2.attention.self.key.weight",
+                 "encoder.layer.5.output.LayerNorm.bias"):
+        assert (lazy[name] == eager[name]).all() and lazy[name].dtype == eager[name].dtype
+        if eager[name].dtype.kind == "f":
+            param = torch.empty(eager[name].shape)
+            lazy.read_into(name, param)
+            assert torch.equal(param, torch.from_numpy(eager[name]))
