@@ -6,9 +6,12 @@ These run in the learner's own kernel, so they hold no solution. ``split_heads``
 tools). ``MultiHeadAttention`` is compared with
 ``torch.nn.MultiheadAttention`` holding the same known weights (per-head weights, batch first)
 at a stated tolerance; when the numbers are off, the check compares them with what the usual
-mistakes give on the same weights (stored too) and names the one that reproduces them. The
-grader adds its hidden cases in the hidden part of each test cell; they live with the instructor,
-not here.
+mistakes give on the same weights (stored too) and names the one that reproduces them. With
+``dropout=0.5`` in training mode the check needs no expected output: v_proj is the identity and
+out_proj and each head's values are orthogonal, so the coefficients that mixed the values can be
+read back from the output, and each must be 0 (dropped) or the eval-mode weight / (1 - p); any
+other pattern names where the dropout went instead. The grader adds its hidden cases in the
+hidden part of each test cell; they live with the instructor, not here.
 """
 from __future__ import annotations
 
