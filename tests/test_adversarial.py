@@ -277,8 +277,10 @@ CATALOGUE = {
     "leak_writes_fd_1": ({"encode": "import os\ndef encode(tokens, vocab, unk_token='<unk>'):\n"
                           "    os.write(1, f'LEAK {tokens} {vocab} {unk_token}\\n'.encode())\n"
                           "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    # raises on an input only the hidden part passes (the visible check tries another unk_token
+    # too, with another id)
     "leak_raises_hidden_inputs": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n"
-                                   "    if unk_token != '<unk>':\n"
+                                   "    if vocab.get(unk_token) == 7:\n"
                                    "        raise ValueError(f'LEAK {tokens} {vocab} {unk_token}')\n"
                                    "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
                                   "zero:test_encode"),
