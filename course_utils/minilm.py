@@ -497,12 +497,14 @@ def load_minilm(encoder_layer_cls, layer_norm_cls) -> MiniLM:
 # --------------------------------------------------------------------------- 04: attention alone
 
 class _FeedForward(nn.Module):
-    """Two Linear layers (``linear1``, ``linear2``) for GELUFeedForward to wrap."""
+    """BERT's two Linear layers under the contract's names (``linear1``, ``linear2``), for
+    GELUFeedForward to wrap: only a holder of loaded weights, no forward of its own (06 has
+    you write FeedForward itself)."""
 
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        for name, size in (("linear1", (d_model, d_ff)), ("linear2", (d_ff, d_model))):
+            self.add_module(name, nn.Linear(*size))
 
 
 def _layer_around(mha_class):

@@ -31,6 +31,7 @@ from course_grading import results as results_module
 from course_grading.cells import hidden_lines
 from course_grading.sandbox import bubblewrap
 from course_grading.nbformat_tools import write_notebook
+from course_grading.nbgrader_setup import GradingRun
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
@@ -535,7 +536,8 @@ def graded(tmp_path_factory):
         _submit(alone, kind, _variant(source, CATALOGUE[kind][0], constants))
     alone_scores = {r.student: _scores(r) for r in autograde.autograde(alone, jobs=2, progress=False)}
 
-    autograde._prepare_gradebook(course, [A], sorted(CATALOGUE))
+    autograde._prepare_gradebook(GradingRun(str(course), str(course), str(course / "submitted")), [A],
+                                 sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:
         renamed = {untrusted.shown_name(os.fsdecode(name)): kind for kind, name in RENAMED.items()}
