@@ -516,10 +516,12 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             page.wait_for_function(MATHJAX_DONE, timeout=60_000)
             assert not [m for m in console if "fontdata" in m or "Refused" in m], console
             assert page.evaluate("() => submission_id") == submission_id  # the Formgrader's script ran
-            # the Formgrader's scripts loaded the grades: each score box shows its autograde
+            # the Formgrader's scripts loaded the grades: each test's score box shows its
+            # autograde (a written answer, graded by hand, has none)
             page.wait_for_function("() => document.querySelectorAll('input.score').length > 0 && "
                                    "[...document.querySelectorAll('input.score')]"
-                                   ".every(i => i.placeholder !== '')", timeout=30_000)
+                                   ".every(i => i.placeholder !== '' || i.id.startsWith('written_'))",
+                                   timeout=30_000)
             body = page.evaluate("() => document.body.innerText")
             assert TEXT in body and "bold html" in body
             assert "<script>" in body  # the student's markup, shown as text
