@@ -393,6 +393,9 @@ def cmd_feedback(args, root: Path) -> int:
         pages, problems = exc.pages, exc.problems
     for path in pages:
         print(path.relative_to(root))
+    from .feedback import awaiting_manual
+    for note in awaiting_manual(root, args.assignments or None, args.student, db_url=args.db):
+        print(f"course: note: {note}", file=sys.stderr)
     for problem in problems:
         print(f"course: error: {_one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0

@@ -80,6 +80,25 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
     return pages
 
 
+def awaiting_manual(root, assignments=None, students=None, db_url=None) -> list[str]:
+    """One line per gradebook submission whose written answers wait for manual grading: its
+    feedback shows them as 0 until they are graded (then run ``course feedback`` again)."""
+    coursedir = course_directory(Path(root).resolve(), **db_override(db_url))
+    lines = []
+    with gradebook(coursedir) as gb:
+        for assignment in gb.assignments:
+            if assignments and assignment.name not in assignments:
+                continue
+            for submission in assignment.submissions:
+                if students and submission.student.id not in students:
+                    continue
+                pending = pending_points(submission)
+                if pending:
+                    lines.append(f"{submission.student.id}/{assignment.name}: {pending:g} points of written "
+                                 "answers not graded by hand yet (its feedback shows them as 0)")
+    return sorted(lines)
+
+
 def feedback_preprocessors(configured: list) -> list:
     """``configured`` (nbgrader_config.py's GenerateFeedback.preprocessors, classes or dotted
     names) with the course's feedback filters first where it does not list them, and its

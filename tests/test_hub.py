@@ -80,15 +80,17 @@ WORK = {"ada": {"softmax": "solution", "simple_self_attention": "solution",
                 "scaled_dot_product_attention": "solution", "causal_mask": "solution"},
         "ben": {"softmax": "solution", "simple_self_attention": "softmax_over_dim_minus_2"}}
 STUDENTS = [*WORK, ATTACKER]
+# nobody answers the two written questions (graded by hand): each scores 0, "not answered"
+UNANSWERED = {"written_sqrt_dk": 0, "written_mask_before_softmax": 0}
 EXPECTED = {"ada": {"test_softmax": 2, "test_simple_self_attention": 2,
-                    "test_scaled_dot_product_attention": 3, "test_causal_mask": 1},
+                    "test_scaled_dot_product_attention": 3, "test_causal_mask": 1, **UNANSWERED},
             "ben": {"test_softmax": 2, "test_simple_self_attention": 0,
-                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0},
+                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0, **UNANSWERED},
             # mallory writes softmax, and submits after the due date: 2 points, less all of them
             ATTACKER: {"test_softmax": 2, "test_simple_self_attention": 0,
-                       "test_scaled_dot_product_attention": 0, "test_causal_mask": 0}}
+                       "test_scaled_dot_product_attention": 0, "test_causal_mask": 0, **UNANSWERED}}
 LATE = {ATTACKER}
-MAX_SCORE = 8
+MAX_SCORE = 12  # 8 of tests, 4 of written answers
 # what each student sees under a test cell after running the notebook
 SEEN = {"ada": "scaled_dot_product_attention: all visible checks passed.",
         "ben": "simple_self_attention: values are off"}
@@ -508,10 +510,38 @@ def save(page) -> None:
 
 def to_the_middle(locator) -> None:
     """Scroll ``locator`` to the middle of its page, again as cells off screen take their real
-    height (JupyterLab lays out only what is visible)."""
-    for _ in range(4):
+    height (JupyterLab lays out only what is visible), until it lies whole inside the window."""
+    for _ in range(20):
         locator.evaluate("e => e.scrollIntoView({block: 'center'})")
         locator.page.wait_for_timeout(300)
+        if in_view(locator):
+            return
+    raise AssertionError(f"{locator} never came into view: the screenshot would not show it")
+
+
+IN_VIEW = ("e => { const r = e.getBoundingClientRect(); let w = window;"
+           " return r.height > 0 && r.top >= 0 && r.bottom <= w.innerHeight && r.left >= 0"
+           " && r.right <= w.innerWidth; }")
+
+
+def in_view(locator) -> bool:
+    """Whether ``locator`` is whole inside its page's window (in its frame's own window for an
+    element inside an iframe that fills the page's area)."""
+    return bool(locator.evaluate(IN_VIEW))
+
+
+def settled(hub: Hub, student: str, page, image) -> None:
+    """Wait until the kernel is idle and the picture ``image`` has stopped changing (a slider
+    moved by several steps redraws once per step), so that the controls, the picture and the
+    kernel's status agree in a screenshot."""
+    wait_for_one_idle_kernel(hub.server(student), hub.token)
+    last, stable = image.get_attribute("src"), 0
+    while stable < 4:
+        page.wait_for_timeout(500)
+        now = image.get_attribute("src")
+        stable, last = (stable + 1, last) if now == last else (0, now)
+    page.wait_for_function("() => { const bar = document.querySelector('#jp-main-statusbar');"
+                           " return !bar || !/\\|\\s*Busy/.test(bar.innerText); }", timeout=LIMIT_S * 1000)
 
 
 def student_starts(hub: Hub, browser, student: str):
@@ -551,6 +581,8 @@ def student_finishes(hub: Hub, student: str, page, watch):
         widget, image = last_widget_with_picture(page)
         assert some_control_changes_the_picture(page, widget, image, image.get_attribute("src")), (
             "no control of the widget changed its picture")
+        settled(hub, student, page, image)
+        to_the_middle(widget)
         page.screenshot(path=str(hub.shots / "hub-ada-widget.png"))
     else:  # the run stopped at the failing test
         wait_for_one_idle_kernel(hub.server(student), hub.token)
@@ -595,7 +627,10 @@ def feedback_seen(hub: Hub, page, student: str) -> str:
     body = page.frame_locator(".jp-HTMLViewer iframe").first.locator("body")
     body.locator("text=Score").first.wait_for()
     page.screenshot(path=str(hub.shots / f"hub-{student}-feedback.png"))
-    to_the_middle(body.locator("pre, .output_text").filter(has_text=SEEN[student]).first)
+    message = body.locator("pre, .output_text").filter(has_text=SEEN[student]).first
+    to_the_middle(message)
+    # the whole message shows, wrapped at the page's edge (FeedbackStyle), its hint included
+    assert message.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the message runs past the page's edge"
     page.screenshot(path=str(hub.shots / f"hub-{student}-feedback-message.png"))
     return body.inner_text()
 

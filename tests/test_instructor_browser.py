@@ -112,6 +112,8 @@ def payload_cells() -> list:
 def hostile_notebook(dest: Path, name: str = A) -> Path:
     path = filled_in(A, dest, name=name)
     nb = nbformat.read(path, as_version=4)
+    written = [c for c in nb.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")]
+    written[-1].source += f"\n\n{img('written')} <script>{payload('writtenscript')}</script>"  # graded by hand
     nb.cells += payload_cells()
     nb.metadata["title"] = "</title><script>" + payload("title") + "</script>"
     nbformat.write(nb, path)
@@ -664,6 +666,7 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
             page.wait_for_selector("body", timeout=30_000)
             body = page.evaluate("() => document.body.innerText")
             assert "Good: you named permutation equivariance. Next time give the two sentences' vectors." in body
+            _clean(page, "feedback with comments")  # the answer's own markup ran nowhere
             assert page.evaluate("() => [...document.querySelectorAll('strong')]"
                                  ".some(e => e.textContent === 'Next time')")  # the comment's markdown
             assert f"(Score: {float(score):g}" in body.replace(".0 /", " /") or f"{score:.1f}" in body

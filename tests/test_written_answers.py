@@ -142,6 +142,7 @@ def test_autograde_shows_a_written_answer_as_waiting_not_as_a_zero(graded, tmp_p
     course, results = graded
     ann, bob, cat = results["ann"], results["bob"], results["cat"]
     assert not (ann.error or bob.error or cat.error)
+    assert not (ann.flags or bob.flags or cat.flags)  # the audit and the scanner, on written answers
     [test, written] = ann.exercises
     assert (test.grade_id, test.score, test.passed) == ("test_double", 2, True)
     assert (written.grade_id, written.manual, written.pending, written.passed) == ("written_double", True, True, False)
@@ -180,7 +181,7 @@ def test_the_scanner_accepts_written_answers_and_flags_an_answer_turned_into_cod
     assert any(r.startswith("process control") for r in reasons)
 
 
-def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, tmp_path):
+def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, tmp_path, capsys):
     course, _ = graded
     from course_grading.nbgrader_setup import course_directory, gradebook
 
@@ -192,6 +193,12 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     assert (wide["ann"][ASSIGNMENT], wide["ann"][f"{ASSIGNMENT} awaiting_manual"]) == ("", "2")
     assert notes == [f"ann/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand",
                      f"cat/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand"]
+
+    capsys.readouterr()
+    assert main(["--root", str(course), "feedback", "--student", "ann"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"course: note: ann/{ASSIGNMENT}: 2 points of written answers not graded by hand yet "
+        "(its feedback shows them as 0)"]
 
     # the instructor scores ann's answer and comments, as the Formgrader's API does
     with gradebook(course_directory(course)) as gb:
