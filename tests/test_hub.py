@@ -90,6 +90,7 @@ EXPECTED = {"ada": {"test_softmax": 2, "test_simple_self_attention": 2,
             ATTACKER: {"test_softmax": 2, "test_simple_self_attention": 0,
                        "test_scaled_dot_product_attention": 0, "test_causal_mask": 0, **UNANSWERED}}
 LATE = {ATTACKER}
+NAMES = {"ada": ("Ada", "Lovelace"), "ben": ("Ben", "Okafor"), ATTACKER: ("Mallory", "Mallet")}
 MAX_SCORE = 12  # 8 of tests, 4 of written answers
 # what each student sees under a test cell after running the notebook
 SEEN = {"ada": "scaled_dot_product_attention: all visible checks passed.",
@@ -612,7 +613,8 @@ def formgrader_scores(hub: Hub, browser, count: int) -> dict:
         f" return cells.length === {count} && cells.every(c => c.textContent.includes('/')); }}")
     to_the_middle(rows.first)
     page.screenshot(path=str(hub.shots / "hub-formgrader.png"))
-    return {r.locator("td.student-id").inner_text().strip(): r.locator("td.score").inner_text().strip()
+    return {r.locator("td.student-id").inner_text().strip(): (r.locator("td.student-name").inner_text().strip(),
+                                                               r.locator("td.score").inner_text().strip())
             for r in rows.all()}
 
 
@@ -725,9 +727,18 @@ def test_a_class_on_jupyterhub(hub):
             assert got == EXPECTED
             totals = {s: sum(v.values()) for s, v in got.items()}
 
-            # The Formgrader tab shows the submissions with the scores of reports/grades.csv.
+            # The class list, so that the Formgrader shows names (README "Written answers, names
+            # and the LMS"): a CSV as an LMS exports it, into the gradebook.
+            roster = hub.course / "roster.csv"
+            roster.write_text("Username,First name,Last name,Email address\n" + "".join(
+                f"{s},{first},{last},{s}@example.org\n" for s, (first, last) in NAMES.items()))
+            os.chmod(roster, 0o644)
+            assert "3 students imported" in instructor(hub, "course", "roster", "import", str(roster))
+
+            # The Formgrader tab shows the submissions, with the students' names, and the scores
+            # of reports/grades.csv.
             assert formgrader_scores(hub, browser, len(STUDENTS)) == {
-                s: f"{totals[s]:g} / {MAX_SCORE}" for s in STUDENTS}
+                s: (f"{NAMES[s][1]}, {NAMES[s][0]}", f"{totals[s]:g} / {MAX_SCORE}") for s in STUDENTS}
 
             # Instructor: feedback, released through the exchange.
             instructor(hub, "course", "feedback", ASSIGNMENT)
