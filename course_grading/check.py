@@ -137,6 +137,20 @@ def identify_assignment(root: Path, path: Path, nb) -> str:
     return assignment
 
 
+def model_answers(root, assignment: str) -> dict[str, str]:
+    """{grade_id: text} of the written answers of ``assignment``'s source notebook (nbgrader's
+    manually graded answer cells): the model answer and the rubric the instructor wrote,
+    which the release replaces by a stub. {} when the source is not there."""
+    from .cells import grade_id, is_solution, meta, text
+
+    try:
+        nb = _assignment_source(Path(root), assignment)
+    except (OSError, ValueError):
+        return {}
+    return {grade_id(c): text(c.get("source")).strip() for c in nb.cells
+            if is_solution(c) and meta(c).get("grade") and isinstance(grade_id(c), str)}
+
+
 def _assignment_source(root: Path, assignment: str):
     return read_notebook(folders(root).source_notebook(assignment))
 

@@ -1,13 +1,15 @@
 """The ``course`` command: open the course, and run its nbgrader pipeline.
 
     course start [--no-browser] [--port N]      JupyterLab on the first notebook
-    course check PATH                           grade your own notebook (hidden tests included)
+    course check PATH                           grade your own notebook (hidden tests included;
+                                                written answers: graded by hand, model answer shown)
     course status [--notebooks DIR] [--no-cache]  every notebook and exercise: passed, failed, not started
     course doctor [--test] [--quiet]            OK/FAIL per thing the course needs, each FAIL with its fix
     course release [ASSIGNMENT ...] [--check]   solutions/ -> notebooks/
     course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report] [--resume]
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
-    course export [--to PATH] [--db URL]
+    course export [--to PATH] [--format nbgrader|canvas|moodle|wide] [--db URL]
+    course roster import CSV [--db URL]         students' names and emails into the gradebook
     course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
     course build-student OUT [--force]          what students get: learner wheel, releases, Dockerfile
 
@@ -201,8 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", parents=[common], help="nbgrader's CSV export of the gradebook")
     export.add_argument("--to", help=f"CSV file (default: {EXPORT_CSV})")
+    export.add_argument("--format", default="nbgrader", choices=("nbgrader", "canvas", "moodle", "wide"),
+                        help="nbgrader's columns (default), a Canvas or Moodle grade import, or "
+                             "one row per student with a column per assignment")
     export.add_argument("--db", help=DB_HELP)
     export.set_defaults(run=cmd_export)
+
+    roster = sub.add_parser("roster", parents=[common], help="the class list: names and emails")
+    roster_sub = roster.add_subparsers(dest="roster_command", required=True, metavar="ACTION")
+    roster_import = roster_sub.add_parser("import", parents=[common],
+                                          help="students from a CSV (id, first_name, last_name, email) "
+                                               "into the gradebook, as `nbgrader db student import`")
+    roster_import.add_argument("csv", metavar="CSV")
+    roster_import.add_argument("--db", help=DB_HELP)
+    roster_import.set_defaults(run=cmd_roster_import)
 
     class_report = sub.add_parser("report", parents=[common],
                                   help="class report from the gradebook: pass rates, scores, failures")
@@ -262,7 +276,7 @@ def _within(path: Path, folder: Path) -> bool:
 def _absolute_paths(args, here: str) -> None:
     """The paths given on the command line, taken from the folder it was typed in (``here``),
     before the command moves to the course directory."""
-    for name in ("path", "csv", "to", "out", "notebooks"):
+    for name in ("path", "csv", "to", "out", "notebooks"):  # csv: autograde's --csv, roster import's CSV
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
             setattr(args, name, os.path.join(here, value))
@@ -309,14 +323,46 @@ def cmd_check(args, root: Path) -> int:
         return 1
     width = max((len(e.grade_id) for e in result.exercises), default=0)
     for e in result.exercises:
+        if e.manual:
+            _print_written(e, width)
+            continue
         print(f"{'PASS' if e.passed else 'FAIL'}  {e.grade_id.ljust(width)}  {e.score:g}/{e.max_score:g}")
         if not e.passed and e.message:  # the whole message: its end is usually the hint
-            print(textwrap.fill(e.message, width=96, initial_indent="      ",
-                                subsequent_indent="      ", break_on_hyphens=False))
-    print(f"total  {result.score:g}/{result.max_score:g}")
+            print(_indented(e.message))
+    written = [e for e in result.exercises if e.manual]
+    auto = [e for e in result.exercises if not e.manual]
+    print(f"total  {sum(e.score for e in auto):g}/{sum(e.max_score for e in auto):g}"
+          + (f" (tests); written answers, graded by hand: {sum(e.max_score for e in written):g} points"
+             if written else ""))
+    answers = _model_answers(root, result.assignment) if any(e.pending for e in written) else {}
+    for e in written:
+        if e.pending and answers.get(e.grade_id):
+            print(f"\nModel answer for {e.grade_id}, to compare with yours:")
+            print("\n".join(_indented(para) for para in answers[e.grade_id].split("\n\n")))
     if result.flags:
         print(format_flags([result]))
-    return 0 if all(e.passed for e in result.exercises) else 1
+    return 0 if all(e.passed or e.pending for e in result.exercises) else 1
+
+
+def _indented(text: str) -> str:
+    return textwrap.fill(text, width=96, initial_indent="      ", subsequent_indent="      ",
+                         break_on_hyphens=False)
+
+
+def _print_written(e, width: int) -> None:
+    """A written answer in ``course check``: graded by hand, so no PASS or FAIL; one left
+    as released is still to write."""
+    if e.pending:
+        print(f"HAND  {e.grade_id.ljust(width)}  ?/{e.max_score:g}  written answer, graded by hand "
+              "(an instructor scores it; the model answer is below)")
+    else:
+        print(f"TODO  {e.grade_id.ljust(width)}  0/{e.max_score:g}  written answer, graded by hand: "
+              "not answered yet (write it in the cell under the question)")
+
+
+def _model_answers(root: Path, assignment: str) -> dict[str, str]:
+    from .check import model_answers
+    return model_answers(root, assignment)
 
 
 def cmd_status(args, root: Path) -> int:
@@ -406,16 +452,37 @@ def cmd_feedback(args, root: Path) -> int:
         pages, problems = exc.pages, exc.problems
     for path in pages:
         print(path.relative_to(root))
+    from .feedback import awaiting_manual
+    for note in awaiting_manual(root, args.assignments or None, args.student, db_url=args.db):
+        print(f"course: note: {note}", file=sys.stderr)
     for problem in problems:
         print(f"course: error: {_one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
 
 
 def cmd_export(args, root: Path) -> int:
-    """nbgrader's CSV export (one row per student and assignment)."""
-    from .feedback import export
+    """nbgrader's CSV export (one row per student and assignment), or an LMS's import file."""
+    if args.format == "nbgrader":
+        from .feedback import export
 
-    print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
+        print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
+        return 0
+    from .grade_exports import export as lms_export
+
+    path, notes = lms_export(root, args.to or root / "reports" / f"{args.format}.csv", args.format,
+                             db_url=args.db)
+    print(path)
+    for note in notes:
+        print(f"course: note: {note}", file=sys.stderr)
+    return 0
+
+
+def cmd_roster_import(args, root: Path) -> int:
+    """Students' names and emails into the gradebook (nbgrader's update_or_create_student)."""
+    from .roster import import_roster
+
+    entries = import_roster(root, args.csv, db_url=args.db)
+    print(f"{len(entries)} students imported into the gradebook")
     return 0
 
 
