@@ -314,3 +314,25 @@ def test_update_attention_draws_what_plot_attention_draws():
     assert picture.figure_png(moved.fig, 100) == picture.figure_png(fresh(b, "layer 1").fig, 100)
     with pytest.raises(ValueError, match="shape"):
         update_attention(moved, b[:, :3])
+
+
+def test_what_sticks_out_of_the_figure_is_drawn_as_savefig_draws_it():
+    """Long row labels left of a heatmap lie outside the figure: savefig's tight box takes them
+    in, and so must the widget's picture (the figure grows to hold them)."""
+    from matplotlib.figure import Figure
+
+    from course_utils.plots.attention import plot_attention
+
+    w = np.random.default_rng(4).dirichlet(np.ones(4), size=3)
+    rows = ["<bos> → <eos> and a long way further", "2 → 0", "0 → <eos>"]
+
+    def make():
+        return plot_attention(w, rows, list("abcd"), ax=Figure(figsize=(3, 3)).add_subplot()).fig
+
+    tight = io.BytesIO()
+    make().savefig(tight, format="png", dpi=100, bbox_inches="tight", pad_inches=0.08)
+    fig = make()
+    png = picture.figure_png(fig, 100)
+    assert np.array_equal(_drawn(_pixels(png)), _drawn(_pixels(tight.getvalue())))
+    assert fig.get_size_inches()[0] > 3  # grown, so the next redraw fits at once
+    assert picture.figure_png(fig, 100) == png

@@ -84,7 +84,7 @@ def _renderer_class():
                     buffer = np.array(bitmap.buffer)
                     if not aa:
                         buffer *= 0xff
-                    if len(_GLYPHS) > 50_000:
+                    if len(_GLYPHS) > 20_000:  # a few KB each
                         _GLYPHS.clear()
                     hit = _GLYPHS[key] = (buffer, bitmap.left, bitmap.top)
                 buffer, left, top = hit
@@ -103,11 +103,48 @@ def _renderer(width: int, height: int, dpi: float):
     key = (width, height, dpi)
     renderer = _RENDERERS.get(key)
     if renderer is None:
-        if len(_RENDERERS) >= 8:
+        if len(_RENDERERS) >= 3:  # each holds its pixels: a few MB
             _RENDERERS.clear()
         renderer = _RENDERERS[key] = _renderer_class()(width, height, dpi)
     renderer.clear()
     return renderer
+
+
+def _background(fig):
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
+    return np.array([round(255 * c) for c in to_rgba(fig.get_facecolor())], np.uint8).view(np.uint32)[0]
+
+
+def _ink_on_edge(pixels, fig) -> bool:
+    """Whether anything is drawn on the outermost pixels: then something may stick out."""
+    import numpy as np
+
+    flat = pixels.view(np.uint32)[..., 0]
+    bg = _background(fig)
+    return bool((flat[0] != bg).any() or (flat[-1] != bg).any() or (flat[:, 0] != bg).any()
+                or (flat[:, -1] != bg).any())
+
+
+def _make_room(fig, renderer, pad_inches: float) -> bool:
+    """Grow ``fig`` so that every artist's extent fits inside it (long tick labels left of a
+    heatmap, a legend above its axes), moving the axes so that they keep their size: what
+    ``savefig(bbox_inches="tight")`` does for one picture, done to the figure itself, so the
+    next redraw of a kept figure fits at once. Returns whether it grew."""
+    box = fig.get_tightbbox(renderer)  # inches, the figure's own frame
+    w, h = fig.get_size_inches()
+    left, bottom = max(0.0, pad_inches - box.x0), max(0.0, pad_inches - box.y0)
+    right, top = max(0.0, box.x1 + pad_inches - w), max(0.0, box.y1 + pad_inches - h)
+    if max(left, bottom, right, top) <= 1e-3:
+        return False
+    new_w, new_h = w + left + right, h + bottom + top
+    for ax in fig.axes:
+        p = ax.get_position()
+        ax.set_position(((p.x0 * w + left) / new_w, (p.y0 * h + bottom) / new_h,
+                         p.width * w / new_w, p.height * h / new_h))
+    fig.set_size_inches(new_w, new_h, forward=False)
+    return True
 
 
 def figure_png(fig, dpi: float, pad_inches: float = 0.08) -> bytes:
@@ -119,10 +156,11 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08) -> bytes:
     renderer) that shapes each string and rasterises each glyph once; the crop is the box
     around every pixel that is not background, and the PNG is written by ``encode_png``
     (unfiltered rows, zlib level 1: a little larger, several times faster to write) without
-    an alpha channel where the figure is opaque.
+    an alpha channel where the figure is opaque. Where something sticks out of the figure
+    (ink on its edge), the figure first grows to hold it (``_make_room``), as savefig's box
+    would.
     """
     import numpy as np
-    from matplotlib.colors import to_rgba
 
     old_dpi = fig.dpi
     try:
@@ -131,10 +169,14 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08) -> bytes:
         renderer = _renderer(width, height, dpi)
         fig.draw(renderer)
         pixels = np.asarray(renderer.buffer_rgba())            # (H, W, 4), row 0 at the top
+        if _ink_on_edge(pixels, fig) and _make_room(fig, renderer, pad_inches):
+            width, height = (int(round(v)) for v in fig.bbox.size)
+            renderer = _renderer(width, height, dpi)
+            fig.draw(renderer)
+            pixels = np.asarray(renderer.buffer_rgba())
         # what is drawn: every pixel that is not the figure's background (finding it from the
         # pixels costs a few ms; asking every artist for its extent, as savefig does, ~100 ms)
-        background = np.array([round(255 * c) for c in to_rgba(fig.get_facecolor())], np.uint8)
-        drawn = pixels.view(np.uint32)[..., 0] != background.view(np.uint32)[0]  # (H, W)
+        drawn = pixels.view(np.uint32)[..., 0] != _background(fig)  # (H, W)
         rows, cols = np.flatnonzero(drawn.any(axis=1)), np.flatnonzero(drawn.any(axis=0))
         pad = int(round(pad_inches * dpi))
         if len(rows):
