@@ -200,7 +200,9 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
         fig = plt.figure(figsize=(min(9.4, max(7.5, 0.55 * n + 5.0)), max(3.8, 0.42 * n + 2.2)))
     else:
         fig.clear()
-    grid = fig.add_gridspec(1, 2, width_ratios=[max(n, 3), 3], wspace=0.08)
+    # an inch below the axes: the rotated key tokens and a two-line label fit inside the figure
+    grid = fig.add_gridspec(1, 2, width_ratios=[max(n, 3), 3], wspace=0.08,
+                            bottom=min(0.3, 1.1 / fig.get_figheight()))
     ax_w = fig.add_subplot(grid[0])
     ax_h = fig.add_subplot(grid[1], sharey=ax_w)
     labels = result.labels

@@ -103,9 +103,9 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
         # fixed places, in inches: room for the legend and title above the bars and for the
         # longest row label ("<bos> → <eos>") left of the heatmap (tight_layout would measure
         # every label on each redraw: a quarter of its time); the picture is cropped anyway
-        fig = plt.figure(figsize=(9.6, 3.9))
-        ax1 = fig.add_axes((0.6 / 9.6, 0.85 / 3.9, 4.2 / 9.6, 2.1 / 3.9))
-        ax2 = fig.add_axes((6.3 / 9.6, 0.85 / 3.9, 3.2 / 9.6, 2.1 / 3.9))
+        fig = plt.figure(figsize=(9.6, 4.1))
+        ax1 = fig.add_axes((0.6 / 9.6, 1.05 / 4.1, 4.2 / 9.6, 2.1 / 4.1))
+        ax2 = fig.add_axes((6.3 / 9.6, 1.05 / 4.1, 3.2 / 9.6, 2.1 / 4.1))
         plot_next_token(step, ax=ax1)
         # row i reads token i of what is written and predicts token i + 1: the last row is
         # the step being chosen now

@@ -92,7 +92,10 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
                 side = max(3.0, 0.55 * max(q, k) + 1.5)  # plot_attention's own size
                 # a figure outside pyplot: kept for the next redraw, never shown by the
                 # notebook's inline backend under the widget
-                ax = Figure(figsize=(side + 1.0, side)).add_subplot()
+                # with room for row labels "<bos> → <eos>" and rotated key tokens inside it
+                fig = Figure(figsize=(side + 1.6, side + 0.4))
+                fig.subplots_adjust(left=1.5 / (side + 1.6), bottom=1.0 / (side + 0.4))
+                ax = fig.add_subplot()
                 drawn["plot"] = plot_transformer_attention(
                     maps, kind, layer.value, head.value, i,
                     src_tokens[i] if src_tokens is not None else None,
