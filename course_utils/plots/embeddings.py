@@ -159,51 +159,46 @@ def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray,
     font = FontProperties(size=fontsize)
     placed: list[tuple[float, float, float, float]] = []     # boxes (x0, y0, x1, y1) in pixels
 
-    def overlap(box, others) -> float:
-        if not len(others):
-            return 0.0
-        o = np.asarray(others, dtype=float)
-        w = np.clip(np.minimum(box[2], o[:, 2]) - np.maximum(box[0], o[:, 0]), 0, None)
-        h = np.clip(np.minimum(box[3], o[:, 3]) - np.maximum(box[1], o[:, 1]), 0, None)
-        return float((w * h).sum())
+    # every candidate place, as the offset of a box's centre direction and distance: (c, ...)
+    rings = np.repeat(np.arange(len(_RINGS)), len(_ANGLES))
+    orders = np.tile(np.arange(len(_ANGLES)), len(_RINGS))
+    steps = radius + _GAP * np.asarray(_RINGS)[rings]
+    rad = np.radians(np.asarray(_ANGLES, dtype=float))[orders]
+    ux, uy = np.round(np.cos(rad), 12), np.round(np.sin(rad), 12)
 
     for i, ((x, y), label) in enumerate(zip(pts, labels)):
-        others_avoid = np.delete(avoid, i, axis=0) if i < len(obstacles) else avoid
+        a = np.delete(avoid, i, axis=0) if i < len(obstacles) else avoid  # all but its point
         w, h, _ = renderer.get_text_width_height_descent(label, font, ismath=False)
-        best = None
-        for ring_no, ring in enumerate(_RINGS):
-            step = radius + _GAP * ring
-            for order, angle in enumerate(_ANGLES):
-                # the box's centre: ``step`` from the point, plus half the box, that way
-                dx, dy = np.cos(np.radians(angle)), np.sin(np.radians(angle))
-                dx, dy = (0.0 if abs(dx) < 1e-9 else dx), (0.0 if abs(dy) < 1e-9 else dy)
-                x0 = x + dx * (step + w / 2) - w / 2
-                y0 = y + dy * (step + h / 2) - h / 2
-                box = (x0, y0, x0 + w, y0 + h)
-                padded = (x0 - _GAP, y0 - _GAP, x0 + w + _GAP, y0 + h + _GAP)
-                cost = overlap(padded, placed)
-                a = others_avoid  # every other point, the star, the arrows
-                hits = ((a[:, 0] > padded[0] - radius) & (a[:, 0] < padded[2] + radius)
-                        & (a[:, 1] > padded[1] - radius) & (a[:, 1] < padded[3] + radius))
-                cost += float(hits.sum()) * (2 * radius) ** 2
-                # a label must read as its own point's: no other point nearer to it
-                if len(pts) > 1:
-                    gx = np.maximum(np.maximum(box[0] - pts[:, 0], pts[:, 0] - box[2]), 0)
-                    gy = np.maximum(np.maximum(box[1] - pts[:, 1], pts[:, 1] - box[3]), 0)
-                    dist = np.hypot(gx, gy)
-                    own = dist[i]
-                    dist[i] = np.inf
-                    if dist.min() < own + 2 * _GAP:
-                        cost += (own + 2 * _GAP - dist.min()) * 20.0
-                outside = (max(0.0, bounds.x0 - box[0]) + max(0.0, box[2] - bounds.x1)
-                           + max(0.0, bounds.y0 - box[1]) + max(0.0, box[3] - bounds.y1))
-                cost += 50.0 * outside * (w + h)
-                score = (cost > 0, cost, ring_no, order)
-                if best is None or score < best[0]:
-                    best = (score, box, ring_no)
-            if best[0][0] is False:  # a free place in this ring: nearest first
-                break
-        _, box, ring_no = best
+        # the box's centre: ``step`` from the point, plus half the box, that way
+        x0 = x + ux * (steps + w / 2) - w / 2
+        y0 = y + uy * (steps + h / 2) - h / 2
+        x1, y1 = x0 + w, y0 + h
+        px0, py0, px1, py1 = x0 - _GAP, y0 - _GAP, x1 + _GAP, y1 + _GAP  # with its gap
+        cost = np.zeros(len(x0))
+        if placed:  # overlap with the labels placed before
+            o = np.asarray(placed)
+            ow = np.clip(np.minimum(px1[:, None], o[:, 2]) - np.maximum(px0[:, None], o[:, 0]), 0, None)
+            oh = np.clip(np.minimum(py1[:, None], o[:, 3]) - np.maximum(py0[:, None], o[:, 1]), 0, None)
+            cost += (ow * oh).sum(axis=1)
+        # every other point, the star, the arrows under it
+        hits = ((a[:, 0] > px0[:, None] - radius) & (a[:, 0] < px1[:, None] + radius)
+                & (a[:, 1] > py0[:, None] - radius) & (a[:, 1] < py1[:, None] + radius))
+        cost += hits.sum(axis=1) * (2 * radius) ** 2
+        if len(pts) > 1:  # a label must read as its own point's: no other point nearer to it
+            gx = np.maximum(np.maximum(x0[:, None] - pts[:, 0], pts[:, 0] - x1[:, None]), 0)
+            gy = np.maximum(np.maximum(y0[:, None] - pts[:, 1], pts[:, 1] - y1[:, None]), 0)
+            dist = np.hypot(gx, gy)
+            own = dist[:, i].copy()
+            dist[:, i] = np.inf
+            nearest = dist.min(axis=1)
+            cost += np.where(nearest < own + 2 * _GAP, (own + 2 * _GAP - nearest) * 20.0, 0.0)
+        outside = (np.maximum(0.0, bounds.x0 - x0) + np.maximum(0.0, x1 - bounds.x1)
+                   + np.maximum(0.0, bounds.y0 - y0) + np.maximum(0.0, y1 - bounds.y1))
+        cost += 50.0 * outside * (w + h)
+        # the nearest free place (rings outward, directions in order); else the least overlap
+        free = np.flatnonzero(cost <= 0)
+        pick = int(free[0]) if len(free) else int(np.lexsort((orders, rings, cost))[0])
+        box, ring_no = (x0[pick], y0[pick], x1[pick], y1[pick]), int(rings[pick])
         placed.append(box)
         lx, ly = box[0] - x, box[1] - y
         ax.annotate(label, xy=ax.transData.inverted().transform((x, y)), xytext=(
