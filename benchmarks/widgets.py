@@ -86,7 +86,8 @@ def measure_notebook(page, base: str, token: str, name: str, repeats: int) -> li
             started = time.time()
             ms = control_latencies(page, widget, control, repeats, texts=texts, before_each=before_each)
             row = {"notebook": name, "widget": w, "control": control["name"] or control["kind"],
-                   "kind": control["kind"], "ms": [None if m is None else round(m, 1) for m in ms]}
+                   "kind": control["kind"], "ms": [None if m is None else round(m, 1) for m in ms],
+                   "load": round(os.getloadavg()[0], 1)}  # the machine's, as it was measured
             rows.append(row)
             got = [m for m in ms if m is not None]
             print(f"{name} widget {w} {row['control']!r:24} "
@@ -114,9 +115,12 @@ def write_markdown(data: dict, path: Path) -> None:
     for label in labels:
         run = data["runs"][label]
         m = run["machine"]
-        lines.append(f"- **{label}**: {run['when']}, {m['cores']} cores, load average before "
-                     f"{m['load_before']} and after {m['load_after']}, {run['repeats']} moves a "
-                     f"control, {run['commit']}")
+        loads = [r["load"] for r in run["controls"] if "load" in r]
+        seen = (f"1-minute load average {min(loads):g} to {max(loads):g} while the controls were "
+                f"moved" if loads else f"load average before {m['load_before']} and after "
+                f"{m['load_after']}")
+        lines.append(f"- **{label}**: {run['when']}, {m['cores']} cores, {seen}, "
+                     f"{run['repeats']} moves a control, {run['commit']}")
     lines += ["", "| notebook | widget | control | " + " | ".join(labels) + " |",
               "| --- | --- | --- | " + " | ".join("---:" for _ in labels) + " |"]
 
