@@ -60,7 +60,8 @@ c.LimitedExecute.max_notebook_output_bytes = 10_000_000
 c.LimitedExecute.max_total_seconds = 180
 
 # Feedback goes back to students: hidden tests stay hidden, in the cells, in tracebacks, and in
-# what ran while they ran; no line of hidden or grading source in what remains.
+# what ran while they ran; no line of hidden or grading source in what remains. Long lines
+# wrap (FeedbackStyle, after the CSS header that it extends).
 c.GenerateFeedback.preprocessors = [
     "course_grading.preprocessors.ScrubHiddenTracebacks",
     "course_grading.preprocessors.HideHiddenOutputs",
@@ -68,6 +69,7 @@ c.GenerateFeedback.preprocessors = [
     "nbgrader.preprocessors.ClearHiddenTests",
     "course_grading.preprocessors.SanitizeNotebook",
     "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+    "course_grading.preprocessors.FeedbackStyle",
 ]
 
 # Nothing a student wrote runs as script in a page that shows a notebook: the autograded

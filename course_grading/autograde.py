@@ -13,25 +13,28 @@ import hashlib
 import multiprocessing
 import multiprocessing.util
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from .audit.trusted import review
 from .course_dir import find_submissions
-from .nbgrader_setup import (LOG, GradingError, NbgraderFailure, course_directory, db_override,
-                             generate, gradebook, run_converter, select_assignments, short,
-                             source_assignments)
-from . import untrusted, workers
+from .errors import GradingError, SubmissionRefused, retriable, short
+from .nbgrader_setup import (LOG, GradingRun, folders, generate, gradebook, run_converter,
+                             select_assignments, source_assignments)
+from . import ledger, untrusted, workers
+from .progress import Progress
 from .preprocessors.limited_execute import UNREAD_MESSAGES
 from .red_flags import Flag, scan
-from .results import SubmissionResult, exercise_results
+from .results import SubmissionResult, exercise_results, uncomputed
 from .sandbox import bubblewrap, installed, warm
 from .sandbox.settings import Settings, course_settings
 
@@ -43,8 +46,18 @@ INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII le
 WORKER_FLAG = "grader"  # Flag.where of a submission whose grading worker died
 
 
+class Interrupted(KeyboardInterrupt):
+    """A class run stopped (Ctrl-C, SIGTERM) before every submission was graded: ``graded``
+    of ``total`` are graded and recorded (``ledger``), and ``--resume`` grades the rest."""
+
+    def __init__(self, graded: int, total: int):
+        super().__init__(f"{graded} of {total} submissions graded")
+        self.graded, self.total = graded, total
+
+
 def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
-              progress=True, db_url=None, sandboxed=True, audit=True) -> list[SubmissionResult]:
+              progress=True, db_url=None, sandboxed=True, audit=True,
+              resume=False) -> list[SubmissionResult]:
     """Grade every submission ``submitted/<student>/<assignment>/`` (optionally filtered).
 
     The gradebook learns missing assignments from ``solutions/`` (``notebooks/`` is never
@@ -57,10 +70,16 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     With ``sandboxed`` every kernel runs in bubblewrap (where it is missing, grading goes on
     unsandboxed after a loud warning on stderr); with ``audit`` each result carries ``flags``:
     red flags of the scanner and exercises whose points the integrity audit denies.
+
+    Each graded submission is recorded as it comes (``ledger``). With ``resume`` a submission
+    whose record still stands (the same files, course version and gradebook, and the
+    gradebook still holding its scores) is not graded again: its recorded result is returned.
+    Interrupted (KeyboardInterrupt, which the ``course`` command also makes of SIGTERM), it
+    raises ``Interrupted``, saying how many were graded.
     """
     root = Path(root).resolve()
     installed.verify()
-    submitted = Path(submitted_dir).resolve() if submitted_dir else root / "submitted"
+    submitted = Path(submitted_dir).resolve() if submitted_dir else root / folders(root).submitted
     select_assignments(root, assignments)
     refused: list[str] = []
     pairs = find_submissions(submitted, students, assignments, refused)
@@ -71,27 +90,100 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
             return invalid
         raise GradingError(f"no submissions to grade under {submitted}")
     known = set(source_assignments(root))
-    overrides = {"submitted_directory": str(submitted), **db_override(db_url),
-                 **safety(sandboxed, audit)}
-    tasks = [(str(root), overrides, student, assignment, assignment in known)
-             for student, assignment in pairs]
+    run = GradingRun(config_root=str(root), root=str(root), submitted=str(submitted), db_url=db_url,
+                     sandbox=sandbox_available(sandboxed), audit=audit)
+    tasks = [(run, student, assignment, assignment in known) for student, assignment in pairs]
+    earlier: list[SubmissionResult] = []
+    if resume:
+        earlier, tasks = already_graded(run, tasks)
+        if progress and earlier:
+            print(f"resuming: {len(earlier)} of {len(earlier) + len(tasks)} submissions already "
+                  f"graded (unchanged since), {len(tasks)} to grade", file=sys.stderr, flush=True)
+        if not tasks:
+            return sorted(earlier + invalid, key=lambda r: (r.student, r.assignment))
+        pairs = [(t[1], t[2]) for t in tasks]
+    for _, student, assignment, _ in tasks:  # graded again: done only once it is, again
+        ledger.forget(root, student, assignment)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-    warm_here = overrides["sandbox"] and jobs == 1
+    warm_here = run.sandbox and jobs == 1
     if warm_here:  # its imports overlap with the gradebook's set-up below
         warm.ensure_warm(course_settings(root))
     try:
-        _prepare_gradebook(root, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}),
-                           db_override(db_url))
-        results = _grade_all(tasks, jobs, progress, str(root) if overrides["sandbox"] else None,
-                             course_settings(root).grader_memory_mb)
+        _prepare_gradebook(run, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}))
+        results = _grade_all(tasks, jobs, progress, str(root) if run.sandbox else None,
+                             course_settings(root).grader_memory_mb, already=len(earlier),
+                             ledger_root=root)
     finally:
         if warm_here:
             warm.stop_warm()
-    return sorted(results + invalid, key=lambda r: (r.student, r.assignment))
+    return sorted(earlier + results + invalid, key=lambda r: (r.student, r.assignment))
 
 
-def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
-                       overrides: dict | None = None) -> None:
+def already_graded(run: GradingRun, tasks: list[tuple]) -> tuple[list[SubmissionResult], list[tuple]]:
+    """The recorded results of an earlier run that still stand for ``tasks``, and the tasks
+    left to grade. A record stands when its key is the key of the submission as it is now
+    (staged again, as grading would stage it: ``ledger.submission_key``) and the gradebook
+    holds the same computed scores and the autograded notebooks for it (``_still_recorded``).
+    """
+    root = Path(run.root)
+    coursedir = run.course_directory()
+    submitted = Path(coursedir.root) / coursedir.submitted_directory
+    bounds = untrusted.NotebookBounds.from_config(coursedir.config)
+    candidates: dict[tuple[str, str], SubmissionResult] = {}
+    for _, student, assignment, known in tasks:
+        old = ledger.read(root, student, assignment) if known else None
+        if old is not None and old.key == _current_key(coursedir, submitted, student, assignment,
+                                                       bounds, _how(run)):
+            candidates[(student, assignment)] = old
+    standing = _still_recorded(coursedir, candidates) if candidates else set()
+    return ([candidates[pair] for pair in sorted(standing)],
+            [task for task in tasks if (task[1], task[2]) not in standing])
+
+
+def _current_key(coursedir: CourseDirectory, submitted: Path, student: str, assignment: str,
+                 bounds: untrusted.NotebookBounds, how: str) -> str:
+    """The key a grade of the submission would have now; '' when it would not be graded."""
+    with tempfile.TemporaryDirectory(prefix="course-resume-") as stage:
+        try:
+            stage_submission(submitted, student, assignment, Path(stage),
+                             _expected_notebooks(coursedir, assignment),
+                             _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
+                             bounds)
+        except Exception:  # noqa: BLE001 - refused, unreadable: graded again (an error row)
+            return ""
+        return ledger.submission_key(coursedir.root, assignment, Path(stage) / student / assignment,
+                                     coursedir.db_url, how)
+
+
+def _how(run: GradingRun) -> str:
+    """How a submission is graded, as far as its result depends on it: sandboxed or not (a
+    grade computed unsandboxed is not one computed in the sandbox), audited or not (the flags)."""
+    return f"sandbox={run.sandbox} audit={run.audit}"
+
+
+def _still_recorded(coursedir: CourseDirectory, candidates: dict) -> set[tuple[str, str]]:
+    """The (student, assignment) of ``candidates`` whose recorded scores the gradebook still
+    holds, every cell with a computed score, and whose autograded notebooks are in place."""
+    standing = set()
+    with gradebook(coursedir) as gb:
+        for (student, assignment), old in candidates.items():
+            try:
+                submission = gb.find_submission(assignment, student)
+            except MissingEntry:
+                continue
+            if uncomputed(submission):
+                continue
+            held = {g.name: (float(g.score or 0), float(g.max_score))
+                    for nb in submission.notebooks for g in nb.grades}
+            if held != {e.grade_id: (e.score, e.max_score) for e in old.exercises}:
+                continue
+            folder = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment))
+            if all((folder / f"{nb.name}.ipynb").is_file() for nb in submission.notebooks):
+                standing.add((student, assignment))
+    return standing
+
+
+def _prepare_gradebook(run: GradingRun, assignments: list[str], students: list[str]) -> None:
     """Record missing assignments (generated into a temporary folder) and the students.
 
     Another grader sharing the gradebook (PostgreSQL) may be recording the same rows at the
@@ -99,7 +191,7 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
     """
     for attempt in range(LOCK_RETRIES):
         try:
-            coursedir = course_directory(root, **(overrides or {}))
+            coursedir = run.course_directory()
             with _one_recorder_at_a_time(coursedir.db_url):
                 with gradebook(coursedir) as gb:
                     missing = [a for a in assignments if not _has_notebooks(gb, a)]
@@ -108,10 +200,10 @@ def _prepare_gradebook(root: Path, assignments: list[str], students: list[str],
                             gb.update_or_create_student(student)
                 for assignment in missing:
                     with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
-                        generate(root, assignment, tmp, **(overrides or {}))
+                        generate(run.config_root, assignment, tmp, root=run.root, db_url=run.db_url)
             return
         except (SQLAlchemyError, GradingError) as exc:
-            if attempt == LOCK_RETRIES - 1 or not _clash(exc):
+            if attempt == LOCK_RETRIES - 1 or not retriable(exc):
                 raise
             time.sleep(0.5 * (attempt + 1))
 
@@ -127,7 +219,7 @@ def _one_recorder_at_a_time(db_url: str):
     nbgrader generate_assignment runs of one assignment at once remove each other's notebook
     rows while the other grader is already grading against them. The lock is PostgreSQL's own
     (pg_advisory_lock, released when its connection closes, also if this grader dies).
-    SQLite gradebooks are for one grader, whose own clashes ``_clash`` retries."""
+    SQLite gradebooks are for one grader, whose own clashes are retried (``errors.retriable``)."""
     if not str(db_url).startswith("postgresql"):
         yield
         return
@@ -145,19 +237,6 @@ def _one_recorder_at_a_time(db_url: str):
         engine.dispose()
 
 
-def _clash(exc: Exception) -> bool:
-    """Whether a gradebook error comes from another grader writing at the same moment (a
-    duplicate key, a lock), which a retry resolves, rather than from a broken gradebook."""
-    text = getattr(exc, "log", "") or str(exc)
-    return isinstance(exc, IntegrityError) or any(
-        word in text for word in ("database is locked", "IntegrityError", "UniqueViolation",
-                                  "duplicate key", "already exists",
-                                  # the other grader recorded the assignment, and its first
-                                  # submission, while this one was recording it too
-                                  "ForeignKeyViolation", "violates foreign key",
-                                  "because there are submissions associated with it"))
-
-
 def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
     try:
         return len(gb.find_assignment(assignment).notebooks) > 0
@@ -166,25 +245,81 @@ def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
 
 
 def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
-               sandbox_root: str | None = None, memory_mb: int = 0) -> list[SubmissionResult]:
+               sandbox_root: str | None = None, memory_mb: int = 0, *, already: int = 0,
+               ledger_root=None) -> list[SubmissionResult]:
     """Run ``_grade_task`` over ``tasks``, in ``jobs`` worker processes when more than one
     (each starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given; each
     bounded to ``memory_mb`` of its own, when given). A worker that dies costs only the
-    submission it held: an error row, flagged (``workers``); the others go on, on a fresh one."""
+    submission it held: an error row, flagged (``workers``); the others go on, on a fresh one.
+
+    With ``progress`` each result is shown as it comes (``progress.Progress``: a bar on a
+    terminal, a line each otherwise; ``already`` of the whole run were done before); with
+    ``ledger_root`` it is recorded there (``ledger.write``). Interrupted: ``Interrupted``."""
     jobs = max(1, min(jobs, len(tasks)))
     results = []
+    shown = Progress(already + len(tasks), already=already) if progress else None
+    stop = _Stop()
+    unrecorded: list = []
 
     def done(result: SubmissionResult) -> None:
+        if stop.requested:  # graded while the run was being stopped: maybe cut short, not kept
+            raise KeyboardInterrupt
         results.append(result)
-        if progress:
-            outcome = f"ERROR {result.error}" if result.error else f"{result.score:g}/{result.max_score:g}"
-            print(f"[{len(results)}/{len(tasks)}] {result.student} {result.assignment} {outcome}",
-                  file=sys.stderr, flush=True)
+        if ledger_root is not None:
+            try:
+                ledger.write(ledger_root, result)
+            except OSError as exc:  # grading goes on; only --resume would grade it again
+                if not unrecorded:
+                    print(f"course: warning: cannot record what was graded ({exc}): --resume will "
+                          "grade it again", file=sys.stderr, flush=True)
+                unrecorded.append(result)
+        if shown is not None:
+            shown.done(result)
 
+    try:
+        with stop:
+            _dispatch(tasks, jobs, done, sandbox_root, memory_mb)
+    except KeyboardInterrupt:
+        raise Interrupted(already + len(results), already + len(tasks)) from None
+    finally:
+        if shown is not None:
+            shown.close()
+    return results
+
+
+class _Stop:
+    """While a class run is dispatched (in the main thread): SIGINT and SIGTERM both stop it
+    with KeyboardInterrupt, and say so (``requested``) even where something below catches the
+    exception (a kernel interrupted with the grader makes a cell fail, not the grading: that
+    submission's result is not kept). The handlers before are restored after."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requested = False
+        self.before: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+        raise KeyboardInterrupt
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self.before[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self.before.items():
+            signal.signal(signum, handler)
+
+
+def _dispatch(tasks: list[tuple], jobs: int, done, sandbox_root: str | None, memory_mb: int) -> None:
+    """``done(result)`` for each task, graded here (one job) or by ``workers``."""
     if jobs == 1:
         for task in tasks:
             done(_grade_task(*task))
-        return results
+        return
 
     def finished(index: int, outcome) -> None:
         done(outcome if isinstance(outcome, SubmissionResult) else _worker_failed(tasks[index], outcome))
@@ -194,25 +329,37 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
         with installed.safe_start():  # no current directory on the fork server's path
             multiprocessing.forkserver.ensure_running()
     workers.run(_grade_task, tasks, jobs, finished, context=context, initializer=_start_worker,
-                initargs=(_kernel_threads(jobs), sandbox_root), memory_mb=memory_mb)
-    return results
+                initargs=(_kernel_threads(jobs), sandbox_root, _warnings_ignored()), memory_mb=memory_mb)
 
 
 def _worker_failed(task: tuple, outcome) -> SubmissionResult:
     """The error row of a submission whose worker died while grading it (flagged: the
     instructor looks at what it does), or whose grading raised past ``_grade_task``."""
-    _, _, student, assignment, _ = task
+    _, student, assignment, _ = task
     if isinstance(outcome, workers.WorkerDied):
         return SubmissionResult(student, assignment, error=str(outcome),
                                 flags=[Flag(WORKER_FLAG, str(outcome))])
     return SubmissionResult(student, assignment, error=short(str(outcome)))
 
 
-def _start_worker(env: dict[str, str], sandbox_root: str | None) -> None:
+def _warnings_ignored() -> bool:
+    """Whether this process ignores every warning (the ``course`` command does, unless -v)."""
+    import warnings
+
+    first = warnings.filters[0] if warnings.filters else None
+    return bool(first) and first[0] == "ignore" and first[2] is Warning and first[1] is None \
+        and first[3] is None
+
+
+def _start_worker(env: dict[str, str], sandbox_root: str | None, quiet: bool = False) -> None:
     """A grading worker: its kernels' environment, and its warm sandbox, started at once
-    (closed when the worker ends)."""
+    (closed when the worker ends). ``quiet``: it ignores warnings, as its dispatcher does
+    (nbgrader's SQLAlchemy warnings would break the progress bar's line)."""
     os.environ.pop("PYTHONSAFEPATH", None)  # the fork server's own; unsandboxed kernels need their folder
     os.environ.update(env)
+    if quiet:
+        import warnings
+        warnings.simplefilter("ignore")
     if sandbox_root is not None:
         try:
             warm.ensure_warm(course_settings(sandbox_root))
@@ -248,14 +395,14 @@ def _mp_context():
     return ctx
 
 
-def _grade_task(config_root: str, overrides: dict, student: str, assignment: str,
-                known: bool) -> SubmissionResult:
+def _grade_task(run: GradingRun, student: str, assignment: str, known: bool) -> SubmissionResult:
     """Grade one submission (in a worker process); any failure becomes an error result."""
     if not known:
-        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in solutions/")
+        where = folders(run.root).source
+        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in {where}/")
     try:
         installed.verify()  # a worker that imported another copy of the course grades nothing
-        return grade_submission(config_root, overrides, student, assignment)
+        return grade_submission(run, student, assignment)
     except Exception as exc:  # noqa: BLE001 - keep grading the others, whatever this one did
         return SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
 
@@ -272,34 +419,24 @@ def _scan_only(folder: Path, root: Path, assignment: str,
     return flags
 
 
-def safety(sandboxed: bool, audit: bool) -> dict:
-    """The overrides that sandbox the kernels and audit the results; warns when unsandboxed."""
+def sandbox_available(sandboxed: bool) -> bool:
+    """Whether kernels run sandboxed: asked for, and bubblewrap works here (a loud warning on
+    stderr when it does not)."""
     ok, why = bubblewrap.available() if sandboxed else (False, "--no-sandbox")
     if not ok:
         print(bubblewrap.UNSANDBOXED_WARNING.format(why=why), file=sys.stderr, flush=True)
-    return {"sandbox": ok, "audit": audit}
+    return ok
 
 
-class SubmissionRefused(GradingError):
-    """A submission that is not graded as it is (its notebook is a link, ...); ``flags`` say why."""
-
-    def __init__(self, message: str, flags: list):
-        super().__init__(message)
-        self.flags = flags
-
-
-def grade_submission(config_root, overrides: dict, student: str, assignment: str) -> SubmissionResult:
+def grade_submission(run: GradingRun, student: str, assignment: str) -> SubmissionResult:
     """nbgrader autograde of one (student, assignment), from a copy of its folder that follows
-    no link (``stage_submission``), retried while SQLite is locked; then, when ``overrides``
-    asks for an audit, its red flags and audit disagreements.
+    no link (``stage_submission``), retried while SQLite is locked; then, when ``run`` asks
+    for an audit, its red flags and audit disagreements.
 
     A submission that cannot be graded becomes a result with ``error`` set, flagged with what
     the scanner finds in it when audited; files left out of the copy are flagged in any case.
     """
-    overrides = dict(overrides)
-    audited = overrides.pop("audit", False)
-    coursedir = course_directory(config_root, student_id=student, assignment_id=assignment,
-                                  **overrides)
+    coursedir = run.course_directory(student_id=student, assignment_id=assignment)
     submitted = Path(coursedir.root) / coursedir.submitted_directory
     bounds = untrusted.NotebookBounds.from_config(coursedir.config)
     with tempfile.TemporaryDirectory(prefix="course-submission-") as stage:
@@ -309,9 +446,12 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
                                      _expected_notebooks(coursedir, assignment),
                                      _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
                                      bounds)
+            key = ledger.submission_key(coursedir.root, assignment, Path(stage) / student / assignment,
+                                        coursedir.db_url, _how(run))
             coursedir.submitted_directory = stage
             UNREAD_MESSAGES.clear()
             result = _autograde(coursedir, student, assignment)
+            result.key = key
             flags += [Flag(OUTPUT_FLAG, f"output the grader would not read ({why})")
                       for why in UNREAD_MESSAGES]
         except SubmissionRefused as exc:
@@ -323,10 +463,9 @@ def grade_submission(config_root, overrides: dict, student: str, assignment: str
             result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
         folder = Path(stage) / student / assignment
         if result.error:
-            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment, bounds) if audited else [])
+            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment, bounds) if run.audit else [])
         else:
-            result.flags = flags + (_review(coursedir, result, bool(overrides.get("sandbox")))
-                                    if audited else [])
+            result.flags = flags + (_review(coursedir, result, run.sandbox) if run.audit else [])
     return result
 
 
@@ -341,8 +480,8 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
         try:
             run_converter(converter)
             break
-        except NbgraderFailure as exc:
-            if "database is locked" not in exc.log or attempt == LOCK_RETRIES - 1:
+        except GradingError as exc:
+            if not retriable(exc) or attempt == LOCK_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
     return SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
@@ -466,8 +605,9 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
 
 
 def _with_sources(folder: Path, root: Path, assignment: str) -> list[tuple[Path, Path]]:
-    """Each submitted notebook of ``folder`` with its source in ``root/solutions``."""
-    pairs = [(path, root / "solutions" / assignment / path.name) for path in sorted(folder.glob("*.ipynb"))]
+    """Each submitted notebook of ``folder`` with its source in the course's source folder."""
+    source = folders(root).source_of(assignment)
+    pairs = [(path, source / path.name) for path in sorted(folder.glob("*.ipynb"))]
     return [(path, source) for path, source in pairs if source.is_file()]
 
 

@@ -31,6 +31,8 @@ from pathlib import Path
 from traitlets import Dict
 from traitlets.config import Configurable
 
+from .course_dir import folders
+
 FILE_NAME = "building_blocks.py"
 
 
@@ -166,7 +168,7 @@ def render(assignment: str, provided) -> str | None:
 
 
 def source_file(root, assignment: str) -> Path:
-    return Path(root) / "solutions" / assignment / FILE_NAME
+    return folders(root).source_of(assignment) / FILE_NAME
 
 
 def expected_files(root, assignment: str, config=None) -> dict[Path, bytes]:

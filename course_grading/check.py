@@ -11,9 +11,10 @@ from pathlib import Path
 import nbformat
 
 from . import untrusted
-from .autograde import grade_submission, safety
+from .autograde import grade_submission, sandbox_available
 from .nbformat_tools import read_notebook
-from .nbgrader_setup import GradingError, generate, source_assignments
+from .errors import GradingError
+from .nbgrader_setup import GradingRun, folders, generate, source_assignments
 from .results import SubmissionResult
 from .sandbox import installed, warm
 from .sandbox.settings import course_settings
@@ -39,20 +40,21 @@ def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
     notebook_path = locate_notebook(path)
     data = read_submission(notebook_path)
     assignment = identify_assignment(root, notebook_path, load_submission(notebook_path, data))
+    where = folders(root)
     with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
         course = Path(tmp)
-        shutil.copytree(root / "solutions" / assignment, course / "solutions" / assignment, ignore=_IGNORED)
-        target = course / "submitted" / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
+        shutil.copytree(where.source_of(assignment), course / where.source / assignment, ignore=_IGNORED)
+        target = course / where.submitted / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
         target.write_bytes(data)
-        overrides = {"root": str(course), "db_url": f"sqlite:///{course / 'gradebook.db'}",
-                     **safety(sandboxed, audit)}
-        if overrides["sandbox"]:  # its imports overlap with generating the assignment
+        run = GradingRun(config_root=str(root), root=str(course), submitted=str(course / where.submitted),
+                         db_url=f"sqlite:///{course / 'gradebook.db'}", sandbox=sandbox_available(sandboxed),
+                         audit=audit)
+        if run.sandbox:  # its imports overlap with generating the assignment
             warm.ensure_warm(course_settings(root, course))
         try:
-            generate(root, assignment, course / "release",
-                      **{k: v for k, v in overrides.items() if k not in ("sandbox", "audit")})
-            return grade_submission(root, overrides, CHECK_STUDENT, assignment)
+            generate(root, assignment, course / where.release, root=run.root, db_url=run.db_url)
+            return grade_submission(run, CHECK_STUDENT, assignment)
         finally:
             warm.stop_warm()
 
@@ -117,7 +119,7 @@ def identify_assignment(root: Path, path: Path, nb) -> str:
     """The assignment ``nb`` belongs to; GradingError if it cannot be told or does not match."""
     known = source_assignments(root)
     if not known:
-        raise GradingError(f"no assignments under {root / 'solutions'}")
+        raise GradingError(f"no assignments under {root / folders(root).source}")
     sources = {a: _assignment_source(root, a) for a in known}
     ids = _nbgrader_ids(nb)
     if not ids:
@@ -135,8 +137,22 @@ def identify_assignment(root: Path, path: Path, nb) -> str:
     return assignment
 
 
+def model_answers(root, assignment: str) -> dict[str, str]:
+    """{grade_id: text} of the written answers of ``assignment``'s source notebook (nbgrader's
+    manually graded answer cells): the model answer and the rubric the instructor wrote,
+    which the release replaces by a stub. {} when the source is not there."""
+    from .cells import grade_id, is_solution, meta, text
+
+    try:
+        nb = _assignment_source(Path(root), assignment)
+    except (OSError, ValueError):
+        return {}
+    return {grade_id(c): text(c.get("source")).strip() for c in nb.cells
+            if is_solution(c) and meta(c).get("grade") and isinstance(grade_id(c), str)}
+
+
 def _assignment_source(root: Path, assignment: str):
-    return read_notebook(root / "solutions" / assignment / f"{assignment}.ipynb")
+    return read_notebook(folders(root).source_notebook(assignment))
 
 
 def _graded_ids(nb) -> set[str]:

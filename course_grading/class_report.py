@@ -2,7 +2,9 @@
 
     reports/class_report.csv   one row per (assignment, exercise): attempts, passes, pass rate,
                                mean score, and the most common failure messages with counts
-                               (plus one row per assignment whose grading broke for someone)
+                               (plus one row per assignment whose grading broke for someone);
+                               a written answer waiting for manual grading is no attempt yet:
+                               it is counted in ``awaiting_manual``
     reports/class_report.png   the score histogram and the pass rate of every exercise
 
 ``course autograde`` writes it for the submissions it just graded; ``course report`` rebuilds
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from nbgrader.api import MissingEntry
 
-from .nbgrader_setup import course_directory, db_override, gradebook
+from .nbgrader_setup import course_directory, gradebook
 from .reports_csv import clean, write_rows
 from .results import SubmissionResult, exercise_results, uncomputed
 
@@ -39,6 +41,7 @@ class ExerciseStats:
     max_score: float = 0.0
     scores: list[float] = field(default_factory=list)
     failures: Counter = field(default_factory=Counter)
+    awaiting_manual: int = 0  # written answers not graded by hand yet (in no score)
 
     @property
     def attempts(self) -> int:
@@ -78,6 +81,9 @@ def exercise_stats(results: list[SubmissionResult]) -> list[ExerciseStats]:
         for e in r.exercises:
             row = stats.setdefault((r.assignment, e.grade_id), ExerciseStats(r.assignment, e.grade_id))
             row.max_score = max(row.max_score, e.max_score)
+            if e.pending:
+                row.awaiting_manual += 1
+                continue
             row.scores.append(e.score)
             if not e.passed:
                 row.failures[e.message or _NO_MESSAGE] += 1
@@ -93,6 +99,7 @@ def write_csv(stats: list[ExerciseStats], path) -> Path:
     header = ["assignment", "exercise", "attempts", "passed", "pass_rate", "mean_score", "max_score"]
     for i in range(1, TOP_FAILURES + 1):
         header += [f"failure_{i}", f"failure_{i}_count"]
+    header.append("awaiting_manual")
     rows = [header]
     for s in stats:
         failed_grading = s.exercise == GRADING_FAILED
@@ -104,7 +111,7 @@ def write_csv(stats: list[ExerciseStats], path) -> Path:
         failures = s.common_failures()
         for i in range(TOP_FAILURES):
             row += list(failures[i]) if i < len(failures) else ["", ""]
-        rows.append(row)
+        rows.append(row + ["" if failed_grading else s.awaiting_manual])
     return write_rows(path, rows, atomic=True)
 
 
@@ -123,7 +130,9 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    graded = [r for r in results if not r.error and r.max_score > 0]
+    # a score is a percentage of what has been graded: written answers waiting for the
+    # instructor count in neither the score nor the maximum
+    graded = [r for r in results if not r.error and r.max_score - r.pending_points > 0]
     assignments = sorted({r.assignment for r in graded})
     bars = [s for s in stats if s.exercise != GRADING_FAILED]
     height = max(4.0, 1.2 + 0.32 * len(bars))
@@ -131,20 +140,22 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
                                       gridspec_kw={"width_ratios": [1, 1.25]})
 
     bins = [i * 10 for i in range(11)]
-    data = [[100 * r.score / r.max_score for r in graded if r.assignment == a] for a in assignments]
+    data = [[_percent(r) for r in graded if r.assignment == a] for a in assignments]
     if data:
         hist.hist(data, bins=bins, stacked=True, label=[_label(a) for a in assignments], edgecolor="white")
         if len(assignments) > 1:
             hist.legend(fontsize=8, loc="upper left")
     hist.set_xlim(0, 100)
     hist.set_xticks(bins)
-    hist.set_xlabel("score (% of the maximum)")
+    hist.set_xlabel("score (% of the points graded)")
     hist.set_ylabel("submissions")
     broken = len(results) - len([r for r in results if not r.error])
     note = f", {broken} failed to grade" if broken else ""
+    waiting = sum(1 for r in graded if r.pending_points)
+    note += f", {waiting} with answers to grade by hand" if waiting else ""
     hist.set_title(f"Scores: {len(graded)} submissions{note}")
     if graded:
-        mean = sum(100 * r.score / r.max_score for r in graded) / len(graded)
+        mean = sum(map(_percent, graded)) / len(graded)
         hist.axvline(mean, color="black", linestyle="--", linewidth=1)
         hist.annotate(f"mean {mean:.0f}%", (mean, 1), xycoords=("data", "axes fraction"),
                       xytext=(3, -12), textcoords="offset points", fontsize=8)
@@ -174,6 +185,11 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
     return path
 
 
+def _percent(r: SubmissionResult) -> float:
+    """A submission's score in percent of the points graded so far."""
+    return 100 * r.score / (r.max_score - r.pending_points)
+
+
 def _label(text: str) -> str:
     """``text`` for a label of the picture: ``reports_csv.clean``, short, and no ``$`` that
     matplotlib would read as the start of a formula."""
@@ -197,7 +213,7 @@ def gradebook_results(root, assignments=None, db_url=None) -> list[SubmissionRes
     autograded notebooks that are on this machine (none where another machine graded). A
     submission with a cell that has no score (its autograding failed) is an error row."""
     root = Path(root).resolve()
-    coursedir = course_directory(root, **db_override(db_url))
+    coursedir = course_directory(root, db_url=db_url)
     with gradebook(coursedir) as gb:
         found = sorted((s.student.id, s.assignment.name, uncomputed(s)) for a in gb.assignments
                        if not assignments or a.name in assignments for s in a.submissions)

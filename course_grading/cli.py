@@ -1,11 +1,15 @@
 """The ``course`` command: open the course, and run its nbgrader pipeline.
 
     course start [--no-browser] [--port N]      JupyterLab on the first notebook
-    course check PATH                           grade your own notebook (hidden tests included)
+    course check PATH                           grade your own notebook (hidden tests included;
+                                                written answers: graded by hand, model answer shown)
+    course status [--notebooks DIR] [--no-cache]  every notebook and exercise: passed, failed, not started
+    course doctor [--test] [--quiet]            OK/FAIL per thing the course needs, each FAIL with its fix
     course release [ASSIGNMENT ...] [--check]   solutions/ -> notebooks/
-    course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report]
+    course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report] [--resume]
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
-    course export [--to PATH] [--db URL]
+    course export [--to PATH] [--format nbgrader|canvas|moodle|wide] [--db URL]
+    course roster import CSV [--db URL]         students' names and emails into the gradebook
     course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
     course build-student OUT [--force]          what students get: learner wheel, releases, Dockerfile
 
@@ -38,7 +42,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, search_root
+from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, folders, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 EXPORT_CSV = Path("reports") / "export.csv"
@@ -73,10 +77,12 @@ def main(argv=None, exiting=False) -> int:
         root = find_root(getattr(args, "root", None))
         _absolute_paths(args, here)
         os.chdir(root)  # nothing is configured or imported from where the command was typed
+        if args.run is cmd_doctor:  # it runs where nbgrader itself is broken
+            return args.run(args, root)
         if _start_early(args, root):  # after parsing, before importing nbgrader
             importer = threading.Thread(target=_import_trusted_side, daemon=True)
             importer.start()
-        from .nbgrader_setup import GradingError, gradebook_problem
+        from .errors import GradingError, gradebook_problem
         try:
             with warnings.catch_warnings():
                 if not verbose:
@@ -151,6 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     check.set_defaults(run=cmd_check)
 
+    status = sub.add_parser("status", parents=[common],
+                            help="where you stand: every notebook and exercise, from your notebooks")
+    status.add_argument("--notebooks", metavar="DIR",
+                        help="the folder holding your NN_topic/NN_topic.ipynb or NN_topic.ipynb "
+                             "(default: notebooks/ of the course)")
+    status.add_argument("--no-cache", action="store_true", help="grade every started notebook again")
+    status.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
+    status.set_defaults(run=cmd_status)
+
+    doctor = sub.add_parser("doctor", parents=[common],
+                            help="check this environment: one OK/FAIL line per thing the course needs")
+    doctor.add_argument("--test", action="store_true",
+                        help="what the test suite needs is required too (FAIL, not WARN)")
+    doctor.add_argument("--quiet", action="store_true", help="show only what is not OK")
+    doctor.set_defaults(run=cmd_doctor)
+
     release = sub.add_parser("release", parents=[common], help="regenerate notebooks/ from solutions/")
     release.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     release.add_argument("--check", action="store_true",
@@ -168,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     autograde.add_argument("--no-audit", action="store_true",
                            help="skip the integrity audit and the red-flag scan")
+    autograde.add_argument("--resume", action="store_true",
+                           help="keep the grades of an earlier (interrupted) run that still stand: "
+                                "grade only what is new, changed or not graded yet")
     autograde.set_defaults(run=cmd_autograde)
 
     feedback = sub.add_parser("feedback", parents=[common], help="HTML feedback into feedback/")
@@ -178,8 +203,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", parents=[common], help="nbgrader's CSV export of the gradebook")
     export.add_argument("--to", help=f"CSV file (default: {EXPORT_CSV})")
+    export.add_argument("--format", default="nbgrader", choices=("nbgrader", "canvas", "moodle", "wide"),
+                        help="nbgrader's columns (default), a Canvas or Moodle grade import, or "
+                             "one row per student with a column per assignment")
     export.add_argument("--db", help=DB_HELP)
     export.set_defaults(run=cmd_export)
+
+    roster = sub.add_parser("roster", parents=[common], help="the class list: names and emails")
+    roster_sub = roster.add_subparsers(dest="roster_command", required=True, metavar="ACTION")
+    roster_import = roster_sub.add_parser("import", parents=[common],
+                                          help="students from a CSV (id, first_name, last_name, email) "
+                                               "into the gradebook, as `nbgrader db student import`")
+    roster_import.add_argument("csv", metavar="CSV")
+    roster_import.add_argument("--db", help=DB_HELP)
+    roster_import.set_defaults(run=cmd_roster_import)
 
     class_report = sub.add_parser("report", parents=[common],
                                   help="class report from the gradebook: pass rates, scores, failures")
@@ -239,7 +276,7 @@ def _within(path: Path, folder: Path) -> bool:
 def _absolute_paths(args, here: str) -> None:
     """The paths given on the command line, taken from the folder it was typed in (``here``),
     before the command moves to the course directory."""
-    for name in ("path", "csv", "to", "out"):
+    for name in ("path", "csv", "to", "out", "notebooks"):  # csv: autograde's --csv, roster import's CSV
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
             setattr(args, name, os.path.join(here, value))
@@ -286,14 +323,76 @@ def cmd_check(args, root: Path) -> int:
         return 1
     width = max((len(e.grade_id) for e in result.exercises), default=0)
     for e in result.exercises:
+        if e.manual:
+            _print_written(e, width)
+            continue
         print(f"{'PASS' if e.passed else 'FAIL'}  {e.grade_id.ljust(width)}  {e.score:g}/{e.max_score:g}")
         if not e.passed and e.message:  # the whole message: its end is usually the hint
-            print(textwrap.fill(e.message, width=96, initial_indent="      ",
-                                subsequent_indent="      ", break_on_hyphens=False))
-    print(f"total  {result.score:g}/{result.max_score:g}")
+            print(_indented(e.message))
+    written = [e for e in result.exercises if e.manual]
+    auto = [e for e in result.exercises if not e.manual]
+    print(f"total  {sum(e.score for e in auto):g}/{sum(e.max_score for e in auto):g}"
+          + (f" (tests); written answers, graded by hand: {sum(e.max_score for e in written):g} points"
+             if written else ""))
+    answers = _model_answers(root, result.assignment) if any(e.pending for e in written) else {}
+    for e in written:
+        if e.pending and answers.get(e.grade_id):
+            print(f"\nModel answer for {e.grade_id}, to compare with yours:")
+            print("\n".join(_indented(para) for para in answers[e.grade_id].split("\n\n")))
     if result.flags:
         print(format_flags([result]))
-    return 0 if all(e.passed for e in result.exercises) else 1
+    return 0 if all(e.passed or e.pending for e in result.exercises) else 1
+
+
+def _indented(text: str) -> str:
+    return textwrap.fill(text, width=96, initial_indent="      ", subsequent_indent="      ",
+                         break_on_hyphens=False)
+
+
+def _print_written(e, width: int) -> None:
+    """A written answer in ``course check``: graded by hand, so no PASS or FAIL; one left
+    as released is still to write."""
+    if e.pending:
+        print(f"HAND  {e.grade_id.ljust(width)}  ?/{e.max_score:g}  written answer, graded by hand "
+              "(an instructor scores it; the model answer is below)")
+    else:
+        print(f"TODO  {e.grade_id.ljust(width)}  0/{e.max_score:g}  written answer, graded by hand: "
+              "not answered yet (write it in the cell under the question)")
+
+
+def _model_answers(root: Path, assignment: str) -> dict[str, str]:
+    from .check import model_answers
+    return model_answers(root, assignment)
+
+
+def cmd_status(args, root: Path) -> int:
+    """Every notebook and exercise: ✔ / ✘ / not started; exit 1 only when one could not be graded."""
+    from .status import format_status, timed_status
+
+    def grading(assignment: str) -> None:
+        print(f"grading {assignment} …", file=sys.stderr, flush=True)
+
+    found, seconds = timed_status(root, args.notebooks, sandboxed=not args.no_sandbox,
+                                  use_cache=not args.no_cache, on_grading=grading)
+    print(format_status(found, width=shutil.get_terminal_size((100, 24)).columns))
+    graded = sum(n.graded for n in found)
+    print(f"({graded} notebook{'s' * (graded != 1)} graded, {sum(n.cached for n in found)} unchanged "
+          f"since the last run, in {seconds:.1f} s)")
+    return 1 if any(n.error for n in found) else 0
+
+
+def cmd_doctor(args, root: Path) -> int:
+    """One line per thing the course needs; exit 1 when one is FAIL."""
+    from .doctor import FAIL, diagnose, format_lines
+
+    lines = diagnose(test=args.test)
+    text = format_lines(lines, quiet=args.quiet)
+    if text:
+        print(text)
+    failed = sum(line.status == FAIL for line in lines)
+    if failed or not args.quiet:
+        print(f"{failed} problem{'s' * (failed != 1)} found" if failed else "everything the course needs is here")
+    return 1 if failed else 0
 
 
 def cmd_release(args, root: Path) -> int:
@@ -315,11 +414,17 @@ def cmd_release(args, root: Path) -> int:
 def cmd_autograde(args, root: Path) -> int:
     """The score table and CSV; exit 1 only if grading broke for some submission."""
     from . import class_report, results as out
-    from .autograde import autograde
+    from .autograde import Interrupted, autograde
 
-    results = autograde(root, students=args.student, assignments=args.assignments or None,
-                        jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
-                        audit=not args.no_audit)
+    try:
+        results = autograde(root, students=args.student, assignments=args.assignments or None,
+                            jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
+                            audit=not args.no_audit, resume=args.resume)
+    except Interrupted as stop:
+        print(f"course: interrupted after {stop.graded} of {stop.total} submissions; the same "
+              "command with --resume grades the rest (a grade that still stands is kept, an "
+              "error row is tried again)", file=sys.stderr)
+        return 130
     print(out.format_table(results))
     csv_path = out.write_csv(results, args.csv or root / GRADES_CSV)
     print(f"\ngrades: {csv_path}")
@@ -347,16 +452,37 @@ def cmd_feedback(args, root: Path) -> int:
         pages, problems = exc.pages, exc.problems
     for path in pages:
         print(path.relative_to(root))
+    from .feedback import awaiting_manual
+    for note in awaiting_manual(root, args.assignments or None, args.student, db_url=args.db):
+        print(f"course: note: {note}", file=sys.stderr)
     for problem in problems:
         print(f"course: error: {_one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
 
 
 def cmd_export(args, root: Path) -> int:
-    """nbgrader's CSV export (one row per student and assignment)."""
-    from .feedback import export
+    """nbgrader's CSV export (one row per student and assignment), or an LMS's import file."""
+    if args.format == "nbgrader":
+        from .feedback import export
 
-    print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
+        print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
+        return 0
+    from .grade_exports import export as lms_export
+
+    path, notes = lms_export(root, args.to or root / "reports" / f"{args.format}.csv", args.format,
+                             db_url=args.db)
+    print(path)
+    for note in notes:
+        print(f"course: note: {note}", file=sys.stderr)
+    return 0
+
+
+def cmd_roster_import(args, root: Path) -> int:
+    """Students' names and emails into the gradebook (nbgrader's update_or_create_student)."""
+    from .roster import import_roster
+
+    entries = import_roster(root, args.csv, db_url=args.db)
+    print(f"{len(entries)} students imported into the gradebook")
     return 0
 
 
@@ -392,7 +518,7 @@ def _grades_here(args, root: Path) -> bool:
         return False
     if args.jobs == 1:
         return True
-    return len(find_submissions(root / "submitted", args.student, args.assignments or None)) == 1
+    return len(find_submissions(root / folders(root).submitted, args.student, args.assignments or None)) == 1
 
 
 def _start_early(args, root: Path) -> bool:

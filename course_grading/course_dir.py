@@ -2,7 +2,9 @@
 (the ``course`` entry point uses them before anything heavy is loaded: no nbgrader import)."""
 from __future__ import annotations
 
+import functools
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -115,3 +117,50 @@ def find_submissions(submitted: Path, students=None, assignments=None,
 
 def _wanted(name: str, chosen) -> bool:
     return not name.startswith(".") and (not chosen or name in chosen)
+
+
+# nbgrader's CourseDirectory defaults (tests/test_pipeline.py compares them with nbgrader's own)
+FOLDER_DEFAULTS = {"source": "source", "release": "release", "submitted": "submitted",
+                   "autograded": "autograded", "feedback": "feedback"}
+
+
+@dataclass(frozen=True)
+class Folders:
+    """The course's folders as its nbgrader_config.py names them (``CourseDirectory.*_directory``):
+    the one source, so that no step spells "solutions" or "submitted" itself."""
+
+    root: Path
+    source: str       # the instructor's notebooks (this course: solutions)
+    release: str      # what students get (this course: notebooks)
+    submitted: str
+    autograded: str
+    feedback: str
+
+    def source_of(self, assignment: str) -> Path:
+        return self.root / self.source / assignment
+
+    def source_notebook(self, assignment: str, name: str | None = None) -> Path:
+        return self.source_of(assignment) / (name or f"{assignment}.ipynb")
+
+
+def folders(root) -> Folders:
+    """The folders of the course at ``root``: its own nbgrader_config.py (the instructor's,
+    read by traitlets alone, no nbgrader import), read again when it changes."""
+    root = Path(root).resolve()
+    try:
+        stamp = (root / CONFIG_FILES[0]).stat().st_mtime_ns
+    except OSError:
+        stamp = None
+    return _folders(root, stamp)
+
+
+@functools.lru_cache(maxsize=16)
+def _folders(root: Path, stamp) -> Folders:
+    named = {}
+    if stamp is not None:
+        from traitlets.config.loader import PyFileConfigLoader
+
+        config = PyFileConfigLoader(CONFIG_FILES[0], path=str(root)).load_config()
+        named = {k: config.CourseDirectory[f"{k}_directory"] for k in FOLDER_DEFAULTS
+                 if f"{k}_directory" in config.CourseDirectory}
+    return Folders(root, **{**FOLDER_DEFAULTS, **named})

@@ -18,11 +18,11 @@ from nbgrader.api import MissingEntry
 
 from . import untrusted
 from .course_dir import find_submissions
-from .nbgrader_setup import (LOG, GradingError, course_directory, db_override, gradebook,
-                             run_converter)
-from .preprocessors import FEEDBACK_PREPROCESSORS
+from .errors import GradingError
+from .nbgrader_setup import LOG, course_directory, folders, gradebook, run_converter
+from .preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS
 from .reports_csv import write_rows
-from .results import uncomputed
+from .results import pending_points, uncomputed
 
 
 class FeedbackIncomplete(GradingError):
@@ -41,16 +41,16 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
     Raises FeedbackIncomplete, after every other submission got its feedback, when some
     submission could not have it (or lost files on the way)."""
     root = Path(root).resolve()
-    autograded = root / "autograded"
+    where = folders(root)
+    autograded = root / where.autograded
     pairs = find_submissions(autograded, students, assignments)
     if not pairs:
         raise GradingError(f"nothing autograded under {autograded}: run `course autograde` first")
-    with gradebook(course_directory(root, **db_override(db_url))):
+    with gradebook(course_directory(root, db_url=db_url)):
         pass  # a gradebook that cannot be opened stops here, with one line
     problems: list[str] = []
     for student, assignment in pairs:
-        coursedir = course_directory(root, student_id=student, assignment_id=assignment,
-                                     **db_override(db_url))
+        coursedir = course_directory(root, db_url=db_url, student_id=student, assignment_id=assignment)
         with tempfile.TemporaryDirectory(prefix="course-feedback-") as stage:
             try:
                 left = _stage(autograded, student, assignment, Path(stage),
@@ -74,19 +74,40 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
             except GradingError as exc:
                 problems.append(f"no feedback for {student}/{assignment}: {exc}")
     pages = sorted(p for student, assignment in pairs
-                   for p in (root / "feedback" / student / assignment).glob("*.html"))
+                   for p in (root / where.feedback / student / assignment).glob("*.html"))
     if problems:
         raise FeedbackIncomplete(problems, pages)
     return pages
 
 
+def awaiting_manual(root, assignments=None, students=None, db_url=None) -> list[str]:
+    """One line per gradebook submission whose written answers wait for manual grading: its
+    feedback shows them as 0 until they are graded (then run ``course feedback`` again)."""
+    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
+    lines = []
+    with gradebook(coursedir) as gb:
+        for assignment in gb.assignments:
+            if assignments and assignment.name not in assignments:
+                continue
+            for submission in assignment.submissions:
+                if students and submission.student.id not in students:
+                    continue
+                pending = pending_points(submission)
+                if pending:
+                    lines.append(f"{submission.student.id}/{assignment.name}: {pending:g} points of written "
+                                 "answers not graded by hand yet (its feedback shows them as 0)")
+    return sorted(lines)
+
+
 def feedback_preprocessors(configured: list) -> list:
     """``configured`` (nbgrader_config.py's GenerateFeedback.preprocessors, classes or dotted
-    names) with the course's feedback filters first where it does not list them."""
+    names) with the course's feedback filters first where it does not list them, and its
+    style (long lines wrap) last."""
     from traitlets.utils.importstring import import_item
 
     listed = {import_item(p) if isinstance(p, str) else p for p in configured}
-    return [*(p for p in FEEDBACK_PREPROCESSORS if p not in listed), *configured]
+    return [*(p for p in FEEDBACK_PREPROCESSORS if p not in listed), *configured,
+            *(p for p in FEEDBACK_LAST if p not in listed)]
 
 
 def _stage(autograded: Path, student: str, assignment: str, stage: Path,
@@ -113,9 +134,10 @@ def export(root, path, assignments=None, students=None, db_url=None) -> Path:
     """The gradebook's grades as CSV to ``path``: nbgrader's export (one row per student and
     assignment, its columns and numbers), every cell written so that no spreadsheet takes it
     for a formula, and a last column ``note`` that says where a score is not a grade: "not
-    submitted" (nbgrader's export shows 0), "not graded" where a cell has no score at all
-    (autograding failed, or manual grading is pending)."""
-    coursedir = course_directory(Path(root).resolve(), **db_override(db_url))
+    submitted" (nbgrader's export shows 0), "not graded" where an autograded cell has no score
+    at all (autograding failed), "needs manual grading (N points)" where written answers wait
+    for the instructor (nbgrader's score counts them 0 until they are graded)."""
+    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
     rows = [EXPORT_COLUMNS]
     with gradebook(coursedir) as gb:
         for assignment in gb.assignments:
@@ -134,6 +156,14 @@ def export(root, path, assignments=None, students=None, db_url=None) -> Path:
                     penalty = submission.late_submission_penalty
                     row[2] = submission.timestamp
                     row += [submission.score, penalty, max(0.0, submission.score - penalty),
-                            assignment.max_score, "not graded" if uncomputed(submission) else ""]
+                            assignment.max_score, note(submission)]
                 rows.append(["" if cell is None else str(cell) for cell in row])
     return write_rows(Path(path).resolve(), rows)
+
+
+def note(submission) -> str:
+    """What makes a gradebook submission's score not (yet) a grade, or ''."""
+    if uncomputed(submission):
+        return "not graded"
+    pending = pending_points(submission)
+    return f"needs manual grading ({pending:g} points)" if pending else ""

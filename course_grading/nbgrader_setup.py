@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import io
 import logging
-import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 # jsonschema imports rfc3987_syntax, when installed, for its "iri" format check; that module
@@ -30,6 +30,9 @@ from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
 from traitlets.config import Config  # noqa: E402
 from traitlets.config.loader import PyFileConfigLoader  # noqa: E402
 
+from .course_dir import Folders, folders  # noqa: E402,F401
+from .errors import (AssignmentChanged, GradebookError, GradingError, NbgraderFailure,  # noqa: E402,F401
+                     from_converter, gradebook_error, gradebook_problem, short, strip_ansi)
 from .preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook  # noqa: E402
 from .sandbox import bubblewrap  # noqa: E402
 
@@ -48,44 +51,6 @@ LOG.setLevel(logging.INFO)
 LOG.propagate = False
 LOG.addHandler(logging.NullHandler())
 
-MESSAGE_LENGTH = 1000
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class GradingError(Exception):
-    """A pipeline step cannot run: bad input, unknown assignment, or nbgrader failed."""
-
-
-class GradebookError(GradingError):
-    """The gradebook cannot be opened or used (not a database, a folder, unreachable)."""
-
-
-def gradebook_problem(db_url: str, exc: BaseException) -> str:
-    """One line for an error of the database behind ``db_url`` (SQLAlchemy's messages run on
-    with the SQL and a link)."""
-    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
-    first = re.sub(r"^(?:\w+: )?\((?:sqlite3|psycopg2)\.[\w.]+\)\s*", "", first)
-    where = re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", str(db_url))  # no password in messages
-    return short(f"cannot use the gradebook {where}: {first}")
-
-
-class NbgraderFailure(GradingError):
-    """An nbgrader converter failed; ``log`` holds its whole log."""
-
-    def __init__(self, message: str, log: str):
-        self.log = log
-        super().__init__(message)
-
-
-def strip_ansi(text: str) -> str:
-    return _ANSI.sub("", text)
-
-
-def short(text: str) -> str:
-    """One message for a table or a CSV cell: colour codes gone, at most MESSAGE_LENGTH long."""
-    text = strip_ansi(text).strip()
-    return text if len(text) <= MESSAGE_LENGTH else text[:MESSAGE_LENGTH - 1] + "…"
-
 
 # --------------------------------------------------------------------------- configuration
 
@@ -98,38 +63,69 @@ def load_config(root) -> Config:
 
 
 def source_assignments(root) -> list[str]:
-    """Names of the assignments in ``root/solutions`` (folders holding a notebook)."""
-    solutions = Path(root) / "solutions"
-    if not solutions.is_dir():
+    """Names of the assignments in the course's source folder (folders holding a notebook)."""
+    where = folders(root)
+    source = where.root / where.source
+    if not source.is_dir():
         return []
-    return sorted(d.name for d in solutions.iterdir() if d.is_dir() and any(d.glob("*.ipynb")))
+    return sorted(d.name for d in source.iterdir() if d.is_dir() and any(d.glob("*.ipynb")))
 
 
 def select_assignments(root, requested) -> list[str]:
-    """``requested`` (all of them when empty), after checking each exists in solutions/."""
+    """``requested`` (all of them when empty), after checking each exists in the source folder."""
     known = source_assignments(root)
     unknown = [a for a in requested or [] if a not in known]
     if unknown:
-        raise GradingError(f"unknown assignment {unknown[0]!r} (solutions/ has: {', '.join(known) or 'none'})")
+        raise GradingError(f"unknown assignment {unknown[0]!r} ({folders(root).source}/ has: "
+                           f"{', '.join(known) or 'none'})")
     return list(requested) if requested else known
 
 
-def course_directory(config_root, **overrides) -> CourseDirectory:
-    """A CourseDirectory configured from ``config_root``; ``overrides`` set its traits
-    (``root`` first, so that a default ``db_url`` follows it). ``sandbox=True`` runs every
-    grading kernel in bubblewrap with the course folders hidden."""
+@dataclass(frozen=True)
+class GradingRun:
+    """What one grading run is: which course, which gradebook, which submissions, and how
+    they are treated. One typed value that travels unchanged to every worker (picklable).
+
+    ``config_root`` holds the nbgrader_config.py that configures nbgrader (the instructor's,
+    trusted); ``root`` the folders graded in (the same, except ``course check``'s throw-away
+    course); ``db_url`` None is nbgrader_config.py's, else ``root/gradebook.db``.
+    """
+
+    config_root: str
+    root: str
+    submitted: str
+    db_url: str | None = None
+    sandbox: bool = False
+    audit: bool = False
+
+    def course_directory(self, **traits) -> CourseDirectory:
+        """The CourseDirectory of this run; ``traits``: nbgrader's (student_id, assignment_id,
+        a staged ``submitted_directory``, ...)."""
+        traits.setdefault("submitted_directory", self.submitted)
+        return course_directory(self.config_root, root=self.root, db_url=self.db_url,
+                                sandbox=self.sandbox, **traits)
+
+
+def course_directory(config_root, *, root=None, db_url: str | None = None, sandbox: bool = False,
+                     **traits) -> CourseDirectory:
+    """A CourseDirectory configured from ``config_root``'s nbgrader_config.py, for the course
+    folders at ``root`` (default ``config_root``), with ``db_url`` when given (else the
+    configuration's, which follows ``root``). ``sandbox=True`` runs every grading kernel in
+    bubblewrap with the course folders hidden. ``traits`` set nbgrader's own traits
+    (student_id, assignment_id, release_directory, ...)."""
     config = load_config(config_root)
     if "extra_arguments" not in config.Execute:  # the kernel's own log warnings stay quiet
         config.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]
     if "autograde_preprocessors" not in config.Autograde:  # as nbgrader_config.py sets them
         config.Autograde.autograde_preprocessors = autograde_preprocessors()
     config.Autograde.autograde_preprocessors = sanitized_last(config.Autograde.autograde_preprocessors)
-    sandboxed = overrides.pop("sandbox", False)
     coursedir = CourseDirectory(config=config, log=LOG)
-    coursedir.root = str(Path(overrides.pop("root", config_root)).resolve())
-    if sandboxed:
+    coursedir.root = str(Path(root if root is not None else config_root).resolve())
+    if sandbox:
         bubblewrap.configure(config, coursedir.root, Path(config_root).resolve())
-    for name, value in overrides.items():
+    if db_url:
+        coursedir.db_url = db_url
+    for name, value in traits.items():
         setattr(coursedir, name, value)
     return coursedir
 
@@ -158,52 +154,62 @@ def gradebook(coursedir: CourseDirectory) -> Gradebook:
     try:
         return Gradebook(coursedir.db_url, coursedir.course_id)
     except SQLAlchemyError as exc:
-        raise GradebookError(gradebook_problem(coursedir.db_url, exc)) from None
-
-
-def db_override(db_url) -> dict:
-    return {"db_url": db_url} if db_url else {}
+        raise gradebook_error(coursedir.db_url, exc) from None
 
 
 # --------------------------------------------------------------------------- running nbgrader
 
 def run_converter(converter) -> None:
-    """Start an nbgrader converter, keeping its log; raise NbgraderFailure if it fails."""
+    """Start an nbgrader converter, keeping its log; raise a typed GradingError if it fails:
+    GradebookBusy (another grader at the same rows: retry), GradebookError, NbgraderFailure
+    (``cause``: what nbgrader caught inside; its log is kept, never parsed)."""
     buffer = io.StringIO()
     handler = logging.StreamHandler(buffer)
     LOG.addHandler(handler)
+    recorded: list[BaseException] = []
+    _record_failures(converter, recorded)
     try:
         converter.start()
-    except SQLAlchemyError as exc:
-        raise GradebookError(gradebook_problem(converter.coursedir.db_url, exc)) from None
     except Exception as exc:
-        log = buffer.getvalue()
-        if "sqlalchemy.exc." in log and "database is locked" not in log:  # nbgrader caught it
-            raise GradebookError(gradebook_problem(converter.coursedir.db_url,
-                                                   _last_exception_line(log) or exc)) from None
-        raise NbgraderFailure(_last_exception_line(log) or str(exc), log) from exc
+        raise from_converter(converter.coursedir.db_url, recorded[-1] if recorded else None, exc,
+                             buffer.getvalue()) from exc
     finally:
         LOG.removeHandler(handler)
 
 
-def _last_exception_line(log: str) -> str:
-    """``Type: message`` of the last traceback in an nbgrader log, module path dropped."""
-    found, in_traceback = "", False
-    for line in log.splitlines():
-        if line.startswith("Traceback (most recent call last)"):
-            in_traceback = True
-        elif in_traceback and line and not line[0].isspace():
-            found, in_traceback = line, False
-    name, sep, rest = found.partition(":")
-    return short(name.rsplit(".", 1)[-1] + sep + rest) if found else ""
+# The converter steps inside which nbgrader catches exceptions and only logs them
+# (BaseConverter.convert_notebooks); the last one that raised is what failed.
+_STEPS = ("init_destination", "init_assignment", "convert_single_notebook", "set_permissions",
+          "_clean_old_notebooks")
 
 
-def generate(config_root, assignment: str, release_dir, record=True, **overrides) -> None:
+def _record_failures(converter, recorded: list) -> None:
+    """Wrap the converter's steps (on this instance only) so that every exception passing out
+    of one is appended to ``recorded`` before nbgrader catches it."""
+    for name in _STEPS:
+        step = getattr(converter, name, None)
+        if step is None:
+            continue
+
+        def recording(*args, _step=step, _name=name, **kwargs):
+            try:
+                return _step(*args, **kwargs)
+            except BaseException as exc:
+                if _name == "_clean_old_notebooks" and type(exc).__name__ == "NbGraderException":
+                    exc = AssignmentChanged(str(exc))  # the only refusal this step makes
+                recorded.append(exc)
+                raise
+
+        setattr(converter, name, recording)
+
+
+def generate(config_root, assignment: str, release_dir, record=True, *, root=None,
+             db_url: str | None = None) -> None:
     """nbgrader generate_assignment of one assignment into ``release_dir``. With ``record``
     it also records the assignment (its cells, hidden tests included) in the gradebook, which
     autograde needs; without, no gradebook is opened (SaveCells only writes to it)."""
-    coursedir = course_directory(config_root, release_directory=str(release_dir),
-                                 assignment_id=assignment, **overrides)
+    coursedir = course_directory(config_root, root=root, db_url=db_url, release_directory=str(release_dir),
+                                 assignment_id=assignment)
     converter = GenerateAssignment(coursedir=coursedir, config=coursedir.config, log=LOG)
     converter.force = True
     converter.create_assignment = True

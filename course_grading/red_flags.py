@@ -153,7 +153,10 @@ def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Fl
             changed += [k for k in META_KEYS if k not in want and meta.get(k)]
             if changed:
                 flags.append(Flag(where, f"nbgrader metadata edited: {', '.join(sorted(set(changed)))}"))
-            if want.get("grade") or want.get("locked"):
+            if want.get("grade") and want.get("solution"):  # a written answer: the student writes it
+                if cell.get("cell_type") != original.get("cell_type"):
+                    flags.append(Flag(where, f"answer cell turned into a {cell.get('cell_type')} cell"))
+            elif want.get("grade") or want.get("locked"):
                 if cell.get("cell_type") != original.get("cell_type") or (
                         visible_part(_source(cell)) != visible_part(_source(original))):
                     flags.append(Flag(where, "locked/test cell edited"))
@@ -161,6 +164,7 @@ def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Fl
                     flags.append(Flag(where, "nbgrader checksum edited"))
         student_code = cell.get("cell_type") == "code" and _source(cell).strip() not in unchanged and not (
             original is not None and (_meta(original).get("locked") or _meta(original).get("grade"))
+            and not _meta(original).get("solution")
             and visible_part(_source(cell)) == visible_part(_source(original)))
         if student_code and index < first_setup:
             flags.append(Flag(where, "code that runs before the setup cell"))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from . import building_blocks, cells
 from .nbformat_tools import dumps, read_notebook
-from .nbgrader_setup import GradingError, generate, load_config, select_assignments
+from .errors import GradingError
+from .nbgrader_setup import folders, generate, load_config, select_assignments
 
 MIN_SECRET_LENGTH = 12  # shorter lines ("return x", "pass") are too common to count as leaks
 
@@ -51,7 +52,7 @@ def release(root, assignments=None, check_only=False) -> list[str]:
     root = Path(root).resolve()
     names = select_assignments(root, assignments)
     if not names:
-        raise GradingError(f"no assignments under {root / 'solutions'}")
+        raise GradingError(f"no assignments under {root / folders(root).source}")
     config = load_config(root)
     blocks: dict[Path, bytes] = {}
     for name in names:
@@ -80,11 +81,12 @@ def _render(root: Path, assignment: str, release_dir: Path) -> dict[Path, bytes]
     """The final bytes of every released file of ``assignment``; raise LeakError on leaks."""
     generated, files, leaks = release_dir / assignment, {}, []
     markers = cells.Markers.from_config(load_config(root))
+    where = folders(root)
     for path in sorted(p for p in generated.rglob("*") if p.is_file()):
-        rel = Path("notebooks") / assignment / path.relative_to(generated)
+        rel = Path(where.release) / assignment / path.relative_to(generated)
         if path.suffix == ".ipynb":
             released = read_notebook(path)
-            source = read_notebook(root / "solutions" / assignment / path.relative_to(generated))
+            source = read_notebook(where.source_of(assignment) / path.relative_to(generated))
             leaks += find_leaks(source, released, notebook=str(rel), markers=markers)
             files[rel] = dumps(released).encode("utf-8")
         else:

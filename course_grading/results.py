@@ -9,12 +9,15 @@ from pathlib import Path
 
 from . import cells, untrusted
 from .nbformat_tools import read_untrusted
-from .nbgrader_setup import gradebook, short, strip_ansi
+from .errors import short, strip_ansi
+from .nbgrader_setup import gradebook
 from .reports_csv import clean, write_rows
 
 GRADES_CSV = Path("reports") / "grades.csv"
 FLAGS_CSV = Path("reports") / "flags.csv"
 NO_ASSIGNMENT = "(not graded: no assignment)"
+NEEDS_MANUAL = "needs manual grading"  # a written answer not graded by hand yet (not a 0)
+NOT_ANSWERED = "not answered"  # a written answer left as released: nbgrader scores it 0
 
 
 @dataclass
@@ -25,10 +28,16 @@ class ExerciseResult:
     score: float
     max_score: float
     message: str = ""  # first line of the failure, when the cell lost points
+    manual: bool = False  # a written answer (nbgrader's manually graded answer cell)
+    pending: bool = False  # a written answer that waits for the instructor: no score yet
 
     @property
     def passed(self) -> bool:
-        return self.score >= self.max_score
+        return not self.pending and self.score >= self.max_score
+
+    def shown(self) -> str:
+        """The score as the table shows it: ``2/3``, or ``manual/2`` while it waits."""
+        return f"manual/{self.max_score:g}" if self.pending else f"{self.score:g}/{self.max_score:g}"
 
 
 @dataclass
@@ -40,6 +49,7 @@ class SubmissionResult:
     exercises: list[ExerciseResult] = field(default_factory=list)
     error: str = ""
     flags: list = field(default_factory=list)  # scan.Flag: red flags and audit disagreements
+    key: str = ""  # what was graded, by what, into which gradebook (ledger.submission_key)
 
     @property
     def score(self) -> float:
@@ -49,13 +59,51 @@ class SubmissionResult:
     def max_score(self) -> float:
         return sum(e.max_score for e in self.exercises)
 
+    @property
+    def pending_points(self) -> float:
+        """The points of written answers that wait for manual grading (in no score yet)."""
+        return sum(e.max_score for e in self.exercises if e.pending)
+
+    def total(self) -> str:
+        """``score/max``, with ``+N manual`` while written answers wait for the instructor."""
+        pending = self.pending_points
+        return f"{self.score:g}/{self.max_score:g}" + (f" +{pending:g} manual" if pending else "")
+
+
+def manual_cells(notebook) -> set[str]:
+    """The names of a gradebook notebook's (nbgrader's Notebook) written answers: cells that
+    are both graded and a solution, which nbgrader leaves to the instructor."""
+    return {c.name for c in notebook.grade_cells} & {c.name for c in notebook.solution_cells}
+
+
+def awaits_manual(grade, manual: set[str]) -> bool:
+    """Whether a gradebook grade is a written answer (a name in ``manual``) that the
+    instructor has not scored yet: neither nbgrader (an answer it found unanswered scores 0)
+    nor the instructor gave it a score."""
+    return grade.name in manual and grade.auto_score is None and grade.manual_score is None
+
 
 def uncomputed(submission) -> bool:
-    """Whether a gradebook submission (nbgrader's SubmittedAssignment) has a cell without any
-    score: nbgrader created its rows but its autograding failed (or manual grading is pending).
-    nbgrader counts such a cell as 0; it is not a grade."""
-    return any(g.auto_score is None and g.manual_score is None
-               for nb in submission.notebooks for g in nb.grades)
+    """Whether a gradebook submission (nbgrader's SubmittedAssignment) has an autograded cell
+    without any score: nbgrader created its rows but its autograding failed. nbgrader counts
+    such a cell as 0; it is not a grade. A written answer waiting for the instructor is not
+    uncomputed (``pending_points``)."""
+    for nb in submission.notebooks:
+        manual = manual_cells(nb.notebook)
+        if any(g.auto_score is None and g.manual_score is None and not awaits_manual(g, manual)
+               for g in nb.grades):
+            return True
+    return False
+
+
+def pending_points(submission) -> float:
+    """The points of a gradebook submission's written answers that wait for the instructor
+    (nbgrader counts them 0 until then)."""
+    total = 0.0
+    for nb in submission.notebooks:
+        manual = manual_cells(nb.notebook)
+        total += sum(float(g.max_score) for g in nb.grades if awaits_manual(g, manual))
+    return total
 
 
 def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) -> list[ExerciseResult]:
@@ -66,15 +114,31 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
             path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment),
                         f"{notebook.name}.ipynb")
             order, messages = _failure_messages(path, untrusted.NotebookBounds.from_config(coursedir.config))
-            grades = {g.name: g for g in gb.find_submission_notebook(notebook.name, assignment, student).grades}
+            submitted = gb.find_submission_notebook(notebook.name, assignment, student)
+            grades = {g.name: g for g in submitted.grades}
+            comments = {c.name: c.comment for c in submitted.comments}
+            manual = manual_cells(notebook)
             known = [name for name in dict.fromkeys(order) if name in grades]  # cells nbgrader graded
             for name in known + sorted(set(grades) - set(known)):
-                grade = grades[name]
-                score = float(grade.score or 0)
-                message = "" if score >= grade.max_score else (
-                    messages.get(name) or ("needs manual grading" if grade.needs_manual_grade else ""))
-                results.append(ExerciseResult(name, score, float(grade.max_score), message))
+                results.append(_exercise(grades[name], name in manual, messages.get(name), comments.get(name)))
     return results
+
+
+def _exercise(grade, manual: bool, failure: str | None, comment: str | None = None) -> ExerciseResult:
+    """One gradebook grade as an ExerciseResult: a written answer waits (pending, no score),
+    was left unanswered (0, "not answered"), or has the instructor's score and comment (its
+    first line, where the answer lost points)."""
+    if manual and grade.auto_score is None and grade.manual_score is None:
+        return ExerciseResult(grade.name, 0.0, float(grade.max_score), NEEDS_MANUAL, manual=True, pending=True)
+    score = float(grade.score or 0)
+    if manual:
+        comment = clean(short(next(iter((comment or "").strip().splitlines()), "")))
+        message = (NOT_ANSWERED if grade.manual_score is None else
+                   "" if score >= grade.max_score else comment or "graded by hand")
+        return ExerciseResult(grade.name, score, float(grade.max_score), message, manual=True)
+    message = "" if score >= grade.max_score else (
+        failure or (NEEDS_MANUAL if grade.needs_manual_grade else ""))
+    return ExerciseResult(grade.name, score, float(grade.max_score), message)
 
 
 def _failure_messages(path: Path, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS
@@ -116,8 +180,9 @@ def write_csv(results: list[SubmissionResult], path) -> Path:
     for r in results:
         if r.error:
             rows.append([r.student, r.assignment, "", "", "", f"grading failed: {r.error}"])
-        for e in r.exercises:
-            rows.append([r.student, r.assignment, e.grade_id, f"{e.score:g}", f"{e.max_score:g}", e.message])
+        for e in r.exercises:  # a written answer waiting for the instructor has no score yet
+            rows.append([r.student, r.assignment, e.grade_id, "" if e.pending else f"{e.score:g}",
+                         f"{e.max_score:g}", e.message])
     return write_rows(path, rows)
 
 
@@ -134,10 +199,12 @@ def format_table(results: list[SubmissionResult]) -> str:
             if r.error:
                 table.append([clean(r.student), f"ERROR: {clean(r.error)}"])
                 continue
-            scores = {e.grade_id: f"{e.score:g}/{e.max_score:g}" for e in r.exercises}
-            table.append([clean(r.student), *(scores.get(x, "-") for x in exercises),
-                          f"{r.score:g}/{r.max_score:g}"])
+            scores = {e.grade_id: e.shown() for e in r.exercises}
+            table.append([clean(r.student), *(scores.get(x, "-") for x in exercises), r.total()])
         blocks.append(f"{clean(assignment) or NO_ASSIGNMENT}\n{_columns(table)}")
+    if any(e.pending for r in results for e in r.exercises):
+        blocks.append("manual: a written answer that needs manual grading (the Formgrader's "
+                      "\"Manual Grading\"); its points are in no total until then")
     return "\n\n".join(blocks)
 
 

@@ -28,7 +28,8 @@ import course_utils
 
 from . import cells
 from .nbformat_tools import read_notebook
-from .nbgrader_setup import GradingError, load_config, source_assignments
+from .errors import GradingError
+from .nbgrader_setup import folders, load_config, source_assignments
 from .release import release, secret_lines
 
 DISTRIBUTION = "attention-course-learner"
@@ -64,7 +65,7 @@ def course_secrets(root: Path, assignments=None) -> dict[str, set[str]]:
     """{assignment: its secret lines} (solution and hidden-test regions of its source notebook)."""
     names = assignments or source_assignments(root)
     markers = cells.Markers.from_config(load_config(root))
-    return {a: secret_lines(read_notebook(root / "solutions" / a / f"{a}.ipynb"), markers)
+    return {a: secret_lines(read_notebook(folders(root).source_notebook(a)), markers)
             for a in names}
 
 
@@ -103,7 +104,7 @@ def release_leaks(root: Path, secrets: dict[str, set[str]]) -> list[LearnerLeak]
     an earlier solution has too (``self.dropout = nn.Dropout(dropout)``) gives nothing away."""
     leaks = []
     for assignment in sorted(secrets):
-        folder = root / "notebooks" / assignment
+        folder = root / folders(root).release / assignment
         earlier = set().union(*(s for a, s in secrets.items() if a < assignment))
         forbidden = set().union(*(s for a, s in secrets.items() if a >= assignment)) - earlier
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
@@ -254,7 +255,7 @@ def build(root, out, force: bool = False) -> dict[str, Path]:
     wheel = write_wheel(files, out / "wheels", project["version"], list(project["dependencies"]),
                         project.get("requires-python", ">=3.10"), project.get("description", ""))
     for assignment in source_assignments(root):
-        source = root / "notebooks" / assignment
+        source = root / folders(root).release / assignment
         for path in sorted(source.rglob("*")) if source.is_dir() else []:
             if path.is_file() and not path.is_symlink() and ".ipynb_checkpoints" not in path.parts:
                 target = out / "notebooks" / assignment / path.relative_to(source)

@@ -104,6 +104,52 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
     return tensors
 
 
+class SafetensorsFile:
+    """A .safetensors file's tensors by name, each read from the file when asked for: loading a
+    model this way holds one tensor at a time beside the model, not a copy of all of them."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        with open(self.path, "rb") as fh:
+            n = int(np.frombuffer(fh.read(8), dtype="<u8")[0])
+            header = json.loads(fh.read(n).decode("utf-8"))
+        self.start_of_data = 8 + n
+        header.pop("__metadata__", None)
+        for name, info in header.items():
+            if info["dtype"] not in _DTYPES:
+                raise ValueError(f"{name}: dtype {info['dtype']} is not supported by this small reader")
+        self.header = header
+
+    def __contains__(self, name) -> bool:
+        return name in self.header
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        info = self.header[name]
+        out = np.empty(info["shape"], dtype=np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<"))
+        self._read(name, out)
+        return out
+
+    def read_into(self, name: str, param: torch.Tensor) -> None:
+        """Read tensor ``name`` straight into ``param`` (a CPU tensor of its shape and dtype),
+        without an intermediate copy."""
+        info = self.header[name]
+        dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
+        target = param.detach().numpy()  # shares param's memory
+        if (tuple(target.shape) != tuple(info["shape"]) or target.dtype != dtype
+                or not target.flags.c_contiguous):
+            param.detach().copy_(torch.from_numpy(self[name]))  # converts what differs
+            return
+        self._read(name, target)
+
+    def _read(self, name: str, out: np.ndarray) -> None:
+        begin, end = self.header[name]["data_offsets"]
+        with open(self.path, "rb") as fh:
+            fh.seek(self.start_of_data + begin)
+            got = fh.readinto(memoryview(out.reshape(-1)).cast("B"))
+        if got != end - begin:
+            raise ValueError(f"{self.path}: {name} is cut short ({got} of {end - begin} bytes)")
+
+
 @lru_cache(maxsize=1)
 def _config() -> dict:
     return json.loads((_require_model_dir() / "config.json").read_text())
@@ -391,14 +437,21 @@ def _fill(module: nn.Module, weights: dict, layer: int | None, what: str) -> Non
     with torch.no_grad():
         for name, param in params.items():
             try:
-                source = weights[bert_name(name, layer)]
+                theirs = bert_name(name, layer)
             except KeyError:
+                theirs = None
+            if theirs is None or theirs not in weights:
                 missing.append(name)
                 continue
-            if tuple(source.shape) != tuple(param.shape):
+            shape = tuple(weights.header[theirs]["shape"]) if isinstance(
+                weights, SafetensorsFile) else tuple(weights[theirs].shape)
+            if shape != tuple(param.shape):
                 raise ValueError(f"{what}: {name} has shape {tuple(param.shape)}, the checkpoint's "
-                                 f"{bert_name(name, layer)} has {tuple(source.shape)}")
-            param.copy_(torch.from_numpy(source))
+                                 f"{theirs} has {shape}")
+            if isinstance(weights, SafetensorsFile):
+                weights.read_into(theirs, param)  # straight from the file into the parameter
+            else:
+                param.copy_(torch.from_numpy(weights[theirs]))
     if missing:
         raise ValueError(f"{what}: no BERT weight for {missing}; expected exactly the parameters "
                          f"{sorted(_LAYER_NAMES.values())} (.weight/.bias) of the 06 contract")
@@ -420,7 +473,7 @@ def load_minilm(encoder_layer_cls, layer_norm_cls) -> MiniLM:
     folder = _require_model_dir()
     cfg = _config()
     d, heads, d_ff = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
-    weights = read_safetensors(folder / "model.safetensors")
+    weights = SafetensorsFile(folder / "model.safetensors")  # each tensor read when filled in
 
     embeddings = BertEmbeddings(cfg["vocab_size"], d, cfg["max_position_embeddings"],
                                 cfg["type_vocab_size"], layer_norm_cls)
@@ -439,3 +492,56 @@ def load_minilm(encoder_layer_cls, layer_norm_cls) -> MiniLM:
     model = MiniLM(embeddings, layers, load_tokenizer()).eval()
     model.requires_grad_(False)
     return model
+
+
+# --------------------------------------------------------------------------- 04: attention alone
+
+class _FeedForward(nn.Module):
+    """BERT's two Linear layers under the contract's names (``linear1``, ``linear2``), for
+    GELUFeedForward to wrap: only a holder of loaded weights, no forward of its own (06 has
+    you write FeedForward itself)."""
+
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        for name, size in (("linear1", (d_model, d_ff)), ("linear2", (d_ff, d_model))):
+            self.add_module(name, nn.Linear(*size))
+
+
+def _layer_around(mha_class):
+    """A post-norm BERT layer whose self-attention is ``mha_class`` (04's MultiHeadAttention)
+    and whose norms and feed-forward network are PyTorch's: what 04 can build before 06."""
+
+    class AttentionInBertLayer(nn.Module):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
+            super().__init__()
+            self.self_attn = mha_class(d_model, num_heads)
+            self.ffn = _FeedForward(d_model, d_ff)
+            self.norm1 = nn.LayerNorm(d_model)
+            self.norm2 = nn.LayerNorm(d_model)
+
+        def forward(self, x, mask=None):
+            x = self.norm1(x + self.self_attn(x, x, x, mask)[0])  # (b, s, d)
+            return self.norm2(x + self.ffn(x))  # (b, s, d)
+
+    return AttentionInBertLayer
+
+
+def load_minilm_attention(mha_class) -> MiniLM:
+    """all-MiniLM-L6-v2 whose six self-attentions are ``mha_class(384, 12)`` (04's
+    ``MultiHeadAttention``, the learner's), filled with the trained q/k/v/out weights; its
+    layer norms and feed-forward networks are PyTorch's (notebook 06 has you write those)."""
+    return load_minilm(_layer_around(mha_class), nn.LayerNorm)
+
+
+@torch.no_grad()
+def attention_weights(model: MiniLM, text: str) -> tuple[list[str], torch.Tensor]:
+    """One sentence's tokens and the attention weights of every layer and head, read from what
+    each layer's ``self_attn`` returns: (tokens, weights (layers, heads, s, s))."""
+    ids, _ = model.tokenizer(text)
+    x = model.embeddings(ids)  # (1, s, d)
+    per_layer = []
+    for layer in model.layers:
+        _, w = layer.self_attn(x, x, x)  # (1, h, s, s)
+        per_layer.append(w[0])
+        x = layer(x)  # (1, s, d)
+    return model.tokenizer.convert_ids_to_tokens(ids[0]), torch.stack(per_layer)

@@ -107,22 +107,28 @@ class History:
     device: str = "cpu"
     requested: int = 0   # the steps asked for
     planned: int = 0     # the steps the run set out to do (fewer when a time budget says so)
+    budget: float | None = None      # the time budget the plan was made for (seconds)
+    time_limit: float | None = None  # where the run would stop, wherever it was (seconds)
 
     @property
     def steps(self) -> int:
         return len(self.losses)
 
     def summary(self) -> str:
-        """'240 of 900 steps (fitted to the time budget) in 19.8 s on cpu, loss 0.912'."""
+        """How far the run got, e.g. '321 steps in 13.5 s on cpu, loss 0.572 (planned: what
+        the pace of its first steps fits in a budget of about 12 s; the full run is 900)'."""
         recent = self.losses[-20:]
         loss = f", loss {sum(recent) / len(recent):.3f}" if recent else ""
-        if self.steps < self.requested:
-            why = ("stopped by the time limit" if self.steps < self.planned
-                   else "fitted to the time budget")
-            done = f"{self.steps} of {self.requested} steps ({why})"
-        else:
-            done = f"all {self.steps} steps"
-        return f"{done} in {self.seconds:.1f} s on {self.device}{loss}"
+        done = f"{self.steps} steps in {self.seconds:.1f} s on {self.device}{loss}"
+        if self.steps >= self.requested:
+            return "all " + done
+        if self.steps < self.planned:  # the time limit cut the plan short
+            limit = f" at the {self.time_limit:g} s time limit" if self.time_limit else ""
+            return (f"{done} (stopped{limit}, {self.steps} of the {self.planned} steps "
+                    f"planned; the full run is {self.requested})")
+        budget = f" in a budget of about {self.budget:g} s" if self.budget else " in the budget"
+        return (f"{done} (planned: what the pace of its first steps fits{budget}; the full run "
+                f"is {self.requested})")
 
 
 def _in_notebook() -> bool:
@@ -242,6 +248,7 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
     probe = min(steps, 8) if time_budget is not None else 0  # steps timed before planning
     if time_limit is None and time_budget is not None:
         time_limit = 1.5 * time_budget  # the pace can drop on a busy machine
+    history.budget, history.time_limit = time_budget, time_limit
     total, warm = steps, warmup
     start = time.perf_counter()
     step, paces = 0, []  # seconds of each step, drawing excluded

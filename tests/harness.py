@@ -46,11 +46,16 @@ def cells(assignment: str) -> dict:
     return {"setup": setup, "solutions": solutions, "grades": grades}
 
 
-def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = None) -> Outcome:
-    """Execute setup + solutions (+ ``replacement`` source) and then grade cell ``grade_id``."""
+def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = None,
+                   visible_only: bool = False) -> Outcome:
+    """Execute setup + solutions (+ ``replacement`` source) and then grade cell ``grade_id``
+    (with ``visible_only``, its visible part alone: what the learner's own run checks)."""
     c = cells(assignment)
     if grade_id not in c["grades"]:
         raise KeyError(f"{assignment} has no grade cell {grade_id!r}; it has {sorted(c['grades'])}")
+    grade = c["grades"][grade_id]
+    if visible_only:
+        grade = grade.split("### BEGIN HIDDEN TESTS")[0]
     ns: dict = {"__name__": "__main__"}
     use_building_blocks(assignment)
     for src in c["setup"] + list(c["solutions"].values()):
@@ -60,7 +65,7 @@ def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = Non
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            exec(compile(c["grades"][grade_id], f"<{grade_id}>", "exec"), ns)
+            exec(compile(grade, f"<{grade_id}>", "exec"), ns)
     except BaseException as exc:  # noqa: BLE001 - a grade cell may raise anything
         last = traceback.format_exception_only(type(exc), exc)[-1].strip()
         return Outcome(False, last)

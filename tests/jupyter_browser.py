@@ -108,6 +108,29 @@ def jupyter_server(cmd: list[str], log_path: Path, token: str, port: int, **pope
         log.close()
 
 
+@contextlib.contextmanager
+def course_lab(work: Path, token: str = "course-test-token"):
+    """JupyterLab serving ``work`` (the notebooks already there), as a learner runs it: no news
+    toast over the pictures, one torch thread per kernel (the models are tiny, and on a busy
+    machine two threads fighting for two shared cores make 07's training take minutes), the
+    inline backend. Yields ``(base_url, token)``."""
+    import sys
+
+    # no "get notified about Jupyter news?" toast over the pictures, and no request for it
+    settings = work / "settings" / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    port = free_port()
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
+           "--ServerApp.open_browser=False", "--LabApp.news_url=", "--allow-root"]
+    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+           "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"), "OMP_NUM_THREADS": "1"}
+    with jupyter_server(cmd, work / "jupyterlab.log", token, port, env=env) as base:
+        yield base, token
+
+
 def wait_for_one_idle_kernel(server: str, token: str, timeout: float = 60) -> None:
     """A fresh page may start its kernel twice: wait until one kernel is idle and stays so
     (``server``: the Jupyter server's base URL)."""
@@ -208,3 +231,152 @@ def filled_in(assignment: str, dest: Path, written=None, code=None, name=None) -
         if extra.is_file() and extra.suffix != ".ipynb":
             shutil.copy(extra, dest / extra.name)
     return path
+
+
+def open_and_run_all(page, base: str, token: str, workspace: str, notebook: str,
+                     timeout_ms: int = 420_000) -> None:
+    """Open ``notebook`` in a workspace of its own (no tab of an earlier notebook restored) and
+    run all its cells, to the last one."""
+    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={token}")
+    page.wait_for_selector(".jp-Notebook", timeout=60_000)
+    wait_for_one_idle_kernel(base, token)
+    page.click("text=Run", timeout=10_000)  # the Run menu
+    page.click("text=Run All Cells", timeout=10_000)
+    page.wait_for_function(ALL_CELLS_RAN, timeout=timeout_ms)  # each prompt shows [n]
+
+
+# -- every control of a widget, and how long its picture takes to answer ----------------------
+# The page keeps one probe: ``arm(widget)`` forgets the last measurement and waits for the next
+# input event (its timeStamp is t0) and the next new picture inside ``widget``: when an img's
+# src changes, the image is decoded, and the frame after it is painted (an animation frame,
+# then a task: the paint has happened by then), that time is t1.
+PROBE_JS = """() => {
+  if (window.__courseProbe) return;
+  const probe = window.__courseProbe = {widget: null, t0: null, t1: null, seen: 0};
+  for (const type of ['keydown', 'pointerdown', 'mousedown', 'input', 'change']) {
+    document.addEventListener(type, e => {
+      if (probe.widget && probe.t0 === null && probe.widget.contains(e.target)) probe.t0 = e.timeStamp;
+    }, true);
+  }
+  probe.observer = new MutationObserver(records => {
+    for (const r of records) {
+      const img = r.target;
+      if (img.tagName !== 'IMG' || probe.t0 === null || probe.t1 !== null) continue;
+      const t = probe.seen += 1;
+      (img.decode ? img.decode() : Promise.resolve()).catch(() => {}).then(() => {
+        requestAnimationFrame(() => setTimeout(() => {
+          if (probe.t1 === null && probe.seen === t) probe.t1 = performance.now();
+        }, 0));
+      });
+    }
+  });
+}"""
+ARM_JS = """w => { const p = window.__courseProbe; p.observer.disconnect();
+  p.widget = w; p.t0 = null; p.t1 = null;
+  p.observer.observe(w, {subtree: true, attributes: true, attributeFilter: ['src']}); }"""
+PAINTED_JS = "() => window.__courseProbe.t1 !== null"
+LATENCY_JS = "() => { const p = window.__courseProbe; return p.t1 - p.t0; }"
+
+
+def widget_controls(widget) -> list[dict]:
+    """Every control of one ``.course-widget``: ``{"kind", "name", "locator", "disabled"}``,
+    kind one of slider, menu, checkbox, toggle, button, text; name its label as shown;
+    disabled whether it can be used now."""
+    found = []
+
+    def label_of(el) -> str:
+        return el.evaluate("e => (e.closest('.widget-inline-hbox, .widget-hbox, .jupyter-widgets')"
+                           "?.querySelector('.widget-label')?.textContent || '').trim()")
+
+    for slider in widget.locator(".widget-slider, .jupyter-widget-slider").all():
+        handle = slider.locator(".noUi-handle")
+        if handle.count():
+            found.append({"kind": "slider", "name": label_of(handle.first), "locator": handle.first,
+                          "disabled": handle.first.evaluate(
+                              "h => h.closest('.noUi-target').hasAttribute('disabled')")})
+    for select in widget.locator("select").all():
+        found.append({"kind": "menu", "name": label_of(select), "locator": select,
+                      "disabled": not select.is_enabled()
+                      or select.locator("option").count() < 2})
+    for box in widget.locator("input[type=checkbox]").all():
+        name = box.evaluate("b => (b.closest('.widget-checkbox')?.textContent || '').trim()")
+        found.append({"kind": "checkbox", "name": name, "locator": box,
+                      "disabled": not box.is_enabled()})
+    for group in widget.locator(".widget-toggle-buttons").all():
+        names = "/".join(b.inner_text().strip() for b in group.locator("button").all())
+        found.append({"kind": "toggle", "name": names, "locator": group,
+                      "disabled": not group.locator("button").first.is_enabled()})
+    for button in widget.locator("button.jupyter-button").all():
+        if button.evaluate("b => !!b.closest('.widget-toggle-buttons')"):
+            continue
+        found.append({"kind": "button", "name": button.inner_text().strip(), "locator": button,
+                      "disabled": not button.is_enabled()})
+    for text in widget.locator(".widget-text input[type=text]").all():
+        found.append({"kind": "text", "name": label_of(text), "locator": text,
+                      "disabled": not text.is_enabled()})
+    return found
+
+
+# a text box's other value (the first is what the notebook opened with) that keeps the
+# picture drawable; boxes not listed get " the" appended
+OTHER_TEXT = {"a": {"man": "boy", "france": "germany"},
+              "is to b": {"king": "prince", "paris": "berlin"},
+              "as c is to ?": {"woman": "girl", "japan": "italy"}}
+
+
+def other_text(name: str, value: str) -> str:
+    """Another value for the text box labelled ``name`` that now holds ``value``."""
+    return OTHER_TEXT.get(name, {}).get(value, value + " the")
+
+
+def move_control(page, control: dict, i: int, texts: tuple[str, str] | None = None) -> None:
+    """Move ``control`` once; even and odd ``i`` move it back and forth (a slider right / left,
+    or away from the end it sits at; another menu entry; the other toggle button; one text /
+    the other)."""
+    kind, loc = control["kind"], control["locator"]
+    if kind == "slider":
+        now, low, high = loc.evaluate("h => ['aria-valuenow', 'aria-valuemin', 'aria-valuemax']"
+                                      ".map(a => parseFloat(h.getAttribute(a)))")
+        right = now <= low or (now < high and i % 2 == 0)  # at an end: the only way it moves
+        loc.focus()
+        page.keyboard.press("ArrowRight" if right else "ArrowLeft")
+    elif kind == "menu":
+        values = [o.get_attribute("value") for o in loc.locator("option").all()]
+        current = loc.input_value()
+        loc.select_option(next(v for v in values if v != current))
+    elif kind == "checkbox":
+        loc.click()
+    elif kind == "toggle":
+        loc.locator("button:not(.mod-active)").first.click()
+    elif kind == "button":
+        loc.click()
+    elif kind == "text":
+        loc.fill(texts[i % 2])
+        loc.press("Enter")
+
+
+def control_latencies(page, widget, control: dict, repeats: int, texts=None,
+                      before_each=None, timeout_ms: int = 30_000) -> list[float | None]:
+    """Move ``control`` of ``widget`` ``repeats`` times; for each move, the milliseconds from
+    the input event to the new picture painted (None: no new picture within ``timeout_ms``).
+    ``before_each(i)`` runs before move i (e.g. to reset a stepper) and is not timed."""
+    page.evaluate(PROBE_JS)
+    handle = widget.element_handle()
+    out = []
+    for i in range(repeats):
+        if before_each is not None:
+            before_each(i)
+        if control["kind"] == "text":  # the keystrokes filling the box are not the event
+            control["locator"].fill(texts[i % 2])
+        page.evaluate(ARM_JS, handle)
+        if control["kind"] == "text":
+            control["locator"].press("Enter")
+        else:
+            move_control(page, control, i, texts)
+        try:
+            page.wait_for_function(PAINTED_JS, timeout=timeout_ms, polling=20)
+            out.append(float(page.evaluate(LATENCY_JS)))
+        except Exception:  # playwright's TimeoutError: the picture never changed
+            out.append(None)
+        page.wait_for_timeout(150)  # let the kernel settle before the next move
+    return out

@@ -31,6 +31,7 @@ from course_grading import results as results_module
 from course_grading.cells import hidden_lines
 from course_grading.sandbox import bubblewrap
 from course_grading.nbformat_tools import write_notebook
+from course_grading.nbgrader_setup import GradingRun
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
@@ -277,8 +278,10 @@ CATALOGUE = {
     "leak_writes_fd_1": ({"encode": "import os\ndef encode(tokens, vocab, unk_token='<unk>'):\n"
                           "    os.write(1, f'LEAK {tokens} {vocab} {unk_token}\\n'.encode())\n"
                           "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"}, "full"),
+    # raises on an input only the hidden part passes (the visible check tries another unk_token
+    # too, with another id)
     "leak_raises_hidden_inputs": ({"encode": "def encode(tokens, vocab, unk_token='<unk>'):\n"
-                                   "    if unk_token != '<unk>':\n"
+                                   "    if vocab.get(unk_token) == 7:\n"
                                    "        raise ValueError(f'LEAK {tokens} {vocab} {unk_token}')\n"
                                    "    return [int(vocab.get(t, vocab[unk_token])) for t in tokens]\n"},
                                   "zero:test_encode"),
@@ -486,7 +489,8 @@ def _submit(course: Path, student: str, nb) -> None:
 
 
 def _scores(result) -> dict:
-    return {e.grade_id: e.score for e in result.exercises}
+    """The tests' scores (the written answers wait for manual grading: tests/test_written_answers.py)."""
+    return {e.grade_id: e.score for e in result.exercises if not e.manual}
 
 
 @pytest.fixture(scope="module")
@@ -533,7 +537,8 @@ def graded(tmp_path_factory):
         _submit(alone, kind, _variant(source, CATALOGUE[kind][0], constants))
     alone_scores = {r.student: _scores(r) for r in autograde.autograde(alone, jobs=2, progress=False)}
 
-    autograde._prepare_gradebook(course, [A], sorted(CATALOGUE))
+    autograde._prepare_gradebook(GradingRun(str(course), str(course), str(course / "submitted")), [A],
+                                 sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:
         renamed = {untrusted.shown_name(os.fsdecode(name)): kind for kind, name in RENAMED.items()}

@@ -1,14 +1,16 @@
 """A real browser: JupyterLab in headless Chromium opens each of the student notebooks with
 its exercises filled in with working code, runs it, and then:
 
-- every widget renders, and responds to one interaction (a slider moved with the keyboard, a
-  menu entry picked, a box ticked, a button pressed or a sentence typed) by redrawing its
-  picture; the training display of 08 says how far its run got;
+- every widget renders, and every one of its controls (a slider moved with the keyboard, a
+  menu entry picked, a box ticked, a toggle or button pressed, a text box changed and
+  changed back) redraws its picture: a control whose move changes nothing visible fails;
+  the training display of 08 says how far its run got;
 - no picture on the page, widget or static figure, is drawn below the resolution it is shown
   at (a PNG stretched wider than its pixels is blurry).
 
 The page is 1280 px wide, as a learner's laptop screen. With ``COURSE_SCREENSHOTS=<folder>``
-the test also saves a picture of every widget after its interaction, and of the static figures
+the test also saves a picture of every widget after its interactions, once its kernel is
+idle (the picture matches the controls), and of the static figures
 listed in ``FIGURES``; docs/screenshots/ is made that way:
 ``COURSE_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest tests/test_browser.py``.
 
@@ -21,16 +23,14 @@ CI, where a missing browser is a failure.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from jupyter_browser import (ALL_CELLS_RAN, CHROMIUM, FLAGS, ROOT, filled_in, free_port,
-                             jupyter_server, require_browser, shut_down_kernels,
-                             wait_for_one_idle_kernel)
+from jupyter_browser import (CHROMIUM, FLAGS, ROOT, course_lab, filled_in, move_control,
+                             open_and_run_all, other_text, require_browser, shut_down_kernels,
+                             wait_for_one_idle_kernel, widget_controls)
 
 NOTEBOOKS = sorted(p.parent.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 VIEWPORT = {"width": 1280, "height": 900}
@@ -77,32 +77,12 @@ def lab(tmp_path_factory):
     half = work / "half_done"
     half.mkdir()
     filled_in(HALF_DONE, half, written=HALF_DONE_WRITTEN, code=HALF_DONE_CODE, name="half_done")
-    # no "get notified about Jupyter news?" toast over the pictures, and no request for it
-    settings = work / "settings" / "@jupyterlab" / "apputils-extension"
-    settings.mkdir(parents=True)
-    (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    port, token = free_port(), "course-test-token"
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-           f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
-           "--ServerApp.open_browser=False", "--LabApp.news_url=", "--allow-root"]
-    # one thread per kernel: the models are tiny, and on a busy machine two threads fighting
-    # for two shared cores make 07's training loop take minutes instead of seconds
-    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-           "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"), "OMP_NUM_THREADS": "1"}
-    with jupyter_server(cmd, work / "jupyterlab.log", token, port, env=env) as base:
+    with course_lab(work) as (base, token):
         yield base, token
 
 
 def _run_all(page, base: str, token: str, workspace: str, notebook: str) -> None:
-    """Open ``notebook`` in a workspace of its own and run all its cells, to the last one."""
-    # a workspace of its own, so no tab of an earlier notebook is restored
-    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={token}")
-    page.wait_for_selector(".jp-Notebook", timeout=60_000)
-    wait_for_one_idle_kernel(base, token)
-    page.click("text=Run", timeout=10_000)  # the Run menu
-    page.click("text=Run All Cells", timeout=10_000)
-    page.wait_for_function(ALL_CELLS_RAN, timeout=420_000)  # each prompt shows [n]
+    open_and_run_all(page, base, token, workspace, notebook)
 
 
 # -- what a widget shows, and how to make it respond ------------------------------------------
@@ -125,34 +105,28 @@ def _redrew(page, widget, before: str, timeout_ms: int = 30_000) -> bool:
         return False
 
 
-def _interact(page, widget) -> str | None:
-    """Use the widget's first usable control once; return what was done (None: no control)."""
-    for handle in widget.locator(".noUi-handle").all():
-        if handle.evaluate("h => h.closest('.noUi-target').hasAttribute('disabled')"):
+def _move_every_control(page, widget, i: int) -> list[str]:
+    """Move every usable control of the widget once (a text box or menu there and back), each time
+    checking that the picture changed: a control that changes nothing visible looks broken.
+    Returns what was done."""
+    done = []
+    for control in widget_controls(widget):
+        if control["disabled"]:  # e.g. 01's runners-up, before notebook 02's analogy
             continue
-        handle.focus()
-        page.keyboard.press("ArrowRight")
-        return "moved a slider"
-    for select in widget.locator("select").all():
-        if select.is_enabled() and select.locator("option").count() > 1:
-            current = select.input_value()
-            values = [o.get_attribute("value") for o in select.locator("option").all()]
-            select.select_option(next(v for v in values if v != current))
-            return "picked a menu entry"
-    for box in widget.locator("input[type=checkbox]").all():
-        if box.is_enabled():
-            box.click()
-            return "ticked a box"
-    for button in widget.locator("button.jupyter-button").all():
-        if button.is_enabled() and button.inner_text().strip() not in ("", "reset"):
-            button.click()
-            return f"pressed {button.inner_text().strip()!r}"
-    for text in widget.locator("input[type=text]").all():
-        if text.is_enabled():
-            text.fill(text.input_value() + " the")
-            text.press("Enter")
-            return "typed a word"
-    return None
+        # text boxes and menus there and back: the notebook's own state for what follows
+        moves = 2 if control["kind"] in ("text", "menu") else 1
+        first = control["locator"].input_value() if control["kind"] in ("text", "menu") else None
+        texts = (other_text(control["name"], first), first) if control["kind"] == "text" else None
+        for move in range(moves):
+            before = _pictures(widget)
+            if control["kind"] == "menu" and move == 1:
+                control["locator"].select_option(first)
+            else:
+                move_control(page, control, move, texts)
+            what = f"{control['kind']} {control['name']!r}"
+            assert _redrew(page, widget, before), f"widget {i}: moved {what}, the picture stayed"
+        done.append(what)
+    return done
 
 
 def _type_into(page, widget, box: str, text: str, expect: str) -> None:
@@ -223,18 +197,25 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
                 widget.locator("img.course-picture").first.wait_for(timeout=60_000)
                 before = _pictures(widget)
                 assert before, f"widget {i} shows no picture"
-                action = _interact(page, widget)
-                if action is None:  # the training display: it only reports
+                moved = _move_every_control(page, widget, i)
+                if not moved:  # the training display: it only reports
                     report = widget.inner_text()
                     assert "steps" in report and " s on " in report, report
                     done.append("training display: " + report.strip().splitlines()[-1])
                 else:
-                    assert _redrew(page, widget, before), f"widget {i}: {action}, no redraw"
-                    done.append(f"widget {i}: {action}, redrawn")
+                    done.append(f"widget {i}: {len(moved)} controls moved, each redrew "
+                                f"({', '.join(moved)})")
+                nxt = widget.locator("button.jupyter-button", has_text="next token")
+                if nxt.count() and nxt.first.is_enabled():  # the stepper: a few tokens written
+                    for _ in range(3):
+                        before = _pictures(widget)
+                        nxt.first.click()
+                        assert _redrew(page, widget, before)
                 typed = [t for t in TYPED.get(assignment, []) if t[0] == i]
                 for _, box, text, expect in (t for t in typed if t[3] != "error"):
                     _type_into(page, widget, box, text, expect)
                     done.append(f"widget {i}: typed into {box!r}, {expect}")
+                wait_for_one_idle_kernel(base, token)  # the picture matches the controls
                 _save(widget, f"{assignment[:2]}_widget_{i}")
                 for _, box, text, expect in (t for t in typed if t[3] == "error"):
                     _type_into(page, widget, box, text, expect)

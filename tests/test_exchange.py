@@ -31,11 +31,14 @@ ASSIGNMENT = "01_embeddings"
 COURSE_ID = "attention-course"
 BIN = Path(sys.executable).parent
 # exercise -> points in 01_embeddings, in notebook order
-POINTS = {"test_encode": 1, "test_one_hot": 2, "test_embed": 2}
+# (and two written answers, graded by hand, that nobody answers here: 0 each, "not answered")
+WRITTEN = {"written_lookup_vs_one_hot": 2, "written_one_hot_similarity": 2}
+POINTS = {"test_encode": 1, "test_one_hot": 2, "test_embed": 2, **WRITTEN}
 WORK = {"ada": "all", "ben": "half", "cy": "none"}
-EXPECTED = {"ada": {"test_encode": 1, "test_one_hot": 2, "test_embed": 2},
-            "ben": {"test_encode": 1, "test_one_hot": 2, "test_embed": 0},
-            "cy": {"test_encode": 0, "test_one_hot": 0, "test_embed": 0}}
+UNANSWERED = {k: 0 for k in WRITTEN}
+EXPECTED = {"ada": {"test_encode": 1, "test_one_hot": 2, "test_embed": 2, **UNANSWERED},
+            "ben": {"test_encode": 1, "test_one_hot": 2, "test_embed": 0, **UNANSWERED},
+            "cy": {"test_encode": 0, "test_one_hot": 0, "test_embed": 0, **UNANSWERED}}
 
 
 def nbgrader(course: Path, exchange: Path, *args) -> str:
@@ -66,13 +69,13 @@ def student_exchange(kind: str, student: str, home: Path, exchange: Path):
 
 
 def do_work(notebook: Path, how: str) -> None:
-    """Fill the solution cells from the worked solutions: all, the first two, or none."""
+    """Fill the code solution cells from the worked solutions: all, the first two, or none."""
     solution = read_notebook(ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
     answers = {c.metadata["nbgrader"]["grade_id"]: "\n".join(
         ln for ln in c.source.splitlines() if "BEGIN SOLUTION" not in ln and "END SOLUTION" not in ln)
         for c in solution.cells if c.metadata.get("nbgrader", {}).get("solution")}
     nb = nbformat.read(str(notebook), 4)
-    cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    cells = [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
     for cell in cells[:{"all": len(cells), "half": 2, "none": 0}[how]]:
         cell.source = answers[cell.metadata["nbgrader"]["grade_id"]]
     nbformat.write(nb, str(notebook))
@@ -123,7 +126,7 @@ def test_release_fetch_submit_collect_grade_feedback_export(tmp_path, capsys):
     assert got == EXPECTED
     assert all(r["message"] for r in grades if float(r["score"]) < POINTS[r["exercise"]])
     report = {r["exercise"]: r for r in csv.DictReader((course / "reports" / "class_report.csv").open())}
-    assert {x: (r["attempts"], r["passed"]) for x, r in report.items()} == {
+    assert {x: (r["attempts"], r["passed"]) for x, r in report.items() if x not in WRITTEN} == {
         "test_encode": ("3", "2"), "test_one_hot": ("3", "2"), "test_embed": ("3", "1")}
     assert "not implemented yet" in report["test_embed"]["failure_1"]
     assert report["test_embed"]["failure_1_count"] == "2"
@@ -139,7 +142,7 @@ def test_release_fetch_submit_collect_grade_feedback_export(tmp_path, capsys):
         assert [p.name for p in pages] == [f"{ASSIGNMENT}.html"], student
         html = pages[0].read_text(encoding="utf-8")
         total = sum(EXPECTED[student].values())
-        assert f"{ASSIGNMENT} (Score: {float(total)} / 5.0)" in html
+        assert f"{ASSIGNMENT} (Score: {float(total)} / {float(sum(POINTS.values()))})" in html
         assert hidden not in html
 
     # Instructor: nbgrader's export of the gradebook.

@@ -193,9 +193,16 @@ def test_a_time_budget_fits_the_run_to_the_machine(monkeypatch):
     assert history.requested == 900 and history.planned == 20  # 2 s at 0.1 s a step
     assert history.steps == 20 and history.seconds == pytest.approx(2.0)
     assert history.lrs[1] > history.lrs[0] and history.lrs[-1] < 0.1 * max(history.lrs)
-    assert "20 of 900 steps (fitted to the time budget) in 2.0 s" in history.summary()
-    slow = training.History(losses=[1.0] * 15, requested=900, planned=20)
-    assert slow.summary().startswith("15 of 900 steps (stopped by the time limit)")
+    assert history.budget == 2.0 and history.time_limit == pytest.approx(3.0)
+    # a planned run reads as planned, not as an early stop (the budget is a target, not a limit)
+    summary = history.summary()
+    assert summary.startswith("20 steps in 2.0 s on cpu, loss ")
+    assert summary.endswith("(planned: what the pace of its first steps fits in a budget of "
+                            "about 2 s; the full run is 900)")
+    slow = training.History(losses=[1.0] * 15, seconds=3.0, requested=900, planned=20,
+                            budget=2.0, time_limit=3.0)
+    assert slow.summary() == ("15 steps in 3.0 s on cpu, loss 1.000 (stopped at the 3 s time "
+                              "limit, 15 of the 20 steps planned; the full run is 900)")
 
 
 def test_teacher_forcing_ignores_padding():

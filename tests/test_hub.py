@@ -80,15 +80,18 @@ WORK = {"ada": {"softmax": "solution", "simple_self_attention": "solution",
                 "scaled_dot_product_attention": "solution", "causal_mask": "solution"},
         "ben": {"softmax": "solution", "simple_self_attention": "softmax_over_dim_minus_2"}}
 STUDENTS = [*WORK, ATTACKER]
+# nobody answers the two written questions (graded by hand): each scores 0, "not answered"
+UNANSWERED = {"written_sqrt_dk": 0, "written_mask_before_softmax": 0}
 EXPECTED = {"ada": {"test_softmax": 2, "test_simple_self_attention": 2,
-                    "test_scaled_dot_product_attention": 3, "test_causal_mask": 1},
+                    "test_scaled_dot_product_attention": 3, "test_causal_mask": 1, **UNANSWERED},
             "ben": {"test_softmax": 2, "test_simple_self_attention": 0,
-                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0},
+                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0, **UNANSWERED},
             # mallory writes softmax, and submits after the due date: 2 points, less all of them
             ATTACKER: {"test_softmax": 2, "test_simple_self_attention": 0,
-                       "test_scaled_dot_product_attention": 0, "test_causal_mask": 0}}
+                       "test_scaled_dot_product_attention": 0, "test_causal_mask": 0, **UNANSWERED}}
 LATE = {ATTACKER}
-MAX_SCORE = 8
+NAMES = {"ada": ("Ada", "Lovelace"), "ben": ("Ben", "Okafor"), ATTACKER: ("Mallory", "Mallet")}
+MAX_SCORE = 12  # 8 of tests, 4 of written answers
 # what each student sees under a test cell after running the notebook
 SEEN = {"ada": "scaled_dot_product_attention: all visible checks passed.",
         "ben": "simple_self_attention: values are off"}
@@ -508,10 +511,38 @@ def save(page) -> None:
 
 def to_the_middle(locator) -> None:
     """Scroll ``locator`` to the middle of its page, again as cells off screen take their real
-    height (JupyterLab lays out only what is visible)."""
-    for _ in range(4):
+    height (JupyterLab lays out only what is visible), until it lies whole inside the window."""
+    for _ in range(20):
         locator.evaluate("e => e.scrollIntoView({block: 'center'})")
         locator.page.wait_for_timeout(300)
+        if in_view(locator):
+            return
+    raise AssertionError(f"{locator} never came into view: the screenshot would not show it")
+
+
+IN_VIEW = ("e => { const r = e.getBoundingClientRect(); let w = window;"
+           " return r.height > 0 && r.top >= 0 && r.bottom <= w.innerHeight && r.left >= 0"
+           " && r.right <= w.innerWidth; }")
+
+
+def in_view(locator) -> bool:
+    """Whether ``locator`` is whole inside its page's window (in its frame's own window for an
+    element inside an iframe that fills the page's area)."""
+    return bool(locator.evaluate(IN_VIEW))
+
+
+def settled(hub: Hub, student: str, page, image) -> None:
+    """Wait until the kernel is idle and the picture ``image`` has stopped changing (a slider
+    moved by several steps redraws once per step), so that the controls, the picture and the
+    kernel's status agree in a screenshot."""
+    wait_for_one_idle_kernel(hub.server(student), hub.token)
+    last, stable = image.get_attribute("src"), 0
+    while stable < 4:
+        page.wait_for_timeout(500)
+        now = image.get_attribute("src")
+        stable, last = (stable + 1, last) if now == last else (0, now)
+    page.wait_for_function("() => { const bar = document.querySelector('#jp-main-statusbar');"
+                           " return !bar || !/\\|\\s*Busy/.test(bar.innerText); }", timeout=LIMIT_S * 1000)
 
 
 def student_starts(hub: Hub, browser, student: str):
@@ -551,6 +582,8 @@ def student_finishes(hub: Hub, student: str, page, watch):
         widget, image = last_widget_with_picture(page)
         assert some_control_changes_the_picture(page, widget, image, image.get_attribute("src")), (
             "no control of the widget changed its picture")
+        settled(hub, student, page, image)
+        to_the_middle(widget)
         page.screenshot(path=str(hub.shots / "hub-ada-widget.png"))
     else:  # the run stopped at the failing test
         wait_for_one_idle_kernel(hub.server(student), hub.token)
@@ -580,7 +613,8 @@ def formgrader_scores(hub: Hub, browser, count: int) -> dict:
         f" return cells.length === {count} && cells.every(c => c.textContent.includes('/')); }}")
     to_the_middle(rows.first)
     page.screenshot(path=str(hub.shots / "hub-formgrader.png"))
-    return {r.locator("td.student-id").inner_text().strip(): r.locator("td.score").inner_text().strip()
+    return {r.locator("td.student-id").inner_text().strip(): (r.locator("td.student-name").inner_text().strip(),
+                                                               r.locator("td.score").inner_text().strip())
             for r in rows.all()}
 
 
@@ -595,7 +629,10 @@ def feedback_seen(hub: Hub, page, student: str) -> str:
     body = page.frame_locator(".jp-HTMLViewer iframe").first.locator("body")
     body.locator("text=Score").first.wait_for()
     page.screenshot(path=str(hub.shots / f"hub-{student}-feedback.png"))
-    to_the_middle(body.locator("pre, .output_text").filter(has_text=SEEN[student]).first)
+    message = body.locator("pre, .output_text").filter(has_text=SEEN[student]).first
+    to_the_middle(message)
+    # the whole message shows, wrapped at the page's edge (FeedbackStyle), its hint included
+    assert message.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the message runs past the page's edge"
     page.screenshot(path=str(hub.shots / f"hub-{student}-feedback-message.png"))
     return body.inner_text()
 
@@ -690,9 +727,18 @@ def test_a_class_on_jupyterhub(hub):
             assert got == EXPECTED
             totals = {s: sum(v.values()) for s, v in got.items()}
 
-            # The Formgrader tab shows the submissions with the scores of reports/grades.csv.
+            # The class list, so that the Formgrader shows names (README "Written answers, names
+            # and the LMS"): a CSV as an LMS exports it, into the gradebook.
+            roster = hub.course / "roster.csv"
+            roster.write_text("Username,First name,Last name,Email address\n" + "".join(
+                f"{s},{first},{last},{s}@example.org\n" for s, (first, last) in NAMES.items()))
+            os.chmod(roster, 0o644)
+            assert "3 students imported" in instructor(hub, "course", "roster", "import", str(roster))
+
+            # The Formgrader tab shows the submissions, with the students' names, and the scores
+            # of reports/grades.csv.
             assert formgrader_scores(hub, browser, len(STUDENTS)) == {
-                s: f"{totals[s]:g} / {MAX_SCORE}" for s in STUDENTS}
+                s: (f"{NAMES[s][1]}, {NAMES[s][0]}", f"{totals[s]:g} / {MAX_SCORE}") for s in STUDENTS}
 
             # Instructor: feedback, released through the exchange.
             instructor(hub, "course", "feedback", ASSIGNMENT)

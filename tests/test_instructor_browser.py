@@ -16,6 +16,11 @@ nothing of the page needs to be blocked), and the pages still show the student's
 rendered), a plot and text outputs. A control page proves the payloads live: the same notebook
 rendered by plain nbconvert runs them. Screenshots go to the test's tmp folder.
 
+Then, on the same course and server, the instructor grades the submission's written answers
+(nbgrader's manually graded answer cells) in the Formgrader: it lists the submission as
+needing manual grading, the scores and a comment typed into the page reach the gradebook, the
+total and ``course export`` include them, and the regenerated feedback shows the comment.
+
 The rest runs in-process, without a browser: the sanitizer on each payload class and on the
 course's own markdown, the Formgrader's exporter as nbgrader_config.py sets it, the template
 nonces, student ids, the exchange collect.
@@ -107,6 +112,8 @@ def payload_cells() -> list:
 def hostile_notebook(dest: Path, name: str = A) -> Path:
     path = filled_in(A, dest, name=name)
     nb = nbformat.read(path, as_version=4)
+    written = [c for c in nb.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")]
+    written[-1].source += f"\n\n{img('written')} <script>{payload('writtenscript')}</script>"  # graded by hand
     nb.cells += payload_cells()
     nb.metadata["title"] = "</title><script>" + payload("title") + "</script>"
     nbformat.write(nb, path)
@@ -511,10 +518,12 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             page.wait_for_function(MATHJAX_DONE, timeout=60_000)
             assert not [m for m in console if "fontdata" in m or "Refused" in m], console
             assert page.evaluate("() => submission_id") == submission_id  # the Formgrader's script ran
-            # the Formgrader's scripts loaded the grades: each score box shows its autograde
+            # the Formgrader's scripts loaded the grades: each test's score box shows its
+            # autograde (a written answer, graded by hand, has none)
             page.wait_for_function("() => document.querySelectorAll('input.score').length > 0 && "
                                    "[...document.querySelectorAll('input.score')]"
-                                   ".every(i => i.placeholder !== '')", timeout=30_000)
+                                   ".every(i => i.placeholder !== '' || i.id.startsWith('written_'))",
+                                   timeout=30_000)
             body = page.evaluate("() => document.body.innerText")
             assert TEXT in body and "bold html" in body
             assert "<script>" in body  # the student's markup, shown as text
@@ -554,3 +563,114 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
     written = sorted(p.name for p in course.rglob("PWNED*"))
     assert not written, f"a payload wrote into the course: {written}"
     print(f"screenshots in {shots}")
+
+
+# ------------------------------------------------------------------ written answers, graded by hand
+
+NEEDS_MANUAL = ("() => [...document.querySelectorAll('td.needs-manual-grade')]"
+                ".filter(td => td.querySelector('.glyphicon-ok')).length")
+
+
+def _written_answers(course: Path) -> dict[str, float]:
+    """{grade_id: points} of the assignment's written answers (manually graded answer cells)."""
+    nb = nbformat.read(course / "solutions" / A / f"{A}.ipynb", as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
+            if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")}
+
+
+def _export(course: Path, tmp_path: Path) -> dict:
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    out = tmp_path / f"export-{time.monotonic_ns()}.csv"
+    done = subprocess.run([str(BIN / "course"), "--root", str(course), "export", "--to", str(out)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    import csv
+    [row] = [r for r in csv.DictReader(out.open()) if r["student_id"] == STUDENT]
+    return row
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader, tmp_path):
+    """The Formgrader lists the submission as needing manual grading; the instructor scores
+    the written answers and comments on one, in the page; the gradebook's total and ``course
+    export`` include those points, and the student's feedback shows the comment."""
+    from playwright.sync_api import sync_playwright
+    from nbgrader.api import Gradebook
+
+    course, submission_id, _ = graded
+    base, token = formgrader
+    written = _written_answers(course)
+    assert len(written) == 2
+    (first, first_max), (second, second_max) = written.items()
+    before = _export(course, tmp_path)
+    assert before["note"] == f"needs manual grading ({first_max + second_max:g} points)"
+    comment = "Good: you named permutation equivariance. **Next time** give the two sentences' vectors."
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            page = context.new_page()
+            page.goto(f"{base}/formgrader?token={token}")
+            page.goto(f"{base}/formgrader/gradebook/{A}/{A}")
+            page.wait_for_selector(f"a[href*='/formgrader/submissions/{submission_id}']", timeout=30_000)
+            page.wait_for_function(f"{NEEDS_MANUAL} === 1", timeout=30_000)
+            page.screenshot(path=str(tmp_path / "needs-manual-grading.png"), full_page=True)
+
+            page.goto(f"{base}/formgrader/submissions/{submission_id}/")
+            page.wait_for_selector(f"input.score#{first}", timeout=30_000)
+            # the grades have loaded once the autograded cells show their scores (a written
+            # answer has none: its box stays empty)
+            page.wait_for_function("() => [...document.querySelectorAll('input.score')]"
+                                   ".some(i => i.placeholder !== '')", timeout=30_000)
+            page.wait_for_load_state("networkidle")  # the comments too: a late load would re-render
+            page.fill(f"input.score#{first}", "1.5")
+            page.press(f"input.score#{first}", "Tab")  # a change saves it (the Formgrader's API)
+            page.fill(f"textarea#{first}-comment", comment)
+            page.press(f"textarea#{first}-comment", "Tab")
+            page.fill(f"input.score#{second}", f"{second_max:g}")
+            page.press(f"input.score#{second}", "Tab")
+            with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention-course") as gb:
+                deadline = time.monotonic() + 30
+                while True:
+                    gb.db.expire_all()
+                    grades = {g: gb.find_grade(g, A, A, STUDENT) for g in written}
+                    saved = gb.find_comment(first, A, A, STUDENT).manual_comment
+                    if (grades[first].manual_score, grades[second].manual_score, saved) == (
+                            1.5, second_max, comment) or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.3)
+                assert (grades[first].manual_score, grades[second].manual_score, saved) == (
+                    1.5, second_max, comment)
+                score = gb.find_submission(A, STUDENT).score
+            page.screenshot(path=str(tmp_path / "manual-grading.png"), full_page=True)
+
+            page.goto(f"{base}/formgrader/gradebook/{A}/{A}")
+            page.wait_for_selector(f"a[href*='/formgrader/submissions/{submission_id}']", timeout=30_000)
+            page.wait_for_timeout(1000)
+            assert page.evaluate(NEEDS_MANUAL) == 0, "still listed as needing manual grading"
+            context.close()
+
+            after = _export(course, tmp_path)
+            assert after["note"] == ""
+            assert float(after["raw_score"]) == pytest.approx(float(before["raw_score"]) + 1.5 + second_max)
+            assert float(after["raw_score"]) == pytest.approx(score)
+
+            env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+            fed = subprocess.run([str(BIN / "course"), "--root", str(course), "feedback", A], env=env,
+                                 capture_output=True, text=True, timeout=300)
+            assert fed.returncode == 0, fed.stdout + fed.stderr
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto((course / "feedback" / STUDENT / A / f"{A}.html").as_uri())
+            page.wait_for_selector("body", timeout=30_000)
+            body = page.evaluate("() => document.body.innerText")
+            assert "Good: you named permutation equivariance. Next time give the two sentences' vectors." in body
+            _clean(page, "feedback with comments")  # the answer's own markup ran nowhere
+            assert page.evaluate("() => [...document.querySelectorAll('strong')]"
+                                 ".some(e => e.textContent === 'Next time')")  # the comment's markdown
+            assert f"(Score: {float(score):g}" in body.replace(".0 /", " /") or f"{score:.1f}" in body
+            page.screenshot(path=str(tmp_path / "feedback-comment.png"), full_page=True)
+        finally:
+            browser.close()
+    print(f"screenshots in {tmp_path}")

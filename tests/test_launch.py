@@ -109,6 +109,7 @@ def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, 
     import types
 
     from course_grading import autograde
+    from course_grading.nbgrader_setup import GradingRun
     from course_grading.sandbox import installed
     assert installed.installed_locations() is not None  # the test runs on an installed course
     installed.verify()
@@ -118,7 +119,8 @@ def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, 
     with pytest.raises(installed.ImportMismatch, match="not the installed course"):
         installed.verify()
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
-    result = autograde._grade_task(str(course), {"sandbox": False}, "ann", ASSIGNMENT, True)
+    run = GradingRun(str(course), str(course), str(course / "submitted"))
+    result = autograde._grade_task(run, "ann", ASSIGNMENT, True)
     assert result.error and "not the installed course" in result.error and not result.exercises
 
 

@@ -329,14 +329,113 @@ def report_not_graded() -> str:
     return NOT_GRADED
 
 
-def test_a_clash_with_another_grader_is_retried_not_reported():
-    """Two graders sharing a PostgreSQL gradebook may record the same assignment at once: what
-    the slower one meets is retried (the retry finds the rows there); a broken gradebook is not."""
-    from course_grading.autograde import _clash
+def test_a_clash_with_another_grader_is_retried_not_reported(tmp_path):
+    """Two graders sharing a gradebook may write the same rows at once: what the slower one
+    meets is retried (the retry finds the rows there); a broken gradebook is not. Decided from
+    the exception objects (class, the driver's error code), never from message text."""
+    import sqlite3
 
-    for text in ('(psycopg2.errors.ForeignKeyViolation) update or delete on table "notebook" '
-                 'violates foreign key constraint "submitted_notebook_notebook_id_fkey"',
-                 "Cannot modify existing assignment '01_tiny' because there are submissions associated with it",
-                 "duplicate key value violates unique constraint", "database is locked"):
-        assert _clash(RuntimeError(text)), text
-    assert not _clash(RuntimeError("file is not a database"))
+    from nbgrader.converters.base import NbGraderException
+    from sqlalchemy.exc import IntegrityError, OperationalError
+
+    from course_grading.errors import (AssignmentChanged, GradebookBusy, GradebookError,
+                                       NbgraderFailure, retriable)
+    from course_grading.nbgrader_setup import run_converter
+
+    db = tmp_path / "gradebook.db"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    holder.execute("BEGIN EXCLUSIVE")
+    other = sqlite3.connect(db, timeout=0)
+    with pytest.raises(sqlite3.OperationalError) as locked:
+        other.execute("INSERT INTO t VALUES (1)")
+    holder.execute("INSERT INTO t VALUES (1)")
+    holder.execute("COMMIT")
+    with pytest.raises(sqlite3.IntegrityError) as duplicate:
+        holder.execute("INSERT INTO t VALUES (1)")
+    (tmp_path / "junk.db").write_bytes(b"this is not a database, only text" * 100)
+    with pytest.raises(sqlite3.DatabaseError) as not_a_database:
+        sqlite3.connect(tmp_path / "junk.db").execute("SELECT * FROM t")
+
+    assert retriable(locked.value)
+    assert retriable(OperationalError("INSERT", {}, locked.value))  # as SQLAlchemy raises it
+    assert retriable(IntegrityError("INSERT", {}, duplicate.value))
+    assert retriable(type("UniqueViolation", (Exception,), {"pgcode": "23505"})())  # psycopg2's
+    assert retriable(type("ForeignKeyViolation", (Exception,), {"pgcode": "23503"})())
+    assert not retriable(not_a_database.value)
+    assert not retriable(OperationalError("SELECT", {}, not_a_database.value))
+    assert not retriable(type("UndefinedTable", (Exception,), {"pgcode": "42P01"})())
+    assert not retriable(RuntimeError("database is locked"))  # words alone decide nothing
+
+    class Converter:
+        """Fails inside a step, as nbgrader's converters do: caught, logged, a generic error."""
+        coursedir = type("C", (), {"db_url": f"sqlite:///{db}"})()
+
+        def __init__(self, inside):
+            self.inside = inside
+
+        def _clean_old_notebooks(self):
+            raise NbGraderException("Cannot modify existing assignment 'a' because there are "
+                                    "submissions associated with it")
+
+        def init_assignment(self):
+            raise self.inside
+
+        def start(self):
+            try:
+                self._clean_old_notebooks() if self.inside is None else self.init_assignment()
+            except Exception:
+                pass
+            raise NbGraderException("Please see the the above traceback for details")
+
+    with pytest.raises(GradebookBusy):
+        run_converter(Converter(OperationalError("INSERT", {}, locked.value)))
+    with pytest.raises(GradebookError) as broken:
+        run_converter(Converter(OperationalError("SELECT", {}, not_a_database.value)))
+    assert not isinstance(broken.value, GradebookBusy) and "not a database" in str(broken.value)
+    with pytest.raises(NbgraderFailure) as changed:
+        run_converter(Converter(None))
+    assert isinstance(changed.value.cause, AssignmentChanged) and retriable(changed.value)
+    with pytest.raises(NbgraderFailure) as other_failure:
+        run_converter(Converter(ValueError("a cell has no source\nsecond line")))
+    assert str(other_failure.value) == "ValueError: a cell has no source"
+    assert not retriable(other_failure.value)
+
+
+def test_course_folders_come_from_the_configuration(tmp_path):
+    """The folders are nbgrader's CourseDirectory settings, read from the course's
+    nbgrader_config.py (defaults: nbgrader's own); no grading step spells a folder name."""
+    import ast
+
+    from nbgrader.coursedir import CourseDirectory
+
+    from course_grading.course_dir import FOLDER_DEFAULTS, folders
+    from course_grading.nbgrader_setup import select_assignments, source_assignments
+
+    traits = CourseDirectory.class_traits()
+    assert FOLDER_DEFAULTS == {k: traits[f"{k}_directory"].default() for k in FOLDER_DEFAULTS}
+    (tmp_path / "nbgrader_config.py").write_text(
+        'c = get_config()\nc.CourseDirectory.source_directory = "instructor"\n')
+    (tmp_path / "instructor" / "01_x").mkdir(parents=True)
+    (tmp_path / "instructor" / "01_x" / "01_x.ipynb").write_text("{}")
+    (tmp_path / "solutions" / "02_y").mkdir(parents=True)
+    (tmp_path / "solutions" / "02_y" / "02_y.ipynb").write_text("{}")
+    where = folders(tmp_path)
+    assert (where.source, where.release, where.submitted) == ("instructor", "release", "submitted")
+    assert where.source_notebook("01_x") == tmp_path.resolve() / "instructor" / "01_x" / "01_x.ipynb"
+    assert source_assignments(tmp_path) == ["01_x"]
+    with pytest.raises(GradingError, match="instructor/ has: 01_x"):
+        select_assignments(tmp_path, ["02_y"])
+
+    root = Path(__file__).resolve().parents[1]
+    names = set(FOLDER_DEFAULTS.values()) | {"solutions", "notebooks"}
+    spelled = []
+    for path in sorted((root / "course_grading").rglob("*.py")):
+        if path.name == "course_dir.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and \
+                    isinstance(node.right, ast.Constant) and node.right.value in names:
+                spelled.append(str(path.relative_to(root)))
+    # the one exception: the student package's own layout written by `course build-student`
+    assert set(spelled) <= {"course_grading/student_side.py"}, spelled

@@ -105,6 +105,48 @@ def test_labels_are_moved_apart_until_none_overlaps():
     plt.close(fig)
 
 
+def _box_distance(box, point) -> float:
+    dx = max(box.x0 - point[0], 0.0, point[0] - box.x1)
+    dy = max(box.y0 - point[1], 0.0, point[1] - box.y1)
+    return float(np.hypot(dx, dy))
+
+
+@pytest.mark.parametrize("scene", ["02 widget", "01 countries"])
+def test_each_label_reads_as_its_own_points(scene):
+    """No label overlaps another or leaves the axes, and each is nearer its own point than any
+    other point (02's widget once showed "japanese" on japan's dot and "france spain" as one
+    label)."""
+    g = load_glove()
+    if scene == "02 widget":
+        r = pe.analogy_projection("france", "paris", "japan",
+                                  "germany berlin italy rome spain madrid", ref.analogy, 5, g)
+        fig, ax, coords = pe.plot_analogy(r)
+        words = r.words
+    else:
+        words = ["france", "paris", "italy", "rome", "germany", "berlin", "japan", "tokyo",
+                 "spain", "madrid", "russia", "moscow", "aunt", "sister", "woman", "girl"]
+        proj = pe.word_projection(words, g)
+        fig, ax, coords = pe.plot_word_projection(proj)
+        words = proj.words
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    labels = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts if t.get_text() in words}
+    assert sorted(labels) == sorted(words)
+    points = ax.transData.transform(coords)
+    inside = ax.get_window_extent(renderer)
+    for i, word in enumerate(words):
+        box = labels[word]
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+        own = _box_distance(box, points[i])
+        others = [(_box_distance(box, p), w) for j, (p, w) in enumerate(zip(points, words)) if j != i]
+        nearest = min(others)
+        assert own < nearest[0], f"{word!r} reads as {nearest[1]!r}'s label"
+        for other, b in labels.items():
+            if other != word:
+                assert not box.padded(1).overlaps(b), f"{word!r} touches {other!r}"
+    plt.close(fig)
+
+
 # -- analogy_projection ----------------------------------------------------------------------
 def test_analogy_projection_with_an_analogy_finds_queen_and_its_runners_up():
     g = load_glove()

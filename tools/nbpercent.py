@@ -8,10 +8,20 @@ comfortably: a "percent" text file whose cell headers carry the nbgrader role.
     # %% [locked] id=setup           read-only code cell (students can't edit it)
     # %% [solution] id=softmax       an autograded answer cell (### BEGIN/END SOLUTION inside)
     # %% [tests] id=test_softmax points=2   a locked grade cell (### BEGIN/END HIDDEN TESTS inside)
+    # %% [question] id=q_sqrt_dk     a read-only markdown cell (a written question)
+    # %% [answer] id=written_sqrt_dk points=2   a manually graded markdown answer: the source
+                                     holds the model answer and the rubric, which the release
+                                     replaces by "YOUR ANSWER HERE"
     # %% tags=raises-exception          any header may end with the cell's tags, comma-separated
 
     python tools/nbpercent.py to-ipynb src.py solutions/03_attention/03_attention.ipynb
     python tools/nbpercent.py to-py solutions/03_attention/03_attention.ipynb > src.py
+    python tools/nbpercent.py insert section.py solutions/03_attention/03_attention.ipynb "## What you built"
+
+``insert`` puts the cells of a percent file (a section: its first cell is a markdown cell
+starting with a ``## `` heading) before the first cell whose source starts with the given text;
+where the notebook already has a section with that heading, it is replaced instead (up to the
+next ``## `` heading), so running it again changes nothing.
 """
 from __future__ import annotations
 
@@ -35,8 +45,11 @@ def _nbgrader(kind: str, opts: dict) -> dict | None:
     if kind == "tests":
         return {**base, "grade": True, "locked": True, "grade_id": opts["id"],
                 "points": float(opts.get("points", 1))}
-    if kind == "locked":
+    if kind in ("locked", "question"):
         return {**base, "locked": True, "grade_id": opts["id"]}
+    if kind == "answer":
+        return {**base, "solution": True, "grade": True, "grade_id": opts["id"],
+                "points": float(opts.get("points", 1))}
     return None
 
 
@@ -54,7 +67,7 @@ def to_notebook(text: str):
     for kind, opts, lines in cells:
         while lines and not lines[-1].strip():
             lines.pop()
-        if kind == "markdown":
+        if kind in ("markdown", "question", "answer"):
             body = "\n".join(re.sub(r"^# ?", "", ln) for ln in lines)
             cell = nbformat.v4.new_markdown_cell(body)
         else:
@@ -74,13 +87,16 @@ def to_text(nb) -> str:
         meta = cell.metadata.get("nbgrader", {})
         tags = f" tags={','.join(cell.metadata['tags'])}" if cell.metadata.get("tags") else ""
         if cell.cell_type == "markdown":
-            out.append("# %% [markdown]" + tags)
+            if meta.get("grade") and meta.get("solution"):
+                out.append(f"# %% [answer] id={meta['grade_id']} points={_points(meta)}" + tags)
+            elif meta.get("locked"):
+                out.append(f"# %% [question] id={meta['grade_id']}" + tags)
+            else:
+                out.append("# %% [markdown]" + tags)
             out.extend(("# " + ln).rstrip() for ln in cell.source.splitlines())
         else:
             if meta.get("grade"):
-                pts = meta.get("points", 1)
-                pts = int(pts) if float(pts).is_integer() else pts
-                out.append(f"# %% [tests] id={meta['grade_id']} points={pts}" + tags)
+                out.append(f"# %% [tests] id={meta['grade_id']} points={_points(meta)}" + tags)
             elif meta.get("solution"):
                 out.append(f"# %% [solution] id={meta['grade_id']}" + tags)
             elif meta.get("locked"):
@@ -92,7 +108,41 @@ def to_text(nb) -> str:
     return "\n".join(out)
 
 
+def _points(meta: dict):
+    pts = meta.get("points", 1)
+    return int(pts) if float(pts).is_integer() else pts
+
+
+def _heading(cell) -> str:
+    first = cell.source.splitlines()[0] if cell.cell_type == "markdown" and cell.source else ""
+    return first if first.startswith("## ") else ""
+
+
+def insert(nb, section, before: str):
+    """``nb`` with the cells of ``section`` (a notebook whose first cell is a ``## `` heading)
+    in place of the section of that heading, or else before the first cell starting with
+    ``before``; ValueError when neither is found."""
+    heading = _heading(section.cells[0]) if section.cells else ""
+    if not heading:
+        raise ValueError("the section must start with a markdown cell headed '## ...'")
+    starts = [i for i, c in enumerate(nb.cells) if _heading(c) == heading]
+    if starts:
+        start = starts[0]
+        end = next((i for i in range(start + 1, len(nb.cells)) if _heading(nb.cells[i])), len(nb.cells))
+    else:
+        found = [i for i, c in enumerate(nb.cells) if c.source.startswith(before)]
+        if not found:
+            raise ValueError(f"no cell starts with {before!r}")
+        start = end = found[0]
+    nb.cells[start:end] = section.cells
+    return normalize(nb)
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) == 4 and argv[0] == "insert":
+        nb = insert(nbformat.read(argv[2], as_version=4), to_notebook(Path(argv[1]).read_text()), argv[3])
+        write_notebook(nb, argv[2])
+        return 0
     if len(argv) >= 2 and argv[0] == "to-ipynb":
         nb = to_notebook(Path(argv[1]).read_text())
         dest = Path(argv[2])

@@ -4,9 +4,11 @@
 
 Autograding: ``RefuseLinks`` first among the sanitizing steps, ``LimitedExecute`` (in place of
 nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenOutputs`` and ``ScrubHiddenTracebacks`` before nbgrader's
-``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``). ``SanitizeNotebook`` last among the
+``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``), and ``FeedbackStyle`` last (``FEEDBACK_LAST``:
+long lines wrap). ``SanitizeNotebook`` last among the
 autograding steps, in feedback, and in every HTMLExporter (the Formgrader's pages).
 """
+from .feedback_style import FeedbackStyle
 from .hidden_outputs import HideHiddenOutputs
 from .limited_execute import LimitedExecute
 from .refuse_links import LinkedSubmission, RefuseLinks
@@ -15,6 +17,7 @@ from .sanitize import SanitizeNotebook
 from .scrub_hidden_tracebacks import ScrubHiddenTracebacks
 
 FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs, SanitizeNotebook]
+FEEDBACK_LAST = [FeedbackStyle]  # after nbconvert's CSSHTMLHeaderPreprocessor, which sets the page's CSS
 
-__all__ = ["FEEDBACK_PREPROCESSORS", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
+__all__ = ["FEEDBACK_LAST", "FEEDBACK_PREPROCESSORS", "FeedbackStyle", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
            "RefuseLinks", "RequireSetup", "SanitizeNotebook", "ScrubHiddenTracebacks", "SetupCellFailed"]

@@ -84,6 +84,18 @@ def check_softmax(softmax) -> None:
            "a score of -inf (a masked position) should get weight exactly 0, and nothing "
            f"should become NaN; got {[round(float(v), 4) for v in got.flatten()]}.",
            "a score of -inf gets weight exactly 0")
+    far = torch.tensor([[900.0, 899.5, 898.0], [0.5, 1.5, 3.0]])  # rows on very different scales
+    c.close(c.call_on("two rows 900 apart", softmax, far), _softmax(far, dim=-1),
+            "two rows whose scores are 900 apart: subtracting ONE maximum for the whole tensor "
+            "sends the lower row's exponentials to 0 and gives 0/0 = NaN there. Each row needs "
+            "its own maximum (amax along `dim`, keepdim=True).",
+            atol=2e-4, passed="each row gets its own maximum")  # float32 steps near 900: ~6e-5
+    x64 = x.double()
+    got = c.call_on("a float64 tensor", softmax, x64)
+    c.that(isinstance(got, torch.Tensor) and got.dtype == torch.float64,
+           f"a float64 input should give a float64 output, got {getattr(got, 'dtype', None)}: "
+           "don't convert (.float()) inside, and make any new tensor like x.",
+           "keeps float64")
     c.done()
 
 
@@ -176,6 +188,21 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
     c.close(out, builtin_attention(Qb, Kb, Vb)[0], "on a batch, each (q, d_k) slice should "
             "attend over its own keys: K.transpose(-2, -1), not K.T.",
             passed="works on batches (2, 3, q, d_k)")
+    Ql, Kl, Vl = qkv(g, q=2, k=3, d_k=4, d_v=3)
+    Ql, Kl = Ql.abs() * 100.0, Kl.abs()  # positive scores in the hundreds: exp() overflows
+    out, w = unpack(c, c.call_on("scores in the hundreds", scaled_dot_product_attention,
+                                 Ql, Kl, Vl))
+    c.close(w, builtin_attention(Ql, Kl, Vl)[1], "with scores in the hundreds the weights "
+            "should still be finite and sum to 1: exp() of a score above ~88 is inf in "
+            "float32. Use a stable softmax (yours from Exercise 1, or F.softmax).",
+            passed="stable for large scores")
+    Q64, K64, V64 = qkv(g, q=3, k=4, d_k=6, d_v=2, dtype=torch.float64)
+    out, w = unpack(c, c.call_on("float64 inputs", scaled_dot_product_attention, Q64, K64, V64))
+    c.that(out.dtype == torch.float64 and w.dtype == torch.float64, "float64 inputs should "
+           f"give float64 outputs and weights, got {out.dtype} and {w.dtype}: compute in the "
+           "inputs' dtype (no .float() inside).")
+    c.close(out, builtin_attention(Q64, K64, V64)[0], "wrong output for float64 inputs.",
+            atol=1e-6, rtol=1e-6, passed="keeps float64")
     c.done()
 
 
@@ -195,4 +222,12 @@ def check_causal_mask(causal_mask) -> None:
     c.that(bool(m.diagonal().all()), "each position may attend to itself: the diagonal is True.")
     c.that(torch_equal(m, want), "wrong pattern: True exactly where j ≤ i.",
            "True on and below the diagonal")
+    for size in (1, 7):
+        m = c.call_on(f"size={size}", causal_mask, size)
+        c.shape(m, (size, size), f"causal_mask({size})", "Use the size argument; don't "
+                "hard-code 4.")
+        c.that(m.dtype == torch.bool and bool(m.diagonal().all()) and not bool(m.triu(1).any())
+               and int(m.sum()) == size * (size + 1) // 2,
+               f"causal_mask({size}): True exactly where j ≤ i, for any size.")
+    c.ok("any size (1 and 7)")
     c.done()

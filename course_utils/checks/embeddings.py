@@ -51,6 +51,19 @@ def check_embed(embed) -> None:
     c.close(out, np.take(E, ids, axis=0),
             "Row i of the result should be the embedding of ids[i], i.e. a row of E "
             "(not a column: E has one row per word).", passed="picks the rows of E")
+    square = rng.normal(size=(3, 3))  # rows and columns both index 0 … 2
+    c.close(c.call_on("a square E", embed, np.array([2, 0]), square), np.take(square, [2, 0], axis=0),
+            "With a square E, rows and columns are easy to confuse: look up rows, whatever "
+            "E's shape.", passed="rows, not columns, of a square E")
+    grid = np.array([[5, 0, 2], [2, 3, 3]])
+    before = E.copy()
+    got = c.call_on("a (2, 3) grid of ids", embed, grid, E)
+    c.shape(got, (2, 3, 3), "embed on a (2, 3) grid of ids with E of shape (6, 3)",
+            "The result should be shaped (*ids.shape, d): don't flatten the ids.")
+    c.close(got, np.take(E, grid, axis=0), "Each id in the grid becomes its row of E.",
+            passed="ids of any shape")
+    c.that(np_array_equal(E, before), "embed changed E in place; it should only read it "
+           "(no `E *= …`, `E[...] = …` or in-place method on E).", "leaves E unchanged")
     c.done()
 
 
@@ -67,4 +80,14 @@ def check_encode(encode) -> None:
            "one id per token")
     c.that(list(out) == [1, 0, 3], "an unknown token should map to the id of unk_token.",
            "unknown tokens map to the <unk> id")
+    c.that(all(type(i) is int for i in out),
+           "the ids should be plain Python ints, not NumPy integers (int() converts one).",
+           "plain Python ints")
+    # another vocabulary: the unknown token has another name and another id
+    bert_like = {"[PAD]": 0, "[UNK]": 1, "the": 2, "cat": 3}
+    out = c.call(encode, ["the", "dog"], bert_like, unk_token="[UNK]")
+    c.that(list(out) == [2, 1],
+           f"with vocab {bert_like} and unk_token='[UNK]', ['the', 'dog'] should give [2, 1], "
+           f"got {list(out)}: take the unknown id from the unk_token argument and vocab, "
+           "without assuming it is '<unk>' or 0.", "honours unk_token and its id")
     c.done()

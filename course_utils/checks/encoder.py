@@ -247,6 +247,12 @@ def check_layer_norm(LayerNorm) -> None:
     tiny = torch.randn(3, 8, generator=g) * 1e-3  # here eps matters
     layer_norm_case(c, ln, r, tiny, "wrong when the variance is tiny: is eps (self.eps) inside "
                     "the square root?", passed="eps inside the square root")
+    ln_eps = c.build(LayerNorm, 8, eps=0.5)
+    r_eps = known(lambda: nn.LayerNorm(8, eps=0.5), seed=0)
+    load(c, ln_eps, r_eps, "weight, bias")
+    layer_norm_case(c, ln_eps, r_eps, tiny * 300, "LayerNorm(8, eps=0.5) gives wrong values: "
+                    "keep the eps argument as self.eps and use it (not a fixed 1e-5).",
+                    passed="uses its eps argument")
     c.done()
 
 
@@ -288,6 +294,21 @@ def check_feed_forward(FeedForward) -> None:
     x = torch.randn(2, 5, D, generator=generator(20))
     feed_forward_case(c, f, parts, x, "expected linear2(relu(linear1(x))).",
                       passed="linear2(relu(linear1(x))) on a (2, 5, 16) input")
+    fd = c.build(FeedForward, D, FF, dropout=0.5)
+    load(c, fd, parts, "linear1, linear2")  # eval mode
+    with computing():
+        want = feed_forward(parts, x)
+    compare(c, c.call(fd, x), want, "FeedForward(..., dropout=0.5) in eval mode should give "
+            "the output without dropout: nn.Dropout does nothing after .eval().",
+            passed="dropout=0.5 does nothing in eval mode")
+    fd.train()
+    with torch.random.fork_rng(devices=[]):
+        noisy = c.call_on("dropout=0.5 in training mode", fd, x)
+    fd.eval()
+    c.that(not near(noisy, want, ATOL, RTOL), "FeedForward(..., dropout=0.5) in training mode "
+           "gives the same output as without dropout: keep an nn.Dropout(dropout) and apply it "
+           "to the wide (d_ff) vector, between the ReLU and linear2.",
+           "dropout=0.5 acts in training mode")
     c.done()
 
 
@@ -441,6 +462,14 @@ def check_encoder(Encoder) -> None:
     want, mistakes = encoder_outputs(parts, src, mask, table)
     compare(c, c.call(enc, src, mask), want, "wrong output with a src_mask.", mistakes,
             passed="passes src_mask to every layer")
+    enc64 = c.build(Encoder, 20, D, H, FF, 2).double()
+    load(c, enc64, parts, ENCODER_NAMES, POSITIONS_HINT)
+    got = c.call_on("a float64 encoder", enc64, src, mask)
+    c.that(isinstance(got, torch.Tensor) and got.dtype == torch.float64, "an encoder turned "
+           f"into float64 (.double()) should give float64 outputs, got {getattr(got, 'dtype', None)}:"
+           " don't convert inside forward; add the positions in the embeddings' dtype.")
+    want, mistakes = encoder_outputs(parts, src, mask, table, torch.float64)
+    compare(c, got, want, "wrong values in float64.", mistakes, passed="float64", **F64)
     c.done()
 
 

@@ -129,10 +129,13 @@ def check_greedy_decode(greedy_decode) -> None:
 
 
 # -- sampling --------------------------------------------------------------------------------
-def draw(c: Check, sample_next_token, logits_row, n, seed=0, **kwargs):
-    """n samples from one row of logits, drawn in one call on a (n, V) batch."""
+def draw(c: Check, sample_next_token, logits_row, n, seed=0, on=None, **kwargs):
+    """n samples from one row of logits, drawn in one call on a (n, V) batch; ``on`` names the
+    input in the message when the learner's code raises."""
     logits = logits_row.expand(n, -1).clone()
-    out = c.call(sample_next_token, logits, generator=generator(seed), **kwargs)
+    args = (sample_next_token, logits)
+    kwargs = dict(generator=generator(seed), **kwargs)
+    out = c.call_on(on, *args, **kwargs) if on else c.call(*args, **kwargs)
     c.that(isinstance(out, torch.Tensor), f"should return a tensor, got {type(out).__name__}.")
     c.shape(out, (n,), f"the result for logits of shape ({n}, {logits.size(1)})",
             "Return one token id per row: squeeze the last dim of torch.multinomial(probs, 1).")
@@ -148,11 +151,12 @@ N_DRAWS = 40_000  # draws per distribution: the standard error of a frequency is
 
 
 def sampling_case(c: Check, sample_next_token, logits_row, p, what: str, hint: str, seed=0,
-                  **kwargs):
-    """Draw N_DRAWS tokens from ``logits_row`` with ``kwargs``; ``p``: the expected distribution."""
+                  on=None, **kwargs):
+    """Draw N_DRAWS tokens from ``logits_row`` with ``kwargs``; ``p``: the expected distribution;
+    ``on``: what to add to the message when the learner's code raises."""
     V = logits_row.numel()
     p = torch.as_tensor(p, dtype=torch.float64)
-    out = draw(c, sample_next_token, logits_row, N_DRAWS, seed=seed, **kwargs)
+    out = draw(c, sample_next_token, logits_row, N_DRAWS, seed=seed, on=on, **kwargs)
     c.that(bool(((out >= 0) & (out < V)).all()), f"sampled ids outside 0..{V - 1} ({what}).")
     f = _freq(out, V)
     support = set((f > 0).nonzero().flatten().tolist())
@@ -181,6 +185,7 @@ SAMPLING_CASES = {
     "top_k2": (LOGITS, {"top_k": 2}),
     "top_p0.7": ([math.log(p) for p in PROBS], {"top_p": 0.7}),
     "top_k2_top_p0.5": ([math.log(p) for p in PROBS_ORDER], {"top_k": 2, "top_p": 0.5}),
+    "top_k_over_vocab": (LOGITS, {"top_k": 8}),  # more than the 5 tokens: nothing is cut
 }
 
 
@@ -218,6 +223,13 @@ def check_sample_next_token(sample_next_token) -> None:
         sampling_case(c, sample_next_token, logits, expected(f"sample/{name}"), what, hint,
                       **kwargs)
         c.ok(passed)
+    logits, kwargs = sampling_logits("top_k_over_vocab")
+    what = f"top_k = {kwargs['top_k']} with a vocabulary of {logits.numel()} tokens"
+    rule = ("A top_k as large as the vocabulary or larger keeps every token: there is nothing to "
+            "cut.")
+    sampling_case(c, sample_next_token, logits, expected("sample/top_k_over_vocab"), what, rule,
+                  on=f"{what}. {rule} torch.topk refuses a k larger than the row", **kwargs)
+    c.ok("top_k larger than the vocabulary keeps every token")
     c.done()
 
 

@@ -6,16 +6,20 @@ These run in the learner's own kernel, so they hold no solution. ``split_heads``
 tools). ``MultiHeadAttention`` is compared with
 ``torch.nn.MultiheadAttention`` holding the same known weights (per-head weights, batch first)
 at a stated tolerance; when the numbers are off, the check compares them with what the usual
-mistakes give on the same weights (stored too) and names the one that reproduces them. The
-grader adds its hidden cases in the hidden part of each test cell; they live with the instructor,
-not here.
+mistakes give on the same weights (stored too) and names the one that reproduces them. With
+``dropout=0.5`` in training mode the check needs no expected output: v_proj is the identity and
+out_proj and each head's values are orthogonal, so the coefficients that mixed the values can be
+read back from the output, and each must be 0 (dropped) or the eval-mode weight / (1 - p); any
+other pattern names where the dropout went instead. The grader adds its hidden cases in the
+hidden part of each test cell; they live with the instructor, not here.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ._core import Check, CheckFailed, _allclose, stored, to_numpy
+from ._core import (Check, CheckFailed, _allclose, generator, stored, to_numpy,
+                    torch_isclose)
 
 ASSIGNMENT = "04_multi_head_attention"
 
@@ -108,6 +112,20 @@ def check_split_heads(split_heads) -> None:
         c.fail("the values are in the wrong places: out[b, h, t] should be token t's features "
                "h*d_head … (h+1)*d_head - 1. Try it on torch.arange(24.).view(1, 2, 12).")
     c.ok("(2, 5, 12) → (2, 3, 5, 4), head h holds features h*d_head … (h+1)*d_head - 1")
+    y = torch.arange(2 * 6 * 12, dtype=torch.float32).view(2, 6, 12)
+    got = c.call_on("x of shape (2, 6, 12) and num_heads=4", split_heads, y, 4)
+    c.shape(got, (2, 4, 6, 3), "split_heads(y, 4) for y of shape (2, 6, 12)",
+            "Read b, s, d_model from x.shape and use num_heads; don't hard-code sizes.")
+    c.close(got, _stored_tensor("split_y_4"), "wrong values for 4 heads of 3 features.",
+            atol=0, rtol=0, passed="(2, 6, 12) with 4 heads → (2, 4, 6, 3)")
+    got = c.call_on("a float64 x", split_heads, x.double(), 3)
+    c.that(got.dtype == torch.float64, f"a float64 input should stay float64, got {got.dtype}: "
+           "split_heads only moves numbers around (no .float()).", "keeps float64")
+    xg = x.clone().requires_grad_(True)
+    got = c.call_on("an x that requires grad", split_heads, xg, 3)
+    c.that(got.requires_grad, "the result does not require grad although x does: use tensor "
+           "operations only (view/reshape/transpose), no .detach(), .numpy() or .data.",
+           "gradients can flow back")
     c.done()
 
 
@@ -332,4 +350,125 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
                      _stored_mistakes("causal"), mask=causal,
                      passed="a causal (q, k) mask broadcasts over batch and heads")
     c.that(bool((w[..., ~causal] == 0).all()), "masked positions should get weight exactly 0.")
+    m64 = c.build(MultiHeadAttention, D, H)
+    m64.double()
+    source64 = known_weights().double()
+    c.load_by_name(m64, source64, NAMES)
+    x64 = x.double()
+    compare(c, m64, "float64", x64, x64, x64, builtin_forward(builtin_mha(source64, H), x64, x64,
+                                                               x64),
+            lambda kind: iter(()), atol=1e-6, rtol=1e-6,
+            passed="float64 module and inputs give float64 results")
+    expect_projections(c, c.build(MultiHeadAttention, D, H, bias=False), D, bias=False)
+    c.ok("bias=False: four projections without bias")
+    expect_dropout_on_weights(c, MultiHeadAttention, D, H)
     c.done()
+
+
+# -- dropout, in training mode ------------------------------------------------------------------
+
+P_DROP = 0.5
+
+
+def dropout_case(D: int, H: int, seed: int, dtype=torch.float32):
+    """Projections and inputs from which the coefficients that mixed the values can be read
+    back from the output, whatever dropout did: v_proj is the identity, out_proj orthogonal,
+    and each head's values (k = d_head of them) orthogonal. Returns (source, (query, key,
+    value), O) with O the heads' values, (b, h, k, d_head)."""
+    g = generator(seed)
+    d_head = D // H
+    source = projections(D, dtype=dtype)
+    with torch.no_grad():
+        for name, p in source.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=dtype) / D ** 0.5)
+        source["v_proj"].weight.copy_(torch.eye(D, dtype=dtype))
+        source["v_proj"].bias.zero_()
+        source["out_proj"].weight.copy_(
+            torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64))[0].to(dtype))
+    query = torch.randn(2, 5, D, generator=g, dtype=dtype)
+    key = torch.randn(2, d_head, D, generator=g, dtype=dtype)
+    O = torch.linalg.qr(torch.randn(2, H, d_head, d_head, generator=g,
+                                    dtype=torch.float64))[0].to(dtype)  # (b, h, k, d_head)
+    value = O.transpose(1, 2).reshape(2, d_head, D)  # head h's values in its own features
+    return source, (query, key, value), O
+
+
+def read_coefficients(source, out, O, H: int):
+    """The weights each value was mixed with, (b, h, q, k), read back from the output of
+    out_proj(concat_h(coef_h @ O_h)): undo out_proj (orthogonal), then each O_h."""
+    o = source["out_proj"]
+    b, q, D = out.shape
+    Y = ((out - o.bias) @ o.weight).view(b, q, H, D // H).transpose(1, 2)  # (b, h, q, d_head)
+    return Y @ O.transpose(-2, -1), Y
+
+
+def dropout_verdict(c: Check, out, w, want, want_w, coef, Y, atol: float, rtol: float) -> None:
+    """Decide, from the coefficients ``coef`` read back from a training-mode output, whether
+    dropout acted on the attention weights that multiply V (each coefficient 0 or
+    weight / (1 - p)) and nothing else; name the mistake when not. ``w``: the weights
+    returned; ``want``/``want_w``: output and weights without dropout."""
+    c.that(not near(out, want, atol, rtol), f"MultiHeadAttention(..., dropout={P_DROP}) in "
+           "training mode gives the same output as without dropout: keep an nn.Dropout and "
+           "apply it to the attention weights, before they multiply V.",
+           "dropout is active in training mode")
+    dropped = coef.abs() <= atol
+    kept = torch_isclose(coef, want_w / (1 - P_DROP), atol=atol, rtol=rtol)
+    if bool((dropped | kept).all()):
+        c.ok("training mode drops attention weights and rescales the rest by 1 / (1 - p)")
+        if near(w, want_w, atol, rtol):
+            c.ok("training mode returns the weights from before dropout (rows sum to 1)")
+        elif near(w, coef, atol, rtol):
+            c.ok("training mode returns the dropped-out weights that multiply V "
+                 "(as torch.nn.MultiheadAttention does)")
+        elif bool(((w.abs() <= atol) | torch_isclose(w, want_w / (1 - P_DROP), atol=atol,
+                                                      rtol=rtol)).all()):
+            c.fail(f"with dropout={P_DROP} in training mode the weights you return have dropout "
+                   "applied, but not the dropout that the weights multiplying V got: two calls "
+                   "to dropout draw two different masks. Return the weights from before "
+                   "dropout, or the very dropped-out tensor you multiply with V.")
+        else:
+            c.fail(f"with dropout={P_DROP} in training mode the weights you return are neither "
+                   "the attention weights from before dropout (each row sums to 1) nor the "
+                   "dropped-out weights that multiply V.")
+        return
+    if bool((dropped | torch_isclose(coef, want_w, atol=atol, rtol=rtol)).all()):
+        c.fail(f"with dropout={P_DROP} in training mode the weights are dropped but the ones "
+               "kept are not scaled up by 1 / (1 - p), so the expected output changes between "
+               "training and eval. Use inverted dropout (as nn.Dropout does).")
+    if bool((dropped | torch_isclose(coef, want_w / (1 - P_DROP) ** 2, atol=atol,
+                                     rtol=rtol)).all()):
+        c.fail(f"with dropout={P_DROP} in training mode the weights that multiply V went through "
+               "dropout twice (the ones kept are scaled by 1 / (1 - p)², and more are dropped "
+               "than p says). Apply dropout once, to the weights after the softmax.")
+    zeros_out = float((out == 0).double().mean())
+    zeros_heads = float((Y.abs() <= atol).double().mean())
+    if max(zeros_out, zeros_heads) > 0.2:
+        c.fail(f"with dropout={P_DROP} in training mode whole entries of the output (or of the "
+               "heads' outputs, what attention returns) are zeroed: dropout seems to be applied "
+               "to the output of attention. It belongs on the attention weights, between the "
+               "softmax and the product with V: drop out the weights, then multiply them with V.")
+    c.fail(f"with dropout={P_DROP} in training mode the output is not the values mixed by the "
+           "dropped-out attention weights: each weight should either be dropped (0) or scaled "
+           "by 1 / (1 - p), and the output built from those exactly as in eval mode. Apply "
+           "dropout to the attention weights only, not to the output, the values or the "
+           "scores.")
+
+
+def expect_dropout_on_weights(c: Check, MultiHeadAttention, D: int, H: int) -> None:
+    """dropout=0.5: nothing in eval mode; in training mode, on the weights that multiply V."""
+    source, args, O = dropout_case(D, H, seed=60)
+    md = c.build(MultiHeadAttention, D, H, dropout=P_DROP)
+    c.load_by_name(md, source, NAMES)  # eval mode
+    want, want_w = builtin_forward(builtin_mha(source, H), *args)
+    compare(c, md, f"dropout={P_DROP} in eval mode", *args, (want, want_w),
+            lambda kind: iter(()), passed=f"dropout={P_DROP} does nothing in eval mode")
+    md.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(61)  # any mask will do: the verdict checks properties
+        out, w = forward(c, md, f"dropout={P_DROP} in training mode", *args)
+    md.eval()
+    c.shape(out, tuple(want.shape), f"the output (dropout={P_DROP} in training mode)")
+    c.shape(w, tuple(want_w.shape), f"the weights (dropout={P_DROP} in training mode)")
+    out, w = out.detach(), w.detach()
+    coef, Y = read_coefficients(source, out, O, H)
+    dropout_verdict(c, out, w, want, want_w, coef, Y, atol=2e-5, rtol=1e-4)

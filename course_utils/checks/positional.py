@@ -170,4 +170,30 @@ def check_positional_encoding(PositionalEncoding) -> None:
                   passed="x + PE[:7] for a batch of 2")
     c.that(torch_equal(x, before), "forward changed its input in place (x += …): return a new "
            "tensor, x + …, so the caller's embeddings stay as they were.", "leaves x unchanged")
+    m4 = c.build(PositionalEncoding, 4)
+    table_buffer(c, m4, 5000, 4, "PositionalEncoding(4): the signature is __init__(self, "
+                 "d_model, max_len=5000, dropout=0.0), so max_len defaults to 5000")
+    c.ok("max_len defaults to 5000")
+    # dropout acts on the sum x + PE, in training mode only
+    md = c.build(PositionalEncoding, 16, max_len=50, dropout=0.5)
+    xd = torch.randn(4, 6, 16, generator=generator(32))
+    full = xd.double() + table[:6]
+    md.eval()
+    compare_added(c, md, xd, table, "dropout=0.5 in eval mode", mistakes)
+    md.train()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        out = add(c, md, xd, "dropout=0.5 in training mode").double()
+    dropped = out.abs() < 1e-12
+    if not bool(dropped.any()):
+        c.that(near(out, full, 1e-6, 1e-6),
+               "with dropout=0.5 in training mode the output changes but no entry is 0: dropout "
+               "seems to act on one part of the sum only. Apply it to x + PE.")
+        c.fail("with dropout=0.5 in training mode nothing was dropped: keep an "
+               "nn.Dropout(dropout) and apply it in forward (the module's train/eval mode "
+               "switches it on and off).")
+    c.that(near(out[~dropped], 2 * full[~dropped], 1e-4, 1e-4),
+           "with dropout p = 0.5 in training mode, every entry of the output should be 0 or "
+           "2 × (x + PE): apply dropout to the sum x + PE, not to the table or to x alone.",
+           "dropout on x + PE in training mode, none in eval mode")
     c.done()

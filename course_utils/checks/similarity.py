@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Check, stored
+from ._core import Check, CheckFailed, stored
 
 ASSIGNMENT = "02_cosine_similarity"
 # What the exercises ask the learner to build, as PyTorch ships it.
@@ -36,6 +36,10 @@ def check_cosine_similarity(cosine_similarity) -> None:
             "a vector has cosine 1 with itself.", passed="cos(u, u) = 1")
     c.close(c.call(cosine_similarity, np.array([1.0, 0.0]), np.array([0.0, 2.0])), 0.0,
             "perpendicular vectors have cosine 0.", passed="perpendicular vectors give 0")
+    w = np.array([1.0, -2.0, 0.5])
+    c.close(c.call(cosine_similarity, w, -2.0 * w), -1.0,
+            "opposite vectors have cosine -1: a similarity keeps its sign (no abs, no 1 - …).",
+            passed="opposite vectors give -1")
     c.done()
 
 
@@ -65,6 +69,42 @@ def check_most_similar(most_similar) -> None:
            "product, which favours long vectors), highest first.", "finds the k nearest rows")
     c.that(got.tolist() == want, "right rows, wrong order: most similar first.",
            "most similar first")
+
+    # 2-D rows at known angles from the query (along the x axis), of very different lengths:
+    # by cosine the rows rank 0, 1, 2, … (smallest angle first); 4, 5, 6 point away from it.
+    degrees = np.array([10.0, 25.0, 50.0, 80.0, 120.0, 150.0, 170.0])
+    lengths = np.array([3.0, 0.5, 4.0, 1.0, 2.0, 0.3, 1.5])
+    rad = np.radians(degrees)
+    F = lengths[:, None] * np.stack([np.cos(rad), np.sin(rad)], axis=1)  # (7, 2)
+    x_axis = np.array([2.0, 0.0])
+    for exclude in ((1, 0), [1, 0], {0, 1}):
+        try:
+            got = np.asarray(c.call(most_similar, x_axis, F, k=2, exclude=exclude))
+        except CheckFailed as exc:
+            if "IndexError" in str(exc):
+                c.fail(f"raised an IndexError with exclude={exclude!r}. NumPy reads a tuple index "
+                       "as one index per axis, and a set is no index at all; turn exclude into a "
+                       "list first.")
+            raise
+        ids = got.tolist()
+        c.that(not set(ids) & {0, 1}, f"with exclude={exclude!r} an excluded id came back "
+               f"({ids}): every id in exclude must be left out, not just the first.")
+        c.that(len(ids) == 2, f"with k=2 and exclude={exclude!r} you returned {len(ids)} ids: "
+               "make the excluded ids impossible to pick BEFORE taking the top k, so that k "
+               "ids still come back.")
+        c.that(ids == [2, 3], f"with exclude={exclude!r}, k=2: expected the two rows at the "
+               f"smallest angles left, got {ids}.")
+    c.ok("exclude as a tuple, a list or a set; still k ids")
+    got = np.asarray(c.call(most_similar, x_axis, F, k=2, exclude=(0, 1, 2, 3))).tolist()
+    c.that(not set(got) & {0, 1, 2, 3}, f"an excluded id came back ({got}) when every row left "
+           "points away from the query (negative cosines): give excluded ids a score that no "
+           "cosine can fall below (0 is not enough).")
+    c.that(got == [4, 5], f"with every candidate at a negative cosine, still take the highest "
+           f"first (expected the rows at 120° and 150°), got {got}.",
+           "excluded ids lose even against negative cosines")
+    got = np.asarray(c.call(most_similar, x_axis, F))
+    c.that(len(got) == 5, f"without k, return 5 ids (the default k=5), got {len(got)}.",
+           "default k=5")
     c.done()
 
 
@@ -84,5 +124,33 @@ def check_analogy(analogy) -> None:
     c.that(np.issubdtype(got.dtype, np.integer), "return ids as integers.")
     c.that(int(got[0]) == 3, "'man is to king as woman is to ?' should be queen (id 3) here. "
            "The target vector is E[b] - E[a] + E[c]; check the signs.", "king - man + woman")
+    got = np.atleast_1d(np.asarray(c.call(analogy, 0, 1, 2, E, k=2))).tolist()
+    c.that(len(got) == 2, f"with k=2 return 2 ids (got {len(got)}): pass k on, and exclude "
+           "a, b, c before taking the top k, not after.")
+    c.that(got == [3, 5], f"with k=2 the two best answers here are ids 3 and 5, best first; "
+           f"got {got}.", "k=2 gives the two best, best first")
+
+    # another world, with traps: b itself is nearest to E[b] - E[a] + E[c] = (0.8, 1.2, 0);
+    # row 4 is long (it wins by dot product), row 5 is near the target point (it wins by
+    # distance); by cosine, among the rows that are not a, b or c, row 3 wins.
+    W = np.array([
+        [0.2, 0.0, 0.0],   # 0 a
+        [1.0, 1.0, 0.0],   # 1 b
+        [0.0, 0.2, 0.0],   # 2 c
+        [1.0, 2.6, 0.3],   # 3 the answer
+        [9.0, -1.0, 0.0],  # 4 long
+        [0.5, 1.5, 0.8],   # 5 near the target point
+        [0.0, 0.0, 1.0],   # 6
+    ])
+    answer = int(np.atleast_1d(np.asarray(c.call(analogy, 0, 1, 2, W)))[0])  # a, b, c = 0, 1, 2
+    c.that(answer not in range(3), f"the answer was input {answer} (one of a, b, c), which here "
+           "is nearer to the target than any other row: leave a, b and c out of the search.",
+           "inputs excluded even when they are nearest")
+    c.that(answer != 4, "the answer was the longest row, not the best-aligned one: rank by "
+           "cosine, not by the raw dot product.")
+    c.that(answer != 5, "the answer was the row nearest to the target POINT: rank by cosine "
+           "(direction), not by Euclidean distance.")
+    c.that(answer == 3, f"expected id 3 here, got {answer}: nearest by cosine to E[b] - E[a] + "
+           "E[c], a, b and c excluded.", "by cosine, not dot product or distance")
     c.done()
 

@@ -2,6 +2,7 @@
 
 - ``plot_attention(weights, query_tokens, key_tokens)``: a heatmap of any (q, k) weight matrix,
   rows = queries, columns = keys. Later notebooks use it for heads and cross-attention.
+  ``update_attention(plot, weights)`` redraws such a picture with other weights, same tokens.
 - ``sentence_attention(sentence, attention_fn, scale, causal, causal_mask_fn)``: GloVe vectors
   of a typed sentence attend to each other through your attention; scores are divided by
   ``scale`` (√d_k by default).
@@ -92,11 +93,32 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
             for j in range(w.shape[1]):
                 if not allowed[i, j]:
                     continue
-                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="black" if w[i, j] > 0.6 else "white")
+                cell = ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                               color="black" if w[i, j] > 0.6 else "white")
+                cell._course_cell = (i, j)  # for update_attention
     if colorbar:
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
     return AttentionPlot(fig, ax, w)
+
+
+def update_attention(plot: AttentionPlot, weights, title: str | None = None) -> AttentionPlot:
+    """The picture of ``plot_attention(weights, ...)`` with the same tokens, made by changing
+    the artists of ``plot`` instead of building the figure again: the heatmap's colours, the
+    numbers written in its cells and their colours, the title. ``weights`` must have the
+    shape of ``plot.weights``; the mask and the tokens stay those of ``plot``."""
+    w = _as_numpy(weights)
+    if w.shape != plot.weights.shape:
+        raise ValueError(f"weights of shape {w.shape} for a picture of {plot.weights.shape}")
+    ax = plot.ax
+    ax.images[0].set_data(w)
+    cells = [t for t in ax.texts if getattr(t, "_course_cell", None) is not None]
+    for t in cells:
+        i, j = t._course_cell
+        t.set_text(f"{w[i, j]:.2f}")
+        t.set_color("black" if w[i, j] > 0.6 else "white")
+    if title is not None:
+        ax.set_title(title)
+    return AttentionPlot(plot.fig, ax, w)
 
 
 @dataclass(frozen=True)
@@ -178,7 +200,9 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
         fig = plt.figure(figsize=(min(9.4, max(7.5, 0.55 * n + 5.0)), max(3.8, 0.42 * n + 2.2)))
     else:
         fig.clear()
-    grid = fig.add_gridspec(1, 2, width_ratios=[max(n, 3), 3], wspace=0.08)
+    # an inch below the axes: the rotated key tokens and a two-line label fit inside the figure
+    grid = fig.add_gridspec(1, 2, width_ratios=[max(n, 3), 3], wspace=0.08,
+                            bottom=min(0.3, 1.1 / fig.get_figheight()))
     ax_w = fig.add_subplot(grid[0])
     ax_h = fig.add_subplot(grid[1], sharey=ax_w)
     labels = result.labels

@@ -3,7 +3,7 @@
 - ``pca_2d(X, orient=None)``: project the rows of ``X`` onto their two main directions (PCA via
   the SVD), each direction's sign fixed so the picture never flips.
 - ``plot_projection(coords, labels, arrows=...)``: a labelled scatter of 2-D points, with arrows;
-  the labels are moved apart (``adjustText``) so that none hides another.
+  each label is put beside its point where it hides no other label, point or arrow.
 - ``word_projection(words, glove)``: GloVe words projected with ``pca_2d``.
 - ``analogy_projection(a, b, c, words, analogy_fn)``: "a is to b as c is to ?", with the point
   b − a + c, answered by the ``analogy`` you pass (02_cosine_similarity's exercise; without one
@@ -75,9 +75,10 @@ def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, i
     ``arrows`` is a list of index pairs ``(i, j)`` into ``coords``; ``colors`` one colour per
     point (default: all blue); ``explained`` (2,) adds the variance shares to the axis labels;
     ``also_fit`` (m, 2) are points drawn later that the axis limits must include, and
-    ``also_avoid`` segments ``((x0, y0), (x1, y1))`` drawn later. The labels start next to their
-    points and are then pushed apart by ``adjustText`` until none overlaps another, a point or
-    an arrow (a thin line joins a label moved far to its point).
+    ``also_avoid`` segments ``((x0, y0), (x1, y1))`` drawn later. Each label goes beside its
+    point, in the nearest place where it overlaps no other label, point or arrow and sits
+    nearer its own point than any other (a thin line joins a label put further away to its
+    point): see ``_place_labels``.
     Returns ``ProjectionPlot(fig, ax, coords)``; the labels are ``ax.texts``.
     """
     import matplotlib.pyplot as plt
@@ -111,22 +112,104 @@ def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, i
     if title:
         ax.set_title(title)
     segments = [(P[i], P[j]) for i, j in arrows] + [tuple(map(np.asarray, s)) for s in also_avoid]
-    along = np.linspace(0.0, 1.0, 12)[1:-1, None]  # points along each arrow, ends excluded
-    obstacles = np.vstack([B] + [(1 - along) * p0 + along * p1 for p0, p1 in segments])
-    _place_labels(ax, P, labels, obstacles)
+    _place_labels(ax, P, labels, B, segments)
     return ProjectionPlot(fig, ax, P)
 
 
-def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray) -> None:
-    """One label per point, moved by adjustText until no two overlap (deterministic)."""
-    from adjustText import adjust_text
+# where a label may go around its point: directions in the order they are tried (right of
+# the point first, then above, left, below, and the angles between), at growing distances
+_ANGLES = (0, 90, 180, 270, 45, 135, 225, 315, 30, 150, 210, 330, 60, 120, 240, 300)
+_RINGS = (1.0, 2.0, 3.2, 4.6, 6.4, 8.6)  # distances tried, in multiples of the first gap
+_GAP = 4.0                     # px between a point's edge and its label, and around every label
 
-    texts = [ax.text(x, y, label, fontsize=10, zorder=4, ha="left", va="bottom")
-             for (x, y), label in zip(P, labels)]
-    if len(texts) > 1:
-        adjust_text(texts, x=obstacles[:, 0], y=obstacles[:, 1], ax=ax,
-                    expand=(1.15, 1.4), ensure_inside_axes=True, min_arrow_len=12,
-                    arrowprops=dict(arrowstyle="-", color="0.55", lw=0.6))
+
+def _segment_points(segments, n: int = 24) -> np.ndarray:
+    """(k, 2) points along each segment ((x0, y0), (x1, y1)), ends excluded."""
+    if not segments:
+        return np.zeros((0, 2))
+    t = np.linspace(0.0, 1.0, n + 2)[1:-1, None]
+    return np.vstack([(1 - t) * np.asarray(p0, float) + t * np.asarray(p1, float)
+                      for p0, p1 in segments])
+
+
+def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray,
+                  segments=(), fontsize: float = 10) -> None:
+    """One label per point, each put where it overlaps nothing (deterministic, a few ms).
+
+    Every label is measured in pixels, then tried in 16 directions around its point at growing
+    distances; it takes the first place (nearest first) that keeps a gap of ``_GAP`` pixels to
+    every label placed before it and to every point, arrow and the star, and stays inside the
+    axes; where no place is free, the one with the least overlap. A label put beyond the first
+    ring gets a thin line to its point. The labels are offsets in points from their points, so
+    they stay beside them if the axes are resized later.
+    """
+    from matplotlib.font_manager import FontProperties
+
+    if not len(P):
+        return
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    px_per_pt = fig.dpi / 72.0
+    to_px = ax.transData.transform
+    pts = to_px(P)                                           # (n, 2) the points, in pixels
+    avoid = to_px(np.vstack([obstacles, _segment_points(segments)]) if len(segments)
+                  else obstacles)                            # points, star, arrows: (m, 2)
+    bounds = ax.get_window_extent(renderer)
+    radius = 0.5 * np.sqrt(36) * px_per_pt                   # a scatter dot of s=36
+    font = FontProperties(size=fontsize)
+    placed: list[tuple[float, float, float, float]] = []     # boxes (x0, y0, x1, y1) in pixels
+
+    # every candidate place, as the offset of a box's centre direction and distance: (c, ...)
+    rings = np.repeat(np.arange(len(_RINGS)), len(_ANGLES))
+    orders = np.tile(np.arange(len(_ANGLES)), len(_RINGS))
+    steps = radius + _GAP * np.asarray(_RINGS)[rings]
+    rad = np.radians(np.asarray(_ANGLES, dtype=float))[orders]
+    ux, uy = np.round(np.cos(rad), 12), np.round(np.sin(rad), 12)
+
+    for i, ((x, y), label) in enumerate(zip(pts, labels)):
+        a = np.delete(avoid, i, axis=0) if i < len(obstacles) else avoid  # all but its point
+        w, h, _ = renderer.get_text_width_height_descent(label, font, ismath=False)
+        # the box's centre: ``step`` from the point, plus half the box, that way
+        x0 = x + ux * (steps + w / 2) - w / 2
+        y0 = y + uy * (steps + h / 2) - h / 2
+        x1, y1 = x0 + w, y0 + h
+        px0, py0, px1, py1 = x0 - _GAP, y0 - _GAP, x1 + _GAP, y1 + _GAP  # with its gap
+        cost = np.zeros(len(x0))
+        if placed:  # overlap with the labels placed before
+            o = np.asarray(placed)
+            ow = np.clip(np.minimum(px1[:, None], o[:, 2]) - np.maximum(px0[:, None], o[:, 0]), 0, None)
+            oh = np.clip(np.minimum(py1[:, None], o[:, 3]) - np.maximum(py0[:, None], o[:, 1]), 0, None)
+            cost += (ow * oh).sum(axis=1)
+        # every other point, the star, the arrows under it
+        hits = ((a[:, 0] > px0[:, None] - radius) & (a[:, 0] < px1[:, None] + radius)
+                & (a[:, 1] > py0[:, None] - radius) & (a[:, 1] < py1[:, None] + radius))
+        cost += hits.sum(axis=1) * (2 * radius) ** 2
+        if len(pts) > 1:  # a label must read as its own point's: no other point nearer to it
+            gx = np.maximum(np.maximum(x0[:, None] - pts[:, 0], pts[:, 0] - x1[:, None]), 0)
+            gy = np.maximum(np.maximum(y0[:, None] - pts[:, 1], pts[:, 1] - y1[:, None]), 0)
+            dist = np.hypot(gx, gy)
+            own = dist[:, i].copy()
+            dist[:, i] = np.inf
+            nearest = dist.min(axis=1)
+            cost += np.where(nearest < own + 2 * _GAP, (own + 2 * _GAP - nearest) * 20.0, 0.0)
+        outside = (np.maximum(0.0, bounds.x0 - x0) + np.maximum(0.0, x1 - bounds.x1)
+                   + np.maximum(0.0, bounds.y0 - y0) + np.maximum(0.0, y1 - bounds.y1))
+        cost += 50.0 * outside * (w + h)
+        # the nearest free place (rings outward, directions in order); else the least overlap
+        free = np.flatnonzero(cost <= 0)
+        pick = int(free[0]) if len(free) else int(np.lexsort((orders, rings, cost))[0])
+        box, ring_no = (x0[pick], y0[pick], x1[pick], y1[pick]), int(rings[pick])
+        placed.append(box)
+        lx, ly = box[0] - x, box[1] - y
+        ax.annotate(label, xy=ax.transData.inverted().transform((x, y)), xytext=(
+            lx / px_per_pt, ly / px_per_pt), textcoords="offset points", fontsize=fontsize,
+            zorder=4, ha="left", va="bottom", annotation_clip=False)
+        if ring_no > 0:  # far from its point: a thin line to it, from the box's nearest edge
+            ex, ey = np.clip(x, box[0], box[2]), np.clip(y, box[1], box[3])
+            inv = ax.transData.inverted()
+            (ax0, ay0), (ax1, ay1) = inv.transform([(x, y), (ex, ey)])
+            ax.plot([ax0, ax1], [ay0, ay1], color="0.55", lw=0.6, zorder=2,
+                    scalex=False, scaley=False)
 
 
 def parse_words(text: str) -> list[str]:

@@ -78,6 +78,15 @@ class Step:
     draws: int                 # how many draws `filtered` counts
     chosen: int                # the id greedy (the most likely) or sampling picked
     attention: np.ndarray      # (t, s) cross-attention rows so far (last layer, mean of heads)
+    sampled: bool = False      # True: ``chosen`` was drawn by sample_fn; False: greedy
+    temperature: float = 1.0   # the sampler's settings the blue bars were drawn with
+    top_k: int | None = None
+    top_p: float | None = None
+
+    @property
+    def greedy(self) -> int:
+        """The id greedy decoding picks here: the most likely token."""
+        return int(np.argmax(self.probs))
 
 
 @torch.no_grad()
@@ -120,23 +129,37 @@ def next_token_step(model, src_text: str, prefix: Sequence[int], causal_mask: Ca
     attn = cross_attention(model, src_text, list(prefix) + [chosen], causal_mask,
                            src_tok)[-1].mean(0)
     return Step(src_tok.tokenize(src_text), [int(t) for t in prefix], list(tgt_tok.itos),
-                probs.numpy(), filtered, draws, chosen, attn.numpy())
+                probs.numpy(), filtered, draws, chosen, attn.numpy(), bool(sample),
+                float(temperature), top_k, top_p)
+
+
+def _settings(step: Step) -> str:
+    k = "all" if step.top_k is None or step.top_k >= len(step.labels) else f"{step.top_k}"
+    p = "1" if step.top_p is None else f"{step.top_p:g}"
+    return f"T = {step.temperature:.3g}, top-k = {k}, top-p = {p}"
 
 
 def plot_next_token(step: Step, ax=None, title: str | None = None):
     """Bars of the next-token distribution: grey = the model's, blue = what the filters leave
-    (the share of the draws). The chosen token's bar is outlined in red. Returns the Axes."""
+    (the share of the draws of your sampler, at the settings written in the legend). The
+    chosen token's bar is outlined in red, and the title says how it was chosen: greedy (the
+    tallest grey bar; the blue bars are then only what sampling would draw from, drawn pale)
+    or sampled from the blue bars (and whether greedy would have picked the same).
+    Returns the Axes."""
     import matplotlib.pyplot as plt
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.2))
     x = np.arange(len(step.labels))
     wide = step.filtered is not None
-    bars = ax.bar(x - 0.2 * wide, step.probs, width=0.4 if wide else 0.7, color="0.7",
+    grey = ax.bar(x - 0.2 * wide, step.probs, width=0.4 if wide else 0.7, color="0.7",
                   label="model (T = 1)")
+    bars = grey
     if wide:
-        bars = ax.bar(x + 0.2, step.filtered, width=0.4, color="C0",
-                      label=f"your sample_next_token ({step.draws:,} draws)")
+        blue = ax.bar(x + 0.2, step.filtered, width=0.4, color="C0",
+                      alpha=1.0 if step.sampled else 0.35,
+                      label=f"your sample_next_token, {_settings(step)} ({step.draws:,} draws)")
+        bars = blue if step.sampled else grey
     bars[step.chosen].set_edgecolor("C3")
     bars[step.chosen].set_linewidth(2)
     ax.set_xticks(x, [lab.strip("<>") if len(lab) > 1 else lab for lab in step.labels],
@@ -145,9 +168,18 @@ def plot_next_token(step: Step, ax=None, title: str | None = None):
     ax.set_ylabel("probability")
     # the legend goes above the axes, where no bar can be (a bar may reach any height inside
     # them), and the title above the legend
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2 if wide else 1, fontsize=8,
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=1, fontsize=8,
               frameon=False, borderaxespad=0.1, handlelength=1.2, columnspacing=1.0)
-    ax.set_title(title or "next-token distribution", fontsize=10, pad=18)
+    if title is None:
+        word = step.labels[step.chosen]
+        if step.sampled:
+            share = step.filtered[step.chosen] if wide else step.probs[step.chosen]
+            same = ("greedy would pick it too" if step.chosen == step.greedy else
+                    f"greedy would pick “{step.labels[step.greedy]}”")
+            title = f"sampled “{word}” (blue bar {share:.0%}); {same}"
+        else:
+            title = f"greedy: the tallest grey bar, “{word}” ({step.probs[step.chosen]:.0%})"
+    ax.set_title(title, fontsize=10, pad=(30 if wide else 18))
     return ax
 
 

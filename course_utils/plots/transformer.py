@@ -35,6 +35,11 @@ def attention_maps(model: torch.nn.Module, *inputs, **kwargs) -> dict[str, list[
     have are left out. E.g. ``attention_maps(transformer, src, tgt, src_mask, tgt_mask)`` or
     ``attention_maps(encoder, src)``.
     """
+    return attention_maps_and_output(model, *inputs, **kwargs)[0]
+
+
+def attention_maps_and_output(model: torch.nn.Module, *inputs, **kwargs):
+    """``(attention_maps(...), what the model returned)`` from the same single run."""
     in_decoder = any(n.rsplit(".", 1)[-1] == "cross_attn" for n, _ in model.named_modules())
     found: list[tuple[str, int, str, torch.nn.Module]] = []
     for name, module in model.named_modules():
@@ -55,7 +60,7 @@ def attention_maps(model: torch.nn.Module, *inputs, **kwargs) -> dict[str, list[
         was_training = model.training
         model.eval()
         with torch.no_grad():
-            model(*inputs, **kwargs)
+            output = model(*inputs, **kwargs)
     finally:
         for h in hooks:
             h.remove()
@@ -64,18 +69,32 @@ def attention_maps(model: torch.nn.Module, *inputs, **kwargs) -> dict[str, list[
     for kind, _, name, _ in sorted(found, key=lambda f: (KINDS.index(f[0]), f[1])):
         if name in captured:
             maps.setdefault(kind, []).append(captured[name])
-    return maps
+    return maps, output
+
+
+def predicted_tokens(output, vocab: Sequence[str] | None, batch: int, length: int):
+    """The token each decoder position predicts (the most likely one), as text: one list per
+    example, or None when ``vocab`` is not given or ``output`` is not (batch, length, len(vocab))
+    logits."""
+    if vocab is None or not isinstance(output, torch.Tensor) or output.dim() != 3:
+        return None
+    if tuple(output.shape) != (batch, length, len(vocab)):
+        return None
+    return [[str(vocab[i]) for i in row] for row in output.argmax(-1).tolist()]
 
 
 def plot_transformer_attention(maps: dict, kind: str, layer: int = 0, head: int = 0,
                                example: int = 0, src_tokens: Sequence[str] | None = None,
-                               tgt_tokens: Sequence[str] | None = None, ax=None) -> AttentionPlot:
+                               tgt_tokens: Sequence[str] | None = None, ax=None,
+                               predicted: Sequence[str] | None = None) -> AttentionPlot:
     """Draw the attention of one head in one layer for one example of a batch.
 
     ``maps`` comes from :func:`attention_maps`; ``kind`` is "encoder self" (source attends to
     source), "decoder self" (target to earlier target) or "cross" (target to source).
     Returns ``AttentionPlot(fig, ax, weights)`` (the heatmap is drawn by
     :func:`course_utils.plots.attention.plot_attention`). Token lists default to positions.
+    ``predicted`` (one token per decoder position: what the model predicts there) labels the
+    decoder's rows "input → predicted": row i reads token i and writes the next one.
     """
     if kind not in maps:
         raise ValueError(f"this model has no {kind!r} attention; it has {sorted(maps)}")
@@ -87,5 +106,10 @@ def plot_transformer_attention(maps: dict, kind: str, layer: int = 0, head: int 
     cols = src_tokens if kind != "decoder self" else tgt_tokens
     rows = [str(t) for t in (rows if rows is not None else range(w.shape[0]))][: w.shape[0]]
     cols = [str(t) for t in (cols if cols is not None else range(w.shape[1]))][: w.shape[1]]
-    return plot_attention(w, rows, cols, ax=ax,
-                          title=f"{kind} attention, layer {layer}, head {head}")
+    arrows = kind != "encoder self" and predicted is not None and len(predicted) >= len(rows)
+    if arrows:
+        rows = [f"{t} → {p}" for t, p in zip(rows, predicted)]
+    out = plot_attention(w, rows, cols, ax=ax, title=f"{kind} attention, layer {layer}, head {head}")
+    if arrows:
+        out.ax.set_ylabel("decoder input → predicted token")
+    return out

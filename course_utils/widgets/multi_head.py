@@ -22,7 +22,10 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
     import ipywidgets as W
 
     from ..plots.attention import tokenize
-    from ..plots.multi_head import head_attention, plot_heads
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from ..plots.multi_head import head_attention, plot_heads, update_heads
     from .picture import Picture
 
     head_slider = W.IntSlider(value=head, min=0, max=num_heads - 1, description="head",
@@ -39,7 +42,7 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
     ui.add_class("course-widget")
     ui.controls = {"head": head_slider, "query": query_box, "sentence": text, "status": status,
                    "image": picture.image, "message": picture.message}
-    state = {"tokens": tokens, "busy": False}
+    state = {"tokens": tokens, "busy": False, "plot": None, "labels": None}
 
     def keep_query(new_tokens: list[str]) -> int:
         """The query's position in the new sentence: the same word (its occurrence nearest the
@@ -74,8 +77,18 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
             finally:
                 state["busy"] = False
             state["tokens"] = result.tokens
-        picture.show(plot_heads(result.weights, result.labels, head_slider.value,
-                                query_box.value).fig)
+        drawn = state["plot"]
+        if (drawn is not None and state["labels"] == result.labels
+                and np.array_equal(drawn.weights, result.weights)):
+            # the same weights: move the frame, the boxes and the bars of the drawn figure
+            state["plot"] = update_heads(drawn, head_slider.value, query_box.value)
+        else:
+            # a figure of its own, outside pyplot: kept for the next redraw, and never shown
+            # by the notebook's inline backend under the widget
+            state["plot"] = plot_heads(result.weights, result.labels, head_slider.value,
+                                       query_box.value, fig=Figure(figsize=(9.4, 5.8)))
+            state["labels"] = result.labels
+        picture.show(state["plot"].fig, close=False)
         status.value = (f"<small>weights from your MultiHeadAttention, d_model = 50 (GloVe), "
                         f"{num_heads} heads of d_head = {50 // num_heads}; untrained heads, "
                         "each comparing words in its own random view of the space</small>")

@@ -16,13 +16,202 @@ DISPLAY_DPI = 100   # screen pixels per inch of figure, as in the notebook's own
 PIXEL_RATIO = 2     # PNG pixels per screen pixel: sharp on high-density screens as well
 
 
-def figure_png(fig, dpi: float) -> bytes:
-    """The figure as PNG bytes, cropped to what is drawn."""
-    import io
+_RENDERERS: dict = {}   # (width, height, dpi) -> a renderer kept for the next picture of that size
+_GLYPHS: dict = {}      # one rasterised glyph per font, size, glyph, angle and subpixel offset
 
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", pad_inches=0.08)
-    return buf.getvalue()
+
+def _renderer_class():
+    """An Agg renderer that rasterises each glyph once and then copies it: text is most of the
+    time a redraw takes, and a widget redraws the same tick labels, titles and digits again
+    and again. The pixels are those of matplotlib's own renderer (a glyph's bitmap depends
+    only on its subpixel offset, which is part of the key); where this matplotlib draws text
+    differently (before 3.10), it is matplotlib's own renderer unchanged."""
+    import math
+
+    import numpy as np
+    from matplotlib.backends import backend_agg
+
+    base = backend_agg.RendererAgg
+    if not hasattr(base, "_draw_text_glyphs_and_boxes"):
+        return base
+    try:
+        from matplotlib.ft2font import FT2Font, RenderMode
+    except ImportError:
+        return base
+    if not hasattr(FT2Font, "_layout"):
+        return base
+
+    class GlyphCachingRenderer(base):
+        def draw_text(self, gc, x, y, s, prop, angle, ismath=False, mtext=None):
+            if ismath:
+                return super().draw_text(gc, x, y, s, prop, angle, ismath, mtext)
+            features = getattr(mtext, "get_fontfeatures", lambda: None)()
+            language = getattr(mtext, "get_language", lambda: None)()
+            flags = backend_agg.get_hinting_flag()
+            size = prop.get_size_in_points()
+            key = ("layout", s, hash(prop), size, self.dpi, flags,
+                   tuple(features) if features is not None else None, language)
+            items = _GLYPHS.get(key)
+            if items is None:  # the string shaped into glyphs (fonts, ids, offsets): once
+                font = self._prepare_font(prop)
+                items = _GLYPHS[key] = [
+                    (item.ft_object, size, item.glyph_index, 0, 1, item.x, item.y)
+                    for item in font._layout(s, flags=flags, features=features,
+                                             language=language)]
+            self._draw_text_glyphs_and_boxes(gc, x, y, angle, items, [])
+
+        def _draw_text_glyphs_and_boxes(self, gc, x, y, angle, glyphs, boxes):
+            cos, sin = math.cos(math.radians(angle)), math.sin(math.radians(angle))
+            flags = backend_agg.get_hinting_flag()
+            aa = bool(gc.get_antialiased())
+            height = self.height
+            for font, size, glyph, slant, extend, dx, dy in glyphs:  # dy is upwards
+                # the glyph's origin in FreeType's 26.6 fixed point, y upwards: its whole
+                # pixels only move the bitmap, its 1/64ths shape it
+                ox = round(0x40 * (x + dx * cos - dy * sin))
+                oy = round(0x40 * (height - y + dx * sin + dy * cos))
+                key = (font.fname, size, self.dpi, glyph, slant, extend, angle, ox & 63,
+                       oy & 63, aa, flags)
+                hit = _GLYPHS.get(key)
+                if hit is None:
+                    font.set_size(size, self.dpi)
+                    font._set_transform(
+                        (0x10000 * np.array([[cos, -sin], [sin, cos]])
+                         @ [[extend, extend * slant], [0, 1]]).round().astype(int),
+                        [ox & 63, oy & 63])
+                    bitmap = font._render_glyph(glyph, flags,
+                                                RenderMode.NORMAL if aa else RenderMode.MONO)
+                    buffer = np.array(bitmap.buffer)
+                    if not aa:
+                        buffer *= 0xff
+                    if len(_GLYPHS) > 20_000:  # a few KB each
+                        _GLYPHS.clear()
+                    hit = _GLYPHS[key] = (buffer, bitmap.left, bitmap.top)
+                buffer, left, top = hit
+                # draw_text_image's y is downwards and the bitmap's bottom side
+                self._renderer.draw_text_image(buffer, left + (ox >> 6),
+                                               int(height) - (top + (oy >> 6)) + buffer.shape[0],
+                                               0, gc)
+            boxes = list(boxes)
+            if boxes:  # mathtext's rules: matplotlib's own code
+                super()._draw_text_glyphs_and_boxes(gc, x, y, angle, (), boxes)
+
+    return GlyphCachingRenderer
+
+
+def _renderer(width: int, height: int, dpi: float):
+    key = (width, height, dpi)
+    renderer = _RENDERERS.get(key)
+    if renderer is None:
+        if len(_RENDERERS) >= 3:  # each holds its pixels: a few MB
+            _RENDERERS.clear()
+        renderer = _RENDERERS[key] = _renderer_class()(width, height, dpi)
+    renderer.clear()
+    return renderer
+
+
+def _background(fig):
+    import numpy as np
+    from matplotlib.colors import to_rgba
+
+    return np.array([round(255 * c) for c in to_rgba(fig.get_facecolor())], np.uint8).view(np.uint32)[0]
+
+
+def _ink_on_edge(pixels, fig) -> bool:
+    """Whether anything is drawn on the outermost pixels: then something may stick out."""
+    import numpy as np
+
+    flat = pixels.view(np.uint32)[..., 0]
+    bg = _background(fig)
+    return bool((flat[0] != bg).any() or (flat[-1] != bg).any() or (flat[:, 0] != bg).any()
+                or (flat[:, -1] != bg).any())
+
+
+def _make_room(fig, renderer, pad_inches: float) -> bool:
+    """Grow ``fig`` so that every artist's extent fits inside it (long tick labels left of a
+    heatmap, a legend above its axes), moving the axes so that they keep their size: what
+    ``savefig(bbox_inches="tight")`` does for one picture, done to the figure itself, so the
+    next redraw of a kept figure fits at once. Returns whether it grew."""
+    box = fig.get_tightbbox(renderer)  # inches, the figure's own frame
+    w, h = fig.get_size_inches()
+    left, bottom = max(0.0, pad_inches - box.x0), max(0.0, pad_inches - box.y0)
+    right, top = max(0.0, box.x1 + pad_inches - w), max(0.0, box.y1 + pad_inches - h)
+    if max(left, bottom, right, top) <= 1e-3:
+        return False
+    new_w, new_h = w + left + right, h + bottom + top
+    for ax in fig.axes:
+        p = ax.get_position()
+        ax.set_position(((p.x0 * w + left) / new_w, (p.y0 * h + bottom) / new_h,
+                         p.width * w / new_w, p.height * h / new_h))
+    fig.set_size_inches(new_w, new_h, forward=False)
+    return True
+
+
+def figure_png(fig, dpi: float, pad_inches: float = 0.08) -> bytes:
+    """The figure as PNG bytes at ``dpi``, cropped to what is drawn plus ``pad_inches``.
+
+    The same pixels as ``fig.savefig(..., bbox_inches="tight")`` at well under half its cost:
+    the figure is drawn once (savefig draws it twice, once to find the box), by a renderer
+    kept for the next figure of the same size (matplotlib's caches of text sizes are per
+    renderer) that shapes each string and rasterises each glyph once; the crop is the box
+    around every pixel that is not background, and the PNG is written by ``encode_png``
+    (unfiltered rows, zlib level 1: a little larger, several times faster to write) without
+    an alpha channel where the figure is opaque. Where something sticks out of the figure
+    (ink on its edge), the figure first grows to hold it (``_make_room``), as savefig's box
+    would.
+    """
+    import numpy as np
+
+    old_dpi = fig.dpi
+    try:
+        fig.set_dpi(dpi)
+        width, height = (int(round(v)) for v in fig.bbox.size)
+        renderer = _renderer(width, height, dpi)
+        fig.draw(renderer)
+        pixels = np.asarray(renderer.buffer_rgba())            # (H, W, 4), row 0 at the top
+        if _ink_on_edge(pixels, fig) and _make_room(fig, renderer, pad_inches):
+            width, height = (int(round(v)) for v in fig.bbox.size)
+            renderer = _renderer(width, height, dpi)
+            fig.draw(renderer)
+            pixels = np.asarray(renderer.buffer_rgba())
+        # what is drawn: every pixel that is not the figure's background (finding it from the
+        # pixels costs a few ms; asking every artist for its extent, as savefig does, ~100 ms)
+        drawn = pixels.view(np.uint32)[..., 0] != _background(fig)  # (H, W)
+        rows, cols = np.flatnonzero(drawn.any(axis=1)), np.flatnonzero(drawn.any(axis=0))
+        pad = int(round(pad_inches * dpi))
+        if len(rows):
+            y0, y1 = max(0, rows[0] - pad), min(height, rows[-1] + 1 + pad)
+            x0, x1 = max(0, cols[0] - pad), min(width, cols[-1] + 1 + pad)
+        else:  # nothing drawn: the whole figure
+            x0, x1, y0, y1 = 0, width, 0, height
+        crop = pixels[y0:y1, x0:x1]
+        opaque = bool((crop[..., 3] == 255).all())
+        return encode_png(crop[..., :3] if opaque else crop)
+    finally:
+        fig.set_dpi(old_dpi)
+
+
+def encode_png(pixels, level: int = 1) -> bytes:
+    """(H, W, 3) RGB or (H, W, 4) RGBA uint8 pixels as a PNG: every row unfiltered, zlib at
+    ``level``. A picture of flat colours and text compresses about as well as with
+    PNG's filters, in a fraction of the time."""
+    import struct
+    import zlib
+
+    import numpy as np
+
+    pixels = np.asarray(pixels, dtype=np.uint8)
+    height, width, channels = pixels.shape
+    raw = np.zeros((height, 1 + width * channels), np.uint8)  # byte 0 of a row: filter "none"
+    raw[:, 1:] = pixels.reshape(height, -1)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6 if channels == 4 else 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(raw.tobytes(), level)) + chunk(b"IEND", b""))
 
 
 def png_size(png: bytes) -> tuple[int, int]:

@@ -11,19 +11,23 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..device import grading
-from ..plots.transformer import attention_maps, plot_transformer_attention
+from ..plots.attention import update_attention
+from ..plots.transformer import (attention_maps_and_output, plot_transformer_attention,
+                                 predicted_tokens)
 
 
 def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None = None,
                      tgt_tokens: Sequence[Sequence[str]] | None = None, kind: str | None = None,
-                     **kwargs):
+                     vocab: Sequence[str] | None = None, **kwargs):
     """Show one model's attention: choose kind, layer, head and example of the batch.
 
     ``model(*inputs, **kwargs)`` is run once, e.g. ``attention_viewer(model, src, tgt,
     src_mask, tgt_mask, src_tokens=..., tgt_tokens=...)`` for a Transformer or
     ``attention_viewer(encoder, src, src_tokens=...)`` for an Encoder. ``src_tokens`` and
-    ``tgt_tokens`` hold one list of token strings per example. Returns the ipywidgets
-    container, or None while grading.
+    ``tgt_tokens`` hold one list of token strings per example. With ``vocab`` (the target
+    vocabulary, id -> text) the decoder's rows read "input → predicted": the token the row
+    reads, and the one the model predicts from there (its most likely next token, from the
+    same run). Returns the ipywidgets container, or None while grading.
     """
     if grading():
         return None
@@ -31,9 +35,11 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
 
     from .picture import Picture
 
-    maps = attention_maps(model, *inputs, **kwargs)
+    maps, output = attention_maps_and_output(model, *inputs, **kwargs)
     first = next(iter(maps.values()))[0]
     batch, heads = first.shape[0], first.shape[1]
+    decoder = maps.get("cross") or maps.get("decoder self")
+    predicted = predicted_tokens(output, vocab, batch, decoder[0].shape[2]) if decoder else None
     kinds = list(maps)
     kind_box = W.Dropdown(options=kinds, value=kind if kind in maps else kinds[0],
                           description="attention")
@@ -70,17 +76,37 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
             layer.value = 0
             layer_slot.children = [only(f"1 {kind_box.value} layer")]
 
+    drawn = {"key": None, "plot": None}
+
     def draw(*_):
-        i = example.value
+        from matplotlib.figure import Figure
+
+        i, kind = example.value, kind_box.value
+        title = f"{kind} attention, layer {layer.value}, head {head.value}"
         try:
-            fig = plot_transformer_attention(
-                maps, kind_box.value, layer.value, head.value, i,
-                src_tokens[i] if src_tokens is not None else None,
-                tgt_tokens[i] if tgt_tokens is not None else None).fig
+            if drawn["key"] == (kind, i):  # the same tokens: new colours and numbers only
+                weights = maps[kind][layer.value][i, head.value]
+                drawn["plot"] = update_attention(drawn["plot"], weights, title)
+            else:
+                q, k = maps[kind][0].shape[2:]
+                side = max(3.0, 0.55 * max(q, k) + 1.5)  # plot_attention's own size
+                # a figure outside pyplot: kept for the next redraw, never shown by the
+                # notebook's inline backend under the widget
+                # with room for row labels "<bos> → <eos>" and rotated key tokens inside it
+                fig = Figure(figsize=(side + 1.6, side + 0.4))
+                fig.subplots_adjust(left=1.5 / (side + 1.6), bottom=1.0 / (side + 0.4))
+                ax = fig.add_subplot()
+                drawn["plot"] = plot_transformer_attention(
+                    maps, kind, layer.value, head.value, i,
+                    src_tokens[i] if src_tokens is not None else None,
+                    tgt_tokens[i] if tgt_tokens is not None else None, ax=ax,
+                    predicted=predicted[i] if predicted is not None else None)
+                drawn["key"] = (kind, i)
         except Exception as exc:
+            drawn["key"] = None
             picture.fail(exc)
             return
-        picture.show(fig)
+        picture.show(drawn["plot"].fig, close=False)
 
     def on_kind(*_):
         show_layer_control()

@@ -275,6 +275,17 @@ def merge_heads(x):
             ws.append(w)
         return self.out_proj(out), torch.stack(ws, dim=1)
 '''),
+        # what "attend (with notebook 03's function), dropout, merge" invited: dropout on
+        # 03's first result, A V, instead of on the weights A that multiply V
+        "dropout_on_the_attention_output": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        out, w = scaled_dot_product_attention(Q, K, V, mask)
+        out = self.dropout(out)
+        return self.out_proj(merge_heads(out)), w
+'''),
         "dropout_on_the_output": _mha('''
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)

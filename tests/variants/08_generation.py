@@ -34,7 +34,7 @@ _SAMPLE = '''
 def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator=None):
     z = {scale}
     if top_k is not None:
-        k = min(top_k, z.size(-1))
+        k = {k}
         kth = torch.topk(z, k, dim=-1, largest={largest}).values[:, -1:]
         z = z.masked_fill({kmask}, float("-inf"))
     if top_p is not None:
@@ -45,7 +45,8 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
     probs = torch.softmax(z, dim=-1)
     return {draw}
 '''
-_S = dict(scale="logits / temperature", largest="True", kmask="z < kth",
+_S = dict(scale="logits / temperature", k="min(top_k, z.size(-1))", largest="True",
+          kmask="z < kth",
           drop_sorted="drop_sorted = torch.cumsum(probs, dim=-1) - probs >= top_p",
           unsort="torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)",
           draw="torch.multinomial(probs, 1, generator=generator).squeeze(-1)")
@@ -119,6 +120,8 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
     "test_sample_next_token": {
         "temperature_multiplied": _sample(scale="logits * temperature"),
         "top_k_keeps_lowest": _sample(largest="False", kmask="z > kth"),
+        # torch.topk refuses a k larger than the row: a top_k beyond the vocabulary must keep all
+        "top_k_beyond_vocab_raises": _sample(k="top_k"),
         "top_p_drops_crossing_token": _sample(
             drop_sorted="drop_sorted = torch.cumsum(probs, dim=-1) > top_p\n"
                         "        drop_sorted[:, 0] = False"),

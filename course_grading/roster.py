@@ -1,0 +1,119 @@
+"""``course roster import CSV``: the class list into the gradebook, so that the Formgrader and
+every export show names (without it hub students appear as "None, None").
+
+The CSV is read as nbgrader's ``nbgrader db student import`` reads it: a header row, a column
+``id`` (required), and ``first_name``, ``last_name``, ``email`` (each optional; an empty cell is
+no value); each row goes to ``Gradebook.update_or_create_student``, nbgrader's own call. The
+headers an LMS writes are taken too (``First name``, ``Last Name``, ``Email address``, ``ID``,
+``Username``, ``SIS Login ID``: case, spaces and underscores do not matter).
+
+A roster comes from outside the course (an LMS, a registrar), and students choose their own
+display names there: the file is read within a size cap and without following a link
+(``untrusted.read_bytes``); an id must be a plain name, the rule of ``untrusted.plain_name``
+that ``course autograde`` and ``nbgrader collect`` apply to the folders of submissions (a row
+with any other id is refused and named, and nothing of the file is written); names and emails
+are written through ``reports_csv.clean`` (control and invisible characters escaped, at most
+``MAX_FIELD`` characters). A row names each student once.
+"""
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import untrusted
+from .errors import GradingError
+from .nbgrader_setup import course_directory, gradebook
+from .reports_csv import clean
+
+MAX_ROSTER_BYTES = 8 * 2**20
+MAX_FIELD = 200
+# nbgrader's column names, and the spellings an LMS export uses for them (compared folded:
+# lower case, without spaces, underscores and dashes)
+COLUMNS = {
+    "id": ("id", "studentid", "username", "userid", "sisloginid", "login", "loginid"),
+    "first_name": ("firstname", "givenname", "first"),
+    "last_name": ("lastname", "surname", "familyname", "last"),
+    "email": ("email", "emailaddress", "mail"),
+}
+
+
+@dataclass(frozen=True)
+class RosterEntry:
+    id: str
+    first_name: str | None
+    last_name: str | None
+    email: str | None
+
+
+def _fold(header: str) -> str:
+    return "".join(ch for ch in header.strip().lower() if ch not in " _-")
+
+
+def _columns(header: list[str]) -> dict[str, int]:
+    """{nbgrader column: index in the file}; GradingError without an id column."""
+    found: dict[str, int] = {}
+    for index, name in enumerate(header):
+        folded = _fold(name)
+        for column, spellings in COLUMNS.items():
+            if folded in spellings and column not in found:
+                found[column] = index
+    if "id" not in found:
+        raise GradingError(f"the roster has no id column (its header: {', '.join(map(clean, header[:8]))}); "
+                           "name one id, first_name, last_name, email")
+    return found
+
+
+def read_roster(path) -> list[RosterEntry]:
+    """The rows of roster CSV file ``path``; GradingError (nothing imported) naming each row
+    whose id is not a plain name, is empty, or repeats an earlier row's."""
+    try:
+        data = untrusted.read_bytes(Path(path), MAX_ROSTER_BYTES)
+    except untrusted.UntrustedFileError as exc:
+        raise GradingError(f"{exc}: not imported") from None
+    except FileNotFoundError:
+        raise GradingError(f"{path}: no such file") from None
+    try:
+        text = data.decode("utf-8-sig")  # a spreadsheet's export may start with a byte-order mark
+    except UnicodeDecodeError:
+        raise GradingError(f"{path} is not UTF-8 text: save the roster as CSV UTF-8") from None
+    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if any(cell.strip() for cell in row)]
+    if not rows:
+        raise GradingError(f"{path} is empty")
+    columns = _columns(rows[0])
+    entries, problems, seen = [], [], set()
+    for line, row in enumerate(rows[1:], start=2):
+        def cell(column):
+            index = columns.get(column)
+            value = row[index].strip() if index is not None and index < len(row) else ""
+            return clean(value, MAX_FIELD) if value else None
+        student = row[columns["id"]].strip() if columns["id"] < len(row) else ""
+        if not untrusted.plain_name(student):
+            shown = untrusted.shown_name(student) if student else "an empty id"
+            problems.append(f"line {line}: {shown} is not a valid student id (ASCII letters, "
+                            f"digits and . _ - @, at most {untrusted.MAX_NAME} characters)")
+            continue
+        if student in seen:
+            problems.append(f"line {line}: {student} is listed twice")
+            continue
+        seen.add(student)
+        entries.append(RosterEntry(student, cell("first_name"), cell("last_name"), cell("email")))
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise GradingError(f"roster not imported: {problems[0]}{more}")
+    return entries
+
+
+def import_roster(root, path, db_url=None) -> list[RosterEntry]:
+    """Create or update a gradebook student for each row of roster ``path`` (nbgrader's
+    ``update_or_create_student``); a cell left empty leaves that field as it is. Returns the
+    rows imported."""
+    entries = read_roster(path)
+    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
+    with gradebook(coursedir) as gb:
+        for entry in entries:
+            fields = {k: v for k, v in (("first_name", entry.first_name), ("last_name", entry.last_name),
+                                        ("email", entry.email)) if v is not None}
+            gb.update_or_create_student(entry.id, **fields)
+    return entries

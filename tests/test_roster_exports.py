@@ -1,0 +1,218 @@
+"""``course roster import`` and the LMS exports (``course export --format canvas|moodle|wide``),
+on a gradebook filled through nbgrader's API (no grading runs: fast).
+
+Each export is read back by a checker written from the importer's published source, not from
+our writer:
+
+* Canvas: instructure/canvas-lms ``app/models/gradebook_importer.rb`` (``header?``,
+  ``row_has_student_headers?``, ``update_column_count``, ``check_for_non_student_row``,
+  ``process_student``);
+* Moodle: moodle/moodle ``grade/import/csv/classes/load_data.php``
+  (``map_user_data_with_value``, ``update_grade_item``: a grade is '' or '-' for none, else a
+  number, else the import stops with "badgrade").
+"""
+from __future__ import annotations
+
+import csv
+import re
+import warnings
+
+import pytest
+
+from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
+from course_grading import grade_exports, release, roster
+from course_grading.cli import main
+from course_grading.nbgrader_setup import GradingError, course_directory, gradebook
+
+import nbformat
+
+ROSTER = ("\ufeffUsername,First name,Last Name,Email address,Section\n"
+          "ada,Ada,Lovelace,ada@example.org,A\n"
+          "ben,=HYPERLINK(\"x\"),Okafor\u202e,ben@example.org,B\n"
+          "cy,,,,\n")
+
+
+def _notebook():
+    nb = tiny_notebook()
+    nb.cells += [nbformat.v4.new_markdown_cell("### Question (2 points, graded by hand)", metadata=nbgrader_meta("q")),
+                 nbformat.v4.new_markdown_cell("Model answer", metadata=nbgrader_meta(
+                     "written_q", solution=True, grade=True, points=2))]
+    return nb
+
+
+@pytest.fixture
+def course(tmp_path):
+    root = make_course(tmp_path / "course", {ASSIGNMENT: _notebook()})
+    release.release(root)  # records the assignment in the gradebook
+    return root
+
+
+def _submit(root, student, test_score, written=None, penalty=0.0, failed=False):
+    """A submission as autograde and the Formgrader leave it: the test cell scored (or not,
+    when grading ``failed``), the written answer waiting (None) or scored by hand."""
+    with gradebook(course_directory(root)) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SQLAlchemy's notes on nbgrader's own add_submission
+        gb.update_or_create_student(student)
+        submission = gb.add_submission(ASSIGNMENT, student)
+        for nb in submission.notebooks:
+            for grade in nb.grades:
+                if grade.name == "test_double":
+                    grade.auto_score = None if failed else test_score
+                elif written is not None:
+                    grade.manual_score = written
+            nb.late_submission_penalty = penalty
+        gb.db.commit()
+
+
+def canvas_check(rows):
+    """The rows as Canvas's gradebook importer reads them: (assignment titles, points, {SIS
+    login id: {title: grade}}). Fails where the importer would refuse the file."""
+    header = rows[0]
+    assert len(header) > 3 and "Student" in header[0] and "ID" in header[1]  # row_has_student_headers?
+    student_columns = 3
+    if re.search(r"SIS\s+Login\s+ID", header[2]):
+        login = 2
+        student_columns += 1
+    else:
+        assert re.search(r"SIS\s+User\s+ID", header[2]) and re.search(r"SIS\s+Login\s+ID", header[3])
+        login = 3
+        student_columns += 2
+    assert "Section" in header[student_columns - 1]  # header?: the last student column
+    titles = header[student_columns:]
+    assert not any(re.search("Current Score|Final Score|Final Grade", t) for t in titles)
+    points, grades = None, {}
+    for row in rows[1:]:
+        assert len(row) == len(header)
+        if "Points Possible" in row[0]:  # check_for_non_student_row
+            points = dict(zip(titles, row[student_columns:]))
+            continue
+        assert row[1] or row[login], "a student is found by ID, else by SIS id"
+        grades[row[login]] = dict(zip(titles, row[student_columns:]))
+        for value in grades[row[login]].values():
+            assert value == "" or re.fullmatch(r"\d+(\.\d+)?", value), value
+    return titles, points, grades
+
+
+def moodle_check(rows, identifier):
+    """{identifier value: {column: grade}} as Moodle's CSV grade import maps the file, the
+    ``identifier`` column mapped to a user field; fails where it would stop ("badgrade", a
+    user it cannot find: an empty identifier)."""
+    header = [h.strip() for h in rows[0]]  # trim_headers
+    key = header.index(identifier)
+    grades = {}
+    for row in rows[1:]:
+        if len(row) <= 1:
+            continue
+        assert row[key].strip(), "usermappingerrorusernotfound"
+        values = {}
+        for column, value in zip(header, row):
+            if column in (identifier, "First name", "Last name", "Username", "Email address"):
+                continue
+            value = value.strip()
+            assert value in ("", "-") or re.fullmatch(r"-?\d+(\.\d+)?", value), f"badgrade: {value!r}"
+            values[column] = None if value in ("", "-") else float(value)
+        grades[row[key]] = values
+    return grades
+
+
+def _read(path):
+    with open(path, newline="", encoding="utf-8") as fh:
+        return list(csv.reader(fh))
+
+
+def test_roster_import_names_students_as_nbgrader_does(course, tmp_path, capsys):
+    path = tmp_path / "roster.csv"
+    path.write_text(ROSTER, encoding="utf-8")
+    _submit(course, "ada", 2)
+    assert main(["--root", str(course), "roster", "import", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "3 students imported into the gradebook"
+    with gradebook(course_directory(course)) as gb:
+        found = {s.id: (s.first_name, s.last_name, s.email) for s in gb.students}
+    assert found == {"ada": ("Ada", "Lovelace", "ada@example.org"),
+                     "ben": ('=HYPERLINK("x")', "Okafor\\u202e", "ben@example.org"),
+                     "cy": (None, None, None)}
+    # again, with a field left empty: what the gradebook holds stays
+    path.write_text("id,first_name,last_name,email\nada,,Byron,\n", encoding="utf-8")
+    assert roster.import_roster(course, path)[0].last_name == "Byron"
+    with gradebook(course_directory(course)) as gb:
+        ada = gb.find_student("ada")
+        assert (ada.first_name, ada.last_name, ada.email) == ("Ada", "Byron", "ada@example.org")
+
+
+@pytest.mark.parametrize("text,says", [
+    ("name,email\nada,a@x\n", "no id column"),
+    ("id,first_name\nada,A\n../evil,B\n", "line 3: '../evil' is not a valid student id"),
+    ("id,first_name\nada,A\n,B\n", "line 3: an empty id is not a valid student id"),
+    ("id\nada\nada\n", "line 3: ada is listed twice"),
+])
+def test_a_roster_with_a_bad_row_imports_nothing(course, tmp_path, text, says):
+    path = tmp_path / "roster.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(GradingError, match=re.escape(says)):
+        roster.import_roster(course, path)
+    with gradebook(course_directory(course)) as gb:
+        assert gb.students == []
+
+
+def test_roster_is_read_as_untrusted(course, tmp_path):
+    target = tmp_path / "real.csv"
+    target.write_text("id\nada\n")
+    link = tmp_path / "roster.csv"
+    link.symlink_to(target)
+    with pytest.raises(GradingError, match="not imported"):
+        roster.import_roster(course, link)
+
+
+def _class(course, tmp_path):
+    path = tmp_path / "roster.csv"
+    path.write_text(ROSTER, encoding="utf-8")
+    roster.import_roster(course, path)
+    _submit(course, "ada", 2, written=1.5, penalty=0.5)  # graded by hand, late
+    _submit(course, "ben", 1)  # written answer waiting
+    # cy submitted nothing
+
+
+def test_canvas_export_follows_the_importers_rules(course, tmp_path, capsys):
+    _class(course, tmp_path)
+    assert main(["--root", str(course), "export", "--format", "canvas", "--to", str(tmp_path / "c.csv")]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(tmp_path / "c.csv")
+    assert err.strip() == f"course: note: ben/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand"
+    rows = _read(tmp_path / "c.csv")
+    titles, points, grades = canvas_check(rows)
+    assert titles == [ASSIGNMENT] and points == {ASSIGNMENT: "4"}
+    assert grades == {"ada": {ASSIGNMENT: "3"}, "ben": {ASSIGNMENT: ""}, "cy": {ASSIGNMENT: "0"}}
+    names = {row[3]: row[0] for row in rows[2:]}
+    assert names == {"ada": "Lovelace, Ada", "ben": "Okafor\\u202e, =HYPERLINK(\"x\")", "cy": "cy"}
+
+
+def test_moodle_export_follows_the_importers_rules(course, tmp_path):
+    _class(course, tmp_path)
+    path, notes = grade_exports.export(course, tmp_path / "m.csv", "moodle")
+    rows = _read(path)
+    assert rows[0] == ["First name", "Last name", "Username", "Email address", ASSIGNMENT]
+    assert moodle_check(rows, "Username") == {"ada": {ASSIGNMENT: 3.0}, "ben": {ASSIGNMENT: None},
+                                              "cy": {ASSIGNMENT: 0.0}}
+    by_email = moodle_check([r for r in rows if r[3]], "Email address")  # cy has no email: map by username
+    assert by_email["ada@example.org"] == {ASSIGNMENT: 3.0}
+    assert len(notes) == 1
+    ben = next(r for r in rows if r[2] == "ben")
+    assert ben[:2] == ["'=HYPERLINK(\"x\")", "Okafor\\u202e"]  # a name is never a formula
+
+
+def test_wide_export_has_penalties_and_manual_points(course, tmp_path):
+    _class(course, tmp_path)
+    _submit(course, "dee", 2, failed=True)
+    path, notes = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    rows = {r["student_id"]: r for r in csv.DictReader(open(path, newline="", encoding="utf-8"))}
+    a = ASSIGNMENT
+    assert list(rows["ada"]) == ["student_id", "last_name", "first_name", "email", a, f"{a} late_penalty",
+                                 f"{a} manual_points", f"{a} awaiting_manual", "total", "max_total", "note"]
+    assert [rows["ada"][k] for k in (a, f"{a} late_penalty", f"{a} manual_points", "total", "note")] == [
+        "3", "0.5", "1.5", "3", ""]
+    assert [rows["ben"][k] for k in (a, f"{a} awaiting_manual", "note")] == [
+        "", "2", f"{a}: 2 points of written answers to grade by hand"]
+    assert [rows["cy"][k] for k in (a, "total", "note")] == ["0", "0", f"{a}: not submitted"]
+    assert [rows["dee"][k] for k in (a, "note")] == ["", f"{a}: autograding failed"]
+    assert notes == [f"ben/{a}: left blank, 2 points of written answers to grade by hand",
+                     f"dee/{a}: left blank, autograding failed"]
