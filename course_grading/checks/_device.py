@@ -187,8 +187,8 @@ def _indices(name, args):
 def _learner_line() -> str:
     """' in line `...`': the innermost line of the learner's own code on the stack."""
     for frame in reversed(_extract_stack(_getframe(1))):
-        if not _any(lib in frame.filename for lib in _LIBRARIES) and frame.line:
-            return f" in line `{frame.line.strip()}`"
+        if not _any(lib in frame.filename for lib in _LIBRARIES):
+            return f" in line `{frame.line.strip()}`" if frame.line else ""
     return ""
 
 
@@ -200,7 +200,7 @@ def _mixed(mode, name: str, stray) -> None:
     where = _learner_line()
     message = (f"on a second device (the check moves its inputs{', and the module,' if mode and mode.module else ''} "
                f"to another device, as a GPU would) your code mixes them with a tensor on the CPU "
-               f"({_describe(stray)}), in torch's {name}{where}. On a GPU this line raises "
+               f"({_describe(stray)}), in torch's {name}{where}. On a GPU this raises "
                "\"Expected all tensors to be on the same device\". A tensor made inside your code "
                "(torch.tensor, torch.Tensor, torch.ones, torch.arange, ... without device=) lands on "
                "the CPU, and one kept as a plain attribute of a module stays there when the module "

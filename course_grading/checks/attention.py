@@ -5,10 +5,11 @@ import torch
 
 from course_grading.reference import attention as ref
 from course_utils.checks import attention as visible
-from course_utils.checks._core import Check, devices, generator, torch_equal
+from course_utils.checks._core import Check, generator, torch_equal
 from course_utils.checks.attention import qkv, unpack
 
 from ._common import visible_first
+from ._device import second_devices
 
 ASSIGNMENT = "03_attention"
 _REFERENCE = [
@@ -61,11 +62,26 @@ def check_softmax(softmax) -> None:
     c.call(softmax, fresh)
     c.that(torch_equal(fresh, before), "softmax modified its input in place (e.g. x -= ...): "
            "compute into a new tensor.", "leaves the input unchanged")
-    for dev in devices()[1:]:
-        out = c.call(softmax, x3.to(dev))
-        c.that(out.device.type == dev.type, f"output moved off {dev.type}.")
-        c.close(out, ref.softmax(x3), f"wrong values on {dev.type}.", atol=1e-5)
-        c.ok(f"runs on {dev.type}")
+    # a transposed view (what scores.transpose(...) gives): .view() on it raises
+    t = x3.transpose(1, 2)
+    c.close(c.call(softmax, t), ref.softmax(t), "wrong values for a non-contiguous input (a "
+            "transposed view).", passed="non-contiguous input")
+    # gradients: attention is trained through this softmax
+    xg = x3.clone().requires_grad_(True)
+    out = c.call(softmax, xg)
+    c.that(out.requires_grad, "no gradient flows back through softmax: use tensor operations "
+           "only (no .detach(), .numpy() or .item()).")
+    (out * x3).sum().backward()
+    xr = x3.clone().requires_grad_(True)
+    (ref.softmax(xr) * x3).sum().backward()
+    c.close(xg.grad, xr.grad, "the gradient through softmax is wrong.", atol=1e-5,
+            passed="gradients flow through")
+    for dev in second_devices():
+        for dim in (-1, 0):
+            c.close(dev.call(c, softmax, dev.tensor(x3), dim=dim), ref.softmax(x3, dim=dim),
+                    f"wrong values on {dev} (dim={dim}).", atol=1e-5)
+        c.close(dev.call(c, softmax, dev.tensor(masked)), ref.softmax(masked),
+                f"wrong values on {dev} with -inf logits.", passed=f"runs on {dev}")
     c.done()
 
 
@@ -77,6 +93,16 @@ def check_simple_self_attention(simple_self_attention) -> None:
     c.close(c.call(simple_self_attention, Xw), ref.simple_self_attention(Xw),
             "wrong values: don't scale the scores here, and return the weighted values, "
             "not the weights.", passed="a second example")
+    Xb = torch.randn(2, 4, 3, generator=generator(33), dtype=torch.float64)
+    out = c.call(simple_self_attention, Xb)
+    c.that(out.dtype == torch.float64, "float64 input should give float64 output: don't "
+           "create tensors with a fixed dtype.")
+    c.close(out, ref.simple_self_attention(Xb), "wrong values for a batch in float64.",
+            atol=ATOL64, rtol=RTOL64, passed="batched, float64")
+    for dev in second_devices():
+        c.close(dev.call(c, simple_self_attention, dev.tensor(Xb)),
+                ref.simple_self_attention(Xb), f"wrong values on {dev}.", atol=ATOL64,
+                rtol=RTOL64, passed=f"runs on {dev}")
     c.done()
 
 
@@ -119,13 +145,21 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
     ro, rw = ref.scaled_dot_product_attention(Q, K, V)
     c.close(w, rw, "wrong weights in float64.", atol=ATOL64, rtol=RTOL64)
     c.close(out, ro, "wrong values in float64.", atol=ATOL64, rtol=RTOL64, passed="float64")
-    for dev in devices()[1:]:
-        Q, K, V = qkv(g, q=3, k=4)
-        out, w = unpack(c, c.call(scaled_dot_product_attention, Q.to(dev), K.to(dev),
-                                  V.to(dev), ref.causal_mask(4, dev)[:3]))
-        c.that(out.device.type == dev.type, f"output moved off {dev.type}.")
-        c.close(out, ref.scaled_dot_product_attention(Q, K, V, ref.causal_mask(4)[:3])[0],
-                f"wrong values on {dev.type}.", atol=1e-4, rtol=1e-4, passed=f"runs on {dev.type}")
+    # on a second device: a mask, a scale or a fill value made inside without device=
+    # stays on the CPU and fails there, as on a GPU; float64 and a (k,) key mask too
+    Q3, K3, V3 = qkv(g, 2, q=3, k=4)
+    for dev in second_devices():
+        for what, (q_, k_, v_), m_, tol in (
+                ("a causal mask", (Q3, K3, V3), ref.causal_mask(4)[:3], 1e-5),
+                ("a (k,) key mask", (Q3, K3, V3), torch.tensor([True, False, True, True]), 1e-5),
+                ("float64", (Q, K, V), None, ATOL64)):
+            got = dev.call(c, scaled_dot_product_attention, *dev.tensor((q_, k_, v_)),
+                           dev.tensor(m_))
+            out, w = unpack(c, got)
+            ro, rw = ref.scaled_dot_product_attention(q_, k_, v_, m_)
+            c.close(w, rw, f"wrong weights on {dev} with {what}.", atol=tol, rtol=tol)
+            c.close(out, ro, f"wrong output on {dev} with {what}.", atol=tol, rtol=tol)
+        c.ok(f"runs on {dev}")
     c.done()
 
 
@@ -140,4 +174,7 @@ def check_causal_mask(causal_mask) -> None:
            "(pass device= when you create the tensor).", "honours the device argument")
     c.that(c.call(causal_mask, 3, device="cpu").device.type == "cpu",
            "device='cpu' should give a CPU mask.")
+    for dev in second_devices():
+        c.that(torch_equal(dev.call(c, causal_mask, 5, device=dev.device), ref.causal_mask(5)),
+               f"wrong mask on {dev}.", f"runs on {dev}")
     c.done()
