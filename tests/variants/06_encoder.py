@@ -89,6 +89,11 @@ def _enc(body: str) -> str:
 
 BUGGY = {
     "test_layer_norm": {
+        # fine on the CPU, a crash on a GPU: eps as a CPU tensor of one element
+        "eps_as_a_cpu_tensor": _ln('''\
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + torch.Tensor([self.eps])) + self.bias'''),
         "unbiased_variance": _ln('''\
         mean = x.mean(-1, keepdim=True)
         return self.weight * (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) + self.bias'''),
@@ -166,6 +171,12 @@ class LayerNorm(nn.Module):
 ''',
     },
     "test_feed_forward": {
+        # its own dropout mask drawn on the CPU: crashes on a GPU in training mode
+        "dropout_mask_drawn_on_the_cpu": _ff('''\
+        h = torch.relu(self.linear1(x))
+        if self.training and self.dropout.p > 0:
+            h = h * (torch.rand(h.shape) >= self.dropout.p) / (1 - self.dropout.p)
+        return self.linear2(h)'''),
         "relu_after_linear2": _ff('''\
         return torch.relu(self.linear2(self.dropout(self.linear1(x))))'''),
         "no_relu": _ff('''\
@@ -195,6 +206,12 @@ class FeedForward(nn.Module):
 ''',
     },
     "test_encoder_layer": {
+        "padding_mask_rebuilt_on_the_cpu": _el('''\
+        if mask is not None:
+            mask = mask & torch.ones(mask.shape, dtype=torch.bool)
+        if self.norm_first:
+''' + PRE.replace("        ", "            ") + '''
+''' + POST),
         "always_pre_norm": _el(PRE),
         "always_post_norm": _el(POST),
         "norm_first_swapped": _el(f'''\
@@ -231,6 +248,11 @@ class EncoderLayer(nn.TransformerEncoderLayer):
 ''',
     },
     "test_encoder": {
+        "scale_as_a_cpu_tensor": _enc('''\
+        x = self.pos_encoding(self.embedding(src) * torch.sqrt(torch.Tensor([self.d_model])))
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x'''),
         "no_sqrt_scale": _enc('''\
         x = self.pos_encoding(self.embedding(src))
         for layer in self.layers:
