@@ -108,6 +108,12 @@ class AnnotatedPositionalEncoding(nn.Module):
 
 BUGGY = {
     "test_decoder_layer": {
+        # full marks on the CPU, a crash on a GPU: a causal mask of its own, made on the CPU
+        "own_causal_mask_made_on_the_cpu": _dl('''\
+        if tgt_mask is not None:
+            t = x.shape[1]
+            tgt_mask = tgt_mask & torch.ones(t, t, dtype=torch.bool).tril()
+''' + PRE + POST),
         "cross_kv_from_decoder": _dl(PRE + '''\
         x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
         x = self.norm2(x + self.cross_attn(x, x, x)[0])
@@ -150,6 +156,11 @@ BUGGY = {
         return self.norm3(x + self.ffn(x))'''),
     },
     "test_decoder": {
+        "scale_as_a_cpu_tensor": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * torch.sqrt(torch.tensor([float(self.d_model)])))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x'''),
         "no_sqrt_scale": _dec('''\
         x = self.pos_encoding(self.embedding(tgt))
         for layer in self.layers:
@@ -177,6 +188,12 @@ BUGGY = {
         return x'''),
     },
     "test_make_padding_mask": {
+        "mask_made_on_the_cpu_then_cleared": '''
+def make_padding_mask(ids, pad_id):
+    mask = torch.ones(ids.shape, dtype=torch.bool)
+    mask[ids == pad_id] = False
+    return mask[:, None, None, :]
+''',
         "polarity": '''
 def make_padding_mask(ids, pad_id):
     return (ids == pad_id)[:, None, None, :]
@@ -203,6 +220,10 @@ def make_padding_mask(ids, pad_id):
 ''',
     },
     "test_transformer": {
+        "default_masks_made_on_the_cpu": _tr('''\
+        if src_mask is None:
+            src_mask = torch.ones(src.shape[0], 1, 1, src.shape[1], dtype=torch.bool)
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)'''),
         "src_mask_not_in_cross_attention": _tr('''\
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask)'''),
         "src_mask_not_in_encoder": _tr('''\
