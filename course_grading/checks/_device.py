@@ -36,6 +36,7 @@ import os
 import sys
 import traceback
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -56,6 +57,8 @@ _set_only_lift_cpu = torch._C._set_only_lift_cpu_tensors
 _FROM_DATA = {"tensor": torch.tensor, "as_tensor": torch.as_tensor, "asarray": torch.asarray}
 _new_tensor = torch.Tensor.new_tensor
 _tolist = torch.Tensor.tolist
+_getitem, _setitem = torch.Tensor.__getitem__, torch.Tensor.__setitem__
+_ndarray = np.ndarray
 _extract_stack = traceback.extract_stack
 _getframe = sys._getframe
 _isinstance, _type, _tuple, _list, _dict, _len, _any = isinstance, type, tuple, list, dict, len, any
@@ -99,6 +102,16 @@ class OnSecondDevice(torch.Tensor):
         grad = bool(kwargs.pop("requires_grad", False))
         return OnSecondDevice(_new_tensor(self.elem, data, *args, **kwargs), requires_grad=grad)
 
+    # An index given as a list or an array is turned into a tensor on the indexed tensor's
+    # device, below any dispatch mode (for the meta device: empty): it is made here instead.
+    def __getitem__(self, index):
+        return _getitem(self, _index(index))
+
+    def __setitem__(self, index, value):
+        if _isinstance(value, (_list, _ndarray)):
+            value = OnSecondDevice(_FROM_DATA["tensor"](value, dtype=self.dtype))
+        return _setitem(self, _index(index), value)
+
     def numpy(self, *args, **kwargs):
         raise TypeError(f"can't convert {SECOND} device type tensor to numpy. Use Tensor.cpu() to "
                         "copy the tensor to host memory first.")
@@ -110,6 +123,21 @@ class OnSecondDevice(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # outside the mode (the check's own work on a result): run on the data, stay on the device
         return _run(func, args, kwargs or {}, None)
+
+
+def _index(index):
+    if _isinstance(index, _tuple):
+        return _tuple(_index_part(i) for i in index)
+    return _index_part(index)
+
+
+def _index_part(i):
+    if not _isinstance(i, (_list, _ndarray)):
+        return i
+    t = _FROM_DATA["tensor"](i)
+    if t.dtype not in (torch.bool, torch.uint8):
+        t = t.long()
+    return OnSecondDevice(t)
 
 
 def _wrap(t):

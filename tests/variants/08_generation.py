@@ -86,6 +86,14 @@ def _beam(**changes) -> str:
 
 BUGGY = {
     "test_greedy_decode": {
+        # right on the CPU, a crash (or a result off the device) on a GPU
+        "ys_made_on_the_cpu": _greedy().replace(
+            "bos_id, dtype=torch.long, device=src.device)", "bos_id, dtype=torch.long)"),
+        "causal_mask_made_on_the_cpu": _greedy().replace(
+            "causal_mask(L, device=src.device)", "causal_mask(L)"),
+        "finished_flags_on_the_cpu": _greedy().replace(
+            "torch.zeros(src.size(0), dtype=torch.bool, device=src.device)",
+            "torch.zeros(src.size(0), dtype=torch.bool)"),
         "first_position": _greedy(position="0"),
         "no_stop_at_eos": _greedy(loop="ys.size(1) < max_len"),
         "no_eos_padding": _greedy(pad="pass"),
@@ -117,6 +125,13 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
 ''',
     },
     "test_sample_next_token": {
+        "draws_on_the_cpu": _sample(
+            draw="torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1)"),
+        "unsorts_into_a_cpu_tensor": _sample(
+            unsort="torch.zeros(drop_sorted.shape, dtype=torch.bool).scatter(-1, order, drop_sorted)"),
+        "keeps_the_first_with_a_cpu_arange": _sample(
+            drop_sorted="drop_sorted = (torch.cumsum(probs, dim=-1) - probs >= top_p) "
+                        "& (torch.arange(probs.size(-1)) > 0)"),
         "temperature_multiplied": _sample(scale="logits * temperature"),
         "top_k_keeps_lowest": _sample(largest="False", kmask="z > kth"),
         "top_p_drops_crossing_token": _sample(
@@ -190,6 +205,13 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
 ''',
     },
     "test_beam_search": {
+        "hypotheses_made_on_the_cpu": _beam().replace(
+            "ys = torch.tensor([t for _, t in live], dtype=torch.long, device=src.device)",
+            "ys = torch.tensor([t for _, t in live], dtype=torch.long)"),
+        "causal_mask_made_on_the_cpu": _beam().replace(
+            "causal_mask(L, device=src.device)", "causal_mask(L)"),
+        "returns_a_cpu_tensor": _beam().replace(
+            "key=norm)[1], dtype=torch.long, device=src.device)", "key=norm)[1], dtype=torch.long)"),
         "not_length_normalised": _beam(norm="c[0]"),
         "normalised_by_length_with_bos": _beam(norm="c[0] / len(c[1]) ** length_penalty"),
         "last_token_score_only": _beam(extend="float(logp[i, v])"),
