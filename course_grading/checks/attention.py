@@ -145,6 +145,21 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
     ro, rw = ref.scaled_dot_product_attention(Q, K, V)
     c.close(w, rw, "wrong weights in float64.", atol=ATOL64, rtol=RTOL64)
     c.close(out, ro, "wrong values in float64.", atol=ATOL64, rtol=RTOL64, passed="float64")
+    # gradients reach Q, K and V (attention is trained through this function)
+    Qg, Kg, Vg = (t.clone().requires_grad_(True) for t in qkv(g, 2, q=3, k=4, d_k=6, d_v=5))
+    out, w = unpack(c, c.call(scaled_dot_product_attention, Qg, Kg, Vg, ref.causal_mask(4)[:3]))
+    c.that(out.requires_grad, "no gradient flows back through the output: use tensor "
+           "operations only (no torch.no_grad(), .detach() or .item()).")
+    mix = torch.randn(out.shape, generator=generator(34), dtype=out.dtype)
+    (out * mix).sum().backward()
+    Qr, Kr, Vr = (t.detach().clone().requires_grad_(True) for t in (Qg, Kg, Vg))
+    (ref.scaled_dot_product_attention(Qr, Kr, Vr, ref.causal_mask(4)[:3])[0] * mix).sum().backward()
+    for name, mine, theirs in (("Q", Qg, Qr), ("K", Kg, Kr), ("V", Vg, Vr)):
+        c.that(mine.grad is not None, f"no gradient reaches {name}: use tensor operations "
+               "only (no torch.no_grad(), .detach() or .item() on the way).")
+        c.close(mine.grad, theirs.grad, f"the gradient with respect to {name} is wrong.",
+                atol=1e-5, rtol=1e-4)
+    c.ok("gradients reach Q, K and V")
     # on a second device: a mask, a scale or a fill value made inside without device=
     # stays on the CPU and fails there, as on a GPU; float64 and a (k,) key mask too
     Q3, K3, V3 = qkv(g, 2, q=3, k=4)

@@ -20,6 +20,7 @@ from course_utils.checks.decoder import (
 from course_utils.checks.encoder import (D, EVERYWHERE, EVERYWHERE_OPS, F64, FF, H,
                                          POSITIONS_HINT, compare, known, load, near)
 
+from ._common import gradients_reach
 from ._device import second_devices
 
 ASSIGNMENT = "07_decoder"
@@ -73,6 +74,10 @@ def check_decoder_layer(DecoderLayer) -> None:
         c.that(not near(c.call(drop, x, memory, causal(5), mm), want, 1e-6, 1e-6),
                "DecoderLayer(..., dropout=0.5) in training mode behaves as if there were no "
                "dropout: pass dropout on.", "uses its dropout argument")
+    for norm_first in (False, True):
+        layer = c.build(DecoderLayer, D, H, FF, norm_first=norm_first)
+        load(c, layer, parts, DECODER_LAYER_NAMES)
+        gradients_reach(c, layer, x, memory, causal(5), mm)
     for dev in second_devices():
         for norm_first in (False, True):
             layer = c.build(DecoderLayer, D, H, FF, norm_first=norm_first)
@@ -114,6 +119,9 @@ def check_decoder(Decoder) -> None:
            "should give float64 outputs: add the positions in the embeddings' dtype.")
     want, mistakes = decoder_outputs(parts, tgt, memory, tm, mm, exact_table(5, D), torch.float64)
     compare(c, got, want, "wrong values in float64.", mistakes, passed="float64", **F64)
+    dec = c.build(Decoder, 20, D, H, FF, 2)
+    load(c, dec, parts, DECODER_NAMES, POSITIONS_HINT)
+    gradients_reach(c, dec, tgt, memory, tm, mm)
     want, _ = decoder_outputs(parts, tgt, memory, tm, mm, exact_table(5, D))
     for dev in second_devices():
         dec = c.build(Decoder, 20, D, H, FF, 2)
@@ -154,6 +162,9 @@ def check_transformer(Transformer) -> None:
             outs["mistakes"], passed="float64, combined masks", **F64)
     outs = transformer_outputs(parts, src, tgt, sm, both, exact_table(6, D))
     no_masks = transformer_outputs(parts, src, tgt, None, None, exact_table(6, D))["logits"]
+    mg = c.build(Transformer, 11, 13, d_model=D, num_heads=H, d_ff=FF, num_layers=2)
+    load(c, mg, parts, TRANSFORMER_NAMES, POSITIONS_HINT)
+    gradients_reach(c, mg, src, tgt, sm, both)
     for dev in second_devices():
         md = c.build(Transformer, 11, 13, d_model=D, num_heads=H, d_ff=FF, num_layers=2)
         load(c, md, parts, TRANSFORMER_NAMES, POSITIONS_HINT)

@@ -22,6 +22,7 @@ from course_utils.checks.encoder import (
     encoder_layer_parts, encoder_outputs, encoder_parts, feed_forward, feed_forward_case, ffn_parts,
     known, layer_norm_case, load, near, run_encoder_layers, torch_encoder_layer)
 
+from ._common import gradients_reach
 from ._device import second_devices
 
 ASSIGNMENT = "06_encoder"
@@ -190,6 +191,10 @@ def check_encoder_layer(EncoderLayer) -> None:
                "in training mode behaves as if there were no dropout: pass dropout on.",
                "uses its dropout argument")
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
+    for norm_first in (False, True):
+        layer = c.build(EncoderLayer, D, H, FF, norm_first=norm_first)
+        load(c, layer, parts, ENCODER_LAYER_NAMES)
+        gradients_reach(c, layer, x, mask)
     for dev in second_devices():
         for norm_first in (False, True):
             layer = c.build(EncoderLayer, D, H, FF, norm_first=norm_first)
@@ -222,6 +227,9 @@ def check_encoder(Encoder) -> None:
            "should give float64 outputs: add the positions in the embeddings' dtype.")
     want, mistakes = encoder_outputs(parts, src, mask, exact_table(6, D), torch.float64)
     compare(c, got, want, "wrong values in float64.", mistakes, passed="float64", **F64)
+    enc = c.build(Encoder, 20, D, H, FF, 2)
+    load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)
+    gradients_reach(c, enc, src, mask)
     for dev in second_devices():
         enc = c.build(Encoder, 20, D, H, FF, 2)
         load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)

@@ -127,6 +127,14 @@ def simple_self_attention(X):
 ''',
     },
     "test_scaled_dot_product_attention": {
+        "weights_detached": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1).detach()
+    return w @ V, w
+''',
         # issue 18, section 3, in 03: the scale as a CPU tensor (a GPU raises at that line)
         "scale_is_a_cpu_tensor": '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
@@ -576,4 +584,14 @@ def causal_mask(size, device=None):
     return ~torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 ''',
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_softmax": {"through_numpy", "view_breaks_on_a_transposed_input", "max_made_on_the_cpu"},
+    "test_causal_mask": {"compares_an_arange_made_on_the_cpu"},
+    "test_scaled_dot_product_attention": {"weights_detached", "scale_is_a_cpu_tensor", "fill_tensor_made_on_the_cpu"},
 }

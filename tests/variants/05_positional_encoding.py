@@ -311,3 +311,11 @@ class PositionalEncoding(nn.Module):
 ''',
     },
 }
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_positional_encoding": {"table_recomputed_on_the_cpu_in_forward"},
+}

@@ -206,6 +206,12 @@ class FeedForward(nn.Module):
 ''',
     },
     "test_encoder_layer": {
+        # right values, no training: the layer runs under torch.no_grad()
+        "forward_under_no_grad": _el('''\
+        with torch.no_grad():
+            if self.norm_first:
+''' + PRE.replace("        ", "                ") + '''
+''' + POST.replace("        ", "            ")),
         "padding_mask_rebuilt_on_the_cpu": _el('''\
         if mask is not None:
             mask = mask & torch.ones(mask.shape, dtype=torch.bool)
@@ -248,6 +254,11 @@ class EncoderLayer(nn.TransformerEncoderLayer):
 ''',
     },
     "test_encoder": {
+        "embeddings_detached": _enc('''\
+        x = self.pos_encoding(self.embedding(src).detach() * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x'''),
         "scale_as_a_cpu_tensor": _enc('''\
         x = self.pos_encoding(self.embedding(src) * torch.sqrt(torch.Tensor([self.d_model])))
         for layer in self.layers:
@@ -655,4 +666,15 @@ class Encoder(nn.Module):
         return X
 ''',
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_layer_norm": {"eps_as_a_cpu_tensor"},
+    "test_feed_forward": {"dropout_mask_drawn_on_the_cpu"},
+    "test_encoder_layer": {"forward_under_no_grad", "padding_mask_rebuilt_on_the_cpu"},
+    "test_encoder": {"embeddings_detached", "scale_as_a_cpu_tensor"},
 }

@@ -108,6 +108,10 @@ class AnnotatedPositionalEncoding(nn.Module):
 
 BUGGY = {
     "test_decoder_layer": {
+        "cross_attention_detached": _dl(PRE + '''\
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x, memory, memory, memory_mask)[0].detach())
+        return self.norm3(x + self.ffn(x))'''),
         # full marks on the CPU, a crash on a GPU: a causal mask of its own, made on the CPU
         "own_causal_mask_made_on_the_cpu": _dl('''\
         if tgt_mask is not None:
@@ -156,6 +160,12 @@ BUGGY = {
         return self.norm3(x + self.ffn(x))'''),
     },
     "test_decoder": {
+        "layers_under_no_grad": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * math.sqrt(self.d_model))
+        with torch.no_grad():
+            for layer in self.layers:
+                x = layer(x, memory, tgt_mask, memory_mask)
+        return x'''),
         "scale_as_a_cpu_tensor": _dec('''\
         x = self.pos_encoding(self.embedding(tgt) * torch.sqrt(torch.tensor([float(self.d_model)])))
         for layer in self.layers:
@@ -220,6 +230,10 @@ def make_padding_mask(ids, pad_id):
 ''',
     },
     "test_transformer": {
+        # decode written like 08's greedy_decode: right logits, and nothing learns
+        "decode_under_no_grad": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)''').replace(
+            "    def decode(", "    @torch.no_grad()\n    def decode("),
         "default_masks_made_on_the_cpu": _tr('''\
         if src_mask is None:
             src_mask = torch.ones(src.shape[0], 1, 1, src.shape[1], dtype=torch.bool)
@@ -475,4 +489,15 @@ from course_grading.reference.decoder import Decoder as _RefDecoder
         return self.generator(self.decoder(tgt, self.encoder(src, src_mask), tgt_mask, src_mask))''').replace(
             "self.decoder = Decoder(", "self.decoder = _RefDecoder("),
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_decoder_layer": {"cross_attention_detached", "own_causal_mask_made_on_the_cpu"},
+    "test_decoder": {"layers_under_no_grad", "scale_as_a_cpu_tensor"},
+    "test_make_padding_mask": {"mask_made_on_the_cpu_then_cleared"},
+    "test_transformer": {"decode_under_no_grad", "default_masks_made_on_the_cpu"},
 }
