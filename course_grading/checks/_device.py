@@ -327,7 +327,9 @@ class StandIn:
         def move(t):
             if not _isinstance(t, _Tensor) or _isinstance(t, OnSecondDevice):
                 return t
-            return OnSecondDevice(t.detach(), requires_grad=t.requires_grad)
+            # a copy, as a move to another device makes: what the code does to it in place
+            # stays there
+            return OnSecondDevice(t.detach().clone(), requires_grad=t.requires_grad)
         return _map(move, value)
 
     def module(self, m):

@@ -62,26 +62,27 @@ def check_softmax(softmax) -> None:
     c.call(softmax, fresh)
     c.that(torch_equal(fresh, before), "softmax modified its input in place (e.g. x -= ...): "
            "compute into a new tensor.", "leaves the input unchanged")
-    # a transposed view (what scores.transpose(...) gives): .view() on it raises
-    t = x3.transpose(1, 2)
-    c.close(c.call(softmax, t), ref.softmax(t), "wrong values for a non-contiguous input (a "
-            "transposed view).", passed="non-contiguous input")
-    # gradients: attention is trained through this softmax
+    # a transposed view (what scores.transpose(...) gives: .view() on it raises), through
+    # which gradients must flow (attention is trained through this softmax)
     xg = x3.clone().requires_grad_(True)
-    out = c.call(softmax, xg)
+    out = c.call(softmax, xg.transpose(1, 2))
+    c.close(out, ref.softmax(x3.transpose(1, 2)), "wrong values for a non-contiguous input (a "
+            "transposed view).", passed="non-contiguous input")
     c.that(out.requires_grad, "no gradient flows back through softmax: use tensor operations "
            "only (no .detach(), .numpy() or .item()).")
-    (out * x3).sum().backward()
+    mix = torch.randn(out.shape, generator=g)
+    (out * mix).sum().backward()
     xr = x3.clone().requires_grad_(True)
-    (ref.softmax(xr) * x3).sum().backward()
+    (ref.softmax(xr.transpose(1, 2)) * mix).sum().backward()
     c.close(xg.grad, xr.grad, "the gradient through softmax is wrong.", atol=1e-5,
             passed="gradients flow through")
+    # on a second device: anything made inside without device= fails there, as on a GPU
+    x_inf = x3.clone()
+    x_inf[0, :2, 1] = float("-inf")
     for dev in second_devices():
-        for dim in (-1, 0):
-            c.close(dev.call(c, softmax, dev.tensor(x3), dim=dim), ref.softmax(x3, dim=dim),
-                    f"wrong values on {dev} (dim={dim}).", atol=1e-5)
-        c.close(dev.call(c, softmax, dev.tensor(masked)), ref.softmax(masked),
-                f"wrong values on {dev} with -inf logits.", passed=f"runs on {dev}")
+        c.close(dev.call(c, softmax, dev.tensor(x_inf), dim=1), ref.softmax(x_inf, dim=1),
+                f"wrong values on {dev} (dim=1, some logits -inf).", atol=1e-5,
+                passed=f"runs on {dev}")
     c.done()
 
 
@@ -93,16 +94,14 @@ def check_simple_self_attention(simple_self_attention) -> None:
     c.close(c.call(simple_self_attention, Xw), ref.simple_self_attention(Xw),
             "wrong values: don't scale the scores here, and return the weighted values, "
             "not the weights.", passed="a second example")
+    # a float64 batch, on a second device (a GPU would fail on a tensor made on the CPU)
     Xb = torch.randn(2, 4, 3, generator=generator(33), dtype=torch.float64)
-    out = c.call(simple_self_attention, Xb)
-    c.that(out.dtype == torch.float64, "float64 input should give float64 output: don't "
-           "create tensors with a fixed dtype.")
-    c.close(out, ref.simple_self_attention(Xb), "wrong values for a batch in float64.",
-            atol=ATOL64, rtol=RTOL64, passed="batched, float64")
     for dev in second_devices():
-        c.close(dev.call(c, simple_self_attention, dev.tensor(Xb)),
-                ref.simple_self_attention(Xb), f"wrong values on {dev}.", atol=ATOL64,
-                rtol=RTOL64, passed=f"runs on {dev}")
+        out = dev.call(c, simple_self_attention, dev.tensor(Xb))
+        c.that(out.dtype == torch.float64, "float64 input should give float64 output: don't "
+               "create tensors with a fixed dtype.")
+        c.close(out, ref.simple_self_attention(Xb), f"wrong values for a batch in float64 "
+                f"(on {dev}).", atol=ATOL64, rtol=RTOL64, passed=f"batched, float64, on {dev}")
     c.done()
 
 
@@ -161,20 +160,14 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
                 atol=1e-5, rtol=1e-4)
     c.ok("gradients reach Q, K and V")
     # on a second device: a mask, a scale or a fill value made inside without device=
-    # stays on the CPU and fails there, as on a GPU; float64 and a (k,) key mask too
-    Q3, K3, V3 = qkv(g, 2, q=3, k=4)
+    # stays on the CPU and fails there, as on a GPU (float64, d_k = 6, a causal mask)
     for dev in second_devices():
-        for what, (q_, k_, v_), m_, tol in (
-                ("a causal mask", (Q3, K3, V3), ref.causal_mask(4)[:3], 1e-5),
-                ("a (k,) key mask", (Q3, K3, V3), torch.tensor([True, False, True, True]), 1e-5),
-                ("float64", (Q, K, V), None, ATOL64)):
-            got = dev.call(c, scaled_dot_product_attention, *dev.tensor((q_, k_, v_)),
-                           dev.tensor(m_))
-            out, w = unpack(c, got)
-            ro, rw = ref.scaled_dot_product_attention(q_, k_, v_, m_)
-            c.close(w, rw, f"wrong weights on {dev} with {what}.", atol=tol, rtol=tol)
-            c.close(out, ro, f"wrong output on {dev} with {what}.", atol=tol, rtol=tol)
-        c.ok(f"runs on {dev}")
+        mask = ref.causal_mask(5)[:3]
+        out, w = unpack(c, dev.call(c, scaled_dot_product_attention, *dev.tensor((Q, K, V, mask))))
+        ro, rw = ref.scaled_dot_product_attention(Q, K, V, mask)
+        c.close(w, rw, f"wrong weights on {dev}.", atol=ATOL64, rtol=RTOL64)
+        c.close(out, ro, f"wrong output on {dev}.", atol=ATOL64, rtol=RTOL64,
+                passed=f"runs on {dev}")
     c.done()
 
 

@@ -272,19 +272,17 @@ def check_sample_next_token(sample_next_token) -> None:
            "(an in-place /= or masked_fill_): work on a copy.", "leaves its input unchanged")
     _case(c, sample_next_token, probs.log().double(), "float64 logits, top_p = 0.7",
           "Float64 logits should work too.", seed=10, top_p=0.7)
-    # on a second device (the global generator draws there: a CPU generator cannot): top_k=1 is
-    # the argmax; temperature, top-k and top-p together must keep to the device
+    # on a second device (drawing from the global generator: a CPU generator cannot draw
+    # there), temperature, top-k and top-p together: a token among each row's top 4
+    top4 = x.topk(4, dim=-1).indices
     for dev in second_devices():
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            one = dev.call(c, sample_next_token, dev.tensor(x), 0.7, 1)
-            c.that(torch_equal(one, x.argmax(-1)), f"with top_k=1 on {dev} the token should be "
-                   "the argmax of each row.")
             got = dev.call(c, sample_next_token, dev.tensor(x), 0.8, 4, 0.9)
-            c.that(got.shape == x.shape[:1], f"on {dev} the result should have shape "
-                   f"{tuple(x.shape[:1])}, got {tuple(got.shape)}.")
-            got = dev.call(c, sample_next_token, dev.tensor(x.double()), 1.0, None, 0.5)
-        c.ok(f"runs on {dev}")
+        c.that(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(x.shape[:1])
+               and bool((top4 == got[:, None]).any(-1).all()), f"on {dev} with top_k=4 the "
+               f"tokens should be ({x.shape[0]},) ids among each row's 4 highest logits.",
+               f"runs on {dev}")
     c.done()
 
 

@@ -284,8 +284,15 @@ class _Recorder:
             self._mode = _op_recorder(self.forbidden.ops, self.calls)
             if self._mode is not None:
                 self._mode.__enter__()
-        for mode in self.modes:
-            mode.__enter__()
+        entered = []
+        try:
+            for mode in self.modes:
+                mode.__enter__()
+                entered.append(mode)
+        except BaseException:
+            for mode in reversed(entered):
+                mode.__exit__(None, None, None)
+            raise
         _thread_setprofile(self._hook)
         _WATCH.recorder = self
         _setprofile(self._hook)
