@@ -334,14 +334,14 @@ class StandIn:
 
     def module(self, m):
         """``m`` with every parameter and buffer on this device (in place, as ``m.to`` does)."""
+        moved: dict = {}  # a tensor shared by two modules (tied weights) stays shared
         for sub in m.modules():
-            for name, p in list(sub._parameters.items()):
-                if p is not None and not _isinstance(p, OnSecondDevice):
-                    sub._parameters[name] = _Parameter(OnSecondDevice(p.detach()),
-                                                       requires_grad=p.requires_grad)
-            for name, b in list(sub._buffers.items()):
-                if b is not None and not _isinstance(b, OnSecondDevice):
-                    sub._buffers[name] = OnSecondDevice(b.detach())
+            for space, make in ((sub._parameters, _device_parameter), (sub._buffers, _device_buffer)):
+                for name, t in list(space.items()):
+                    if t is not None and not _isinstance(t, OnSecondDevice):
+                        if id(t) not in moved:
+                            moved[id(t)] = (t, make(t))
+                        space[name] = moved[id(t)][1]
         return m
 
     def call(self, c: Check, fn, *args, **kwargs):
@@ -366,6 +366,14 @@ class StandIn:
                    "the device of the inputs: make new tensors there (device=...), and don't move "
                    "them (.cpu(), .to(...)) yourself.")
         return got
+
+
+def _device_parameter(p):
+    return _Parameter(OnSecondDevice(p.detach()), requires_grad=p.requires_grad)
+
+
+def _device_buffer(b):
+    return OnSecondDevice(b.detach())
 
 
 def _returned(fn, args, kwargs):
