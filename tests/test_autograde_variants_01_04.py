@@ -73,6 +73,9 @@ STUDENTS = {
         "second_dropout": {"test_multi_head_attention": ("BUGGY", "returns_weights_of_a_second_dropout",
                                                          "two different masks")},
         "dropout_twice": {"test_multi_head_attention": ("BUGGY", "dropout_applied_twice", "dropout twice")},
+        # issue 18, section 3: full marks on the CPU until the hidden checks' second device
+        "cpu_scale": {"test_multi_head_attention": ("BUGGY", "scale_is_a_cpu_tensor",
+                                                    "torch.Tensor([self.d_head]) ** 0.5`")},
     },
 }
 

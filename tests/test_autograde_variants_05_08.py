@@ -33,6 +33,7 @@ CASES = [
     ("07_decoder", "test_transformer", "generator_with_log_softmax", "BUGGY"),
     ("08_generation", "test_greedy_decode", "pytorch_tutorial_one_sentence_at_a_time", "CORRECT"),
     ("08_generation", "test_greedy_decode", "no_causal_mask", "BUGGY"),
+    ("08_generation", "test_greedy_decode", "causal_mask_made_on_the_cpu", "BUGGY"),
     ("08_generation", "test_sample_next_token", "hugging_face_logits_warpers", "CORRECT"),
     ("08_generation", "test_sample_next_token", "top_p_before_top_k", "BUGGY"),
     ("08_generation", "test_beam_search", "no_causal_mask", "BUGGY"),

@@ -62,3 +62,27 @@ def load_ipython_extension(ipython) -> None:
     except ImportError:  # pragma: no cover - a kernel has ipykernel
         pass
     seal_kernel(app)
+
+
+def gradients_reach(c, module, *args, **kwargs) -> None:
+    """Backward through the learner's ``module`` (from a fixed random mix of its output, so that
+    a final LayerNorm does not cancel it): every parameter must get a non-zero gradient. Values
+    can be right while training is broken: a forward under ``torch.no_grad()``, a ``.detach()``,
+    a tensor rebuilt from numbers."""
+    import torch
+
+    from course_utils.checks._core import generator
+
+    with torch.enable_grad():
+        out = c.call(module, *args, **kwargs)
+        out = out[0] if isinstance(out, tuple) else out
+        c.that(isinstance(out, torch.Tensor) and out.requires_grad, "no gradient flows back "
+               "through the output: training would change nothing. Is forward (or a part of it) "
+               "under torch.no_grad(), or is a tensor detached or rebuilt from numbers on the way?")
+        mix = torch.randn(out.shape, generator=generator(7), dtype=out.dtype)
+        (out * mix).sum().backward()
+    for name, p in module.named_parameters():
+        c.that(p.grad is not None and bool(p.grad.abs().sum() > 0), f"no gradient reaches "
+               f"{name}: is it used in forward, with tensor operations only (no torch.no_grad(), "
+               ".detach() or tensors rebuilt from numbers on the way)?")
+    c.ok("gradients reach every parameter")

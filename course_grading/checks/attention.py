@@ -5,10 +5,11 @@ import torch
 
 from course_grading.reference import attention as ref
 from course_utils.checks import attention as visible
-from course_utils.checks._core import Check, devices, generator, torch_equal
+from course_utils.checks._core import Check, generator, torch_equal
 from course_utils.checks.attention import qkv, unpack
 
 from ._common import visible_first
+from ._device import second_devices
 
 ASSIGNMENT = "03_attention"
 _REFERENCE = [
@@ -61,11 +62,27 @@ def check_softmax(softmax) -> None:
     c.call(softmax, fresh)
     c.that(torch_equal(fresh, before), "softmax modified its input in place (e.g. x -= ...): "
            "compute into a new tensor.", "leaves the input unchanged")
-    for dev in devices()[1:]:
-        out = c.call(softmax, x3.to(dev))
-        c.that(out.device.type == dev.type, f"output moved off {dev.type}.")
-        c.close(out, ref.softmax(x3), f"wrong values on {dev.type}.", atol=1e-5)
-        c.ok(f"runs on {dev.type}")
+    # a transposed view (what scores.transpose(...) gives: .view() on it raises), through
+    # which gradients must flow (attention is trained through this softmax)
+    xg = x3.clone().requires_grad_(True)
+    out = c.call(softmax, xg.transpose(1, 2))
+    c.close(out, ref.softmax(x3.transpose(1, 2)), "wrong values for a non-contiguous input (a "
+            "transposed view).", passed="non-contiguous input")
+    c.that(out.requires_grad, "no gradient flows back through softmax: use tensor operations "
+           "only (no .detach(), .numpy() or .item()).")
+    mix = torch.randn(out.shape, generator=g)
+    (out * mix).sum().backward()
+    xr = x3.clone().requires_grad_(True)
+    (ref.softmax(xr.transpose(1, 2)) * mix).sum().backward()
+    c.close(xg.grad, xr.grad, "the gradient through softmax is wrong.", atol=1e-5,
+            passed="gradients flow through")
+    # on a second device: anything made inside without device= fails there, as on a GPU
+    x_inf = x3.clone()
+    x_inf[0, :2, 1] = float("-inf")
+    for dev in second_devices():
+        c.close(dev.call(c, softmax, dev.tensor(x_inf), dim=1), ref.softmax(x_inf, dim=1),
+                f"wrong values on {dev} (dim=1, some logits -inf).", atol=1e-5,
+                passed=f"runs on {dev}")
     c.done()
 
 
@@ -77,6 +94,14 @@ def check_simple_self_attention(simple_self_attention) -> None:
     c.close(c.call(simple_self_attention, Xw), ref.simple_self_attention(Xw),
             "wrong values: don't scale the scores here, and return the weighted values, "
             "not the weights.", passed="a second example")
+    # a float64 batch, on a second device (a GPU would fail on a tensor made on the CPU)
+    Xb = torch.randn(2, 4, 3, generator=generator(33), dtype=torch.float64)
+    for dev in second_devices():
+        out = dev.call(c, simple_self_attention, dev.tensor(Xb))
+        c.that(out.dtype == torch.float64, "float64 input should give float64 output: don't "
+               "create tensors with a fixed dtype.")
+        c.close(out, ref.simple_self_attention(Xb), f"wrong values for a batch in float64 "
+                f"(on {dev}).", atol=ATOL64, rtol=RTOL64, passed=f"batched, float64, on {dev}")
     c.done()
 
 
@@ -119,13 +144,30 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
     ro, rw = ref.scaled_dot_product_attention(Q, K, V)
     c.close(w, rw, "wrong weights in float64.", atol=ATOL64, rtol=RTOL64)
     c.close(out, ro, "wrong values in float64.", atol=ATOL64, rtol=RTOL64, passed="float64")
-    for dev in devices()[1:]:
-        Q, K, V = qkv(g, q=3, k=4)
-        out, w = unpack(c, c.call(scaled_dot_product_attention, Q.to(dev), K.to(dev),
-                                  V.to(dev), ref.causal_mask(4, dev)[:3]))
-        c.that(out.device.type == dev.type, f"output moved off {dev.type}.")
-        c.close(out, ref.scaled_dot_product_attention(Q, K, V, ref.causal_mask(4)[:3])[0],
-                f"wrong values on {dev.type}.", atol=1e-4, rtol=1e-4, passed=f"runs on {dev.type}")
+    # gradients reach Q, K and V (attention is trained through this function)
+    Qg, Kg, Vg = (t.clone().requires_grad_(True) for t in qkv(g, 2, q=3, k=4, d_k=6, d_v=5))
+    out, w = unpack(c, c.call(scaled_dot_product_attention, Qg, Kg, Vg, ref.causal_mask(4)[:3]))
+    c.that(out.requires_grad, "no gradient flows back through the output: use tensor "
+           "operations only (no torch.no_grad(), .detach() or .item()).")
+    mix = torch.randn(out.shape, generator=generator(34), dtype=out.dtype)
+    (out * mix).sum().backward()
+    Qr, Kr, Vr = (t.detach().clone().requires_grad_(True) for t in (Qg, Kg, Vg))
+    (ref.scaled_dot_product_attention(Qr, Kr, Vr, ref.causal_mask(4)[:3])[0] * mix).sum().backward()
+    for name, mine, theirs in (("Q", Qg, Qr), ("K", Kg, Kr), ("V", Vg, Vr)):
+        c.that(mine.grad is not None, f"no gradient reaches {name}: use tensor operations "
+               "only (no torch.no_grad(), .detach() or .item() on the way).")
+        c.close(mine.grad, theirs.grad, f"the gradient with respect to {name} is wrong.",
+                atol=1e-5, rtol=1e-4)
+    c.ok("gradients reach Q, K and V")
+    # on a second device: a mask, a scale or a fill value made inside without device=
+    # stays on the CPU and fails there, as on a GPU (float64, d_k = 6, a causal mask)
+    for dev in second_devices():
+        mask = ref.causal_mask(5)[:3]
+        out, w = unpack(c, dev.call(c, scaled_dot_product_attention, *dev.tensor((Q, K, V, mask))))
+        ro, rw = ref.scaled_dot_product_attention(Q, K, V, mask)
+        c.close(w, rw, f"wrong weights on {dev}.", atol=ATOL64, rtol=RTOL64)
+        c.close(out, ro, f"wrong output on {dev}.", atol=ATOL64, rtol=RTOL64,
+                passed=f"runs on {dev}")
     c.done()
 
 
@@ -140,4 +182,7 @@ def check_causal_mask(causal_mask) -> None:
            "(pass device= when you create the tensor).", "honours the device argument")
     c.that(c.call(causal_mask, 3, device="cpu").device.type == "cpu",
            "device='cpu' should give a CPU mask.")
+    for dev in second_devices():
+        c.that(torch_equal(dev.call(c, causal_mask, 5, device=dev.device), ref.causal_mask(5)),
+               f"wrong mask on {dev}.", f"runs on {dev}")
     c.done()

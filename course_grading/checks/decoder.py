@@ -12,13 +12,16 @@ import torch
 
 from course_grading.checks.encoder import exact_table
 from course_grading.reference import decoder as ref
-from course_utils.checks._core import Check, devices, generator, torch_equal
+from course_utils.checks._core import Check, generator, torch_equal
 from course_utils.checks.decoder import (
     DECODER_LAYER_NAMES, DECODER_NAMES, TRANSFORMER_NAMES, call, causal, decoder_layer_case,
     decoder_layer_parts, decoder_outputs, decoder_parts, run_decoder_layers, torch_decoder_layer,
     transformer_outputs, transformer_parts)
 from course_utils.checks.encoder import (D, EVERYWHERE, EVERYWHERE_OPS, F64, FF, H,
                                          POSITIONS_HINT, compare, known, load, near)
+
+from ._common import gradients_reach
+from ._device import second_devices
 
 ASSIGNMENT = "07_decoder"
 _REF = "course_grading.reference.decoder"
@@ -71,13 +74,15 @@ def check_decoder_layer(DecoderLayer) -> None:
         c.that(not near(c.call(drop, x, memory, causal(5), mm), want, 1e-6, 1e-6),
                "DecoderLayer(..., dropout=0.5) in training mode behaves as if there were no "
                "dropout: pass dropout on.", "uses its dropout argument")
-    for dev in devices()[1:]:
+    layer = c.build(DecoderLayer, D, H, FF)
+    load(c, layer, parts, DECODER_LAYER_NAMES)
+    gradients_reach(c, layer, x, memory, causal(5), mm)
+    for dev in second_devices():
         layer = c.build(DecoderLayer, D, H, FF)
         load(c, layer, parts, DECODER_LAYER_NAMES)
-        got = c.call(layer.to(dev), x.to(dev), memory.to(dev), causal(5).to(dev), mm.to(dev))
-        c.that(got.device.type == dev.type, f"output moved off {dev.type}.")
-        compare(c, got.cpu(), want, f"wrong values on {dev.type}.", atol=1e-4, rtol=1e-3,
-                passed=f"runs on {dev.type}")
+        got = dev.call(c, dev.module(layer), *dev.tensor((x, memory, causal(5), mm)))
+        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3,
+                passed=f"runs on {dev}")
     c.done()
 
 
@@ -109,6 +114,16 @@ def check_decoder(Decoder) -> None:
            "should give float64 outputs: add the positions in the embeddings' dtype.")
     want, mistakes = decoder_outputs(parts, tgt, memory, tm, mm, exact_table(5, D), torch.float64)
     compare(c, got, want, "wrong values in float64.", mistakes, passed="float64", **F64)
+    dec = c.build(Decoder, 20, D, H, FF, 2)
+    load(c, dec, parts, DECODER_NAMES, POSITIONS_HINT)
+    gradients_reach(c, dec, tgt, memory, tm, mm)
+    want, _ = decoder_outputs(parts, tgt, memory, tm, mm, exact_table(5, D))
+    for dev in second_devices():
+        dec = c.build(Decoder, 20, D, H, FF, 2)
+        load(c, dec, parts, DECODER_NAMES, POSITIONS_HINT)
+        got = dev.call(c, dev.module(dec), *dev.tensor((tgt, memory, tm, mm)))
+        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3,
+                passed=f"runs on {dev}")
     c.done()
 
 
@@ -140,6 +155,20 @@ def check_transformer(Transformer) -> None:
     outs = transformer_outputs(parts, src, tgt, sm, both, exact_table(6, D), torch.float64)
     compare(c, got, outs["logits"], "wrong with a combined causal + padding tgt_mask, float64.",
             outs["mistakes"], passed="float64, combined masks", **F64)
+    outs = transformer_outputs(parts, src, tgt, sm, both, exact_table(6, D))
+    no_masks = transformer_outputs(parts, src, tgt, None, None, exact_table(6, D))["logits"]
+    mg = c.build(Transformer, 11, 13, d_model=D, num_heads=H, d_ff=FF, num_layers=2)
+    load(c, mg, parts, TRANSFORMER_NAMES, POSITIONS_HINT)
+    gradients_reach(c, mg, src, tgt, sm, both)
+    for dev in second_devices():
+        md = c.build(Transformer, 11, 13, d_model=D, num_heads=H, d_ff=FF, num_layers=2)
+        load(c, md, parts, TRANSFORMER_NAMES, POSITIONS_HINT)
+        dev.module(md)
+        compare(c, dev.call(c, md, *dev.tensor((src, tgt, sm, both))), outs["logits"],
+                f"wrong logits on {dev}.", atol=1e-4, rtol=1e-3)
+        compare(c, dev.call(c, md, *dev.tensor((src, tgt))), no_masks,
+                f"wrong logits on {dev} with no masks.", atol=1e-4, rtol=1e-3,
+                passed=f"runs on {dev}, with masks and without")
     c.done()
 
 
@@ -157,4 +186,8 @@ def check_make_padding_mask(make_padding_mask) -> None:
     meta = c.call(make_padding_mask, ids2.to("meta"), 2)
     c.that(meta.device.type == "meta", "the mask should live on the ids' device.",
            "stays on the ids' device")
+    for dev in second_devices():
+        got = dev.call(c, make_padding_mask, dev.tensor(ids2), 2)
+        c.that(torch_equal(got, ref.make_padding_mask(ids2, 2)), f"wrong mask on {dev}.",
+               f"runs on {dev}")
     c.done()

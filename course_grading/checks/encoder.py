@@ -12,14 +12,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from course_grading.reference import positional as ref_positional
-from course_utils.checks._core import Check, devices, generator, torch_equal, torch_isfinite
+from course_utils.checks._core import Check, generator, torch_equal, torch_isfinite
 from course_utils.checks.encoder import (
     D, EVERYWHERE, EVERYWHERE_OPS, ENCODER_LAYER_NAMES, ENCODER_NAMES, F64, FF, H,
     LAYER_NORM_BUILTINS, LAYER_NORM_OPS, POSITIONS_HINT, compare, computing, encoder_layer_case,
     encoder_layer_parts, encoder_outputs, encoder_parts, feed_forward, feed_forward_case, ffn_parts,
     known, layer_norm_case, load, near, run_encoder_layers, torch_encoder_layer)
+
+from ._common import gradients_reach
+from ._device import second_devices
 
 ASSIGNMENT = "06_encoder"
 _REF = "course_grading.reference.encoder"
@@ -82,11 +86,13 @@ def check_layer_norm(LayerNorm) -> None:
     layer_norm_case(c, ln64, r.double(), x.double(), "wrong values in float64.",
                     passed="float64", **F64)
     r.float()
-    for dev in devices()[1:]:
-        got = c.call(ln.to(dev), x.to(dev))
-        c.that(got.device.type == dev.type, f"output moved off {dev.type}.")
-        layer_norm_case(c, ln.cpu(), r, x, f"wrong values on {dev.type}.", atol=1e-4, rtol=1e-4)
-        c.ok(f"runs on {dev.type}")
+    with computing():
+        want = F.layer_norm(x, r.normalized_shape, r.weight, r.bias, r.eps)
+    for dev in second_devices():
+        lnd = c.build(LayerNorm, 8)
+        load(c, lnd, r, "weight, bias")
+        compare(c, dev.call(c, dev.module(lnd), dev.tensor(x)), want, f"wrong values on {dev}.",
+                atol=1e-4, rtol=1e-4, passed=f"runs on {dev}")
     c.done()
 
 
@@ -129,6 +135,22 @@ def check_feed_forward(FeedForward) -> None:
     c.that(got.dtype == torch.float64, "float64 in should give float64 out.")
     feed_forward_case(c, f64, parts.double(), x.double(), "wrong values in float64.",
                       passed="float64", **F64)
+    fg = c.build(FeedForward, D, FF)
+    load(c, fg, parts, "linear1, linear2")
+    with torch.enable_grad():
+        c.call(fg, x).sum().backward()
+    for name, p in fg.named_parameters():
+        c.that(p.grad is not None and bool(p.grad.abs().sum() > 0), f"no gradient reaches "
+               f"{name}: use the layers in forward, with tensor operations only.")
+    c.ok("gradients reach linear1 and linear2")
+    for dev in second_devices():  # in training mode: dropout's mask must be made there too
+        fdd = c.build(FeedForward, D, FF, dropout=0.5)
+        load(c, fdd, parts, "linear1, linear2")
+        dev.module(fdd).train()
+        with torch.random.fork_rng(devices=[]):
+            got = dev.call(c, fdd, dev.tensor(x))
+        c.shape(got, tuple(x.shape), f"the output on {dev}")
+        c.ok(f"runs on {dev} in training mode")
     c.done()
 
 
@@ -167,14 +189,16 @@ def check_encoder_layer(EncoderLayer) -> None:
                "in training mode behaves as if there were no dropout: pass dropout on.",
                "uses its dropout argument")
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
-    for dev in devices()[1:]:
+    layer = c.build(EncoderLayer, D, H, FF)
+    load(c, layer, parts, ENCODER_LAYER_NAMES)
+    gradients_reach(c, layer, x, mask)
+    want = run_encoder_layers([torch_encoder_layer(parts, H)], x, mask)
+    for dev in second_devices():
         layer = c.build(EncoderLayer, D, H, FF)
         load(c, layer, parts, ENCODER_LAYER_NAMES)
-        got = c.call(layer.to(dev), x.to(dev), mask.to(dev))
-        c.that(got.device.type == dev.type, f"output moved off {dev.type}.")
-        want = run_encoder_layers([torch_encoder_layer(parts, H)], x, mask)
-        compare(c, got.cpu(), want, f"wrong values on {dev.type}.", atol=1e-4, rtol=1e-3,
-                passed=f"runs on {dev.type}")
+        got = dev.call(c, dev.module(layer), dev.tensor(x), dev.tensor(mask))
+        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3,
+                passed=f"runs on {dev}")
     c.done()
 
 
@@ -198,12 +222,14 @@ def check_encoder(Encoder) -> None:
            "should give float64 outputs: add the positions in the embeddings' dtype.")
     want, mistakes = encoder_outputs(parts, src, mask, exact_table(6, D), torch.float64)
     compare(c, got, want, "wrong values in float64.", mistakes, passed="float64", **F64)
-    for dev in devices()[1:]:
+    enc = c.build(Encoder, 20, D, H, FF, 2)
+    load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)
+    gradients_reach(c, enc, src, mask)
+    for dev in second_devices():
         enc = c.build(Encoder, 20, D, H, FF, 2)
         load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)
-        got = c.call(enc.to(dev), src.to(dev), mask.to(dev))
-        c.that(got.device.type == dev.type, f"output moved off {dev.type}.")
+        got = dev.call(c, dev.module(enc), dev.tensor(src), dev.tensor(mask))
         want, _ = encoder_outputs(parts, src, mask, exact_table(6, D))
-        compare(c, got.cpu(), want, f"wrong values on {dev.type}.", atol=1e-4, rtol=1e-3,
-                passed=f"runs on {dev.type}")
+        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3,
+                passed=f"runs on {dev}")
     c.done()

@@ -19,12 +19,14 @@ import torch
 
 from course_grading.reference import generation as ref
 from course_grading.reference.decoder import Transformer, make_padding_mask
-from course_utils.checks._core import Check, devices, generator, torch_equal
+from course_utils.checks._core import Check, generator, torch_equal
 from course_utils.checks.generation import (
     BEAM_SRC, BOS, EOS, GREEDY_CASES, LAYERS, RANDOM_BEAMS, SAMPLING_CASES, WIDE, N_DRAWS, beam,
     beam_matches, greedy_case, greedy_ok, length_normalisation_hint, random_model,
     sampling_case, sampling_logits, table_model, wide_model)
 from course_utils.toy_task import LookupModel, pad_batch, source_tokenizer, to_words
+
+from ._device import second_devices
 
 ASSIGNMENT = "08_generation"
 _FORBIDDEN = [f"course_grading.reference.generation.{name}" for name in (
@@ -179,16 +181,18 @@ def check_greedy_decode(greedy_decode) -> None:
     _greedy_vs_reference(c, greedy_decode, model, src, 12, make_padding_mask(src, 0),
                          what=" (the trained dates model, three dates in words)")
     c.ok("real encoder-decoders: three layers with random weights, and the trained dates model")
-    src = torch.tensor([[5, 6, 7, 0, 0], [4, 4, 5, 6, 3]])
-    mask = (src != 0)[:, None, None, :]
-    for dev in devices()[1:]:
-        kwargs, _, max_len, _ = GREEDY_CASES["padded"]
-        model = LookupModel(eos_id=EOS, layers=LAYERS, device=dev, **kwargs)
-        e = greedy_expected(model, src, max_len, mask)
-        out = greedy_ok(c, greedy_decode, model, src.to(dev), max_len, e["want"], mask.to(dev),
-                        f" on {dev.type}")
-        c.that(out.device.type == dev.type, f"the result should stay on {dev.type}: create "
-               "ys on src.device.", f"runs on {dev.type}")
+    # on a second device, with a real encoder-decoder there: ys, the causal mask and anything
+    # else made inside without device= stay on the CPU and fail there, as on a GPU
+    src = torch.randint(3, 12, (3, 6), generator=generator(43))
+    src[1:, 4:] = 0
+    mask = make_padding_mask(src, 0)
+    for dev in second_devices():
+        model = deep_transformer(1, layers=2)
+        want = _lists(ref.greedy_decode(model, src, 8, BOS, EOS, mask))
+        got = dev.call(c, greedy_decode, dev.module(model), *dev.tensor((src,)), 8, BOS, EOS,
+                       dev.tensor(mask))
+        c.that(isinstance(got, torch.Tensor) and _lists(got) == want, f"wrong tokens on {dev} "
+               "(the same model and source give the right ones on the CPU).", f"runs on {dev}")
     c.done()
 
 
@@ -268,11 +272,17 @@ def check_sample_next_token(sample_next_token) -> None:
            "(an in-place /= or masked_fill_): work on a copy.", "leaves its input unchanged")
     _case(c, sample_next_token, probs.log().double(), "float64 logits, top_p = 0.7",
           "Float64 logits should work too.", seed=10, top_p=0.7)
-    for dev in devices()[1:]:
-        out = c.call(sample_next_token, x.to(dev), 0.8, 4, 0.9,
-                     torch.Generator(device=dev).manual_seed(0))
-        c.that(out.device.type == dev.type, f"the result should stay on {dev.type}.",
-               f"runs on {dev.type}")
+    # on a second device (drawing from the global generator: a CPU generator cannot draw
+    # there), temperature, top-k and top-p together: a token among each row's top 4
+    top4 = x.topk(4, dim=-1).indices
+    for dev in second_devices():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            got = dev.call(c, sample_next_token, dev.tensor(x), 0.8, 4, 0.9)
+        c.that(isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(x.shape[:1])
+               and bool((top4 == got[:, None]).any(-1).all()), f"on {dev} with top_k=4 the "
+               f"tokens should be ({x.shape[0]},) ids among each row's 4 highest logits.",
+               f"runs on {dev}")
     c.done()
 
 
@@ -322,10 +332,12 @@ def check_beam_search(beam_search) -> None:
     _beam_vs_reference(c, beam_search, model, one, 3, 12, what="beam_size 3, the trained dates "
                        "model")
     c.ok("real encoder-decoders: three layers with random weights, and the trained dates model")
-    for dev in devices()[1:]:
-        model = LookupModel(6, seed=4, eos_id=EOS, eos_bias=1.5, device=dev, layers=LAYERS)
-        got = c.call(beam_search, model, src.to(dev), 2, 7, BOS, EOS)
-        want = ref.beam_search(model, src, 2, 7, BOS, EOS)
-        c.that(torch_equal(got.cpu(), want), f"wrong result on {dev.type}.",
-               f"runs on {dev.type}")
+    # on a second device, with a real encoder-decoder there (as greedy_decode's)
+    one = torch.randint(3, 12, (1, 5), generator=generator(55))
+    for dev in second_devices():
+        model = deep_transformer(3, layers=2)
+        want = _lists(ref.beam_search(model, one, 3, 7, BOS, EOS, 0.7))
+        got = dev.call(c, beam_search, dev.module(model), dev.tensor(one), 3, 7, BOS, EOS, 0.7)
+        c.that(isinstance(got, torch.Tensor) and _lists(got) == want, f"wrong result on {dev} "
+               "(the same model and source give the right one on the CPU).", f"runs on {dev}")
     c.done()

@@ -15,11 +15,12 @@ import torch
 from course_grading.reference import attention as ref_attention
 from course_grading.reference import multi_head as ref
 from course_utils.checks import multi_head as visible
-from course_utils.checks._core import Check, devices, generator, torch_equal, torch_isclose
+from course_utils.checks._core import Check, generator, torch_equal, torch_isclose
 from course_utils.checks.multi_head import (ATOL32, NAMES, RTOL32, expect_projections, compare,
                                             expect_value_error, forward, near)
 
 from ._common import visible_first
+from ._device import second_devices
 
 ASSIGNMENT = visible.ASSIGNMENT
 _FORBIDDEN = visible.MHA_BUILTINS + [
@@ -181,6 +182,10 @@ def check_split_heads(split_heads) -> None:
     c.that(xg.grad is not None and bool((xg.grad == 1).all()),
            "gradients don't flow back through split_heads: use tensor operations "
            "(view/reshape/transpose), no .numpy() or .detach().", "gradients flow through")
+    x = torch.randn(2, 5, 12, generator=g)
+    for dev in second_devices():
+        c.close(dev.call(c, split_heads, dev.tensor(x), 3), ref.split_heads(x, 3),
+                f"wrong values on {dev}.", atol=0, rtol=0, passed=f"runs on {dev}")
     c.done()
 
 
@@ -216,6 +221,9 @@ def check_merge_heads(merge_heads) -> None:
         out.sum().backward()
     c.that(xg.grad is not None and bool((xg.grad == 1).all()),
            "gradients don't flow back through merge_heads.", "gradients flow through")
+    for dev in second_devices():
+        c.close(dev.call(c, merge_heads, dev.tensor(t)), ref.merge_heads(t),
+                f"wrong values on {dev}.", atol=0, rtol=0, passed=f"runs on {dev}")
     c.done()
 
 
@@ -389,15 +397,16 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
         c.that(p.grad is not None and bool(p.grad.abs().sum() > 0), f"no gradient reaches "
                f"{name}: every projection must be used, with tensor operations only.")
     c.ok("gradients reach all four projections")
-    m.eval()
-    for dev in devices()[1:]:
-        md = m.to(dev)
-        out, w = forward(c, md, dev.type, q.to(dev), k.to(dev), v.to(dev),
-                         mask=keep[:, None, None].to(dev))
-        c.that(out.device.type == dev.type, f"the output moved off {dev.type}.")
+    # on a second device: a tensor made inside forward without device= (the scale, a mask)
+    # stays on the CPU and fails there, as on a GPU (float64, d_head = 6, a mask per sequence)
+    for dev in second_devices():
+        md = _built(c, MultiHeadAttention, 18, 3)
+        md.double()
+        c.load_by_name(md, r64, NAMES)
+        out, w = dev.call(c, dev.module(md), *dev.tensor((q64, k64, v64)), mask=dev.tensor(per))
         with torch.no_grad():
-            want = r(q, k, v, keep[:, None, None])[0]
-        c.close(out, want, f"wrong values on {dev.type}.", atol=1e-4, rtol=1e-4,
-                passed=f"runs on {dev.type}")
-        m.cpu()
+            want, want_w = r64(q64, k64, v64, per)
+        c.close(out, want, f"wrong output on {dev}.", atol=ATOL64, rtol=RTOL64)
+        c.close(w, want_w, f"wrong weights on {dev}.", atol=ATOL64, rtol=RTOL64,
+                passed=f"runs on {dev}")
     c.done()

@@ -238,8 +238,9 @@ class _Recorder:
     however they were reached. On the kernel's own threads the recording installed there before
     the first cell (``_seal.WATCH``) reports here too; other threads are refused outright."""
 
-    def __init__(self, forbidden: Forbidden):
+    def __init__(self, forbidden: Forbidden, modes: tuple = ()):
         self.forbidden = forbidden
+        self.modes = modes  # torch modes the code runs under (a hidden check's second device)
         self.calls: list[str] = []
         self.tampered: list[str] = []
         self.threads: list[str] = []
@@ -283,6 +284,15 @@ class _Recorder:
             self._mode = _op_recorder(self.forbidden.ops, self.calls)
             if self._mode is not None:
                 self._mode.__enter__()
+        entered = []
+        try:
+            for mode in self.modes:
+                mode.__enter__()
+                entered.append(mode)
+        except BaseException:
+            for mode in reversed(entered):
+                mode.__exit__(None, None, None)
+            raise
         _thread_setprofile(self._hook)
         _WATCH.recorder = self
         _setprofile(self._hook)
@@ -294,6 +304,11 @@ class _Recorder:
         _setprofile(self._previous)
         _WATCH.recorder = None
         _thread_setprofile(None)
+        for mode in reversed(self.modes):
+            try:
+                mode.__exit__(None, None, None)
+            except Exception:  # noqa: BLE001 - the mode stack was changed under us
+                self.tampered.append("the torch dispatch mode stack")
         if self._mode is not None:
             try:
                 self._mode.__exit__(None, None, None)
@@ -350,7 +365,10 @@ def _op_matches(name: str, ops) -> bool:
 # provides beside its notebook (building_blocks.py), which the learner's code calls into.
 _LIBRARIES = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python",
               os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen",
-              os.sep + "building_blocks.py")
+              os.sep + "building_blocks.py",
+              # the grading package beside it, where it is installed (the hidden checks' devices)
+              os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+                  os.path.abspath(__file__)))), "course_grading") + os.sep)
 
 
 def _where(exc: BaseException) -> str:
@@ -394,6 +412,9 @@ class Check:
                  ops: Iterable[str] = ()):
         self.exercise = exercise
         self.hidden = hidden
+        # torch modes the learner's code runs under, entered before the recording starts (a
+        # hidden check sets them while it runs the code on a second device)
+        self.modes: tuple = ()
         self.sound()
         self.forbidden = Forbidden(forbidden, ops)
 
@@ -458,7 +479,7 @@ class Check:
 
     def _guarded_call(self, fn, args, kwargs):
         self.sound()
-        recorder = _Recorder(self.forbidden)
+        recorder = _Recorder(self.forbidden, self.modes)
         recorder.idle = _idle_now()
         try:
             with quiet(), recorder:

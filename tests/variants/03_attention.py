@@ -6,6 +6,28 @@ the solution cells, so `torch`, `F`, `math` and the other solutions (`softmax`, 
 
 BUGGY = {
     "test_softmax": {
+        # found by the hidden checks that a CPU-only run misses: gradients, a view, a device
+        "through_numpy": '''
+def softmax(x, dim=-1):
+    import numpy as np
+    a = x.numpy()
+    e = np.exp(a - a.max(axis=dim, keepdims=True))
+    return torch.from_numpy(e / e.sum(axis=dim, keepdims=True))
+''',
+        "view_breaks_on_a_transposed_input": '''
+def softmax(x, dim=-1):
+    x = x.transpose(dim, -1)
+    flat = x.view(-1, x.shape[-1])
+    e = torch.exp(flat - flat.max(dim=-1, keepdim=True).values)
+    return (e / e.sum(dim=-1, keepdim=True)).view(x.shape).transpose(dim, -1)
+''',
+        "max_made_on_the_cpu": '''
+def softmax(x, dim=-1):
+    m = torch.zeros(x.shape[:dim % x.dim()] + (1,) + x.shape[dim % x.dim() + 1:], dtype=x.dtype)
+    m.copy_(x.amax(dim=dim, keepdim=True))
+    e = torch.exp(x - m)
+    return e / e.sum(dim=dim, keepdim=True)
+''',
         "no_max_subtraction": '''
 def softmax(x, dim=-1):
     e = torch.exp(x)
@@ -105,6 +127,31 @@ def simple_self_attention(X):
 ''',
     },
     "test_scaled_dot_product_attention": {
+        "weights_detached": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1).detach()
+    return w @ V, w
+''',
+        # issue 18, section 3, in 03: the scale as a CPU tensor (a GPU raises at that line)
+        "scale_is_a_cpu_tensor": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / torch.sqrt(torch.Tensor([K.shape[-1]]))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
+        "fill_tensor_made_on_the_cpu": '''
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1])
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.full(scores.shape, float("-inf"), dtype=scores.dtype))
+    w = softmax(scores, dim=-1)
+    return w @ V, w
+''',
         "no_sqrt_d_k": '''
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ K.transpose(-2, -1)
@@ -230,6 +277,10 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 ''',
     },
     "test_causal_mask": {
+        "compares_an_arange_made_on_the_cpu": '''
+def causal_mask(size, device=None):
+    return torch.arange(size)[:, None] >= torch.arange(size, device=device)[None, :]
+''',
         "upper_triangle": '''
 def causal_mask(size, device=None):
     return torch.ones(size, size, dtype=torch.bool, device=device).triu()
@@ -533,4 +584,14 @@ def causal_mask(size, device=None):
     return ~torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 ''',
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_softmax": {"through_numpy", "view_breaks_on_a_transposed_input", "max_made_on_the_cpu"},
+    "test_causal_mask": {"compares_an_arange_made_on_the_cpu"},
+    "test_scaled_dot_product_attention": {"weights_detached", "scale_is_a_cpu_tensor", "fill_tensor_made_on_the_cpu"},
 }

@@ -77,12 +77,29 @@ def split_heads(x, num_heads):
         "imports_the_reference": '''
 from course_grading.reference.multi_head import split_heads
 ''',
+        "fills_a_buffer_made_on_the_cpu": '''
+def split_heads(x, num_heads):
+    b, s, d = x.shape
+    d_head = d // num_heads
+    out = torch.zeros(b, num_heads, s, d_head, dtype=x.dtype)
+    for h in range(num_heads):
+        out[:, h] = x[:, :, h * d_head:(h + 1) * d_head]
+    return out
+''',
         "not_implemented": '''
 def split_heads(x, num_heads):
     raise NotImplementedError()
 ''',
     },
     "test_merge_heads": {
+        "fills_a_buffer_made_on_the_cpu": '''
+def merge_heads(x):
+    b, h, s, d_head = x.shape
+    out = torch.empty(b, s, h * d_head, dtype=x.dtype)
+    for i in range(h):
+        out[:, :, i * d_head:(i + 1) * d_head] = x[:, i]
+    return out
+''',
         "reshape_without_transpose": '''
 def merge_heads(x):
     b, h, s, d = x.shape
@@ -360,6 +377,47 @@ class MultiHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w
+'''),
+        # issue 18, section 3 (found in public coursework): the scale is a CPU tensor made
+        # inside forward; full marks on the CPU, a crash on the first GPU
+        "scale_is_a_cpu_tensor": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        scores = Q @ K.transpose(-2, -1) / torch.Tensor([self.d_head]) ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        w = torch.softmax(scores, dim=-1)
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
+'''),
+        "scale_tensor_float32_on_cpu": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        scale = torch.sqrt(torch.tensor([float(self.d_head)]))
+        _, w = scaled_dot_product_attention(Q / scale * math.sqrt(self.d_head), K, V, mask)
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
+'''),
+        "own_causal_mask_on_cpu": _mha('''
+    def forward(self, query, key, value, mask=None):
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        if mask is not None:
+            mask = mask & torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool)
+        _, w = scaled_dot_product_attention(Q, K, V, mask)
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
+'''),
+        "moves_to_the_default_device": _mha('''
+    def forward(self, query, key, value, mask=None):
+        device = torch.device("cpu")
+        Q = split_heads(self.q_proj(query), self.num_heads)
+        K = split_heads(self.k_proj(key), self.num_heads)
+        V = split_heads(self.v_proj(value), self.num_heads)
+        _, w = scaled_dot_product_attention(Q, K, V, None if mask is None else mask.to(device))
+        return self.out_proj(merge_heads(self.dropout(w) @ V)), w
 '''),
         "subclasses_the_reference": '''
 from course_grading.reference.multi_head import MultiHeadAttention as _Ref
@@ -773,4 +831,14 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(merge_heads(out)), w.view(b, h, q, k)
 '''),
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_split_heads": {"fills_a_buffer_made_on_the_cpu"},
+    "test_merge_heads": {"fills_a_buffer_made_on_the_cpu"},
+    "test_multi_head_attention": {"scale_is_a_cpu_tensor", "scale_tensor_float32_on_cpu", "own_causal_mask_on_cpu", "moves_to_the_default_device"},
 }

@@ -89,6 +89,11 @@ def _enc(body: str) -> str:
 
 BUGGY = {
     "test_layer_norm": {
+        # fine on the CPU, a crash on a GPU: eps as a CPU tensor of one element
+        "eps_as_a_cpu_tensor": _ln('''\
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + torch.Tensor([self.eps])) + self.bias'''),
         "unbiased_variance": _ln('''\
         mean = x.mean(-1, keepdim=True)
         return self.weight * (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) + self.bias'''),
@@ -166,6 +171,12 @@ class LayerNorm(nn.Module):
 ''',
     },
     "test_feed_forward": {
+        # its own dropout mask drawn on the CPU: crashes on a GPU in training mode
+        "dropout_mask_drawn_on_the_cpu": _ff('''\
+        h = torch.relu(self.linear1(x))
+        if self.training and self.dropout.p > 0:
+            h = h * (torch.rand(h.shape) >= self.dropout.p) / (1 - self.dropout.p)
+        return self.linear2(h)'''),
         "relu_after_linear2": _ff('''\
         return torch.relu(self.linear2(self.dropout(self.linear1(x))))'''),
         "no_relu": _ff('''\
@@ -195,6 +206,18 @@ class FeedForward(nn.Module):
 ''',
     },
     "test_encoder_layer": {
+        # right values, no training: the layer runs under torch.no_grad()
+        "forward_under_no_grad": _el('''\
+        with torch.no_grad():
+            if self.norm_first:
+''' + PRE.replace("        ", "                ") + '''
+''' + POST.replace("        ", "            ")),
+        "padding_mask_rebuilt_on_the_cpu": _el('''\
+        if mask is not None:
+            mask = mask & torch.ones(mask.shape, dtype=torch.bool)
+        if self.norm_first:
+''' + PRE.replace("        ", "            ") + '''
+''' + POST),
         "always_pre_norm": _el(PRE),
         "always_post_norm": _el(POST),
         "norm_first_swapped": _el(f'''\
@@ -231,6 +254,16 @@ class EncoderLayer(nn.TransformerEncoderLayer):
 ''',
     },
     "test_encoder": {
+        "embeddings_detached": _enc('''\
+        x = self.pos_encoding(self.embedding(src).detach() * math.sqrt(self.d_model))
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x'''),
+        "scale_as_a_cpu_tensor": _enc('''\
+        x = self.pos_encoding(self.embedding(src) * torch.sqrt(torch.Tensor([self.d_model])))
+        for layer in self.layers:
+            x = layer(x, src_mask)
+        return x'''),
         "no_sqrt_scale": _enc('''\
         x = self.pos_encoding(self.embedding(src))
         for layer in self.layers:
@@ -633,4 +666,15 @@ class Encoder(nn.Module):
         return X
 ''',
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_layer_norm": {"eps_as_a_cpu_tensor"},
+    "test_feed_forward": {"dropout_mask_drawn_on_the_cpu"},
+    "test_encoder_layer": {"forward_under_no_grad", "padding_mask_rebuilt_on_the_cpu"},
+    "test_encoder": {"embeddings_detached", "scale_as_a_cpu_tensor"},
 }

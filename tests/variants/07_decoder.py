@@ -108,6 +108,16 @@ class AnnotatedPositionalEncoding(nn.Module):
 
 BUGGY = {
     "test_decoder_layer": {
+        "cross_attention_detached": _dl(PRE + '''\
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
+        x = self.norm2(x + self.cross_attn(x, memory, memory, memory_mask)[0].detach())
+        return self.norm3(x + self.ffn(x))'''),
+        # full marks on the CPU, a crash on a GPU: a causal mask of its own, made on the CPU
+        "own_causal_mask_made_on_the_cpu": _dl('''\
+        if tgt_mask is not None:
+            t = x.shape[1]
+            tgt_mask = tgt_mask & torch.ones(t, t, dtype=torch.bool).tril()
+''' + PRE + POST),
         "cross_kv_from_decoder": _dl(PRE + '''\
         x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
         x = self.norm2(x + self.cross_attn(x, x, x)[0])
@@ -150,6 +160,17 @@ BUGGY = {
         return self.norm3(x + self.ffn(x))'''),
     },
     "test_decoder": {
+        "layers_under_no_grad": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * math.sqrt(self.d_model))
+        with torch.no_grad():
+            for layer in self.layers:
+                x = layer(x, memory, tgt_mask, memory_mask)
+        return x'''),
+        "scale_as_a_cpu_tensor": _dec('''\
+        x = self.pos_encoding(self.embedding(tgt) * torch.sqrt(torch.tensor([float(self.d_model)])))
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, memory_mask)
+        return x'''),
         "no_sqrt_scale": _dec('''\
         x = self.pos_encoding(self.embedding(tgt))
         for layer in self.layers:
@@ -177,6 +198,12 @@ BUGGY = {
         return x'''),
     },
     "test_make_padding_mask": {
+        "mask_made_on_the_cpu_then_cleared": '''
+def make_padding_mask(ids, pad_id):
+    mask = torch.ones(ids.shape, dtype=torch.bool)
+    mask[ids == pad_id] = False
+    return mask[:, None, None, :]
+''',
         "polarity": '''
 def make_padding_mask(ids, pad_id):
     return (ids == pad_id)[:, None, None, :]
@@ -203,6 +230,14 @@ def make_padding_mask(ids, pad_id):
 ''',
     },
     "test_transformer": {
+        # decode written like 08's greedy_decode: right logits, and nothing learns
+        "decode_under_no_grad": _tr('''\
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)''').replace(
+            "    def decode(", "    @torch.no_grad()\n    def decode("),
+        "default_masks_made_on_the_cpu": _tr('''\
+        if src_mask is None:
+            src_mask = torch.ones(src.shape[0], 1, 1, src.shape[1], dtype=torch.bool)
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)'''),
         "src_mask_not_in_cross_attention": _tr('''\
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask)'''),
         "src_mask_not_in_encoder": _tr('''\
@@ -454,4 +489,15 @@ from course_grading.reference.decoder import Decoder as _RefDecoder
         return self.generator(self.decoder(tgt, self.encoder(src, src_mask), tgt_mask, src_mask))''').replace(
             "self.decoder = Decoder(", "self.decoder = _RefDecoder("),
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_decoder_layer": {"cross_attention_detached", "own_causal_mask_made_on_the_cpu"},
+    "test_decoder": {"layers_under_no_grad", "scale_as_a_cpu_tensor"},
+    "test_make_padding_mask": {"mask_made_on_the_cpu_then_cleared"},
+    "test_transformer": {"decode_under_no_grad", "default_masks_made_on_the_cpu"},
 }

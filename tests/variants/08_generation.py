@@ -87,6 +87,14 @@ def _beam(**changes) -> str:
 
 BUGGY = {
     "test_greedy_decode": {
+        # right on the CPU, a crash (or a result off the device) on a GPU
+        "ys_made_on_the_cpu": _greedy().replace(
+            "bos_id, dtype=torch.long, device=src.device)", "bos_id, dtype=torch.long)"),
+        "causal_mask_made_on_the_cpu": _greedy().replace(
+            "causal_mask(L, device=src.device)", "causal_mask(L)"),
+        "finished_flags_on_the_cpu": _greedy().replace(
+            "torch.zeros(src.size(0), dtype=torch.bool, device=src.device)",
+            "torch.zeros(src.size(0), dtype=torch.bool)"),
         "first_position": _greedy(position="0"),
         "no_stop_at_eos": _greedy(loop="ys.size(1) < max_len"),
         "no_eos_padding": _greedy(pad="pass"),
@@ -118,6 +126,13 @@ def greedy_decode(model, src, max_len, bos_id, eos_id, src_mask=None):
 ''',
     },
     "test_sample_next_token": {
+        "draws_on_the_cpu": _sample(
+            draw="torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1)"),
+        "unsorts_into_a_cpu_tensor": _sample(
+            unsort="torch.zeros(drop_sorted.shape, dtype=torch.bool).scatter(-1, order, drop_sorted)"),
+        "keeps_the_first_with_a_cpu_arange": _sample(
+            drop_sorted="drop_sorted = (torch.cumsum(probs, dim=-1) - probs >= top_p) "
+                        "& (torch.arange(probs.size(-1)) > 0)"),
         "temperature_multiplied": _sample(scale="logits * temperature"),
         "top_k_keeps_lowest": _sample(largest="False", kmask="z > kth"),
         # torch.topk refuses a k larger than the row: a top_k beyond the vocabulary must keep all
@@ -193,6 +208,13 @@ def sample_next_token(logits, temperature=1.0, top_k=None, top_p=None, generator
 ''',
     },
     "test_beam_search": {
+        "hypotheses_made_on_the_cpu": _beam().replace(
+            "ys = torch.tensor([t for _, t in live], dtype=torch.long, device=src.device)",
+            "ys = torch.tensor([t for _, t in live], dtype=torch.long)"),
+        "causal_mask_made_on_the_cpu": _beam().replace(
+            "causal_mask(L, device=src.device)", "causal_mask(L)"),
+        "returns_a_cpu_tensor": _beam().replace(
+            "key=norm)[1], dtype=torch.long, device=src.device)", "key=norm)[1], dtype=torch.long)"),
         "not_length_normalised": _beam(norm="c[0]"),
         "normalised_by_length_with_bos": _beam(norm="c[0] / len(c[1]) ** length_penalty"),
         "last_token_score_only": _beam(extend="float(logp[i, v])"),
@@ -488,4 +510,14 @@ def beam_search(model, src, beam_size, max_len, bos_id, eos_id, length_penalty=1
     return torch.tensor(best[0], device=src.device)
 ''',
     },
+}
+
+
+# Buggy variants whose outputs are right for every input on the CPU: the bug shows on another
+# device, in the gradients or on a non-contiguous view, which the hidden checks try and the
+# integrity audit (outputs on fresh inputs) has no reason to.
+RIGHT_ON_THE_CPU = {
+    "test_greedy_decode": {"ys_made_on_the_cpu", "causal_mask_made_on_the_cpu", "finished_flags_on_the_cpu"},
+    "test_sample_next_token": {"draws_on_the_cpu", "unsorts_into_a_cpu_tensor", "keeps_the_first_with_a_cpu_arange"},
+    "test_beam_search": {"hypotheses_made_on_the_cpu", "causal_mask_made_on_the_cpu", "returns_a_cpu_tensor"},
 }
