@@ -66,9 +66,15 @@ def run_visible_half(assignment: str, grade_id: str, replacement: str) -> Outcom
 
 
 def _buggy():
+    """Every buggy variant but those right on the CPU (``RIGHT_ON_THE_CPU``: a device bug shows
+    on the hidden checks' second device, which the learner's side does not have)."""
     for assignment in ASSIGNMENTS:
-        for grade_id, found in load_variants(VARIANTS / f"{assignment}.py").BUGGY.items():
+        variants = load_variants(VARIANTS / f"{assignment}.py")
+        on_a_device = getattr(variants, "RIGHT_ON_THE_CPU", {})
+        for grade_id, found in variants.BUGGY.items():
             for name, src in found.items():
+                if name in on_a_device.get(grade_id, ()):
+                    continue
                 yield pytest.param(assignment, grade_id, name, src,
                                    id=f"{assignment}-{grade_id}-{name}")
 

@@ -25,6 +25,7 @@ from course_utils.checks.gpt import (BLOCK_NAMES, GENERATE_CASES, GPT_NAMES, Pre
                                      raises_value_error)
 
 from ._common import visible_first
+from ._device import second_devices
 
 ASSIGNMENT = "09_gpt"
 _REF = "course_grading.reference.gpt"
@@ -62,17 +63,18 @@ def check_gpt_block(GPTBlock) -> None:
     load(c, dropped, parts, BLOCK_NAMES)  # load_by_name puts it in eval mode
     block_case(c, dropped, tb, x, 3, tuple(tb.kv(x[:, :3])[:2]), "dropout=0.2 in eval mode",
                passed="dropout=0.2 changes nothing in eval mode")
-    for dev in devices()[1:]:
-        on = c.build(GPTBlock, d, h, d_ff)
+    # on a second device: a mask or an index made without device= stays on the CPU and fails
+    # there, as on a GPU (float64, a past of 5, 3 new positions)
+    past5 = tuple(tb.kv(x[:, :5])[:2])
+    want_out, want_present = pair(c, c.call(block, x[:, 5:], past5), "GPTBlock(...)(x, past)")
+    for dev in second_devices():
+        on = c.build(GPTBlock, d, h, d_ff).double()
         load(c, on, parts, BLOCK_NAMES)
-        on = on.to(dev)
-        xs = x.float().to(dev)
-        out, present = pair(c, c.call(on, xs[:, 5:], tuple(t.float().to(dev)
-                                                            for t in tb.kv(x[:, :5])[:2])),
+        out, present = pair(c, dev.call(c, dev.module(on), *dev.tensor((x[:, 5:], past5))),
                             "GPTBlock(...)(x, past)")
-        c.that(out.device.type == dev.type and present[0].device.type == dev.type,
-               f"the output and the cache should stay on {dev.type}: build the mask on "
-               "x.device.", f"runs on {dev.type}")
+        c.close(out, want_out, f"wrong output on {dev}.", **F64)
+        c.close(present[0], want_present[0], f"wrong keys in the present on {dev}.", **F64,
+                passed=f"runs on {dev}")
     c.done()
 
 
@@ -122,15 +124,16 @@ def check_gpt(GPT) -> None:
                f"num_heads=4, d_ff=512, num_layers=4, max_len=256) should have {name} of shape "
                f"{shape}, got {shapes.get(name)}.")
     c.ok("the default sizes")
-    for dev in devices()[1:]:
+    # on a second device: positions made without device= stay on the CPU and fail there
+    for dev in second_devices():
         on = c.build(GPT, vocab, d_model=d, num_heads=h, d_ff=d_ff, num_layers=layers,
-                     max_len=max_len)
+                     max_len=max_len).double()
         load(c, on, parts, GPT_NAMES)
-        on = on.to(dev)
-        _, past = pair(c, c.call(on, ids[:, :4].to(dev)), "GPT(...)(ids)")
-        got, _ = pair(c, c.call(on, ids[:, 4:6].to(dev), past), "GPT(...)(ids, past)")
-        c.that(got.device.type == dev.type, f"the logits should stay on {dev.type}: make the "
-               "positions on ids.device.", f"runs on {dev.type}")
+        on = dev.module(on)
+        _, past = pair(c, dev.call(c, on, *dev.tensor((ids[:, :4],))), "GPT(...)(ids)")
+        got, _ = pair(c, dev.call(c, on, *dev.tensor((ids[:, 4:6], past))), "GPT(...)(ids, past)")
+        logits_case(c, got, want[:, 4:6], lambda: torch_gpt.mistakes(ids[:, :6], 4),
+                    f"2 new ids after a past of 4, on {dev}", passed=f"runs on {dev}", **F64)
     c.done()
 
 

@@ -128,9 +128,13 @@ BUGGY = {
         "keys_from_x_not_ln1": _block(normed="x"),
         "post_norm": _block(normed="x", residual="self.ln1(x + a.out_proj(merge_heads(out)))"),
         "no_residual_around_attention": _block(residual="a.out_proj(merge_heads(out))"),
+        # the mask made on the CPU: right on a CPU, a crash on the first GPU
+        "mask_on_the_cpu": _block(mask="torch.ones(t, T, dtype=torch.bool).tril(diagonal=T - t)"),
     },
     "test_gpt": {
         "positions_restart_at_zero": _gpt(positions="torch.arange(t, device=ids.device)"),
+        # positions made on the CPU: right on a CPU, a crash on the first GPU
+        "positions_on_the_cpu": _gpt(positions="torch.arange(t_past, t_past + t)"),
         "t_past_is_the_number_of_blocks": _gpt(t_past="0 if past is None else len(past)"),
         "no_value_error_past_max_len": _gpt(check="pass"),
         "value_error_ignores_the_cache": _gpt(check="""if t > self.max_len:
@@ -159,6 +163,13 @@ BUGGY = {
         "batch_of_one": _generate(
             draw="sample_next_token(last, temperature, top_k, top_p, generator)[:1].expand(ids.size(0))"),
     },
+}
+
+# Buggy variants whose outputs are right on the CPU: only the hidden checks' second device
+# (course_grading/checks/_device.py) shows them; the integrity audit cannot, by design.
+RIGHT_ON_THE_CPU = {
+    "test_gpt_block": {"mask_on_the_cpu"},
+    "test_gpt": {"positions_on_the_cpu"},
 }
 
 CORRECT = {
