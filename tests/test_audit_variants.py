@@ -27,9 +27,19 @@ def _in_process(folder: Path) -> str:
     import ipywidgets  # noqa: F401 - loaded for real first: the child stubs what is not loaded
     import matplotlib.pyplot  # noqa: F401
 
-    with warnings.catch_warnings():  # variants that warn on purpose: not this suite's warnings
-        warnings.simplefilter("ignore")
-        _audit_child.main(str(folder))
+    import sys
+
+    # the real child is a fresh process: here, an assignment's building_blocks imported (or put
+    # on the path) by an earlier test must not stand in for this folder's
+    sys.modules.pop("building_blocks", None)
+    path = sys.path[:]
+    sys.path[:] = [p for p in path if not p.startswith(str(ROOT / "solutions"))]
+    try:
+        with warnings.catch_warnings():  # variants that warn on purpose: not this suite's warnings
+            warnings.simplefilter("ignore")
+            _audit_child.main(str(folder))
+    finally:
+        sys.path[:] = path
     return ""
 
 
