@@ -288,56 +288,12 @@ def _check_dropout(c: Check, MultiHeadAttention, D: int, H: int) -> None:
     c.shape(out, tuple(want.shape), f"the output (dropout={P_DROP} in training mode)")
     c.shape(w, tuple(want_w.shape), f"the weights (dropout={P_DROP} in training mode)")
     w, out = w.detach(), out.detach()
-    c.that(not near(out, want, ATOL64, RTOL64), f"MultiHeadAttention(..., dropout={P_DROP}) in "
-           "training mode gives the same output as without dropout: keep an nn.Dropout and "
-           "apply it to the attention weights.", "dropout is active in training mode")
     # the output is out_proj(merge(coef @ V)): undo out_proj (orthogonal), then V (orthogonal)
     Y = ref.split_heads((out - r.out_proj.bias) @ r.out_proj.weight, H)  # (b, h, q, d_head)
     coef = Y @ O.mT  # (b, h, q, k)
-    dropped = coef.abs() <= ATOL64
-    kept = torch_isclose(coef, want_w / (1 - P_DROP), atol=ATOL64, rtol=RTOL64)
-    if bool((dropped | kept).all()):
-        c.ok("training mode drops attention weights and rescales the rest by 1 / (1 - p)")
-        if near(w, want_w, ATOL64, RTOL64):
-            c.ok("training mode returns the weights from before dropout (rows sum to 1)")
-        elif near(w, coef, ATOL64, RTOL64):
-            c.ok("training mode returns the dropped-out weights that multiply V "
-                 "(as torch.nn.MultiheadAttention does)")
-        elif bool(((w.abs() <= ATOL64) | torch_isclose(w, want_w / (1 - P_DROP), atol=ATOL64,
-                                                        rtol=RTOL64)).all()):
-            c.fail(f"with dropout={P_DROP} in training mode the weights you return have dropout "
-                   "applied, but not the dropout that the weights multiplying V got: two calls "
-                   "to dropout draw two different masks. Return the weights from before "
-                   "dropout, or the very dropped-out tensor you multiply with V.")
-        else:
-            c.fail(f"with dropout={P_DROP} in training mode the weights you return are neither "
-                   "the attention weights from before dropout (each row sums to 1) nor the "
-                   "dropped-out weights that multiply V.")
-        md.eval()
-        _eval_without_dropout(c, md, r, args, "back in eval mode after training")
-        return
-    unscaled = torch_isclose(coef, want_w, atol=ATOL64, rtol=RTOL64)
-    if bool((dropped | unscaled).all()):
-        c.fail(f"with dropout={P_DROP} in training mode the weights are dropped but the ones "
-               "kept are not scaled up by 1 / (1 - p), so the expected output changes between "
-               "training and eval. Use inverted dropout (as nn.Dropout does).")
-    twice = torch_isclose(coef, want_w / (1 - P_DROP) ** 2, atol=ATOL64, rtol=RTOL64)
-    if bool((dropped | twice).all()):
-        c.fail(f"with dropout={P_DROP} in training mode the weights that multiply V went through "
-               "dropout twice (the ones kept are scaled by 1 / (1 - p)², and more are dropped "
-               "than p says). Apply dropout once, to the weights after the softmax.")
-    zeros_out = float((out == 0).double().mean())
-    zeros_heads = float((Y.abs() <= ATOL64).double().mean())
-    if max(zeros_out, zeros_heads) > 0.2:
-        c.fail(f"with dropout={P_DROP} in training mode whole entries of the output (or of the "
-               "heads' outputs before out_proj) are zeroed: dropout seems to be applied to the "
-               "output. It belongs on the attention weights, between the softmax and the "
-               "product with V.")
-    c.fail(f"with dropout={P_DROP} in training mode the output is not the values mixed by the "
-           "dropped-out attention weights: each weight should either be dropped (0) or scaled "
-           "by 1 / (1 - p), and the output built from those exactly as in eval mode. Apply "
-           "dropout to the attention weights only, not to the output, the values or the "
-           "scores.")
+    visible.dropout_verdict(c, out, w, want, want_w, coef, Y, ATOL64, RTOL64)  # the learner's verdict
+    md.eval()
+    _eval_without_dropout(c, md, r, args, "back in eval mode after training")
 
 
 def check_multi_head_attention(MultiHeadAttention) -> None:
