@@ -57,9 +57,13 @@ def test_feedback_shows_the_message_and_the_learners_line_only(tmp_path, capsys)
     assert main(["--root", str(course), "feedback", ASSIGNMENT]) == 0
     capsys.readouterr()
 
-    scores = {r["exercise"]: float(r["score"]) for r in csv.DictReader((course / "reports" / "grades.csv").open())}
+    rows = list(csv.DictReader((course / "reports" / "grades.csv").open()))
+    scores = {r["exercise"]: float(r["score"]) for r in rows}
     assert scores == {"test_softmax": 0, "test_simple_self_attention": 0,
-                      "test_scaled_dot_product_attention": 0, "test_causal_mask": 0}
+                      "test_scaled_dot_product_attention": 0, "test_causal_mask": 0,
+                      "written_sqrt_dk": 0, "written_mask_before_softmax": 0}
+    written = [r for r in rows if r["exercise"].startswith("written_")]
+    assert all("not answered" in " ".join(r.values()) for r in written), written  # graded by hand
 
     page, = (course / "feedback" / "ada" / ASSIGNMENT).glob("*.html")
     errors = _errors(page)
