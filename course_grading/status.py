@@ -34,8 +34,9 @@ from .reports_csv import clean
 from .results import ExerciseResult, SubmissionResult
 
 PASSED, FAILED, NOT_STARTED = "passed", "failed", "not started"
-MARKS = {PASSED: "✔", FAILED: "✘", NOT_STARTED: "·"}
-CACHE_FORMAT = 1
+WRITTEN = "written"  # a written answer, answered: graded by hand, never by the tests
+MARKS = {PASSED: "✔", FAILED: "✘", NOT_STARTED: "·", WRITTEN: "✎"}
+CACHE_FORMAT = 2  # 2: written answers kept apart (manual, pending)
 NOT_IMPLEMENTED = "not implemented yet"
 
 # (what you can do then, the notebooks whose exercises must all pass); a milestone naming a
@@ -57,6 +58,7 @@ class ExerciseStatus:
     score: float = 0.0
     max_score: float = 0.0
     message: str = ""
+    manual: bool = False  # a written answer: graded by hand, in no count or total here
 
 
 @dataclass
@@ -69,16 +71,21 @@ class NotebookStatus:
     graded: bool = False  # graded by this run
 
     @property
+    def tested(self) -> list[ExerciseStatus]:
+        """The exercises the tests grade (not the written answers)."""
+        return [e for e in self.exercises if not e.manual]
+
+    @property
     def state(self) -> str:
-        states = {e.state for e in self.exercises}
+        states = {e.state for e in self.tested}
         if self.error:
             return FAILED
-        if not self.exercises or states == {NOT_STARTED}:
+        if not self.tested or states == {NOT_STARTED}:
             return NOT_STARTED
         return PASSED if states == {PASSED} else FAILED
 
     def count(self, state: str) -> int:
-        return sum(e.state == state for e in self.exercises)
+        return sum(e.state == state for e in self.tested)
 
 
 def cache_folder() -> Path:
@@ -153,6 +160,9 @@ def _grade(root: Path, path: Path, sandboxed: bool) -> SubmissionResult:
 def _exercise(graded: ExerciseResult, untouched: set[str]) -> ExerciseStatus:
     """A grade cell's result as an exercise's status (``test_softmax`` grades ``softmax``)."""
     name = graded.grade_id[len("test_"):] if graded.grade_id.startswith("test_") else graded.grade_id
+    if graded.manual:  # answered (it waits for a hand) or left as released
+        return ExerciseStatus(graded.grade_id, WRITTEN if graded.pending else NOT_STARTED,
+                              0.0, graded.max_score, manual=True)
     if graded.passed:
         state = PASSED
     elif name in untouched or NOT_IMPLEMENTED in graded.message:
@@ -163,14 +173,16 @@ def _exercise(graded: ExerciseResult, untouched: set[str]) -> ExerciseStatus:
 
 
 def _solution_sources(nb) -> dict[str, str]:
-    """The source of each solution cell, by its grade id (a learner's: strings only)."""
+    """The source of each code solution cell (an exercise; not a written answer), by its grade
+    id (a learner's: strings only)."""
     from . import cells
 
     found = {}
     for cell in nb.cells:
         meta = cells.meta(cell) if isinstance(cell, dict) else {}
         gid = meta.get("grade_id") if isinstance(meta, dict) else None
-        if isinstance(meta, dict) and meta.get("solution") and isinstance(gid, str):
+        if isinstance(meta, dict) and meta.get("solution") and isinstance(gid, str) \
+                and cell.get("cell_type") == "code":
             found[gid] = cells.text(cell.get("source", ""))
     return found
 
@@ -209,7 +221,8 @@ def _read_cache(key: str) -> SubmissionResult | None:
         if data.get("format") != CACHE_FORMAT:
             return None
         return SubmissionResult("you", str(data["assignment"]), [
-            ExerciseResult(str(g), float(s), float(m), str(msg)) for g, s, m, msg in data["exercises"]])
+            ExerciseResult(str(g), float(s), float(m), str(msg), bool(manual), bool(pending))
+            for g, s, m, msg, manual, pending in data["exercises"]])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -220,7 +233,8 @@ def _write_cache(key: str, result: SubmissionResult) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{key}.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"format": CACHE_FORMAT, "assignment": result.assignment,
-                                   "exercises": [[e.grade_id, e.score, e.max_score, e.message]
+                                   "exercises": [[e.grade_id, e.score, e.max_score, e.message,
+                                                  e.manual, e.pending]
                                                  for e in result.exercises]}), encoding="utf-8")
         os.replace(tmp, folder / f"{key}.json")
     except OSError:
@@ -236,7 +250,7 @@ def milestones(found: list[NotebookStatus]) -> list[tuple[str, tuple[str, ...], 
     shown = []
     for title, needs in MILESTONES:
         if all(a in by_name for a in needs):
-            exercises = [e for a in needs for e in by_name[a].exercises]
+            exercises = [e for a in needs for e in by_name[a].tested]
             passed = 0 if any(by_name[a].error for a in needs) else sum(e.state == PASSED for e in exercises)
             shown.append((title, needs, passed, len(exercises)))
     return shown
@@ -247,7 +261,7 @@ def next_step(found: list[NotebookStatus]) -> str:
     for nb in found:
         if nb.error:
             return f"{nb.assignment}: make it gradable again"
-        for e in nb.exercises:
+        for e in nb.tested:
             if e.state != PASSED:
                 return f"{nb.assignment}, {e.name}"
     return ""
@@ -259,26 +273,35 @@ def format_status(found: list[NotebookStatus], width: int = 100) -> str:
     lines = []
     name_width = max((len(e.name) for n in found for e in n.exercises), default=10)
     for nb in found:
-        total = sum(e.max_score for e in nb.exercises)
-        score = sum(e.score for e in nb.exercises)
+        total = sum(e.max_score for e in nb.tested)
+        score = sum(e.score for e in nb.tested)
         if nb.error:
             summary = f"{MARKS[FAILED]} could not be graded: {clean(nb.error, 300)}"
         elif nb.state == NOT_STARTED:
             summary = f"{MARKS[NOT_STARTED]} not started"
         else:
-            summary = (f"{MARKS[nb.state]} {nb.count(PASSED)} of {len(nb.exercises)} exercises"
+            summary = (f"{MARKS[nb.state]} {nb.count(PASSED)} of {len(nb.tested)} exercises"
                        + (f", {score:g}/{total:g} points" if total else ""))
+            written = [e for e in nb.exercises if e.manual]
+            if written:
+                summary += (f"; written answers: {sum(e.state == WRITTEN for e in written)} of "
+                            f"{len(written)} answered (graded by hand)")
         lines.append(f"{nb.assignment:<26} {summary}")
         if nb.error or nb.state == NOT_STARTED:
             continue
         for e in nb.exercises:
+            if e.manual:
+                what = ("written: graded by hand (`course check` shows a model answer)"
+                        if e.state == WRITTEN else "not answered yet: graded by hand")
+                lines.append(f"  {MARKS[e.state]} {e.name:<{name_width}}  {what}")
+                continue
             what = "not started" if e.state == NOT_STARTED else f"{e.score:g}/{e.max_score:g}"
             lines.append(f"  {MARKS[e.state]} {e.name:<{name_width}}  {what}")
             if e.state == FAILED and e.message:  # the whole message: its end is usually the hint
                 lines.append(textwrap.fill(clean(e.message), width=max(40, width - 2),
                                            initial_indent="      ", subsequent_indent="      ",
                                            break_on_hyphens=False))
-    exercises = [e for n in found for e in n.exercises]
+    exercises = [e for n in found for e in n.tested]
     lines.append("")
     lines.append(f"{sum(e.state == PASSED for e in exercises)} of {len(exercises)} exercises pass, "
                  f"{sum(e.state == FAILED for e in exercises)} fail, "

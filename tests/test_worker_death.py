@@ -83,7 +83,8 @@ def test_a_worker_killed_for_its_memory_costs_only_its_submission(tmp_path):
     rows = list(csv.DictReader(open(course / "reports" / "grades.csv")))
     scores = {}
     for row in rows:
-        scores.setdefault(row["student"], {})[row["exercise"]] = row["score"] or row["message"]
+        if not row["exercise"].startswith("written_"):  # graded by hand: not this test's
+            scores.setdefault(row["student"], {})[row["exercise"]] = row["score"] or row["message"]
     expected = {s: {k: f"{v:g}" for k, v in (PARTIAL if changes else FULL).items()}
                 for s, changes in HONEST.items()}
     assert {s: scores[s] for s in HONEST} == expected, done.stderr[-3000:]
