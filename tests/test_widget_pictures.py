@@ -198,9 +198,24 @@ def _stepper(toy):
                 "source": sources[1]}
 
 
+def _gpt_stepper():
+    from course_grading.reference.gpt import GPT
+    from course_utils.language_model import load_gpt
+    from course_utils.widgets.gpt import generation_stepper
+
+    model, tok = load_gpt(GPT, device="cpu")
+    ui = generation_stepper(model, tok, G.sample_next_token, draws=200)
+    # top-k one below the vocabulary drops a character no draw picked: the picture must still
+    # say what it was drawn with
+    return ui, {"top_k": len(tok) - 1, "top_p": 0.9, "temperature": round(10 ** -0.2, 6),
+                "mode": "greedy", "next": "click", "next10": "click", "reset": "click",
+                "prompt": "JULIET:\\n"}
+
+
 WIDGETS = {"projector": _projector, "projector before 02": _projector_before_02,
            "angles": _angles, "attention": _attention, "heads": _heads,
-           "positions": _positions, "viewer": _viewer, "stepper": _stepper}
+           "positions": _positions, "viewer": _viewer, "stepper": _stepper,
+           "gpt stepper": _gpt_stepper}
 
 
 @pytest.mark.parametrize("name", list(WIDGETS))

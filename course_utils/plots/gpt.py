@@ -110,9 +110,11 @@ def show_char(ch: str) -> str:
 
 
 def plot_next_char(logits: np.ndarray, itos: Sequence[str], share: np.ndarray | None = None,
-                   chosen: int | None = None, top: int = 12, ax=None):
+                   chosen: int | None = None, top: int = 12, ax=None, knobs: str = ""):
     """Bars of the next-character distribution (grey, temperature 1) and of ``share`` (blue,
-    what the sampler draws), for the ``top`` most likely characters; ``chosen`` outlined."""
+    what the sampler draws), for the ``top`` most likely characters; ``chosen`` outlined.
+    ``knobs`` (the sampler's settings, as text) is named in the legend, so that a picture always
+    says what it was drawn with, even where a setting changes no bar."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -125,7 +127,8 @@ def plot_next_char(logits: np.ndarray, itos: Sequence[str], share: np.ndarray | 
     x = np.arange(len(order))
     ax.bar(x - 0.2, p[order], width=0.4, color="0.7", label="model (T = 1)")
     if share is not None:
-        ax.bar(x + 0.2, share[order], width=0.4, color="C0", label="your sampler")
+        ax.bar(x + 0.2, share[order], width=0.4, color="C0",
+               label="your sampler" + (f"\n({knobs})" if knobs else ""))
     if chosen is not None:
         i = int(np.where(order == chosen)[0][0])
         ax.bar(x[i] - 0.2, p[chosen], width=0.4, fill=False, edgecolor="k", lw=1.5)

@@ -115,7 +115,10 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
                                        gridspec_kw={"width_ratios": [1, 1.6]})
         fig.subplots_adjust(left=0.06, right=0.99, bottom=0.2, top=0.9, wspace=0.22)  # no
         # tight_layout: it measures every label again at each redraw
-        plot_next_char(state.logits, tokenizer.itos, share, int(state.logits.argmax()), ax=ax1)
+        plot_next_char(state.logits, tokenizer.itos, share, int(state.logits.argmax()), ax=ax1,
+                       knobs=(f"T {temperature.value:.2f}, top-k {top_k.value}, top-p {top_p.value:.2f}"
+                              if mode.value == "sample" else
+                              "not used now: greedy takes the tallest grey bar"))
         chars = [tokenizer.itos[i] for i in state.ids]
         plot_new_token_attention(state.attention[-1], chars, ax=ax2)
         shown = f"the last 40 of {len(chars)}" if len(chars) > 40 else f"all {len(chars)}"
