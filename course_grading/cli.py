@@ -79,21 +79,30 @@ def main(argv=None, exiting=False) -> int:
         os.chdir(root)  # nothing is configured or imported from where the command was typed
         if args.run is cmd_doctor:  # it runs where nbgrader itself is broken
             return args.run(args, root)
-        if _start_early(args, root):  # after parsing, before importing nbgrader
-            importer = threading.Thread(target=_import_trusted_side, daemon=True)
-            importer.start()
-        from .errors import GradingError, gradebook_problem
-        try:
-            with warnings.catch_warnings():
-                if not verbose:
-                    warnings.simplefilter("ignore")
+        # Warnings are the course's internals (-v shows them). The filter is set before any
+        # thread starts: warnings.catch_warnings is process-wide, and a library's own one, in
+        # the importer thread, restores on exit the filters it found, which must already say
+        # "ignore" (set after the thread started, they were lost: SQLAlchemy's warnings reached
+        # a learner's `course check`).
+        with warnings.catch_warnings():
+            if not verbose:
+                warnings.simplefilter("ignore")
+            if _start_early(args, root):  # after parsing, before importing nbgrader
+                importer = threading.Thread(target=_import_trusted_side, daemon=True)
+                importer.start()
+            from .errors import GradingError, gradebook_problem
+            try:
                 return args.run(args, root)
-        except GradingError as exc:
-            raise UsageError(str(exc)) from None
-        except Exception as exc:
-            if not _database_error(exc):
-                raise
-            raise UsageError(gradebook_problem(_db_url(args, root), exc)) from None
+            except GradingError as exc:
+                raise UsageError(str(exc)) from None
+            except Exception as exc:
+                if not _database_error(exc):
+                    raise
+                raise UsageError(gradebook_problem(_db_url(args, root), exc)) from None
+            finally:
+                if importer is not None and not exiting:  # its imports end under this filter
+                    importer.join()
+                    importer = None
     except (UsageError, OSError) as exc:
         print(f"course: error: {_one_line(exc)}", file=sys.stderr)
         return 2

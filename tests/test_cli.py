@@ -198,3 +198,41 @@ def test_broken_gradebook_is_one_line(broken_gradebook, capsys, command):
     line = run_error(capsys, "--root", str(broken_gradebook), command)
     assert f"cannot use the gradebook sqlite:///{broken_gradebook / 'gradebook.db'}: " in line
     assert line.endswith(("file is not a database", "unable to open database file")), line
+
+
+def test_warnings_stay_quiet_while_imports_run_in_a_thread(monkeypatch):
+    """The command ignores warnings (the course's internals) unless -v; the trusted side's
+    imports run meanwhile in a thread, where libraries enter and leave warnings.catch_warnings
+    (matplotlib's, 35 times), which is process-wide and restores on exit the filters it found:
+    those must already ignore warnings when the thread starts, or a learner's `course check`
+    prints SQLAlchemy's warnings."""
+    import threading
+    import warnings
+
+    from course_grading import cli
+
+    seen = {}
+    done = threading.Event()
+
+    def ignoring() -> bool:
+        return bool(warnings.filters) and warnings.filters[0][0] == "ignore" and warnings.filters[0][2] is Warning
+
+    def importer():
+        seen["thread"] = ignoring()  # what a catch_warnings entered now would restore
+        with warnings.catch_warnings():
+            pass
+        seen["after"] = ignoring()
+        done.set()
+
+    def command(args, root):
+        assert done.wait(10)
+        seen["command"] = ignoring()
+        return 0
+
+    monkeypatch.setattr(cli, "_start_early", lambda args, root: True)
+    monkeypatch.setattr(cli, "_import_trusted_side", importer)
+    monkeypatch.setattr(cli, "cmd_check", command)
+    root = Path(__file__).resolve().parents[1]
+    assert cli.main(["--root", str(root), "check", "nothing.ipynb"]) == 0
+    assert seen == {"thread": True, "after": True, "command": True}
+    assert not ignoring()  # the caller's filters are back
