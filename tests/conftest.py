@@ -77,3 +77,17 @@ def make_course(root: Path, notebooks: dict) -> Path:
 def tiny_course(tmp_path) -> Path:
     """A course with one assignment, ``01_tiny``, not yet released."""
     return make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """For a module of tiny models: one torch thread is faster, and immune to a busy machine's
+    cores; the number before is restored, and the module's figures closed, after it."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+    plt.close("all")

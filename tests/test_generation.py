@@ -23,13 +23,7 @@ from course_utils import training  # noqa: E402
 MASKS = dict(causal_mask=causal_mask, make_padding_mask=make_padding_mask)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These models are tiny: one thread is faster, and immune to a busy machine's cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread (conftest)
 
 
 # -- the task --------------------------------------------------------------------------------

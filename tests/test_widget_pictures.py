@@ -24,13 +24,7 @@ from course_grading.reference.similarity import analogy  # noqa: E402
 from course_utils.widgets import picture  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-    plt.close("all")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread (conftest)
 
 
 def _pixels(png: bytes) -> np.ndarray:
