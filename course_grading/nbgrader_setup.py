@@ -10,31 +10,25 @@ from __future__ import annotations
 
 import io
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-# jsonschema imports rfc3987_syntax, when installed, for its "iri" format check; that module
-# builds a grammar on import (1.2 s of every `course` command here). Notebook validation never
-# checks that format, so it is kept out of this process unless something loaded it already.
-sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+import nbgrader.api
+from alembic.script import ScriptDirectory
+from nbgrader import dbutil
+from nbgrader.api import Gradebook
+from nbgrader.converters import Autograde, GenerateAssignment
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.preprocessors import SaveCells
+from sqlalchemy.exc import SQLAlchemyError
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
 
-import nbgrader.api  # noqa: E402
-from alembic.script import ScriptDirectory  # noqa: E402
-from nbgrader import dbutil  # noqa: E402
-from nbgrader.api import Gradebook  # noqa: E402
-from nbgrader.converters import Autograde, GenerateAssignment  # noqa: E402
-from nbgrader.coursedir import CourseDirectory  # noqa: E402
-from nbgrader.preprocessors import SaveCells  # noqa: E402
-from sqlalchemy.exc import SQLAlchemyError  # noqa: E402
-from traitlets.config import Config  # noqa: E402
-from traitlets.config.loader import PyFileConfigLoader  # noqa: E402
-
-from .course_dir import Folders, folders  # noqa: E402,F401
-from .errors import (AssignmentChanged, GradebookError, GradingError, NbgraderFailure,  # noqa: E402,F401
+from .course_dir import Folders, folders  # noqa: F401
+from .errors import (AssignmentChanged, GradebookError, GradingError, NbgraderFailure,  # noqa: F401
                      from_converter, gradebook_error, gradebook_problem, short, strip_ansi)
-from .preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook  # noqa: E402
-from .sandbox import bubblewrap  # noqa: E402
+from .preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook
+from .sandbox import bubblewrap
 
 
 def _alembic_head() -> str:

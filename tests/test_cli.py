@@ -236,3 +236,19 @@ def test_warnings_stay_quiet_while_imports_run_in_a_thread(monkeypatch):
     assert cli.main(["--root", str(root), "check", "nothing.ipynb"]) == 0
     assert seen == {"thread": True, "after": True, "command": True}
     assert not ignoring()  # the caller's filters are back
+
+
+@pytest.mark.parametrize("module", ["course_grading.class_report", "course_grading.autograde"])
+def test_no_process_of_the_course_builds_jsonschemas_iri_grammar(module):
+    """jsonschema imports rfc3987_syntax, when installed, for its "iri" format check, which
+    notebook validation never uses; the package keeps it out (0.7 s of CPU in every process
+    that imports nbformat: the command, its fork server). Whichever module comes first: the
+    command's first import, class_report, imported nbgrader before the guard, and the fork
+    server's, autograde, too."""
+    import subprocess
+    import sys
+
+    code = f"import sys, {module}; print('rfc3987_syntax' in sys.modules and sys.modules['rfc3987_syntax'] is not None)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False", f"importing {module} built rfc3987_syntax's grammar"
