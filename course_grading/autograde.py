@@ -324,10 +324,7 @@ def _dispatch(tasks: list[tuple], jobs: int, done, sandbox_root: str | None, mem
     def finished(index: int, outcome) -> None:
         done(outcome if isinstance(outcome, SubmissionResult) else _worker_failed(tasks[index], outcome))
 
-    context = _mp_context()
-    if context is not None:
-        with installed.safe_start():  # no current directory on the fork server's path
-            multiprocessing.forkserver.ensure_running()
+    context = start_fork_server()
     workers.run(_grade_task, tasks, jobs, finished, context=context, initializer=_start_worker,
                 initargs=(_kernel_threads(jobs), sandbox_root, _warnings_ignored()), memory_mb=memory_mb)
 
@@ -380,19 +377,10 @@ def _kernel_threads(jobs: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
 
 
-def _mp_context():
-    """Workers come from a fresh fork server, never from a fork of the calling process.
-
-    A forked copy of a process that has already run torch (its OpenMP thread pool) can hang
-    on its first tensor operation: seen when grading from inside a test run. The server
-    imports this module once, so workers still start without re-importing nbgrader.
-    """
-    if sys.platform != "linux":
-        return None
-    import multiprocessing.forkserver  # noqa: F401 - started by _grade_all, see installed.safe_start
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    return ctx
+def start_fork_server():
+    """The multiprocessing context the workers come from, its server started (None where
+    there is no fork server: workers are then spawned). See ``workers.start_fork_server``."""
+    return workers.start_fork_server(__name__)
 
 
 def _grade_task(run: GradingRun, student: str, assignment: str, known: bool) -> SubmissionResult:

@@ -45,6 +45,7 @@ from pathlib import Path
 from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, folders, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
+GRADING_MODULE = "course_grading.autograde"  # what the workers' fork server imports
 EXPORT_CSV = Path("reports") / "export.csv"
 GRADES_CSV = Path("reports") / "grades.csv"
 LOGGER = "course_grading.nbgrader"  # nbgrader_setup.LOG: shown with -v
@@ -87,8 +88,9 @@ def main(argv=None, exiting=False) -> int:
         with warnings.catch_warnings():
             if not verbose:
                 warnings.simplefilter("ignore")
-            if _start_early(args, root):  # after parsing, before importing nbgrader
-                importer = threading.Thread(target=_import_trusted_side, daemon=True)
+            early = _start_early(args, root)  # after parsing, before importing nbgrader
+            if early is not None:
+                importer = threading.Thread(target=early, daemon=True)
                 importer.start()
             from .errors import GradingError, gradebook_problem
             try:
@@ -530,18 +532,48 @@ def _grades_here(args, root: Path) -> bool:
     return len(find_submissions(root / folders(root).submitted, args.student, args.assignments or None)) == 1
 
 
-def _start_early(args, root: Path) -> bool:
-    """Start this process's warm sandbox now when the command will grade one submission
-    here; whether it did. Any doubt means no early start: it is only ever an optimisation."""
+def _grades_in_workers(args, root: Path) -> bool:
+    """Whether the command will grade several submissions in worker processes."""
+    if args.run is not cmd_autograde or args.jobs == 1 or args.resume:
+        return False
+    if not args.jobs and (os.cpu_count() or 1) == 1:
+        return False
+    return len(find_submissions(root / folders(root).submitted, args.student, args.assignments or None)) > 1
+
+
+def _start_early(args, root: Path):
+    """Start now what the command will wait for, and return what this process should import
+    in a thread meanwhile (None: nothing). Any doubt means no early start: it is only ever an
+    optimisation.
+
+    * One submission graded here: its warm sandbox (``_import_trusted_side`` meanwhile).
+    * Several graded in workers: their fork server, whose imports then run beside this
+      process's own (``workers.start_fork_server``); meanwhile matplotlib, which only the
+      class report at the very end needs (``_import_report_side``)."""
     try:
+        if _grades_in_workers(args, root):
+            from .workers import start_fork_server
+
+            start_fork_server(GRADING_MODULE)
+            return _import_report_side
         if not _grades_here(args, root):
-            return False
+            return None
         from .sandbox import warm
         from .sandbox.settings import course_settings
 
-        return warm.ensure_warm(course_settings(root)) is not None
+        return _import_trusted_side if warm.ensure_warm(course_settings(root)) is not None else None
     except Exception:  # noqa: BLE001
-        return False
+        return None
+
+
+def _import_report_side() -> None:
+    """matplotlib for the class report, imported while workers grade."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot  # noqa: F401
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _import_trusted_side() -> None:

@@ -229,8 +229,7 @@ def test_warnings_stay_quiet_while_imports_run_in_a_thread(monkeypatch):
         seen["command"] = ignoring()
         return 0
 
-    monkeypatch.setattr(cli, "_start_early", lambda args, root: True)
-    monkeypatch.setattr(cli, "_import_trusted_side", importer)
+    monkeypatch.setattr(cli, "_start_early", lambda args, root: importer)
     monkeypatch.setattr(cli, "cmd_check", command)
     root = Path(__file__).resolve().parents[1]
     assert cli.main(["--root", str(root), "check", "nothing.ipynb"]) == 0

@@ -53,8 +53,33 @@ def test_no_early_start_for_other_commands(tmp_path, argv, monkeypatch):
     started = []
     monkeypatch.setattr(warm, "ensure_warm", lambda settings: started.append(1))
     args = cli.build_parser().parse_args(["--root", str(course), *argv])
-    assert cli._start_early(args, course) is False
+    assert cli._start_early(args, course) is None
     assert started == []
+
+
+def test_a_class_starts_its_workers_fork_server_first(tmp_path, monkeypatch):
+    """Several submissions, graded in workers: the fork server is started before anything
+    else (its imports run beside the command's own), with the module the workers run; one
+    submission, or --jobs 1, or --resume: no fork server."""
+    from course_grading import autograde, workers
+
+    course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
+    _submit(course, "ann")
+    started = []
+    monkeypatch.setattr(workers, "start_fork_server", lambda preload: started.append(preload))
+    monkeypatch.setattr(warm, "ensure_warm", lambda settings: None)
+
+    def early(*argv):
+        return cli._start_early(cli.build_parser().parse_args(["--root", str(course), *argv]), course)
+
+    early("autograde", "--jobs", "2")
+    assert started == []
+    _submit(course, "bob")
+    for argv in (["--jobs", "1"], ["--jobs", "2", "--resume"], ["--jobs", "2", "--student", "bob"]):
+        early("autograde", *argv)
+        assert started == [], argv
+    assert early("autograde", "--jobs", "2") is cli._import_report_side
+    assert started == [autograde.__name__] == [cli.GRADING_MODULE]
 
 
 @pytest.mark.slow
