@@ -272,12 +272,63 @@ def gradebook_scores(course: Path, assignment: str, db_url=None) -> dict:
     return scores
 
 
+class TreeCpu:
+    """CPU seconds of a command's whole process tree (kernels, sandboxes, workers and the
+    processes they leave to init included), where the machine lets this process make a cgroup
+    v1 ``cpuacct`` group; else None. ``rusage`` of children undercounts: a command that ends
+    with ``os._exit`` leaves processes it never waited for."""
+
+    BASE = Path("/sys/fs/cgroup/cpuacct")
+
+    def __init__(self, name: str):
+        self.group = None
+        try:
+            group = self.BASE / f"course-bench-{os.getpid()}-{name}"
+            group.mkdir(exist_ok=True)
+            (group / "cpuacct.usage").write_text("0")
+            self.group = group
+        except OSError:
+            pass
+
+    def wrap(self, command: list[str]) -> list[str]:
+        """``command`` made to join the group before it runs (nothing it forks escapes)."""
+        if self.group is None:
+            return command
+        return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(self.group / "cgroup.procs"), *command]
+
+    def seconds(self) -> float | None:
+        """Once the command has ended (its processes left in the group are waited for, 10 s)."""
+        if self.group is None:
+            return None
+        try:
+            deadline = time.monotonic() + 10
+            while (self.group / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return round(int((self.group / "cpuacct.usage").read_text()) / 1e9, 1)
+        except OSError:
+            return None
+        finally:
+            try:
+                self.group.rmdir()
+            except OSError:
+                pass
+
+
+def _run_measured(command: list[str], cwd: Path, env: dict, name: str):
+    """(completed process, wall seconds, CPU seconds of its whole tree or None)."""
+    cpu = TreeCpu(name)
+    start = time.perf_counter()
+    done = subprocess.run(cpu.wrap(command), cwd=cwd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    return done, wall, cpu.seconds()
+
+
 def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None, mix=CLASS_MIX,
                 graders=GRADERS) -> dict:
     """`course autograde` vs serial `nbgrader autograde` on the same ``size`` submissions of
     the kinds in ``mix``, taken in turn; ``graders`` picks the rows (nbgrader's always runs)."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg"}
-    timings, scores = {}, {}
+    timings, scores, cpu = {}, {}, {}
     course_cmd = [str(BIN / "course"), "autograde", assignment] + (["--jobs", str(jobs)] if jobs else [])
     commands = {"course": course_cmd,
                 "course_no_audit": course_cmd + ["--no-audit"],
@@ -289,14 +340,12 @@ def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None, mix=CL
             course = Path(tmp) / how
             course.mkdir()
             students = make_class_course(course, assignment, size, mix)
-            start = time.perf_counter()
-            done = subprocess.run(command, cwd=course, env={**env, "COURSE_ROOT": str(course)},
-                                  capture_output=True, text=True)
-            timings[how] = time.perf_counter() - start
+            done, timings[how], cpu[how] = _run_measured(command, course, {**env, "COURSE_ROOT": str(course)}, how)
             if done.returncode != 0:
                 raise SystemExit(f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
             scores[how] = gradebook_scores(course, assignment)
-            print(f"{how}: {size} submissions in {timings[how]:.1f} s", flush=True)
+            print(f"{how}: {size} submissions in {timings[how]:.1f} s"
+                  + (f" ({cpu[how]} CPU-s)" if cpu[how] is not None else ""), flush=True)
     cells = {name for _, name in scores["nbgrader"]}
     for how in commands:
         mismatches = sorted(k for k in scores[how].keys() | scores["nbgrader"].keys()
@@ -309,6 +358,7 @@ def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None, mix=CL
             "course_autograde_s": round(timings["course"], 1), "nbgrader_autograde_s": round(timings["nbgrader"], 1),
             "course_per_min": per_min["course"], "nbgrader_per_min": per_min["nbgrader"],
             "ratio": round(timings["nbgrader"] / timings["course"], 2),
+            "cpu_s": cpu,  # CPU seconds of each command's whole process tree (None: not measurable here)
             "course_no_audit_s": round(timings["course_no_audit"], 1) if "course_no_audit" in timings else None,
             "course_bare_s": round(timings["course_bare"], 1) if "course_bare" in timings else None,
             "safety_overhead": (round(timings["course"] / timings["course_bare"] - 1, 3)
@@ -333,6 +383,11 @@ def render_class(info: dict, row: dict, command: str = "") -> str:
               "", f"Throughput ratio (`course autograde` / `nbgrader autograde`): {row['ratio']}x. Scores "
               f"identical to nbgrader's in all {row['grade_cells_compared']} (student, grade cell) pairs, "
               f"for every `course autograde` row (total {row['total_score']:g} points).", ""]
+    cpu = row.get("cpu_s") or {}
+    if cpu.get("course") and cpu.get("nbgrader"):
+        lines += [f"CPU time of each command's whole process tree: `course autograde` {cpu['course']} s, "
+                  f"`nbgrader autograde` {cpu['nbgrader']} s ({cpu['nbgrader'] / cpu['course']:.2f}x "
+                  "as much); the wall-time ratio is higher because the course's workers use every core.", ""]
     if row.get("safety_overhead") is not None:
         lines += [f"Sandbox and audit together vs neither: {row['safety_overhead']:+.1%} wall time "
                   "(sandboxed kernels are forked from the warm sandbox; unsandboxed ones start cold).", ""]
