@@ -2,7 +2,8 @@
 
 - ``plot_attention(weights, query_tokens, key_tokens)``: a heatmap of any (q, k) weight matrix,
   rows = queries, columns = keys. Later notebooks use it for heads and cross-attention.
-  ``update_attention(plot, weights)`` redraws such a picture with other weights, same tokens.
+  ``update_attention(plot, weights)`` redraws such a picture with other weights (and tokens);
+  ``attention_artists(plot)`` names what changes with the weights.
 - ``sentence_attention(sentence, attention_fn, scale, causal, causal_mask_fn)``: GloVe vectors
   of a typed sentence attend to each other through your attention; scores are divided by
   ``scale`` (√d_k by default).
@@ -101,15 +102,25 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
     return AttentionPlot(fig, ax, w)
 
 
-def update_attention(plot: AttentionPlot, weights, title: str | None = None) -> AttentionPlot:
-    """The picture of ``plot_attention(weights, ...)`` with the same tokens, made by changing
-    the artists of ``plot`` instead of building the figure again: the heatmap's colours, the
-    numbers written in its cells and their colours, the title. ``weights`` must have the
-    shape of ``plot.weights``; the mask and the tokens stay those of ``plot``."""
+def update_attention(plot: AttentionPlot, weights, title: str | None = None,
+                     query_tokens: Sequence[str] | None = None,
+                     key_tokens: Sequence[str] | None = None) -> AttentionPlot:
+    """The picture of ``plot_attention(weights, ...)``, made by changing the artists of
+    ``plot`` instead of building the figure again: the heatmap's colours, the numbers written
+    in its cells and their colours, the title, and the tokens when given (as many as before).
+    ``weights`` must have the shape of ``plot.weights``; the mask stays that of ``plot``."""
     w = _as_numpy(weights)
     if w.shape != plot.weights.shape:
         raise ValueError(f"weights of shape {w.shape} for a picture of {plot.weights.shape}")
     ax = plot.ax
+    for tokens, axis, n in ((query_tokens, ax.yaxis, w.shape[0]),
+                            (key_tokens, ax.xaxis, w.shape[1])):
+        if tokens is None:
+            continue
+        tokens = [str(t) for t in tokens]
+        if len(tokens) != n:
+            raise ValueError(f"{len(tokens)} tokens for {n} rows or columns")
+        axis.set_ticklabels(tokens)  # the same ticks keep their rotation and alignment
     ax.images[0].set_data(w)
     cells = [t for t in ax.texts if getattr(t, "_course_cell", None) is not None]
     for t in cells:
@@ -119,6 +130,15 @@ def update_attention(plot: AttentionPlot, weights, title: str | None = None) -> 
     if title is not None:
         ax.set_title(title)
     return AttentionPlot(plot.fig, ax, w)
+
+
+def attention_artists(plot: AttentionPlot) -> list:
+    """What ``update_attention`` changes without changing the tokens: the heatmap (and the
+    mask's grey drawn over it), the numbers in the cells, the title, and the frame drawn over
+    the heatmap's edges. A widget draws the rest once (``Picture.show(..., dynamic=...)``)."""
+    ax = plot.ax
+    cells = [t for t in ax.texts if getattr(t, "_course_cell", None) is not None]
+    return [*ax.images, *cells, *ax.spines.values(), ax.title]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@
 - ``plot_heads(weights, tokens, head, query)``: the heads side by side as small heatmaps with
   one colour bar, the picked head framed, the picked query's row boxed, and that row as bars
   underneath; ``update_heads(plot, head, query)`` moves the frame, the boxes and the bars of
-  a drawn picture to another head and query without drawing it anew.
+  a drawn picture to another head and query without drawing it anew; ``changing_artists(plot)``
+  names what it changes (for a widget that draws only those).
 """
 from __future__ import annotations
 
@@ -131,7 +132,9 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
                 side.set_edgecolor("tab:red")
                 side.set_linewidth(2.5)
         if query is not None:
-            ax.add_patch(Rectangle((-0.5, query - 0.5), k, 1, fill=False, ec="tab:red", lw=1.5))
+            # above the tick marks it touches (zorder 1.5), below the frame (2.5)
+            ax.add_patch(Rectangle((-0.5, query - 0.5), k, 1, fill=False, ec="tab:red", lw=1.5,
+                                   zorder=2))
         axes.append(ax)
     colorbar = fig.colorbar(image, ax=axes, fraction=0.025, pad=0.015, aspect=15)
     colorbar.set_label("weight", fontsize=8)
@@ -149,6 +152,17 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
         ax.set_title(f"head {pick}: where “{tokens[query]}” (query {query}) looks", fontsize=10)
         axes.append(ax)
     return HeadsPlot(fig, axes, w, row)
+
+
+def changing_artists(plot: HeadsPlot) -> list:
+    """What ``update_heads`` changes: each head's title, frame and boxed row, and the whole bar
+    chart. The rest (heatmaps, tokens, colour bar) stays: a widget draws it once
+    (``Picture.show(..., dynamic=changing_artists(plot))``)."""
+    h = plot.weights.shape[0]
+    out = []
+    for ax in plot.axes[:h]:
+        out += [ax.title, *ax.spines.values(), *ax.patches]
+    return out + list(plot.axes[h:])
 
 
 def update_heads(plot: HeadsPlot, head: int, query: int) -> HeadsPlot:

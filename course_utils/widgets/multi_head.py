@@ -25,7 +25,7 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
     import numpy as np
     from matplotlib.figure import Figure
 
-    from ..plots.multi_head import head_attention, plot_heads, update_heads
+    from ..plots.multi_head import changing_artists, head_attention, plot_heads, update_heads
     from .picture import Picture
 
     head_slider = W.IntSlider(value=head, min=0, max=num_heads - 1, description="head",
@@ -88,7 +88,9 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
             state["plot"] = plot_heads(result.weights, result.labels, head_slider.value,
                                        query_box.value, fig=Figure(figsize=(9.4, 5.8)))
             state["labels"] = result.labels
-        picture.show(state["plot"].fig, close=False)
+        # the heatmaps, tokens and colour bar are drawn once per sentence; a move of head or
+        # query draws only the frames, the boxed rows and the bars
+        picture.show(state["plot"].fig, close=False, dynamic=changing_artists(state["plot"]))
         status.value = (f"<small>weights from your MultiHeadAttention, d_model = 50 (GloVe), "
                         f"{num_heads} heads of d_head = {50 // num_heads}; untrained heads, "
                         "each comparing words in its own random view of the space</small>")
