@@ -7,7 +7,8 @@
 - ``sentence_attention(sentence, attention_fn, scale, causal, causal_mask_fn)``: GloVe vectors
   of a typed sentence attend to each other through your attention; scores are divided by
   ``scale`` (√d_k by default).
-- ``plot_sentence_attention(result)``: that heatmap next to the entropy of each row.
+- ``plot_sentence_attention(result)``: that heatmap next to the entropy of each row;
+  ``update_sentence_attention(plot, result)`` redraws it for another scale.
 
 matplotlib and torch are imported inside the functions: importing this module is cheap.
 """
@@ -128,7 +129,7 @@ def update_attention(plot: AttentionPlot, weights, title: str | None = None,
         t.set_text(f"{w[i, j]:.2f}")
         t.set_color("black" if w[i, j] > 0.6 else "white")
     if title is not None:
-        ax.set_title(title)
+        ax.title.set_text(title)  # in the title's own font (set_title would reset its size)
     return AttentionPlot(plot.fig, ax, w)
 
 
@@ -211,13 +212,18 @@ class SentencePlot(NamedTuple):
     result: SentenceAttention
 
 
+def sentence_figsize(n: int) -> tuple[float, float]:
+    """The size of ``plot_sentence_attention``'s figure for ``n`` tokens, in inches."""
+    return min(9.4, max(7.5, 0.55 * n + 5.0)), max(3.8, 0.42 * n + 2.2)
+
+
 def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot:
     """The weights as a heatmap, and each row's entropy next to its maximum log(n)."""
     import matplotlib.pyplot as plt
 
     n = len(result.tokens)
     if fig is None:
-        fig = plt.figure(figsize=(min(9.4, max(7.5, 0.55 * n + 5.0)), max(3.8, 0.42 * n + 2.2)))
+        fig = plt.figure(figsize=sentence_figsize(n))
     else:
         fig.clear()
     # an inch below the axes: the rotated key tokens and a two-line label fit inside the figure
@@ -230,10 +236,7 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
                    mask=result.allowed)
     if not result.known.all():  # below the rotated tick labels, where nothing else is
         ax_w.set_xlabel("key (attended to)\nword? = not among the 20k GloVe words: zero vector")
-    d_k = 50
-    note = " (= √d_k)" if math.isclose(result.scale, math.sqrt(d_k), rel_tol=1e-3) else ""
-    ax_w.set_title(f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})"
-                   + ("  · causal" if result.causal else ""), fontsize=10)
+    ax_w.set_title(_sentence_title(result), fontsize=10)
     y = np.arange(n)
     ax_h.barh(y, result.entropy, color="tab:orange", height=0.6)
     ax_h.scatter(result.max_entropy, y, marker="|", s=200, color="black")
@@ -242,3 +245,31 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
     ax_h.tick_params(axis="y", labelleft=False)
     ax_h.set_title("entropy;  | = spread evenly", fontsize=10)
     return SentencePlot(fig, (ax_w, ax_h), result)
+
+
+def update_sentence_attention(plot: SentencePlot, result: SentenceAttention) -> SentencePlot:
+    """The picture of ``plot_sentence_attention(result)``, made by changing the artists of
+    ``plot`` (drawn for the same tokens and mask, e.g. another scale): the heatmap, its numbers,
+    the title and the entropy bars."""
+    old = plot.result
+    if result.tokens != old.tokens or not np.array_equal(result.allowed, old.allowed):
+        raise ValueError("update_sentence_attention needs the tokens and the mask of the picture")
+    ax_w, ax_h = plot.axes
+    update_attention(AttentionPlot(plot.fig, ax_w, old.weights), result.weights,
+                     _sentence_title(result))
+    for bar, width in zip(ax_h.patches, result.entropy):
+        bar.set_width(width)
+    return SentencePlot(plot.fig, plot.axes, result)
+
+
+def sentence_artists(plot: SentencePlot) -> list:
+    """What ``update_sentence_attention`` changes: the heatmap (see ``attention_artists``) and
+    the whole entropy plot. A widget draws the rest once."""
+    ax_w, ax_h = plot.axes
+    return attention_artists(AttentionPlot(plot.fig, ax_w, plot.result.weights)) + [ax_h]
+
+
+def _sentence_title(result: SentenceAttention) -> str:
+    note = " (= √d_k)" if math.isclose(result.scale, math.sqrt(50), rel_tol=1e-3) else ""
+    return (f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})"
+            + ("  · causal" if result.causal else ""))
