@@ -242,7 +242,9 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08, dynamic=(), static_key
         else:  # nothing drawn: the whole figure
             x0, x1, y0, y1 = 0, width, 0, height
         crop = pixels[y0:y1, x0:x1]
-        opaque = bool((crop[..., 3] == 255).all())
+        # everything is drawn over the figure's patch: where that is opaque, so is every pixel
+        opaque = (fig.patch.get_visible() and fig.patch.get_facecolor()[3] == 1.0
+                  and fig.patch.get_alpha() in (None, 1.0)) or bool((crop[..., 3] == 255).all())
         return encode_png(crop[..., :3] if opaque else crop)
     finally:
         fig.set_dpi(old_dpi)
@@ -268,7 +270,7 @@ def encode_png(pixels, level: int = 1) -> bytes:
 
     header = struct.pack(">IIBBBBB", width, height, 8, 6 if channels == 4 else 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(raw.tobytes(), level)) + chunk(b"IEND", b""))
+            + chunk(b"IDAT", zlib.compress(raw, level)) + chunk(b"IEND", b""))
 
 
 def png_size(png: bytes) -> tuple[int, int]:
