@@ -496,3 +496,24 @@ def test_the_attention_viewer_draws_what_a_fresh_figure_draws(toy):
                                           tgt_tok.tokens(tgt_in[e].tolist()),
                                           ax=fig.add_subplot(), predicted=predicted[e])
         _same_pixels(c["image"].value, picture.figure_png(plot.fig, 200), f"{control} = {value}")
+
+
+def test_a_kept_figure_with_something_sticking_out_grows_once_and_then_draws_only_the_dynamic():
+    """Long row labels stick out of a kept figure: the first redraw grows it (as savefig's box
+    would hold them), and the next ones draw the pixels of a full draw of the grown figure."""
+    from matplotlib.figure import Figure
+
+    from course_utils.plots.attention import attention_artists, plot_attention, update_attention
+
+    rng = np.random.default_rng(5)
+    rows = ["<bos> → <eos> and a long way further", "2 → 0", "0 → <eos>"]
+    plot = plot_attention(rng.dirichlet(np.ones(4), size=3), rows, list("abcd"),
+                          ax=Figure(figsize=(3, 3)).add_subplot())
+    first = picture.figure_png(plot.fig, 100, dynamic=attention_artists(plot))
+    grown = tuple(plot.fig.get_size_inches())
+    assert grown[0] > 3
+    _same_pixels(first, picture.figure_png(plot.fig, 100), "grown")
+    plot = update_attention(plot, rng.dirichlet(np.ones(4), size=3), "another head")
+    kept = picture.figure_png(plot.fig, 100, dynamic=attention_artists(plot))
+    assert tuple(plot.fig.get_size_inches()) == grown
+    _same_pixels(kept, picture.figure_png(plot.fig, 100), "kept")

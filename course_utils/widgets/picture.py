@@ -170,6 +170,7 @@ def _drawn_pixels(fig, dpi: float, pad_inches: float, dynamic, static_key):
     each later call with the same ``dynamic`` artists and ``static_key`` restores those pixels
     and draws only the dynamic artists on top, in the order a full draw would."""
     import numpy as np
+    from matplotlib.transforms import Bbox
 
     width, height = (int(round(v)) for v in fig.bbox.size)
     renderer = _renderer(width, height, dpi)
@@ -188,7 +189,9 @@ def _drawn_pixels(fig, dpi: float, pad_inches: float, dynamic, static_key):
         finally:
             for a, animated in zip(dynamic, was):
                 a.set_animated(animated)
-        kept = fig._course_static = (key, dynamic, renderer.copy_from_bbox(fig.bbox),
+        # every pixel of the renderer (fig.bbox may end a fraction of a pixel short of it)
+        whole = Bbox.from_bounds(0, 0, width, height)
+        kept = fig._course_static = (key, dynamic, renderer.copy_from_bbox(whole),
                                      _draw_order(fig, dynamic))
     else:
         renderer.restore_region(kept[2])
@@ -225,12 +228,9 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08, dynamic=(), static_key
     try:
         fig.set_dpi(dpi)
         pixels, width, height = _drawn_pixels(fig, dpi, pad_inches, dynamic, static_key)
-        if _ink_on_edge(pixels, fig):
-            renderer = _renderer(width, height, dpi)
-            if dynamic:  # the whole figure, to find what sticks out
-                fig.draw(renderer)
-            if _make_room(fig, renderer, pad_inches):
-                pixels, width, height = _drawn_pixels(fig, dpi, pad_inches, dynamic, static_key)
+        if (_ink_on_edge(pixels, fig)  # the renderer just used, as it is: it measures extents
+                and _make_room(fig, _RENDERERS[(width, height, dpi)], pad_inches)):
+            pixels, width, height = _drawn_pixels(fig, dpi, pad_inches, dynamic, static_key)
         # what is drawn: every pixel that is not the figure's background (finding it from the
         # pixels costs a few ms; asking every artist for its extent, as savefig does, ~100 ms)
         drawn = pixels.view(np.uint32)[..., 0] != _background(fig)  # (H, W)
