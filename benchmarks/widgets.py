@@ -74,8 +74,9 @@ def measure_notebook(page, base: str, token: str, name: str, repeats: int) -> li
             if control["kind"] == "text":
                 first = control["locator"].input_value()
                 texts = (other_text(control["name"], first), first)
-            if control["kind"] == "button" and control["name"] == "reset" and "next token" in buttons:
-                def before_each(i, b=buttons["next token"]):  # something to reset
+            step = buttons.get("next token") or buttons.get("next")  # 08's and 09's steppers
+            if control["kind"] == "button" and control["name"] == "reset" and step is not None:
+                def before_each(i, b=step):  # something to reset
                     _press_and_wait(page, widget, b)
             elif control["kind"] == "button" and "reset" in buttons:
                 def before_each(i, b=buttons["reset"], c=control["locator"]):
@@ -225,6 +226,14 @@ def _kernel_widgets():
         return generation.decoding_stepper(model, [s for s, _ in pairs], causal_mask,
                                            G.sample_next_token, src_tok, tgt_tok)
 
+    def gpt_stepper():
+        from course_grading.reference.gpt import GPT
+        from course_utils.language_model import load_gpt
+        from course_utils.widgets.gpt import generation_stepper
+
+        gpt, tok = load_gpt(GPT, device="cpu")
+        return generation_stepper(gpt, tok, G.sample_next_token)
+
     torch.set_num_threads(1)
     return [
         ("01", lambda: embeddings.embedding_projector(),
@@ -236,15 +245,19 @@ def _kernel_widgets():
             analogy, words="germany berlin italy rome spain madrid", a="france", b="paris",
             c="japan", neighbours=5), {"neighbours": [6, 5], "c": ["italy", "japan"]}),
         ("03", lambda: attention.attention_explorer(scaled_dot_product_attention, causal_mask),
-         {"scale": [10.0, 7.07], "causal": [True, False]}),
+         {"scale": [10.0, 7.07], "causal": [True, False],
+          "sentence": ["we sat by the river bank", "we sat on the bank of the river"]}),
         ("04", lambda: multi_head.head_viewer(MultiHeadAttention),
-         {"head": [1, 2], "query": [3, 8]}),
+         {"head": [1, 2], "query": [3, 8],
+          "sentence": ["my dog did not eat because it was full", multi_head.DEMO_SENTENCE]}),
         ("05", lambda: positional.positional_explorer(sinusoidal_positional_encoding),
          {"position": [21, 20], "d_model": [102, 100], "positions": [1000, 100]}),
         ("06-08", viewer, {"head": [1, 0], "layer": [1, 0], "example": [1, 0],
                            "kind": ["decoder self", "cross"]}),
         ("08", stepper, {"temperature": [1.12, 1.0], "top_k": [14, 15], "mode": ["sample", "greedy"],
                          "next": ["click"], "reset": ["click"]}),
+        ("09", gpt_stepper, {"temperature": [0.5, 0.8], "top_k": [20, 30], "mode": ["greedy", "sample"],
+                             "next": ["click"], "next10": ["click"], "reset": ["click"]}),
     ]
 
 

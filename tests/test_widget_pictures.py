@@ -345,3 +345,175 @@ def test_what_sticks_out_of_the_figure_is_drawn_as_savefig_draws_it():
     assert np.array_equal(_drawn(_pixels(png)), _drawn(_pixels(tight.getvalue())))
     assert fig.get_size_inches()[0] > 3  # grown, so the next redraw fits at once
     assert picture.figure_png(fig, 100) == png
+
+
+# -- a kept figure that draws only what a control changed draws what a fresh figure draws ------
+def _same_pixels(got: bytes, fresh: bytes, what: str) -> None:
+    a, b = _pixels(got), _pixels(fresh)
+    assert a.shape == b.shape, f"{what}: {a.shape} against a fresh figure's {b.shape}"
+    assert np.array_equal(a, b), f"{what}: {(a != b).any(axis=2).sum()} pixels differ"
+
+
+def test_figure_png_draws_only_the_dynamic_artists_over_the_kept_rest():
+    fig = _busy_figure()
+    ax1, ax2 = fig.axes[:2]  # the heatmap, the bars (then the colour bar)
+    line, = ax2.plot([0, 3], [0.1, 0.4], color="C3", lw=3)
+    dynamic = [line, ax1.title]
+    picture.figure_png(fig, 100, dynamic=dynamic)
+    kept = fig._course_static
+    # (inside the axes: a spine drawn over the line's end would be a static artist drawn after
+    # a dynamic one, which figure_png's caller must list as dynamic too)
+    for k, (y, title) in enumerate([(0.45, "moved"), (0.15, "moved again: ½")]):
+        line.set_ydata([0.2, y])
+        ax1.title.set_text(title)
+        png = picture.figure_png(fig, 100, dynamic=dynamic)
+        assert fig._course_static is kept  # the rest was not drawn again
+        _same_pixels(png, picture.figure_png(fig, 100), f"move {k}")
+    ax2.set_title("a static artist changed")  # so the rest changed: a new static_key
+    png = picture.figure_png(fig, 100, dynamic=dynamic, static_key=1)
+    assert fig._course_static is not kept
+    _same_pixels(png, picture.figure_png(fig, 100), "new static_key")
+    other = [ax2]  # other dynamic artists: the rest is drawn again
+    _same_pixels(picture.figure_png(fig, 100, dynamic=other, static_key=1),
+                 picture.figure_png(fig, 100), "other dynamic artists")
+    plt.close(fig)
+
+
+def _fresh_attention(ui):
+    from matplotlib.figure import Figure
+
+    from course_utils.plots.attention import (plot_sentence_attention, sentence_attention,
+                                              sentence_figsize)
+
+    c = ui.controls
+    r = sentence_attention(c["sentence"].value, scaled_dot_product_attention, c["scale"].value,
+                           c["causal"].value, causal_mask)
+    return plot_sentence_attention(r, fig=Figure(figsize=sentence_figsize(len(r.tokens)))).fig
+
+
+def _fresh_heads(ui):
+    from matplotlib.figure import Figure
+
+    from course_utils.plots.multi_head import head_attention, plot_heads
+
+    c = ui.controls
+    r = head_attention(c["sentence"].value, 5, MultiHeadAttention)
+    return plot_heads(r.weights, r.labels, c["head"].value, c["query"].value,
+                      fig=Figure(figsize=(9.4, 5.8))).fig
+
+
+def _fresh_positions(ui):
+    from matplotlib.figure import Figure
+
+    from course_utils.plots.positional import plot_explorer
+
+    c = ui.controls
+    return plot_explorer(sinusoidal_positional_encoding, c["d_model"].value, c["position"].value,
+                         c["positions"].value, fig=Figure(figsize=(9.6, 4.2))).fig
+
+
+def _fresh_gpt(ui, tok):
+    from course_utils.plots.gpt import plot_generation
+
+    r = ui.result
+    return plot_generation(r["state"], tok.itos, r["share"], r["knobs"])
+
+
+KEPT_MOVES = {
+    "attention": [("scale", 10.0), ("scale", 7.07), ("causal", True), ("scale", 1.0),
+                  ("causal", False), ("sentence", "we sat by the river bank"), ("scale", 100.0),
+                  ("causal", True), ("sentence", "xyzzy the cat"), ("scale", 3.0)],
+    "heads": [("head", 1), ("query", 3), ("sentence", "my dog did not eat because it was full"),
+              ("head", 4), ("sentence", "a b"), ("query", 1),
+              ("sentence", "one two three four five six seven eight nine ten eleven twelve "
+                           "thirteen fourteen fifteen"), ("query", 14)],
+    "positions": [("position", 21), ("d_model", 102), ("position", 0), ("positions", 1000),
+                  ("position", 999), ("positions", 100), ("position", 3), ("d_model", 256)],
+    "gpt stepper": [("temperature", 0.5), ("next10", "click"), ("top_k", 20), ("next", "click"),
+                    ("mode", "greedy"), ("next10", "click"), ("top_p", 0.5), ("mode", "sample"),
+                    ("reset", "click"), ("prompt", "JULIET:\\n"), ("next10", "click")],
+}
+
+
+@pytest.mark.parametrize("name", list(KEPT_MOVES))
+def test_a_kept_figure_draws_what_a_fresh_one_draws(name):
+    """The widgets redraw kept figures, drawing only what a control changed over the rest:
+    after every move the picture is the one a fresh figure of that state draws."""
+    if name == "gpt stepper":
+        from course_grading.reference.gpt import GPT
+        from course_utils.language_model import load_gpt
+        from course_utils.widgets.gpt import generation_stepper
+
+        model, tok = load_gpt(GPT, device="cpu")
+        ui = generation_stepper(model, tok, G.sample_next_token, draws=200)
+
+        def fresh(ui):
+            return _fresh_gpt(ui, tok)
+    else:
+        ui = WIDGETS[name]()[0]
+        fresh = {"attention": _fresh_attention, "heads": _fresh_heads,
+                 "positions": _fresh_positions}[name]
+    controls = ui.controls
+    for control, value in KEPT_MOVES[name]:
+        if value == "click":
+            controls[control].click()
+        else:
+            controls[control].value = value
+        assert not controls["message"].value, f"{control} → {controls['message'].value}"
+        _same_pixels(controls["image"].value,
+                     picture.figure_png(fresh(ui), picture.DISPLAY_DPI * picture.PIXEL_RATIO),
+                     f"{name}: {control} = {value}")
+    plt.close("all")
+
+
+def test_the_attention_viewer_draws_what_a_fresh_figure_draws(toy):
+    from matplotlib.figure import Figure
+
+    from course_utils.plots.transformer import (attention_maps_and_output,
+                                                plot_transformer_attention, predicted_tokens)
+    from course_utils.toy_task import encode_pairs, make_pairs
+
+    model, src_tok, tgt_tok = toy
+    ui, _ = _viewer(toy)
+    src, tgt = encode_pairs(make_pairs(4, "test"), src_tok, tgt_tok)
+    tgt_in = tgt[:, :-1]
+    maps, out = attention_maps_and_output(model, src, tgt_in,
+                                          make_padding_mask(src, src_tok.pad_id),
+                                          causal_mask(tgt_in.size(1)))
+    predicted = predicted_tokens(out, tgt_tok.itos, 4, tgt_in.size(1))
+    c = ui.controls
+    for control, value in [("layer", 1), ("head", 1), ("example", 2), ("kind", "decoder self"),
+                           ("example", 1), ("kind", "cross"), ("layer", 0),
+                           ("kind", "encoder self"), ("head", 0)]:
+        c[control].value = value
+        kind, e = c["kind"].value, c["example"].value
+        q, k = maps[kind][0].shape[2:]
+        side = max(3.0, 0.55 * max(q, k) + 1.5)
+        fig = Figure(figsize=(side + 1.6, side + 0.4))
+        fig.subplots_adjust(left=1.5 / (side + 1.6), bottom=1.0 / (side + 0.4))
+        plot = plot_transformer_attention(maps, kind, c["layer"].value, c["head"].value, e,
+                                          src_tok.tokens(src[e].tolist()),
+                                          tgt_tok.tokens(tgt_in[e].tolist()),
+                                          ax=fig.add_subplot(), predicted=predicted[e])
+        _same_pixels(c["image"].value, picture.figure_png(plot.fig, 200), f"{control} = {value}")
+
+
+def test_a_kept_figure_with_something_sticking_out_grows_once_and_then_draws_only_the_dynamic():
+    """Long row labels stick out of a kept figure: the first redraw grows it (as savefig's box
+    would hold them), and the next ones draw the pixels of a full draw of the grown figure."""
+    from matplotlib.figure import Figure
+
+    from course_utils.plots.attention import attention_artists, plot_attention, update_attention
+
+    rng = np.random.default_rng(5)
+    rows = ["<bos> → <eos> and a long way further", "2 → 0", "0 → <eos>"]
+    plot = plot_attention(rng.dirichlet(np.ones(4), size=3), rows, list("abcd"),
+                          ax=Figure(figsize=(3, 3)).add_subplot())
+    first = picture.figure_png(plot.fig, 100, dynamic=attention_artists(plot))
+    grown = tuple(plot.fig.get_size_inches())
+    assert grown[0] > 3
+    _same_pixels(first, picture.figure_png(plot.fig, 100), "grown")
+    plot = update_attention(plot, rng.dirichlet(np.ones(4), size=3), "another head")
+    kept = picture.figure_png(plot.fig, 100, dynamic=attention_artists(plot))
+    assert tuple(plot.fig.get_size_inches()) == grown
+    _same_pixels(kept, picture.figure_png(plot.fig, 100), "kept")

@@ -2,11 +2,13 @@
 
 - ``plot_attention(weights, query_tokens, key_tokens)``: a heatmap of any (q, k) weight matrix,
   rows = queries, columns = keys. Later notebooks use it for heads and cross-attention.
-  ``update_attention(plot, weights)`` redraws such a picture with other weights, same tokens.
+  ``update_attention(plot, weights)`` redraws such a picture with other weights (and tokens);
+  ``attention_artists(plot)`` names what changes with the weights.
 - ``sentence_attention(sentence, attention_fn, scale, causal, causal_mask_fn)``: GloVe vectors
   of a typed sentence attend to each other through your attention; scores are divided by
   ``scale`` (√d_k by default).
-- ``plot_sentence_attention(result)``: that heatmap next to the entropy of each row.
+- ``plot_sentence_attention(result)``: that heatmap next to the entropy of each row;
+  ``update_sentence_attention(plot, result)`` redraws it for another scale.
 
 matplotlib and torch are imported inside the functions: importing this module is cheap.
 """
@@ -101,15 +103,25 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
     return AttentionPlot(fig, ax, w)
 
 
-def update_attention(plot: AttentionPlot, weights, title: str | None = None) -> AttentionPlot:
-    """The picture of ``plot_attention(weights, ...)`` with the same tokens, made by changing
-    the artists of ``plot`` instead of building the figure again: the heatmap's colours, the
-    numbers written in its cells and their colours, the title. ``weights`` must have the
-    shape of ``plot.weights``; the mask and the tokens stay those of ``plot``."""
+def update_attention(plot: AttentionPlot, weights, title: str | None = None,
+                     query_tokens: Sequence[str] | None = None,
+                     key_tokens: Sequence[str] | None = None) -> AttentionPlot:
+    """The picture of ``plot_attention(weights, ...)``, made by changing the artists of
+    ``plot`` instead of building the figure again: the heatmap's colours, the numbers written
+    in its cells and their colours, the title, and the tokens when given (as many as before).
+    ``weights`` must have the shape of ``plot.weights``; the mask stays that of ``plot``."""
     w = _as_numpy(weights)
     if w.shape != plot.weights.shape:
         raise ValueError(f"weights of shape {w.shape} for a picture of {plot.weights.shape}")
     ax = plot.ax
+    for tokens, axis, n in ((query_tokens, ax.yaxis, w.shape[0]),
+                            (key_tokens, ax.xaxis, w.shape[1])):
+        if tokens is None:
+            continue
+        tokens = [str(t) for t in tokens]
+        if len(tokens) != n:
+            raise ValueError(f"{len(tokens)} tokens for {n} rows or columns")
+        axis.set_ticklabels(tokens)  # the same ticks keep their rotation and alignment
     ax.images[0].set_data(w)
     cells = [t for t in ax.texts if getattr(t, "_course_cell", None) is not None]
     for t in cells:
@@ -117,8 +129,17 @@ def update_attention(plot: AttentionPlot, weights, title: str | None = None) -> 
         t.set_text(f"{w[i, j]:.2f}")
         t.set_color("black" if w[i, j] > 0.6 else "white")
     if title is not None:
-        ax.set_title(title)
+        ax.title.set_text(title)  # in the title's own font (set_title would reset its size)
     return AttentionPlot(plot.fig, ax, w)
+
+
+def attention_artists(plot: AttentionPlot) -> list:
+    """What ``update_attention`` changes without changing the tokens: the heatmap (and the
+    mask's grey drawn over it), the numbers in the cells, the title, and the frame drawn over
+    the heatmap's edges. A widget draws the rest once (``Picture.show(..., dynamic=...)``)."""
+    ax = plot.ax
+    cells = [t for t in ax.texts if getattr(t, "_course_cell", None) is not None]
+    return [*ax.images, *cells, *ax.spines.values(), ax.title]
 
 
 @dataclass(frozen=True)
@@ -191,13 +212,18 @@ class SentencePlot(NamedTuple):
     result: SentenceAttention
 
 
+def sentence_figsize(n: int) -> tuple[float, float]:
+    """The size of ``plot_sentence_attention``'s figure for ``n`` tokens, in inches."""
+    return min(9.4, max(7.5, 0.55 * n + 5.0)), max(3.8, 0.42 * n + 2.2)
+
+
 def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot:
     """The weights as a heatmap, and each row's entropy next to its maximum log(n)."""
     import matplotlib.pyplot as plt
 
     n = len(result.tokens)
     if fig is None:
-        fig = plt.figure(figsize=(min(9.4, max(7.5, 0.55 * n + 5.0)), max(3.8, 0.42 * n + 2.2)))
+        fig = plt.figure(figsize=sentence_figsize(n))
     else:
         fig.clear()
     # an inch below the axes: the rotated key tokens and a two-line label fit inside the figure
@@ -210,10 +236,7 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
                    mask=result.allowed)
     if not result.known.all():  # below the rotated tick labels, where nothing else is
         ax_w.set_xlabel("key (attended to)\nword? = not among the 20k GloVe words: zero vector")
-    d_k = 50
-    note = " (= √d_k)" if math.isclose(result.scale, math.sqrt(d_k), rel_tol=1e-3) else ""
-    ax_w.set_title(f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})"
-                   + ("  · causal" if result.causal else ""), fontsize=10)
+    ax_w.set_title(_sentence_title(result), fontsize=10)
     y = np.arange(n)
     ax_h.barh(y, result.entropy, color="tab:orange", height=0.6)
     ax_h.scatter(result.max_entropy, y, marker="|", s=200, color="black")
@@ -222,3 +245,31 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
     ax_h.tick_params(axis="y", labelleft=False)
     ax_h.set_title("entropy;  | = spread evenly", fontsize=10)
     return SentencePlot(fig, (ax_w, ax_h), result)
+
+
+def update_sentence_attention(plot: SentencePlot, result: SentenceAttention) -> SentencePlot:
+    """The picture of ``plot_sentence_attention(result)``, made by changing the artists of
+    ``plot`` (drawn for the same tokens and mask, e.g. another scale): the heatmap, its numbers,
+    the title and the entropy bars."""
+    old = plot.result
+    if result.tokens != old.tokens or not np.array_equal(result.allowed, old.allowed):
+        raise ValueError("update_sentence_attention needs the tokens and the mask of the picture")
+    ax_w, ax_h = plot.axes
+    update_attention(AttentionPlot(plot.fig, ax_w, old.weights), result.weights,
+                     _sentence_title(result))
+    for bar, width in zip(ax_h.patches, result.entropy):
+        bar.set_width(width)
+    return SentencePlot(plot.fig, plot.axes, result)
+
+
+def sentence_artists(plot: SentencePlot) -> list:
+    """What ``update_sentence_attention`` changes: the heatmap (see ``attention_artists``) and
+    the whole entropy plot. A widget draws the rest once."""
+    ax_w, ax_h = plot.axes
+    return attention_artists(AttentionPlot(plot.fig, ax_w, plot.result.weights)) + [ax_h]
+
+
+def _sentence_title(result: SentenceAttention) -> str:
+    note = " (= √d_k)" if math.isclose(result.scale, math.sqrt(50), rel_tol=1e-3) else ""
+    return (f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})"
+            + ("  · causal" if result.causal else ""))

@@ -8,7 +8,8 @@
 - ``plot_heads(weights, tokens, head, query)``: the heads side by side as small heatmaps with
   one colour bar, the picked head framed, the picked query's row boxed, and that row as bars
   underneath; ``update_heads(plot, head, query)`` moves the frame, the boxes and the bars of
-  a drawn picture to another head and query without drawing it anew.
+  a drawn picture to another head and query without drawing it anew; ``changing_artists(plot)``
+  names what it changes (for a widget that draws only those).
 """
 from __future__ import annotations
 
@@ -131,7 +132,9 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
                 side.set_edgecolor("tab:red")
                 side.set_linewidth(2.5)
         if query is not None:
-            ax.add_patch(Rectangle((-0.5, query - 0.5), k, 1, fill=False, ec="tab:red", lw=1.5))
+            # above the tick marks it touches (zorder 1.5), below the frame (2.5)
+            ax.add_patch(Rectangle((-0.5, query - 0.5), k, 1, fill=False, ec="tab:red", lw=1.5,
+                                   zorder=2))
         axes.append(ax)
     colorbar = fig.colorbar(image, ax=axes, fraction=0.025, pad=0.015, aspect=15)
     colorbar.set_label("weight", fontsize=8)
@@ -151,16 +154,40 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
     return HeadsPlot(fig, axes, w, row)
 
 
-def update_heads(plot: HeadsPlot, head: int, query: int) -> HeadsPlot:
-    """The picture of ``plot_heads(plot.weights, tokens, head, query)``, made by changing the
+def changing_artists(plot: HeadsPlot) -> list:
+    """What ``update_heads`` changes: each head's title, frame and boxed row, and the whole bar
+    chart. The rest (heatmaps, tokens, colour bar) stays: a widget draws it once
+    (``Picture.show(..., dynamic=changing_artists(plot))``)."""
+    h = plot.weights.shape[0]
+    out = []
+    for ax in plot.axes[:h]:
+        out += [ax.title, *ax.spines.values(), *ax.patches]
+    return out + list(plot.axes[h:])
+
+
+def update_heads(plot: HeadsPlot, head: int, query: int, weights=None,
+                 tokens: Sequence[str] | None = None) -> HeadsPlot:
+    """The picture of ``plot_heads(weights, tokens, head, query)``, made by changing the
     artists of ``plot`` (drawn with a head and a query) instead of building the figure again:
-    the red frame, the boxed rows, the bars, their colours, limits and title. A widget that
-    only changes the head or the query redraws in a fraction of the time."""
+    the red frame, the boxed rows, the bars, their colours, limits and title; with ``weights``
+    and ``tokens`` (another sentence, as many heads), also the heatmaps, the colour scale and
+    the tokens. A widget that only changes the head or the query redraws in a fraction of the
+    time, and one that changes the sentence reuses every tick it can."""
     import matplotlib as mpl
 
-    w = plot.weights
-    h, n, k = w.shape
+    h = plot.weights.shape[0]
     heads, bars_ax = plot.axes[:h], plot.axes[h]
+    if weights is not None:
+        w = _as_numpy(weights)
+        tokens = list(tokens) if tokens is not None else None
+        if w.ndim != 3 or w.shape[0] != h or w.shape[1] != w.shape[2] or tokens is None \
+                or len(tokens) != w.shape[2]:
+            raise ValueError(f"update_heads needs ({h}, n, n) weights and n tokens, got "
+                             f"{w.shape} and {None if tokens is None else len(tokens)} tokens")
+        _relabel_heads(plot, w, tokens)
+    else:
+        w = plot.weights
+    h, n, k = w.shape
     edge, width = mpl.rcParams["axes.edgecolor"], mpl.rcParams["axes.linewidth"]
     for name, value, top in (("head", head, h), ("query", query, n)):
         if not 0 <= value < top:
@@ -181,3 +208,26 @@ def update_heads(plot: HeadsPlot, head: int, query: int) -> HeadsPlot:
     tokens = [t.get_text() for t in bars_ax.get_xticklabels()]
     bars_ax.set_title(f"head {head}: where “{tokens[query]}” (query {query}) looks", fontsize=10)
     return HeadsPlot(plot.fig, plot.axes, w, row)
+
+
+def _relabel_heads(plot: HeadsPlot, w: np.ndarray, tokens: list[str]) -> None:
+    """``plot``'s heatmaps, colour scale, boxes, bars and tokens for other (h, n, n) weights:
+    what ``plot_heads`` sets from them, set on the artists it made."""
+    h, n, k = w.shape
+    heads, bars_ax = plot.axes[:h], plot.axes[h]
+    top = max(float(w.max()), 1e-6)
+    for i, ax in enumerate(heads):
+        image = ax.images[0]
+        image.set_data(w[i])
+        image.set_extent((-0.5, k - 0.5, n - 0.5, -0.5))  # imshow's, for the new shape
+        image.set_clim(0.0, top)
+        ax.set_xlim(-0.5, k - 0.5)
+        ax.set_ylim(n - 0.5, -0.5)
+        ax.set_xticks(range(k), tokens, rotation=90, fontsize=7)
+        ax.set_yticks(range(n), tokens if i == 0 else [""] * n, fontsize=7)
+        ax.patches[0].set_width(k)
+    for container in list(bars_ax.containers):
+        container.remove()
+    bars_ax.relim()
+    bars_ax.bar(range(k), np.zeros(k), color="tab:blue")  # heights: update_heads
+    bars_ax.set_xticks(range(k), tokens, rotation=30, ha="right", fontsize=8)

@@ -5,7 +5,8 @@
 - ``plot_position_similarity(pe, pos)``: that curve.
 - ``wavelengths(d_model, base)``: 2π · base^(2i/d_model), the period of each sin/cos pair.
 - ``plot_explorer(encoding_fn, d_model, pos, max_len)``: the heatmap and the similarity curve
-  together, for the table your function builds.
+  together, for the table your function builds; ``update_explorer(plot, pos)`` moves a drawn
+  one to another position, and ``explorer_artists(plot)`` names what that changes.
 """
 from __future__ import annotations
 
@@ -107,8 +108,38 @@ def plot_explorer(encoding_fn: Callable, d_model: int = 100, pos: int = 20, max_
     sims = plot_position_similarity(table, pos, ax=ax_s).values
     ax_s.set_ylim(min(0.0, float(sims.min())) - 0.05 * d_model, d_model / 2 * 1.15)
     ax_s.axhline(d_model / 2, color="gray", lw=0.8, ls=":")
+    # drawn after the colour bar, whose tick labels its own may touch (large d_model): a widget
+    # that redraws only this plot over the rest draws the same pixels as a full draw
+    ax_s.set_zorder(0.1)
     ax_s.annotate(f"‖PE‖² = d_model/2 = {d_model / 2:g}", xy=(1.0, d_model / 2),
                   xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
                   ha="right", va="bottom", fontsize=9, color="0.3",
                   bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.9))
     return ExplorerPlot(fig, (ax_t, ax_s), table, sims)
+
+
+def update_explorer(plot: ExplorerPlot, pos: int) -> ExplorerPlot:
+    """The picture of ``plot_explorer`` for the same table at position ``pos``, made by
+    changing the artists of ``plot``: the marked row, the similarity curve, its marker, labels
+    and limits. The table and its heatmap stay as they are."""
+    table = plot.table
+    max_len, d_model = table.shape
+    if not 0 <= pos < max_len:
+        raise ValueError(f"pos must be in 0 … {max_len - 1}, got {pos}")
+    ax_t, ax_s = plot.axes
+    sims = position_similarity(table, pos)
+    ax_t.lines[0].set_ydata([pos, pos])           # the dashed row of plot_encoding
+    curve, marker = ax_s.lines[0], ax_s.lines[1]  # plot_position_similarity's line and axvline
+    curve.set_ydata(sims)
+    marker.set_xdata([pos, pos])
+    ax_s.set_ylabel(f"PE[{pos}] · PE[j]")
+    ax_s.set_title(f"how alike position {pos} is to every position", fontsize=10)
+    ax_s.set_ylim(min(0.0, float(sims.min())) - 0.05 * d_model, d_model / 2 * 1.15)
+    return ExplorerPlot(plot.fig, plot.axes, table, sims)
+
+
+def explorer_artists(plot: ExplorerPlot) -> list:
+    """What ``update_explorer`` changes: the marked row (and the heatmap's frame, drawn over
+    its ends) and the whole similarity plot. A widget draws the rest once."""
+    ax_t, ax_s = plot.axes
+    return [ax_t.lines[0], *ax_t.spines.values(), ax_s]

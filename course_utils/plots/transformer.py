@@ -96,6 +96,20 @@ def plot_transformer_attention(maps: dict, kind: str, layer: int = 0, head: int 
     ``predicted`` (one token per decoder position: what the model predicts there) labels the
     decoder's rows "input → predicted": row i reads token i and writes the next one.
     """
+    w, rows, cols, arrows = attention_labels(maps, kind, layer, head, example, src_tokens,
+                                             tgt_tokens, predicted)
+    out = plot_attention(w, rows, cols, ax=ax, title=f"{kind} attention, layer {layer}, head {head}")
+    if arrows:
+        out.ax.set_ylabel("decoder input → predicted token")
+    return out
+
+
+def attention_labels(maps: dict, kind: str, layer: int = 0, head: int = 0, example: int = 0,
+                     src_tokens: Sequence[str] | None = None,
+                     tgt_tokens: Sequence[str] | None = None,
+                     predicted: Sequence[str] | None = None):
+    """What :func:`plot_transformer_attention` draws: ``(weights (q, k), row labels, column
+    labels, whether the rows read "input → predicted")``."""
     if kind not in maps:
         raise ValueError(f"this model has no {kind!r} attention; it has {sorted(maps)}")
     layers = maps[kind]
@@ -109,7 +123,4 @@ def plot_transformer_attention(maps: dict, kind: str, layer: int = 0, head: int 
     arrows = kind != "encoder self" and predicted is not None and len(predicted) >= len(rows)
     if arrows:
         rows = [f"{t} → {p}" for t, p in zip(rows, predicted)]
-    out = plot_attention(w, rows, cols, ax=ax, title=f"{kind} attention, layer {layer}, head {head}")
-    if arrows:
-        out.ax.set_ylabel("decoder input → predicted token")
-    return out
+    return w, rows, cols, arrows

@@ -24,7 +24,10 @@ def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None =
         return None
     import ipywidgets as W
 
-    from ..plots.attention import plot_sentence_attention, sentence_attention
+    from matplotlib.figure import Figure
+
+    from ..plots.attention import (plot_sentence_attention, sentence_artists, sentence_attention,
+                                   sentence_figsize, update_sentence_attention)
     from .picture import Picture
 
     text = W.Text(value=sentence, description="sentence", continuous_update=False,
@@ -41,6 +44,8 @@ def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None =
     ui.controls = {"sentence": text, "scale": slider, "causal": mask_box, "status": status,
                    "image": picture.image, "message": picture.message}
 
+    kept = {}  # (tokens, causal) -> its drawn SentencePlot, for the sentence shown
+
     def redraw(*_):
         try:
             result = sentence_attention(text.value, attention_fn, slider.value, mask_box.value,
@@ -55,7 +60,26 @@ def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None =
             status.value = ""
             picture.fail(exc)
             return
-        picture.show(plot_sentence_attention(result).fig)
+        key = (tuple(result.tokens), result.causal)
+        try:
+            if key in kept:  # drawn before: new weights, numbers and bars in its figure
+                plot = update_sentence_attention(kept[key], result)
+            else:
+                if kept and next(iter(kept))[0] != key[0]:
+                    kept.clear()  # another sentence: one figure with the mask, one without
+                # a figure outside pyplot: kept for the next redraw, never shown by the
+                # notebook's inline backend under the widget
+                plot = plot_sentence_attention(
+                    result, fig=Figure(figsize=sentence_figsize(len(result.tokens))))
+        except Exception as exc:  # e.g. a mask that changed from one call to the next
+            kept.pop(key, None)
+            status.value = ""
+            picture.fail(exc)
+            return
+        kept[key] = plot
+        # the tokens and axes are drawn once per sentence and mask; a new scale draws only the
+        # heatmap, its numbers and the entropy bars
+        picture.show(plot.fig, close=False, dynamic=sentence_artists(plot))
         status.value = ("<small>attention by your <code>scaled_dot_product_attention</code>"
                         + (" and <code>causal_mask</code>" if result.causal else "")
                         + "; √d_k = √50 ≈ 7.07; mean row entropy "

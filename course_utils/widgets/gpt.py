@@ -11,8 +11,7 @@ import html
 from typing import Callable
 
 from ..device import grading
-from ..plots.gpt import (advance, plot_new_token_attention, plot_next_char, sampler_share, show_char,
-                         start)
+from ..plots.gpt import advance, plot_generation, sampler_share, start
 
 
 def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
@@ -27,7 +26,6 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     if grading():
         return None
     import ipywidgets as W
-    import matplotlib.pyplot as plt
     import torch
 
     from .picture import Picture
@@ -79,6 +77,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
         try:
             ids = tokenizer.encode(text.value.replace("\\n", "\n") or "\n")
             box["state"] = start(model, ids[-(limit - 1):])
+            box["heatmap"] = None  # another text: draw its heatmap
             box["gen"] = torch.Generator().manual_seed(seed)
         except Exception as exc:  # an unknown character, or a bug in the learner's model
             status.value = ""
@@ -111,20 +110,21 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
         end = " &nbsp; <small>(max_len reached: reset)</small>" if full else ""
         status.value = ("<pre style='margin:0;white-space:pre-wrap;max-height:7em;"
                         f"overflow:auto'>{html.escape(written[-400:])}</pre>{note}{end}")
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.0),
-                                       gridspec_kw={"width_ratios": [1, 1.6]})
-        fig.subplots_adjust(left=0.06, right=0.99, bottom=0.2, top=0.9, wspace=0.22)  # no
-        # tight_layout: it measures every label again at each redraw
-        plot_next_char(state.logits, tokenizer.itos, share, int(state.logits.argmax()), ax=ax1,
-                       knobs=(f"T {temperature.value:.2f}, top-k {top_k.value}, top-p {top_p.value:.2f}"
-                              if mode.value == "sample" else
-                              "not used now: greedy takes the tallest grey bar"))
-        chars = [tokenizer.itos[i] for i in state.ids]
-        plot_new_token_attention(state.attention[-1], chars, ax=ax2)
-        shown = f"the last 40 of {len(chars)}" if len(chars) > 40 else f"all {len(chars)}"
-        ax2.set_xlabel(f"positions so far ({shown}); the row is '{show_char(chars[-1])}' "
-                       "predicting the next", fontsize=8)
-        picture.show(fig)
+        knob_text = (f"T {temperature.value:.2f}, top-k {top_k.value}, top-p {top_p.value:.2f}"
+                     if mode.value == "sample" else "not used now: greedy takes the tallest grey bar")
+        new_text = box.get("heatmap") != len(state.ids)  # a character written, or a new prompt
+        # one figure outside pyplot, kept for every redraw (never shown by the notebook's
+        # inline backend under the widget): the bars change in place, the heatmap only when
+        # a character is written
+        box["fig"] = plot_generation(state, tokenizer.itos, share, knob_text, fig=box.get("fig"),
+                                     heatmap=new_text)
+        if new_text:
+            box["heatmap"] = len(state.ids)
+            box["drawn"] = box.get("drawn", 0) + 1
+        # the heatmap is drawn once per character written; a knob redraws only the bars
+        picture.show(box["fig"], close=False, dynamic=box["fig"].axes[:1],
+                     static_key=box["drawn"])
+        ui.result = {"state": state, "share": share, "knobs": knob_text}
 
     def write(n):
         state = box["state"]

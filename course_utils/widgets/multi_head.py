@@ -25,7 +25,7 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
     import numpy as np
     from matplotlib.figure import Figure
 
-    from ..plots.multi_head import head_attention, plot_heads, update_heads
+    from ..plots.multi_head import changing_artists, head_attention, plot_heads, update_heads
     from .picture import Picture
 
     head_slider = W.IntSlider(value=head, min=0, max=num_heads - 1, description="head",
@@ -42,7 +42,7 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
     ui.add_class("course-widget")
     ui.controls = {"head": head_slider, "query": query_box, "sentence": text, "status": status,
                    "image": picture.image, "message": picture.message}
-    state = {"tokens": tokens, "busy": False, "plot": None, "labels": None}
+    state = {"tokens": tokens, "busy": False, "plot": None, "labels": None, "drawn": 0}
 
     def keep_query(new_tokens: list[str]) -> int:
         """The query's position in the new sentence: the same word (its occurrence nearest the
@@ -82,13 +82,22 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
                 and np.array_equal(drawn.weights, result.weights)):
             # the same weights: move the frame, the boxes and the bars of the drawn figure
             state["plot"] = update_heads(drawn, head_slider.value, query_box.value)
+        elif drawn is not None and drawn.weights.shape[0] == result.weights.shape[0]:
+            # another sentence: new heatmaps and tokens in the same figure (its ticks reused)
+            state["plot"] = update_heads(drawn, head_slider.value, query_box.value,
+                                         result.weights, result.labels)
+            state["labels"] = result.labels
+            state["drawn"] += 1  # the heatmaps changed: draw them again
         else:
             # a figure of its own, outside pyplot: kept for the next redraw, and never shown
             # by the notebook's inline backend under the widget
             state["plot"] = plot_heads(result.weights, result.labels, head_slider.value,
                                        query_box.value, fig=Figure(figsize=(9.4, 5.8)))
             state["labels"] = result.labels
-        picture.show(state["plot"].fig, close=False)
+        # the heatmaps, tokens and colour bar are drawn once per sentence; a move of head or
+        # query draws only the frames, the boxed rows and the bars
+        picture.show(state["plot"].fig, close=False, dynamic=changing_artists(state["plot"]),
+                     static_key=state["drawn"])
         status.value = (f"<small>weights from your MultiHeadAttention, d_model = 50 (GloVe), "
                         f"{num_heads} heads of d_head = {50 // num_heads}; untrained heads, "
                         "each comparing words in its own random view of the space</small>")

@@ -147,7 +147,60 @@ def _make_room(fig, renderer, pad_inches: float) -> bool:
     return True
 
 
-def figure_png(fig, dpi: float, pad_inches: float = 0.08) -> bytes:
+def _draw_order(fig, artists) -> list:
+    """``artists`` in the order a full ``fig.draw`` draws them: the figure's children by zorder
+    (axes in the order they were added), then, inside an Axes, its children by zorder."""
+    top = sorted(fig.get_children(), key=lambda a: a.get_zorder())
+    rank = {id(a): i for i, a in enumerate(top)}
+
+    def key(artist):
+        if id(artist) in rank:
+            return (rank[id(artist)], -1.0, 0)
+        ax = artist.axes
+        children = ax.get_children()
+        inside = next((i for i, c in enumerate(children) if c is artist), len(children))
+        return (rank.get(id(ax), len(top)), artist.get_zorder(), inside)
+
+    return sorted(artists, key=key)
+
+
+def _drawn_pixels(fig, dpi: float, pad_inches: float, dynamic, static_key):
+    """(pixels, width, height) of ``fig`` drawn at ``dpi``. Without ``dynamic``: one full draw.
+    With it: the rest of the figure (its static part) is drawn once and kept on the figure, and
+    each later call with the same ``dynamic`` artists and ``static_key`` restores those pixels
+    and draws only the dynamic artists on top, in the order a full draw would."""
+    import numpy as np
+    from matplotlib.transforms import Bbox
+
+    width, height = (int(round(v)) for v in fig.bbox.size)
+    renderer = _renderer(width, height, dpi)
+    if not dynamic:
+        fig.draw(renderer)
+        return np.asarray(renderer.buffer_rgba()), width, height
+    key = (dpi, width, height, static_key)
+    kept = getattr(fig, "_course_static", None)  # (key, the dynamic artists, pixels, order)
+    if (kept is None or kept[0] != key or len(kept[1]) != len(dynamic)
+            or any(a is not b for a, b in zip(kept[1], dynamic))):
+        was = [a.get_animated() for a in dynamic]
+        try:
+            for a in dynamic:
+                a.set_animated(True)  # left out of fig.draw: the static part only
+            fig.draw(renderer)
+        finally:
+            for a, animated in zip(dynamic, was):
+                a.set_animated(animated)
+        # every pixel of the renderer (fig.bbox may end a fraction of a pixel short of it)
+        whole = Bbox.from_bounds(0, 0, width, height)
+        kept = fig._course_static = (key, dynamic, renderer.copy_from_bbox(whole),
+                                     _draw_order(fig, dynamic))
+    else:
+        renderer.restore_region(kept[2])
+    for artist in kept[3]:
+        artist.draw(renderer)
+    return np.asarray(renderer.buffer_rgba()), width, height
+
+
+def figure_png(fig, dpi: float, pad_inches: float = 0.08, dynamic=(), static_key=None) -> bytes:
     """The figure as PNG bytes at ``dpi``, cropped to what is drawn plus ``pad_inches``.
 
     The same pixels as ``fig.savefig(..., bbox_inches="tight")`` at well under half its cost:
@@ -159,21 +212,25 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08) -> bytes:
     an alpha channel where the figure is opaque. Where something sticks out of the figure
     (ink on its edge), the figure first grows to hold it (``_make_room``), as savefig's box
     would.
+
+    ``dynamic``: the artists a widget changes between redraws of a kept figure (a frame, a
+    line, a whole small Axes). The rest of the figure is drawn once and its pixels kept; a
+    redraw with the same ``dynamic`` artists and ``static_key`` (anything that names the
+    rest, e.g. the tokens on the axes) draws only them over those pixels. It draws the pixels
+    of a full draw as long as no static artist drawn after a dynamic one overlaps it (then
+    list that one too: e.g. the spines over a heatmap whose colours change); tests compare
+    the two.
     """
     import numpy as np
 
+    dynamic = list(dynamic)
     old_dpi = fig.dpi
     try:
         fig.set_dpi(dpi)
-        width, height = (int(round(v)) for v in fig.bbox.size)
-        renderer = _renderer(width, height, dpi)
-        fig.draw(renderer)
-        pixels = np.asarray(renderer.buffer_rgba())            # (H, W, 4), row 0 at the top
-        if _ink_on_edge(pixels, fig) and _make_room(fig, renderer, pad_inches):
-            width, height = (int(round(v)) for v in fig.bbox.size)
-            renderer = _renderer(width, height, dpi)
-            fig.draw(renderer)
-            pixels = np.asarray(renderer.buffer_rgba())
+        pixels, width, height = _drawn_pixels(fig, dpi, pad_inches, dynamic, static_key)
+        if (_ink_on_edge(pixels, fig)  # the renderer just used, as it is: it measures extents
+                and _make_room(fig, _RENDERERS[(width, height, dpi)], pad_inches)):
+            pixels, width, height = _drawn_pixels(fig, dpi, pad_inches, dynamic, static_key)
         # what is drawn: every pixel that is not the figure's background (finding it from the
         # pixels costs a few ms; asking every artist for its extent, as savefig does, ~100 ms)
         drawn = pixels.view(np.uint32)[..., 0] != _background(fig)  # (H, W)
@@ -185,7 +242,9 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08) -> bytes:
         else:  # nothing drawn: the whole figure
             x0, x1, y0, y1 = 0, width, 0, height
         crop = pixels[y0:y1, x0:x1]
-        opaque = bool((crop[..., 3] == 255).all())
+        # everything is drawn over the figure's patch: where that is opaque, so is every pixel
+        opaque = (fig.patch.get_visible() and fig.patch.get_facecolor()[3] == 1.0
+                  and fig.patch.get_alpha() in (None, 1.0)) or bool((crop[..., 3] == 255).all())
         return encode_png(crop[..., :3] if opaque else crop)
     finally:
         fig.set_dpi(old_dpi)
@@ -211,7 +270,7 @@ def encode_png(pixels, level: int = 1) -> bytes:
 
     header = struct.pack(">IIBBBBB", width, height, 8, 6 if channels == 4 else 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(raw.tobytes(), level)) + chunk(b"IEND", b""))
+            + chunk(b"IDAT", zlib.compress(raw, level)) + chunk(b"IEND", b""))
 
 
 def png_size(png: bytes) -> tuple[int, int]:
@@ -243,9 +302,10 @@ class Picture:
         self.message = W.HTML()
         self.png: bytes = b""
 
-    def show(self, fig, close: bool = True) -> bytes:
-        """Draw ``fig`` into the image (and close it); clear any message. Returns the PNG."""
-        png = figure_png(fig, DISPLAY_DPI * PIXEL_RATIO)
+    def show(self, fig, close: bool = True, dynamic=(), static_key=None) -> bytes:
+        """Draw ``fig`` into the image (and close it); clear any message. Returns the PNG.
+        ``dynamic`` and ``static_key`` (for a kept figure, ``close=False``): see ``figure_png``."""
+        png = figure_png(fig, DISPLAY_DPI * PIXEL_RATIO, dynamic=dynamic, static_key=static_key)
         if close:
             import matplotlib.pyplot as plt
 

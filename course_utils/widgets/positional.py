@@ -10,6 +10,7 @@ from typing import Callable
 from ..device import grading
 
 LENGTHS = (100, 1000, 10000)
+KEPT = 3  # figures kept, one per table: going back to a table only moves its row and curve
 
 
 def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int = 100,
@@ -24,7 +25,9 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
         return None
     import ipywidgets as W
 
-    from ..plots.positional import plot_explorer
+    from matplotlib.figure import Figure
+
+    from ..plots.positional import explorer_artists, plot_explorer, update_explorer
     from .picture import Picture
 
     lengths = sorted(set(LENGTHS) | {max_len})
@@ -42,6 +45,7 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
     ui.controls = {"position": pos_slider, "d_model": d_slider, "positions": len_box,
                    "status": status, "image": picture.image, "message": picture.message}
     state = {"busy": False}
+    kept = {}  # (max_len, d_model) -> its drawn ExplorerPlot, for the last KEPT tables
 
     def on_length(change):
         state["busy"] = True  # one redraw for the whole change
@@ -55,8 +59,16 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
     def redraw(*_):
         if state["busy"]:
             return
+        key = (len_box.value, d_slider.value)
         try:
-            result = plot_explorer(encoding_fn, d_slider.value, pos_slider.value, len_box.value)
+            if key in kept:
+                # a table drawn before: move the marked row and the curve of its figure
+                result = update_explorer(kept.pop(key), pos_slider.value)
+            else:
+                # a figure outside pyplot: kept for the next redraw, never shown by the
+                # notebook's inline backend under the widget
+                result = plot_explorer(encoding_fn, d_slider.value, pos_slider.value,
+                                       len_box.value, fig=Figure(figsize=(9.6, 4.2)))
         except NotImplementedError:
             status.value = ""
             picture.fail("Your sinusoidal_positional_encoding is not written yet: write it "
@@ -66,7 +78,12 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
             status.value = ""
             picture.fail(exc)
             return
-        picture.show(result.fig)
+        kept[key] = result  # the most recent last
+        while len(kept) > KEPT:
+            kept.pop(next(iter(kept)))
+        # the table's heatmap and colour bar are drawn once per table; a new position draws
+        # only the marked row and the similarity curve
+        picture.show(result.fig, close=False, dynamic=explorer_artists(result))
         others = result.similarity.copy()
         others[pos_slider.value] = -float("inf")
         status.value = (f"<small>table by your <code>sinusoidal_positional_encoding</code>; the "

@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..device import grading
-from ..plots.attention import update_attention
-from ..plots.transformer import (attention_maps_and_output, plot_transformer_attention,
-                                 predicted_tokens)
+from ..plots.attention import attention_artists, update_attention
+from ..plots.transformer import (attention_labels, attention_maps_and_output,
+                                 plot_transformer_attention, predicted_tokens)
 
 
 def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None = None,
@@ -76,17 +76,24 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
             layer.value = 0
             layer_slot.children = [only(f"1 {kind_box.value} layer")]
 
-    drawn = {"key": None, "plot": None}
+    drawn = {}  # kind -> (example, arrows, plot): one kept figure per kind of attention
 
     def draw(*_):
         from matplotlib.figure import Figure
 
         i, kind = example.value, kind_box.value
         title = f"{kind} attention, layer {layer.value}, head {head.value}"
+        src = src_tokens[i] if src_tokens is not None else None
+        tgt = tgt_tokens[i] if tgt_tokens is not None else None
+        pred = predicted[i] if predicted is not None else None
         try:
-            if drawn["key"] == (kind, i):  # the same tokens: new colours and numbers only
-                weights = maps[kind][layer.value][i, head.value]
-                drawn["plot"] = update_attention(drawn["plot"], weights, title)
+            weights, rows, cols, arrows = attention_labels(maps, kind, layer.value, head.value,
+                                                           i, src, tgt, pred)
+            kept = drawn.get(kind)
+            if kept is not None and kept[1] == arrows and kept[2].weights.shape == weights.shape:
+                # the same figure: new colours and numbers, and the tokens of this example
+                plot = update_attention(kept[2], weights, title,
+                                        *((rows, cols) if kept[0] != i else ()))
             else:
                 q, k = maps[kind][0].shape[2:]
                 side = max(3.0, 0.55 * max(q, k) + 1.5)  # plot_attention's own size
@@ -96,17 +103,16 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
                 fig = Figure(figsize=(side + 1.6, side + 0.4))
                 fig.subplots_adjust(left=1.5 / (side + 1.6), bottom=1.0 / (side + 0.4))
                 ax = fig.add_subplot()
-                drawn["plot"] = plot_transformer_attention(
-                    maps, kind, layer.value, head.value, i,
-                    src_tokens[i] if src_tokens is not None else None,
-                    tgt_tokens[i] if tgt_tokens is not None else None, ax=ax,
-                    predicted=predicted[i] if predicted is not None else None)
-                drawn["key"] = (kind, i)
+                plot = plot_transformer_attention(maps, kind, layer.value, head.value, i, src,
+                                                  tgt, ax=ax, predicted=pred)
+            drawn[kind] = (i, arrows, plot)
         except Exception as exc:
-            drawn["key"] = None
+            drawn.pop(kind_box.value, None)
             picture.fail(exc)
             return
-        picture.show(drawn["plot"].fig, close=False)
+        # the tokens, axes and colour bar are drawn once per example; layer and head redraw
+        # only the heatmap, its numbers, its frame and the title
+        picture.show(plot.fig, close=False, dynamic=attention_artists(plot), static_key=i)
 
     def on_kind(*_):
         show_layer_control()
