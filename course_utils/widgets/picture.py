@@ -291,11 +291,37 @@ def error_html(exc_or_text) -> str:
     return f"<span style='color:#b00'>{html.escape(text)}</span>"
 
 
+def settle_garbage_collector() -> None:
+    """Once per process: one full collection, then everything alive is left out of later ones
+    (``gc.freeze``).
+
+    A full collection of Python's cyclic garbage collector walks every object alive; in a
+    kernel that has imported torch, matplotlib and IPython and loaded the word vectors that
+    takes 0.2-0.35 s here, and it lands on whichever move of a control allocates past the
+    collector's threshold. What is alive when the first widget is made (the libraries, the
+    data, the learner's variables so far) is what a widget never frees; objects made later are
+    collected as before. The cost: a reference cycle among those earlier objects that becomes
+    garbage later is not reclaimed (objects without cycles are freed as always)."""
+    global _SETTLED
+    if _SETTLED:
+        return
+    _SETTLED = True
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+_SETTLED = False
+
+
 class Picture:
     """An ``ipywidgets.Image`` (``.image``) and a message line (``.message``) above it."""
 
     def __init__(self):
         import ipywidgets as W
+
+        settle_garbage_collector()
 
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%", height="auto"))
         self.image.add_class("course-picture")
