@@ -72,7 +72,7 @@ np_unique = np.unique
 np_abs = np.abs
 np_max = np.max
 # The record's own functions, taken as the checks' other tools are.
-_changed, _foreign_threads = _seal.changed, _seal.foreign_threads
+_changed, _foreign_threads, _foreign_processes = _seal.changed, _seal.foreign_threads, _seal.foreign_processes
 _unwatched, _idle_now, _ran_meanwhile = (_seal.kernel_threads_unwatched, _seal.idle_threads_now,
                                          _seal.ran_meanwhile)
 _WATCH = _seal.WATCH
@@ -489,6 +489,13 @@ class Check:
                 "started (code in this notebook replaced or changed it). Leave library functions, "
                 "their classes and the checks as they are; this exercise scores zero until "
                 "then.") from None
+        processes = _foreign_processes()
+        if processes:
+            raise CheckFailed(
+                f"{self.exercise}: your code started another process ({', '.join(processes[:3])}), "
+                "which could do the work where the check cannot see what it calls, so it cannot be "
+                "sure what your code does. Stop it (or restart the kernel) and run everything in the "
+                "notebook itself; this exercise scores zero until then.") from None
         threads = _foreign_threads()
         if recorder is not None:
             threads += recorder.threads + _ran_meanwhile(recorder.idle)
