@@ -27,9 +27,12 @@ c.Execute.timeout = 60
 c.Execute.interrupt_on_timeout = True
 
 # Nothing of a submission is graded through a symbolic link (a notebook linked to the solutions,
-# a student folder linked to another's): such a submission fails, no score is recorded.
+# a student folder linked to another's): such a submission fails, no score is recorded. Every
+# cell's nbgrader metadata is then the gradebook's (TrustedMetadata): a student's edit of it
+# is flagged by the scanner, and never stops nbgrader.
 c.Autograde.sanitize_preprocessors = [
     "course_grading.preprocessors.RefuseLinks",
+    "course_grading.preprocessors.TrustedMetadata",
     "nbgrader.preprocessors.ClearOutput",
     "nbgrader.preprocessors.DeduplicateIds",
     "nbgrader.preprocessors.OverwriteKernelspec",

@@ -120,8 +120,13 @@ def main(argv=None, exiting=False) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    """An error as one line: its lines joined, at most 1000 characters."""
+    """An error as one line: its lines joined, at most 1000 characters, every control or
+    invisible character escaped (``reports_csv.clean``: an error may quote what a student
+    named or wrote, and the instructor's terminal must not obey it)."""
+    from .reports_csv import clean
+
     text = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
+    text = clean(text, len(text))
     return text if len(text) <= 1000 else text[:999] + "…"
 
 
@@ -330,7 +335,7 @@ def cmd_check(args, root: Path) -> int:
 
     result = check(args.path, root, sandboxed=not args.no_sandbox)
     if result.error:
-        print(f"course: error: grading failed: {result.error}", file=sys.stderr)
+        print(f"course: error: grading failed: {_one_line(result.error)}", file=sys.stderr)
         return 1
     width = max((len(e.grade_id) for e in result.exercises), default=0)
     for e in result.exercises:

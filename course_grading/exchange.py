@@ -334,7 +334,7 @@ class OwnerCollect(ExchangeCollect):
                         include and not any(fnmatch.fnmatch(name, g) for g in include)):
                     os.unlink(path)
                 elif limit and os.path.getsize(path) > 1000 * limit:
-                    self.log.warning(f"Ignoring file too large '{os.path.relpath(path, folder)}' "
+                    self.log.warning(f"Ignoring file too large {shown(os.path.relpath(path, folder))} "
                                      "(see config option CourseDirectory.max_file_size)")
                     os.unlink(path)
 

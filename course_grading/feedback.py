@@ -59,11 +59,11 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
                 problems.append(f"no feedback for {student}/{assignment}: autograded/{exc}")
                 continue
             notebooks = [item for item in left if item.path.endswith(".ipynb") and "/" not in item.path]
-            problems += [f"no feedback for {student}/{assignment}/{item.path}: {item.reason}"
+            problems += [f"no feedback for {student}/{assignment}/{item.shown}: {item.reason}"
                          for item in notebooks]
             if notebooks:  # none of it through a link: this student gets no feedback
                 continue
-            problems += [f"feedback for {student}/{assignment} without {item.path}: {item.reason}"
+            problems += [f"feedback for {student}/{assignment} without {item.shown}: {item.reason}"
                          for item in left]
             coursedir.autograded_directory = stage
             converter = GenerateFeedback(coursedir=coursedir, config=coursedir.config, log=LOG)

@@ -12,6 +12,7 @@ A flag is a reason for the instructor to look, not a penalty: nothing here chang
 """
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ from .cells import is_setup, meta as _meta, text as _text, visible_part
 from .nbformat_tools import read_notebook, read_untrusted
 from .untrusted import NOTEBOOK_BOUNDS, NotebookBounds
 
-META_KEYS = ("grade", "solution", "locked", "points", "task")
+META_KEYS = ("grade", "solution", "locked", "points", "task", "schema_version")
 
 # (what it means, pattern) over the code of cells the student wrote or changed. Each runs in
 # time linear in the code, whatever it holds: a pattern starts with a literal (a name, a dot), or
@@ -111,6 +112,20 @@ def _kernel(nb) -> str | None:
     return spec.get("name") if isinstance(spec, dict) else None
 
 
+def _invalid(nb) -> str:
+    """'' when notebook ``nb`` is valid nbformat 4, else the first problem, short (nbgrader
+    refuses such a notebook: the submission is an error row, and this flag says why)."""
+    import nbformat
+
+    try:
+        nbformat.validate(copy.deepcopy(nb), version=4)  # (it may repair what it reads)
+    except nbformat.ValidationError as exc:
+        return str(getattr(exc, "message", exc)).splitlines()[0][:120]
+    except Exception as exc:  # noqa: BLE001 - whatever its fields hold, the scan goes on
+        return type(exc).__name__
+    return ""
+
+
 def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Flag]:
     """Red flags of notebook ``submitted`` (a path or notebook) against the source notebook.
     A submitted path is read as untrusted (``nbformat_tools.read_untrusted``: within
@@ -123,6 +138,9 @@ def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Fl
     seen = set()
     unchanged = {_source(c).strip() for c in src.cells}
     unchanged |= {visible_part(_source(c)).strip() for c in src.cells}
+    problem = _invalid(sub)
+    if problem:
+        flags.append(Flag("notebook", f"not a valid notebook (nbformat): {problem}"))
     src_kernel, sub_kernel = _kernel(src), _kernel(sub)
     if sub_kernel and src_kernel and sub_kernel != src_kernel:
         flags.append(Flag("notebook", f"kernel changed to {sub_kernel!r}"))
@@ -134,6 +152,14 @@ def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Fl
         meta = _meta(cell)
         grade_id = _grade_id(cell)
         where = grade_id or f"cell {index}"
+        metadata = cell.get("metadata")
+        if not isinstance(metadata, dict) and metadata is not None:
+            flags.append(Flag(where, "cell metadata that is not a mapping"))
+        elif isinstance(metadata, dict) and "nbgrader" in metadata and not isinstance(metadata["nbgrader"], dict):
+            flags.append(Flag(where, "nbgrader metadata that is not a mapping"))
+        elif meta and grade_id is None:
+            flags.append(Flag(where, "nbgrader metadata without a grade id"
+                                     + (" (claims points)" if meta.get("grade") or meta.get("task") else "")))
         tags = _tags(cell)
         carried = source_tags.get(grade_id or _string(cell.get("id")), set())  # the source's own tags
         odd_tags = [t for t in tags if t not in carried and (

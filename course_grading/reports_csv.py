@@ -7,8 +7,9 @@ text goes through ``clean``: lone surrogates (which no file or terminal can enco
 characters, bidirectional overrides and other invisible format characters are written as
 escapes (``\\x1b``, ``\\u202e``), and a text longer than ``MAX_TEXT`` characters is cut. A
 spreadsheet reads a cell starting with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return as
-a formula; every such text cell is written with a leading apostrophe, which spreadsheets show as
-text. Numbers stay numbers.
+a formula, also after leading spaces and in full-width or small forms (``＝``, ``﹢``); every
+such text cell is written with a leading apostrophe, which spreadsheets show as text. Numbers
+stay numbers.
 """
 from __future__ import annotations
 
@@ -50,9 +51,19 @@ def safe_cell(value) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:g}" if isinstance(value, float) else str(value)
     text = clean(value)
-    if text.startswith(FORMULA_START) and not _NUMBER.fullmatch(text):
-        return "'" + text
-    return text
+    return "'" + text if _formula(text) else text
+
+
+def _formula(text: str) -> bool:
+    """Whether a spreadsheet could read ``text`` as a formula: its first character that is not
+    a space (spreadsheets that trim, as Google Sheets and LibreOffice's "trim spaces" do, start
+    there; ``str.lstrip`` takes Unicode spaces too) is one of FORMULA_START, or a compatibility
+    form of one (full-width ``＝``, small ``﹢``: NFKC), and it is not a plain number."""
+    start = text.lstrip()
+    if not start:
+        return False
+    plain = unicodedata.normalize("NFKC", start)
+    return plain.startswith(FORMULA_START) and not _NUMBER.fullmatch(plain)
 
 
 def write_rows(path, rows, *, atomic: bool = False) -> Path:

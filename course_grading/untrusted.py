@@ -21,6 +21,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from .reports_csv import clean
+
 MAX_NOTEBOOK_BYTES = 32 * 2**20  # a notebook with its outputs (nbgrader clears them anyway)
 MAX_FILE_BYTES = 16 * 2**20      # any other file of a submission
 MAX_TOTAL_BYTES = 64 * 2**20     # a whole submission
@@ -274,8 +276,15 @@ class LeftOut:
     path: str
     reason: str
 
+    @property
+    def shown(self) -> str:
+        """The path as a message may show it: a student chose it, so every control, bidi or
+        other invisible character, and every byte that is not UTF-8, is written as an escape
+        (``reports_csv.clean``): nothing of it moves a terminal's cursor or forges a log line."""
+        return clean(self.path, MAX_NAME * (MAX_DEPTH + 1))
+
     def __str__(self) -> str:
-        return f"{self.path} {self.reason}"
+        return f"{self.shown} {self.reason}"
 
 
 @dataclass

@@ -694,3 +694,74 @@ def _hidden_literals(check_source: str) -> set[str]:
     for line in check_source.splitlines():
         found |= set(re.findall(r"np\.array\(\[[^\]]{6,}\]\)?|\[[^\[\]]{8,}\]", line.strip()))
     return found
+
+
+# nbgrader metadata lies, each on a blank notebook of a tiny course: every one of them stopped
+# nbgrader's own steps (an error row, "not graded", instead of the 0 the notebook earns)
+def _lie(path, value):
+    def change(nb, test, solution):
+        cell = nb["cells"][solution if path[0] == "solution" else test]
+        for key in path[1:-1]:
+            cell = cell[key]
+        cell[path[-1]] = value
+    return change
+
+
+METADATA_LIES = {
+    "points_text": _lie(("test", "metadata", "nbgrader", "points"), "abc"),
+    "points_list": _lie(("test", "metadata", "nbgrader", "points"), [100]),
+    "points_null": _lie(("test", "metadata", "nbgrader", "points"), None),
+    "points_nan": _lie(("test", "metadata", "nbgrader", "points"), float("nan")),
+    "grade_id_list": _lie(("test", "metadata", "nbgrader", "grade_id"), ["test_double"]),
+    "nbgrader_list": _lie(("test", "metadata", "nbgrader"), ["grade"]),
+    "schema_text": _lie(("test", "metadata", "nbgrader", "schema_version"), "3"),
+    "schema_future": _lie(("test", "metadata", "nbgrader", "schema_version"), 99),
+    "locked_text": _lie(("test", "metadata", "nbgrader", "locked"), "yes"),
+    "solution_claims_grade": _lie(("solution", "metadata", "nbgrader", "grade"), True),
+    "solution_copied": lambda nb, test, solution: nb["cells"].insert(solution, json.loads(json.dumps(nb["cells"][solution]))),
+    "test_copied": lambda nb, test, solution: nb["cells"].append(json.loads(json.dumps(nb["cells"][test]))),
+    "unknown_grade_cell": lambda nb, test, solution: nb["cells"].append({
+        "cell_type": "code", "execution_count": None, "id": "bonus", "outputs": [], "source": "pass",
+        "metadata": {"nbgrader": {"grade": True, "grade_id": "test_bonus", "locked": True, "points": 100,
+                                  "schema_version": 3, "solution": False, "task": False}}}),
+    "grade_cell_without_id": lambda nb, test, solution: nb["cells"].append({
+        "cell_type": "code", "execution_count": None, "id": "noid", "outputs": [], "source": "pass",
+        "metadata": {"nbgrader": {"grade": True, "locked": True, "points": 100, "schema_version": 3,
+                                  "solution": False, "task": False}}}),
+}
+
+
+def test_nbgrader_metadata_lies_grade_as_they_are_and_are_flagged(tmp_path):
+    """A student's edit of a cell's nbgrader metadata (any type in any field, a copied cell, a
+    grade cell the assignment does not have) stops nothing: the notebook is graded as the
+    gradebook says (0 for a blank one; a solved one with a copied cell keeps its marks) and
+    the edit is flagged."""
+    from conftest import ASSIGNMENT, make_course, tiny_notebook
+    from course_grading import release
+
+    course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
+    release.release(course)
+    blank = json.loads((course / "notebooks" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text())
+    solved = json.loads((course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_text())
+
+    def submit(student, nb, change=None):
+        nb = json.loads(json.dumps(nb))
+        graded = [i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("grade")]
+        solution = [i for i, c in enumerate(nb["cells"]) if c["metadata"].get("nbgrader", {}).get("solution")]
+        if change:
+            change(nb, graded[0], solution[0])
+        folder = course / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(nb))
+
+    for student, change in METADATA_LIES.items():
+        submit(student.replace("_", "-"), blank, change)
+    submit("solved-copied", solved, METADATA_LIES["solution_copied"])
+    submit("solved", solved)
+    results = {r.student: r for r in autograde.autograde(course, jobs=2, progress=False)}
+    assert (results["solved"].score, results["solved"].flags) == (2, [])
+    assert (results["solved-copied"].score, results["solved-copied"].error) == (2, "")
+    for student in METADATA_LIES:
+        result = results[student.replace("_", "-")]
+        assert (result.error, result.score, result.max_score) == ("", 0, 2), (student, result.error)
+        assert result.flags, student

@@ -219,6 +219,75 @@ def test_a_tensor_subclass_cannot_run_code_after_the_call():
         Check("softmax", **SOFTMAX).call(lambda x: x.as_subclass(Sly), torch.ones(3))
 
 
+class _ReadsTheExpected:
+    """What an exercise could return to pass any comparison: converted by the check after the
+    call, it finds the check's expected value in the caller's frames and hands it back."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+    def __array__(self, dtype=None, copy=None):
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name == "close" and "expected" in frame.f_locals:
+                return np.asarray(frame.f_locals["expected"], dtype=np.float64)
+            frame = frame.f_back
+        return np.zeros(self.shape)
+
+
+class _ComputesLater:
+    """A result that does the forbidden work only when the check converts it, after the call."""
+
+    def __init__(self, ids, vocab_size):
+        self.ids, self.vocab_size, self.shape = ids, vocab_size, (*np.shape(ids), vocab_size)
+
+    def __array__(self, dtype=None, copy=None):
+        return torch.nn.functional.one_hot(torch.as_tensor(self.ids), self.vocab_size).double().numpy()
+
+
+class _AlwaysEqual(int):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = int.__hash__
+
+
+class _ClaimsToBeAModule(_ReadsTheExpected):
+    __class__ = property(lambda self: torch.nn.Module)  # what isinstance asks
+
+
+@pytest.mark.parametrize("check, fn", [
+    ("check_embed", lambda ids, E: _ReadsTheExpected((*np.shape(ids), np.shape(E)[1]))),
+    ("check_one_hot", lambda ids, vocab_size: _ComputesLater(ids, vocab_size)),
+    ("check_embed", lambda ids, E: np.array([[_AlwaysEqual(0)] * np.shape(E)[1]] * len(ids), dtype=object)),
+    ("check_embed", lambda ids, E: _ClaimsToBeAModule((*np.shape(ids), np.shape(E)[1]))),
+], ids=["reads-expected-from-frames", "computes-after-the-call", "object-array", "claims-to-be-a-module"])
+def test_a_result_that_would_run_code_inside_the_check_fails(check, fn):
+    from course_utils.checks import embeddings
+
+    with quiet(), pytest.raises(CheckFailed, match="not a plain value|array of Python objects"):
+        getattr(embeddings, check)(fn)
+
+
+def test_plain_results_and_the_learners_module_still_pass():
+    from course_utils.checks._core import _plain
+
+    value = (torch.ones(2), torch.max(torch.ones(2, 2), 0), torch.Size([2]), None, [1, 2.0, np.float32(1)],
+             {"k": torch.nn.Parameter(torch.ones(1))}, np.ones(3), "text", True)
+    assert _plain(value, "x") is value
+    looped = []
+    looped.append(looped)
+    assert _plain(looped, "x") is looped
+    for sly in (_AlwaysEqual(1), type("L", (list,), {})([1]), (torch.ones(1), _ReadsTheExpected(())),
+                {"k": _ComputesLater([0], 2)}, [[[_AlwaysEqual(0)]]]):
+        with pytest.raises(CheckFailed, match="not a plain value"):
+            _plain(sly, "x")
+    layer = Check("Linear").build(torch.nn.Linear, 2, 2)  # build: the learner's module is the result
+    assert isinstance(layer, torch.nn.Linear)
+    with pytest.raises(CheckFailed, match="not a plain value"):
+        Check("Linear").call(torch.nn.Linear, 2, 2)  # a function's result is no module
+
+
 def test_a_failed_check_shows_its_message_not_the_checks_internals():
     from IPython.core.interactiveshell import InteractiveShell
 

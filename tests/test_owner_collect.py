@@ -70,9 +70,11 @@ def _config(course: Path, exchange: Path) -> Config:
     return config
 
 
-def collect(course: Path, exchange: Path, **traits) -> tuple[bool, str]:
+def collect(course: Path, exchange: Path, coursedir_traits: dict | None = None, **traits) -> tuple[bool, str]:
     """OwnerCollect of A, as `nbgrader collect` runs it: (succeeded, its log)."""
     config = _config(course, exchange)
+    for key, value in (coursedir_traits or {}).items():
+        setattr(config.CourseDirectory, key, value)
     for key, value in traits.items():
         setattr(config.ExchangeCollect, key, value)
     coursedir = CourseDirectory(config=config)
@@ -343,3 +345,19 @@ def test_the_course_configuration_selects_these_classes():
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     assert config.ExchangeFactory.collect == "course_grading.exchange.OwnerCollect"
     assert config.ExchangeFactory.release_assignment == "course_grading.exchange.SafeReleaseAssignment"
+
+
+def test_file_names_in_a_submission_reach_the_log_escaped(users, course):
+    course, exchange, inbound = course
+    folder = submit(inbound, "daemon")
+    forged = "x\x1b]0;owned\x07\x1b[2J\n[OwnerCollect | INFO] Collecting submission: victim"
+    (folder / forged).symlink_to("/etc/passwd")  # left out: its name is logged
+    (folder / "big\x1b[2K\r.bin").write_bytes(b"0" * 3000)  # over max_file_size: its name is logged
+    for path in folder.iterdir():
+        os.chown(path, users["daemon"], -1, follow_symlinks=False)
+    ok, log = collect(course, exchange, {"max_file_size": 1})
+    assert ok, log
+    assert all(line.isprintable() for line in log.splitlines()), log
+    assert "\\x1b]0;owned\\x07" in log and "is a symbolic link: left out" in log
+    assert "\\x1b[2K\\r.bin" in log
+    assert not any(line.startswith("[OwnerCollect") for line in log.splitlines())

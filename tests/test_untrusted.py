@@ -325,3 +325,34 @@ def test_notebook_bounds_come_from_the_configuration(tmp_path):
     (src / "two.ipynb").write_bytes(_notebook_text([_markdown()] * 2))
     left = untrusted.copy_tree(src, tmp_path / "dst", notebook_bounds=bounds)
     assert [(item.path, item.reason) for item in left] == [("two.ipynb", "has more than 1 cells")]
+
+
+# Terminal control sequences, a forged log line, a bidi override and bytes that are not UTF-8,
+# in the name of a file a student left in a submission: left out (a link, a FIFO, too big), the
+# name reaches the instructor's terminal (the collect log, `course feedback`, `course autograde`)
+HOSTILE_NAMES = ["x\x1b]0;owned\x07\x1b[2J", "x\n[CollectApp | INFO] Collecting submission: victim",
+                 "x\u202egnp.exe", "x\r\x1b[1A\x1b[2K", os.fsdecode(b"x\xff\x1b[31m")]
+
+
+def test_a_left_out_name_is_shown_escaped(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in HOSTILE_NAMES:
+        (src / name).symlink_to("/etc/hostname")
+    left = untrusted.copy_tree(src, tmp_path / "dst")
+    assert {item.path for item in left} == set(HOSTILE_NAMES)  # the real names, to compare with
+    for item in left:
+        for text in (str(item), item.shown):
+            assert text.isprintable() and text.isascii(), repr(text)
+        assert str(item).endswith(" is a symbolic link")
+    assert "x\\x1b]0;owned\\x07\\x1b[2J is a symbolic link" in map(str, left)
+
+
+def test_the_course_command_prints_an_error_as_one_escaped_line():
+    from course_grading.cli import _one_line
+
+    for name in HOSTILE_NAMES:
+        line = _one_line(ValueError(f"submitted/a/03/{name}: not graded"))
+        assert line.isprintable() and line.startswith("submitted/a/03/x"), repr(line)
+    assert _one_line(ValueError("a\nb")) == "a b"  # lines are still joined
+    assert len(_one_line(ValueError("\x1b" * 5000))) == 1000

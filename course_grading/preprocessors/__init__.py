@@ -2,7 +2,8 @@
 ``nbgrader.preprocessors``). Configure them by their dotted names, e.g.
 ``"course_grading.preprocessors.ScrubHiddenTracebacks"``.
 
-Autograding: ``RefuseLinks`` first among the sanitizing steps, ``LimitedExecute`` (in place of
+Autograding: ``RefuseLinks`` first among the sanitizing steps and ``TrustedMetadata`` right after
+it, ``LimitedExecute`` (in place of
 nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenOutputs`` and ``ScrubHiddenTracebacks`` before nbgrader's
 ``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``), and ``FeedbackStyle`` last (``FEEDBACK_LAST``:
 long lines wrap). ``SanitizeNotebook`` last among the
@@ -15,9 +16,11 @@ from .refuse_links import LinkedSubmission, RefuseLinks
 from .require_setup import RequireSetup, SetupCellFailed
 from .sanitize import SanitizeNotebook
 from .scrub_hidden_tracebacks import ScrubHiddenTracebacks
+from .trusted_metadata import TrustedMetadata
 
 FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs, SanitizeNotebook]
 FEEDBACK_LAST = [FeedbackStyle]  # after nbconvert's CSSHTMLHeaderPreprocessor, which sets the page's CSS
 
 __all__ = ["FEEDBACK_LAST", "FEEDBACK_PREPROCESSORS", "FeedbackStyle", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
-           "RefuseLinks", "RequireSetup", "SanitizeNotebook", "ScrubHiddenTracebacks", "SetupCellFailed"]
+           "RefuseLinks", "RequireSetup", "SanitizeNotebook", "ScrubHiddenTracebacks", "SetupCellFailed",
+           "TrustedMetadata"]

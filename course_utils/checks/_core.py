@@ -72,7 +72,7 @@ np_unique = np.unique
 np_abs = np.abs
 np_max = np.max
 # The record's own functions, taken as the checks' other tools are.
-_changed, _foreign_threads = _seal.changed, _seal.foreign_threads
+_changed, _foreign_threads, _foreign_processes = _seal.changed, _seal.foreign_threads, _seal.foreign_processes
 _unwatched, _idle_now, _ran_meanwhile = (_seal.kernel_threads_unwatched, _seal.idle_threads_now,
                                          _seal.ran_meanwhile)
 _WATCH = _seal.WATCH
@@ -380,21 +380,80 @@ def _where(exc: BaseException) -> str:
     return ""
 
 
-def _plain(result, exercise: str):
-    """``result`` if it holds no tensor or array subclass (whose methods would run learner code
-    inside the check, after the call), else CheckFailed."""
-    if isinstance(result, (tuple, list)):
-        for part in result:
-            _plain(part, exercise)
-        return result
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(result, torch.Tensor):
-        if type(result) not in (torch.Tensor, torch.nn.Parameter):
-            raise CheckFailed(f"{exercise} returned a {type(result).__name__}, a subclass of "
-                              "torch.Tensor: return a plain tensor.")
-    elif isinstance(result, np.ndarray) and type(result) is not np.ndarray:
-        raise CheckFailed(f"{exercise} returned a {type(result).__name__}, a subclass of "
-                          "np.ndarray: return a plain array (np.asarray).")
+# What an exercise may return, taken as the checks' tools are: values whose every method is the
+# library's or Python's own, so that nothing the check does with them afterwards (compare,
+# convert, index, iterate) runs the learner's code outside the recording. Types are matched
+# exactly (``type(x) is ...``, never ``isinstance``, which an object's ``__class__`` can answer).
+_PLAIN_DATA = frozenset((type(None), bool, int, float, complex, str, bytes))
+_NUMPY_SCALARS = frozenset(t for t in set(np.sctypeDict.values()) if isinstance(t, type))
+_NDARRAY = np.ndarray
+_CONTAINERS = (tuple, list, dict)
+_MAX_PARTS = 1_000_000  # values inside one result (a KV cache of a few layers holds dozens)
+_MAX_NESTING = 32
+
+
+def _torch_types():
+    """(Tensor, Parameter, Module, other plain torch types, structseq types) as recorded, or
+    None when torch was never imported (then no result can be a tensor)."""
+    if "torch" not in sys.modules:
+        return None
+    tensor, parameter = _original("torch", "Tensor"), _original("torch.nn", "Parameter")
+    module = _original("torch.nn", "Module")
+    plain = tuple(t for t in (_original("torch", n) for n in ("Size", "dtype", "device")) if isinstance(t, type))
+    returns = sys.modules.get("torch.return_types")
+    structs = tuple(t for t in vars(returns).values() if isinstance(t, type) and issubclass(t, tuple)) if returns else ()
+    return tensor, parameter, module, plain, structs
+
+
+def _plain(result, exercise: str, module: bool = False):
+    """``result`` if it holds only plain values (``None``, bools, numbers, strings, NumPy
+    scalars, arrays of numbers, plain tensors, and tuples, lists and dicts of them; with
+    ``module``, the learner's nn.Module itself), else CheckFailed: an object of another type
+    (a subclass of a tensor, an array, a list or an int included) would run learner code inside
+    the check after the call, beyond the recording's sight (``__array__``, ``__eq__``,
+    ``__iter__``, ``detach``...), where it could compute with what the exercise forbids or read
+    the check's expected values from its frames."""
+    torch_types = _torch_types()
+    stack, seen, parts = [(result, 0)], set(), 0
+    while stack:
+        value, depth = stack.pop()
+        kind = type(value)
+        parts += 1
+        if parts > _MAX_PARTS or depth > _MAX_NESTING:
+            raise CheckFailed(f"{exercise} returned a structure nested too deep or holding too many "
+                              "values: return a tensor, an array, a number or a short tuple of them.")
+        if kind in _PLAIN_DATA or kind in _NUMPY_SCALARS:
+            continue
+        if kind is _NDARRAY:
+            if value.dtype.hasobject:
+                raise CheckFailed(f"{exercise} returned an array of Python objects (dtype=object): "
+                                  "return an array of numbers.")
+            continue
+        if kind in _CONTAINERS:
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            inner = [*value.keys(), *value.values()] if kind is dict else value
+            stack.extend((part, depth + 1) for part in inner)
+            continue
+        if torch_types is not None:
+            tensor, parameter, module_type, plain, structs = torch_types
+            if kind is tensor or kind is parameter or kind in plain:
+                continue
+            if kind in structs:  # torch.max(...)'s (values, indices): a tuple of tensors
+                stack.extend((part, depth + 1) for part in tuple.__iter__(value))
+                continue
+            if issubclass(kind, tensor):
+                raise CheckFailed(f"{exercise} returned a {kind.__name__}, a subclass of "
+                                  "torch.Tensor: return a plain tensor.")
+            if module and value is result and issubclass(kind, module_type):
+                continue  # the learner's module: the check calls it through Check.call
+        if issubclass(kind, _NDARRAY):
+            raise CheckFailed(f"{exercise} returned a {kind.__name__}, a subclass of "
+                              "np.ndarray: return a plain array (np.asarray).")
+        raise CheckFailed(f"{exercise} returned a {kind.__name__}, which is not a plain value: return "
+                          "a tensor, an array, a number, or a tuple or list of them (no object of a "
+                          "class of your own, nor a subclass of list, int or the like).")
     return result
 
 
@@ -430,6 +489,13 @@ class Check:
                 "started (code in this notebook replaced or changed it). Leave library functions, "
                 "their classes and the checks as they are; this exercise scores zero until "
                 "then.") from None
+        processes = _foreign_processes()
+        if processes:
+            raise CheckFailed(
+                f"{self.exercise}: your code started another process ({', '.join(processes[:3])}), "
+                "which could do the work where the check cannot see what it calls, so it cannot be "
+                "sure what your code does. Stop it (or restart the kernel) and run everything in the "
+                "notebook itself; this exercise scores zero until then.") from None
         threads = _foreign_threads()
         if recorder is not None:
             threads += recorder.threads + _ran_meanwhile(recorder.idle)
@@ -444,15 +510,18 @@ class Check:
 
     # -- calling the learner's code --------------------------------------------------------
     def call(self, fn: Callable, *args, **kwargs):
+        return self._call(fn, args, kwargs, module=False)
+
+    def _call(self, fn: Callable, args, kwargs, module: bool):
         hits = self.forbidden.held_by(fn)
         if hits:
             self._forbidden_failure(hits[0])
         roots = {p.split(".")[0] for p in self.forbidden.paths} - set(sys.modules)
-        result = self._guarded_call(fn, args, kwargs)
+        result = self._guarded_call(fn, args, kwargs, module)
         if any(root in sys.modules for root in roots):
             # the code imported a forbidden package itself: look again, now that it exists
             self.forbidden = Forbidden(self.forbidden.paths, self.forbidden.ops)
-            result = self._guarded_call(fn, args, kwargs)
+            result = self._guarded_call(fn, args, kwargs, module)
         return result
 
     def call_on(self, what: str, fn: Callable, *args, **kwargs):
@@ -470,14 +539,14 @@ class Check:
         hits = self.forbidden.held_by(cls)
         if hits:
             self._forbidden_failure(hits[0])
-        module = self.call(cls, *args, **kwargs)
+        module = self._call(cls, args, kwargs, module=True)
         nn = sys.modules["torch"].nn
         self.that(isinstance(module, nn.Module), f"{self.exercise}(...) should create an "
                   f"nn.Module (class {self.exercise}(nn.Module), with super().__init__() first), "
                   f"got {type(module).__name__}.")
         return module
 
-    def _guarded_call(self, fn, args, kwargs):
+    def _guarded_call(self, fn, args, kwargs, module: bool = False):
         self.sound()
         recorder = _Recorder(self.forbidden, self.modes)
         recorder.idle = _idle_now()
@@ -485,7 +554,7 @@ class Check:
             with quiet(), recorder:
                 result = fn(*args, **kwargs)
             self._verdict(recorder)
-            return _plain(result, self.exercise)
+            return _plain(result, self.exercise, module)
         except NotImplementedError:
             self._verdict(recorder)
             raise CheckFailed(
