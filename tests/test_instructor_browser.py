@@ -70,6 +70,21 @@ def img(tag: str) -> str:
 
 
 MATH = r"The student's own formula: $\sqrt{d_k} < \frac{QK^\top}{2}$ and $a_{ij} \ne 0$."
+# TeX that MathJax turns into markup: an overlay over the whole page (\style), a javascript:
+# link (\href), an element id and class of the Formgrader's own page (\cssId, \class).
+# Its Safe extension, which the Formgrader's MathJax loads, must keep the text and drop the rest.
+MATH_MARKUP = (r"$\style{position:fixed;top:0;left:0;width:100%;height:100%;background:red}"
+               r"{\text{mjoverlay}}$ $\href{javascript:window.__pwned=['mjhref']}{\text{mjlink}}$ "
+               r"$\cssId{notebook-container}{\text{mjid}}$ $\class{btn}{\text{mjclass}}$")
+MATH_MARKUP_SAFE = """() => { const box = document.querySelector('#notebook-container');
+  const inside = [...box.querySelectorAll('.MathJax_Preview *, .MathJax *, mjx-container *')];
+  const typeset = inside.map(e => e.textContent).join(' ');
+  return {shown: ['mjoverlay', 'mjlink', 'mjid', 'mjclass'].filter(t => typeset.includes(t)).length,
+          errors: box.querySelectorAll('.merror, .MathJax_Error, mjx-merror, [data-mjx-error]').length,
+          fixed: inside.filter(e => getComputedStyle(e).position === 'fixed').length,
+          links: [...box.querySelectorAll('a[href]')].filter(a => /^\\s*javascript:/i.test(a.getAttribute('href'))).length,
+          ids: inside.filter(e => e.id === 'notebook-container').length,
+          classes: inside.filter(e => e.classList.contains('btn')).length}; }"""
 TEXT = "hello from the student's notebook"
 SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" onload="' + payload("svg")
        + '"><script>' + payload("svgscript") + "</script></svg>")
@@ -96,7 +111,7 @@ PLOT_CODE = textwrap.dedent("""\
     plt.title("student plot")
     plt.show()
     """)
-MARKDOWN = (f"## My notes\n\n{MATH}\n\n{img('md')} <svg onload=\"{payload('mdsvg')}\"></svg>\n\n"
+MARKDOWN = (f"## My notes\n\n{MATH}\n\n{MATH_MARKUP}\n\n{img('md')} <svg onload=\"{payload('mdsvg')}\"></svg>\n\n"
             f"<script>{payload('mdscript')}</script>\n\n[a link](javascript:{payload('mdlink')})\n")
 CONTROL_TAGS = {"md", "html", "htmlscript", "js", "mdout"}  # what plain nbconvert runs
 
@@ -251,7 +266,7 @@ def active_markup(html: str, within: str | None = None) -> list[str]:
         assert soup is not None, within
     for element in soup.find_all(True):
         found += [f"{element.name} {k}" for k in element.attrs if k.lower().startswith("on")]
-        if element.name == "script" and "__pwned" in element.get_text():
+        if element.name == "script" and "__pwned" in element.get_text() and _runs(element):
             found.append("script " + element.get_text()[:40])
         if element.name in ("iframe", "frame", "object", "embed", "base"):
             found.append(element.name)
@@ -259,6 +274,16 @@ def active_markup(html: str, within: str | None = None) -> list[str]:
             if str(element.get(key, "")).strip().lower().startswith(("javascript:", "data:text")):
                 found.append(f"{element.name} {key}")
     return found
+
+
+# What a browser runs: a script without a type, or with a JavaScript one. MathJax keeps each
+# formula's TeX in a script of type math/tex, which no browser runs.
+JS_TYPES = ("", "text/javascript", "application/javascript", "application/ecmascript",
+            "text/ecmascript", "module", "text/jscript", "application/x-javascript")
+
+
+def _runs(script) -> bool:
+    return str(script.get("type", "")).split(";")[0].strip().lower() in JS_TYPES
 
 
 def test_student_ids_are_plain_names():
@@ -531,6 +556,9 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             assert page.evaluate("() => [...document.querySelectorAll('.MathJax')]"
                                  ".some(e => e.closest('.rendered_html') && e.offsetParent)")
             assert not active_markup(page.content(), within="#notebook-container")
+            page.wait_for_function("() => !document.querySelector('.MathJax_Processing')", timeout=60_000)
+            markup = page.evaluate(MATH_MARKUP_SAFE)  # TeX's own markup: the text only
+            assert markup == {"shown": 4, "errors": 0, "fixed": 0, "links": 0, "ids": 0, "classes": 0}, markup
             page.screenshot(path=str(shots / "formgrader-submission.png"), full_page=True)
             _clean(page, "manual grading view")
             for name in SIDE_FILES:  # the student's own files, as the Formgrader serves them
