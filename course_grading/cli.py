@@ -585,10 +585,8 @@ def _import_trusted_side() -> None:
     """What this process needs after the kernel has run: torch and the reference
     implementations (the audit compares with them), matplotlib (the class report). Imported
     while this process only waits for the sandbox."""
+    _import_report_side()
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401
         import course_grading.reference.generation  # noqa: F401 - torch and the references
         import course_grading.audit.trusted  # noqa: F401
     except Exception:  # noqa: BLE001
