@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import torch
 from torch import nn
 
 from .device import get_device, grading
-from .training import History, _Display, _in_notebook, lr_at
+from .training import History, _Display, _in_notebook, run_steps
 
 DATA = Path(__file__).resolve().parent / "data"
 TEXT = DATA / "tiny_shakespeare.txt"
@@ -145,43 +144,14 @@ def train_lm(model, data: torch.Tensor, *, steps: int = 1200, block: int = 128,
     probe = min(steps, 5) if time_budget is not None else 0
     if time_limit is None and time_budget is not None:
         time_limit = 1.5 * time_budget
-    total, warm = steps, warmup
-    start = time.perf_counter()
-    step, paces = 0, []
-    while step < total:
-        began = time.perf_counter()
+
+    def batch_loss(step: int) -> torch.Tensor:
         x, y = windows(data, block, batch_size, gen)
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, lr, warm, total)
-        loss = lm_loss(model, x.to(device), y.to(device))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        history.losses.append(float(loss.detach()))
-        history.lrs.append(opt.param_groups[0]["lr"])
-        now = time.perf_counter()
-        paces.append(now - began)
-        history.seconds = now - start
-        step += 1
-        if step < probe:
-            continue
-        if step == probe:  # plan the rest from the pace of the first steps
-            display.update(step, history, force=True)
-            left = time_budget - (time.perf_counter() - start)
-            timed = paces[1:] or paces
-            pace = sorted(timed)[len(timed) // 2]
-            total = max(probe, min(steps, probe + int(0.9 * left / max(pace, 1e-9))))
-            warm = max(1, round(warmup * total / steps))
-            history.planned = total
-            display.plan(total)
-        else:
-            display.update(step, history)
-        if time_limit is not None and history.seconds > time_limit:
-            break
-    display.update(history.steps, history, force=True, final=True)
-    model.eval()
-    return history
+        return lm_loss(model, x.to(device), y.to(device))
+
+    return run_steps(model, opt, batch_loss, steps=steps, lr=lr, warmup=warmup, probe=probe,
+                     time_budget=time_budget, time_limit=time_limit, display=display,
+                     history=history, reserve=0.1)
 
 
 @torch.no_grad()

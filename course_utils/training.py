@@ -249,11 +249,9 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
     if time_limit is None and time_budget is not None:
         time_limit = 1.5 * time_budget  # the pace can drop on a busy machine
     history.budget, history.time_limit = time_budget, time_limit
-    total, warm = steps, warmup
-    start = time.perf_counter()
-    step, paces = 0, []  # seconds of each step, drawing excluded
-    while step < total:
-        began = time.perf_counter()
+
+    def batch_loss(step: int) -> torch.Tensor:
+        nonlocal order, cursor
         if cursor + batch_size > len(order):
             order, cursor = torch.randperm(len(pairs), generator=gen), 0
         idx = order[cursor: cursor + batch_size].to(device)
@@ -262,10 +260,34 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
         longest_src = int((src != src_tok.pad_id).sum(1).max())  # trim shared padding
         longest_tgt = int((tgt != tgt_tok.pad_id).sum(1).max())
         src, tgt = src[:, :longest_src], tgt[:, :longest_tgt]
+        return teacher_forcing_loss(model, src, tgt, tgt_tok.pad_id, causal_mask,
+                                    make_padding_mask, label_smoothing)
+
+    return run_steps(model, opt, batch_loss, steps=steps, lr=lr, warmup=warmup, probe=probe,
+                     time_budget=time_budget, time_limit=time_limit, display=display,
+                     history=history)
+
+
+def run_steps(model, opt, batch_loss: Callable[[int], torch.Tensor], *, steps: int, lr: float,
+              warmup: int, probe: int, time_budget: float | None, time_limit: float | None,
+              display: "_Display", history: History, reserve: float | None = None) -> History:
+    """The training loop that 08's ``train`` and 09's ``train_lm`` share: ``batch_loss(step)``
+    draws a batch and returns its loss; each step sets the learning rate (``lr_at``), clips the
+    gradient norm to 1 and records loss, rate and time in ``history``.
+
+    With ``time_budget``, the first ``probe`` steps are timed (no drawing meanwhile), then the
+    number of steps, and the warm-up and decay with it, is set to what fits in what is left of
+    the budget, at most ``steps``: all of it but the share the live curve takes (the first
+    picture is timed), or, with ``reserve``, all of it but that fixed fraction.
+    ``time_limit`` stops the run wherever it is. Returns ``history``, the model in eval mode."""
+    total, warm = steps, warmup
+    start = time.perf_counter()
+    step, paces = 0, []  # seconds of each step, drawing excluded
+    while step < total:
+        began = time.perf_counter()
         for group in opt.param_groups:
             group["lr"] = lr_at(step, lr, warm, total)
-        loss = teacher_forcing_loss(model, src, tgt, tgt_tok.pad_id, causal_mask,
-                                    make_padding_mask, label_smoothing)
+        loss = batch_loss(step)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -284,9 +306,10 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
             drawing = time.perf_counter() - drawing
             share = drawing / (drawing + display.redraw_every)  # of the time the live curve costs
             left = time_budget - (time.perf_counter() - start)
+            usable = left * (1 - share) if reserve is None else left * (1 - reserve)
             timed = paces[1:] or paces  # the first step pays one-off costs
             pace = sorted(timed)[len(timed) // 2]  # the median step
-            total = max(probe, min(steps, probe + int(left * (1 - share) / max(pace, 1e-9))))
+            total = max(probe, min(steps, probe + int(usable / max(pace, 1e-9))))
             warm = max(1, round(warmup * total / steps))
             history.planned = total
             display.plan(total)
