@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -25,6 +22,7 @@ import torch  # noqa: E402
 
 from course_grading.reference.gpt import GPT, generate  # noqa: E402
 from course_utils.device import get_device  # noqa: E402
+from provenance import write_record  # noqa: E402 - tools/, this script's folder
 from course_utils.language_model import (CHECKPOINT, CharTokenizer, GPTConfig,  # noqa: E402
                                          build_gpt, load_text, perplexity, save_gpt, split,
                                          train_lm)
@@ -70,27 +68,10 @@ def main(argv=None) -> int:
           f"training text {ppl_train:.3f}")
     if args.save:
         path = save_gpt(model, config, tok, args.out)
-        info = {
-            "command": "python tools/train_gpt.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "config": dataclasses.asdict(config),
-            "vocab_size": len(tok),
-            "held_out_perplexity": round(ppl_half, 3),
-            "train_perplexity": round(ppl_train, 3),
-            "held_out_characters": len(val_ids),
-            "train_seconds": round(train_seconds, 1),
-            "steps": history.steps,
-            "final_loss": round(sum(history.losses[-50:]) / 50, 4),
-            "device": str(device),
-            "torch_threads": torch.get_num_threads(),
-            "load_average_1min": round(os.getloadavg()[0], 2),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "bytes": path.stat().st_size,
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        }
-        path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n")
-        print(f"wrote {path} ({info['bytes']:,} bytes) and {path.with_suffix('.json').name}")
+        write_record(path, tool="train_gpt.py", argv=argv, config=config, model=model, history=history,
+                     device=device, train_seconds=train_seconds,
+                     vocab_size=len(tok), held_out_perplexity=round(ppl_half, 3),
+                     train_perplexity=round(ppl_train, 3), held_out_characters=len(val_ids))
     prompt = torch.tensor([tok.encode("ROMEO:\n")], device=device)
     sample = generate(half, prompt, config.max_len - prompt.size(1), temperature=0.8,
                       generator=torch.Generator(device=device).manual_seed(0))

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -26,6 +23,7 @@ from course_grading.reference.attention import causal_mask  # noqa: E402
 from course_grading.reference.decoder import Transformer, make_padding_mask  # noqa: E402
 from course_grading.reference.generation import greedy_decode  # noqa: E402
 from course_utils.device import get_device  # noqa: E402
+from provenance import write_record  # noqa: E402 - tools/, this script's folder
 from course_utils.toy_task import HELD_OUT_DATES, make_pairs  # noqa: E402
 from course_utils.training import (CHECKPOINT, ToyConfig, build_model, exact_match,  # noqa: E402
                                    save_checkpoint, train)
@@ -73,25 +71,10 @@ def main(argv=None) -> int:
           f"{acc:.4f} float32, {acc_half:.4f} float16 weights")
     if args.save:
         path = save_checkpoint(model, config, args.out)
-        info = {
-            "command": "python tools/train_toy_model.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "config": dataclasses.asdict(config),
-            "held_out_exact_match_greedy": round(acc_half, 4),
-            "held_out_pairs": len(test),
-            "train_seconds": round(train_seconds, 1),
-            "steps": history.steps,
-            "final_loss": round(sum(history.losses[-50:]) / 50, 4),
-            "device": str(device),
-            "torch_threads": torch.get_num_threads(),
-            "load_average_1min": round(os.getloadavg()[0], 2),
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "bytes": path.stat().st_size,
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-        }
-        path.with_suffix(".json").write_text(json.dumps(info, indent=2) + "\n")
-        print(f"wrote {path} ({info['bytes']:,} bytes) and {path.with_suffix('.json').name}")
+        write_record(path, tool="train_toy_model.py", argv=argv, config=config, model=model, history=history,
+                     device=device, train_seconds=train_seconds,
+                     held_out_exact_match_greedy=round(acc_half, 4),
+                     held_out_pairs=len(test))
     return 0
 
 
