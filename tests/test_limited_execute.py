@@ -314,3 +314,74 @@ def test_failed_setup_cell_fails_the_submission():
         RequireSetup().preprocess(nb, {})
     nb.cells[0].outputs = []
     assert RequireSetup().preprocess(nb, {})[0] is nb
+
+
+class _Channel:
+    """A channel that holds ``queued`` messages and records each wait it is asked for."""
+
+    def __init__(self, queued=()):
+        self.queued, self.waits = list(queued), []
+
+    async def get_msg(self, timeout=None):
+        from queue import Empty
+
+        self.waits.append(timeout)
+        if not self.queued:
+            raise Empty
+        return self.queued.pop(0)
+
+
+class _Client:
+    def __init__(self, replies, iopub):
+        self.shell_channel, self.iopub_channel = _Channel(replies), _Channel(iopub)
+        self.requests, self.info = 0, None
+
+    def kernel_info(self):
+        self.requests += 1
+
+    def _handle_kernel_info_reply(self, msg):
+        self.info = msg
+
+    async def _async_is_alive(self):
+        return True
+
+
+def test_a_kernel_is_ready_without_a_pause_for_iopub_to_fall_quiet():
+    """Waiting for a grading kernel: its kernel_info reply, and IOPub seen to be connected;
+    then what IOPub holds is read without waiting for more. jupyter_client's own version ends
+    by waiting until IOPub has been quiet for 0.2 s: a pause at every submission's start
+    (about 4 s of a class of 40 on 2 cores), with nothing to wait for."""
+    import asyncio
+
+    from course_grading.preprocessors.limited_execute import wait_for_ready
+
+    reply = {"msg_type": "kernel_info_reply", "content": {}}
+    status = [{"msg_type": "status"} for _ in range(3)]
+    kc = _Client([{"msg_type": "other_reply"}, reply], status)
+    asyncio.run(wait_for_ready(kc, timeout=5))
+    assert kc.info is reply and kc.requests == 2
+    assert kc.iopub_channel.queued == []  # everything queued was read
+    assert kc.iopub_channel.waits[-1] == 0 and max(kc.iopub_channel.waits[1:]) == 0
+
+    dead = _Client([], [])
+    dead._async_is_alive = lambda: asyncio.sleep(0, result=False)
+    with pytest.raises(RuntimeError, match="died before replying"):
+        asyncio.run(wait_for_ready(dead, timeout=5))
+
+
+def test_the_grading_client_uses_that_wait(monkeypatch):
+    """The kernel client LimitedExecute makes waits that way (a real kernel: then the first
+    cell runs and its output is read)."""
+    from course_grading.preprocessors import limited_execute
+
+    used = []
+
+    async def recording(kc, timeout=None):
+        used.append(kc)
+        return await wait(kc, timeout)
+
+    wait = limited_execute.wait_for_ready
+    monkeypatch.setattr(limited_execute, "wait_for_ready", recording)
+    nb = run("print('ready')")
+    assert len(used) == 1
+    assert texts(nb.cells[0]) == "ready\n"

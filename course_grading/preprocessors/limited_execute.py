@@ -41,7 +41,9 @@ submission bounded, and the hidden tests of the notebook run after all its cells
 from __future__ import annotations
 
 import re
+import types
 from hmac import compare_digest
+from queue import Empty
 from time import monotonic
 
 from jupyter_client.channels import AsyncZMQSocketChannel
@@ -229,6 +231,40 @@ class WeighingChannel(AsyncZMQSocketChannel):
         return read_message(self.session, frames, type(self).allowance)
 
 
+async def wait_for_ready(kc, timeout: float | None = None) -> None:
+    """jupyter_client's ``wait_for_ready`` for a client of a kernel started by its manager:
+    kernel_info requests until the reply comes and IOPub is seen to be connected (a message
+    on it), or the kernel dies, or ``timeout`` passes. What IOPub then holds is read without
+    waiting for more: jupyter_client's own version ends by waiting until IOPub has been quiet
+    for 0.2 s, a pause at every submission's start with nothing to wait for (nbclient reads
+    only the messages that answer its own requests)."""
+    deadline = None if timeout is None else monotonic() + timeout
+    while True:
+        kc.kernel_info()
+        try:
+            msg = await kc.shell_channel.get_msg(timeout=1)
+        except Empty:
+            pass
+        else:
+            if msg["msg_type"] == "kernel_info_reply":
+                try:
+                    await kc.iopub_channel.get_msg(timeout=0.2)
+                except Empty:
+                    pass
+                else:
+                    kc._handle_kernel_info_reply(msg)
+                    break
+        if not await kc._async_is_alive():
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        if deadline is not None and monotonic() > deadline:
+            raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+    while True:
+        try:
+            await kc.iopub_channel.get_msg(timeout=0)
+        except Empty:
+            return
+
+
 class LimitedExecute(Execute):
     """nbgrader's Execute with bounded output and time, and hidden tests run after every cell
     (see the module docstring)."""
@@ -306,6 +342,7 @@ class LimitedExecute(Execute):
         def client(**kw):
             kc = make_client(context=context, shell_channel_class=channel, iopub_channel_class=channel, **kw)
             kc._created_context = True  # destroyed with the client
+            kc.wait_for_ready = types.MethodType(wait_for_ready, kc)
             return kc
         self.km.client = client
         try:
