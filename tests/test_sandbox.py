@@ -194,3 +194,30 @@ def test_an_unprivileged_grader_keeps_the_sandbox_out_of_its_own_files(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     for student in ("a_plants", "b_ships", "c_next"):
         assert re.search(rf"^{student} +2/2 +2/2$", done.stdout, re.M), done.stdout
+
+
+def test_an_ending_kernel_is_looked_at_often(monkeypatch):
+    """At each submission's end jupyter_client asks whether the kernel has ended every 0.1 s,
+    in its graceful shutdown and after a kill: the sandboxed kernel's manager asks every
+    ``POLL_S`` (a message to the sandbox server), so no submission waits up to 0.1 s with
+    nothing to do."""
+    import asyncio
+    import shutil
+
+    from jupyter_client.manager import AsyncKernelManager
+
+    from course_grading.sandbox import sandbox_kernel_manager as skm
+
+    asked = []
+
+    async def recording(self, pollinterval=0.1):
+        asked.append(pollinterval)
+
+    monkeypatch.setattr(AsyncKernelManager, "_async_wait", recording)
+    km = skm.SandboxKernelManager()
+    try:
+        asyncio.run(km._async_wait(pollinterval=0.1))
+        asyncio.run(km._async_wait())
+    finally:
+        shutil.rmtree(km._folder, ignore_errors=True)
+    assert asked == [skm.POLL_S, skm.POLL_S] and skm.POLL_S <= 0.02

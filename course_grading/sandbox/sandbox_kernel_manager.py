@@ -15,6 +15,9 @@ from . import warm
 from .settings import Sandbox, Settings
 
 
+POLL_S = 0.01  # how often a kernel that was asked to end is looked at
+
+
 class SandboxKernelManager(AsyncKernelManager):
     """A Python kernel started in a sandbox, whatever kernel the notebook names.
 
@@ -93,6 +96,12 @@ class SandboxKernelManager(AsyncKernelManager):
         self.provisioner.pid, self.provisioner.pgid = None, None
         self.provisioner.cwd = self._job.path
         self._reconcile_connection_info(self.provisioner.connection_info)
+
+    async def _async_wait(self, pollinterval: float = 0.1) -> None:
+        """Until the kernel has ended, asked every ``POLL_S`` (jupyter_client asks every 0.1 s:
+        at each submission's end, up to 0.1 s with nothing to do). A question is one message
+        to the sandbox server, which answers from ``waitpid``."""
+        await super()._async_wait(pollinterval=min(pollinterval, POLL_S))
 
     async def _async_cleanup_resources(self, restart=False):
         await super()._async_cleanup_resources(restart=restart)
