@@ -340,12 +340,15 @@ def _worker_failed(task: tuple, outcome) -> SubmissionResult:
 
 
 def _warnings_ignored() -> bool:
-    """Whether this process ignores every warning (the ``course`` command does, unless -v)."""
+    """Whether this process ignores every warning (the ``course`` command does, unless -v):
+    a filter that ignores every warning is among the filters. Not only the first one: the
+    libraries the command imports after setting it (nbgrader, NumPy) put their own, narrower
+    filters in front of it, and the workers then printed nbgrader's SQLAlchemy warnings into
+    the instructor's terminal."""
     import warnings
 
-    first = warnings.filters[0] if warnings.filters else None
-    return bool(first) and first[0] == "ignore" and first[2] is Warning and first[1] is None \
-        and first[3] is None
+    return any(action == "ignore" and message is None and category is Warning and module is None
+               for action, message, category, module, _ in warnings.filters)
 
 
 def _start_worker(env: dict[str, str], sandbox_root: str | None, quiet: bool = False) -> None:

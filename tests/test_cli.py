@@ -237,6 +237,28 @@ def test_warnings_stay_quiet_while_imports_run_in_a_thread(monkeypatch):
     assert not ignoring()  # the caller's filters are back
 
 
+def test_workers_ignore_warnings_when_the_command_does_whatever_libraries_put_in_front():
+    """The grading workers are told to ignore warnings when the command does. Libraries
+    imported after the command's "ignore everything" (nbgrader, NumPy) put narrower filters of
+    their own in front of it; judged by the first filter alone, the workers were not told, and
+    nbgrader's SQLAlchemy warnings (12 of them, 3 lines each) filled the instructor's terminal
+    during `course autograde`."""
+    import warnings
+
+    from course_grading import autograde
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        warnings.filterwarnings("ignore", message="numpy.ndarray size changed")
+        warnings.filterwarnings("default", category=DeprecationWarning, module="nbgrader")
+        assert autograde._warnings_ignored()
+    with warnings.catch_warnings():  # -v: the command shows warnings, and so do its workers
+        warnings.resetwarnings()
+        warnings.filterwarnings("ignore", message="numpy.ndarray size changed")
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert not autograde._warnings_ignored()
+
+
 @pytest.mark.parametrize("module", ["course_grading.class_report", "course_grading.autograde"])
 def test_no_process_of_the_course_builds_jsonschemas_iri_grammar(module):
     """jsonschema imports rfc3987_syntax, when installed, for its "iri" format check, which
