@@ -63,8 +63,9 @@ from course_grading.sandbox import isolate
 ALLOWED_ENV = ("NBGRADER_EXECUTION",)  # what a kernel request may set in the kernel's environment
 PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "matplotlib", "matplotlib.pyplot",
            "matplotlib_inline.backend_inline", "ipywidgets", "IPython", "ipykernel.kernelapp",
-           "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger", "course_utils", "course_utils.toy_task",
-           "course_utils.training", "course_utils.minilm", "course_grading.audit.child")
+           "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger", "course_utils",
+           "course_utils.toy_task", "course_utils.training", "course_utils.minilm",
+           "course_grading.audit.child")
 PACKAGES = ("course_utils.checks", "course_utils.plots", "course_utils.widgets")
 TOKEN = re.compile(r"[0-9a-f]{32}")
 IPC_NAME = re.compile(r"[0-9a-f]{6}")
