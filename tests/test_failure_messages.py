@@ -190,6 +190,48 @@ def _forbidden_list_cleared():
     return lambda: attention.SOFTMAX_BUILTINS.extend(before)
 
 
+class _SaysEqual(float):
+    """A number that says it equals anything, and prints as what it replaced."""
+    def __eq__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+    def __repr__(self):
+        return "None"
+
+
+def _keyword_default_that_says_equal():
+    defaults = torch.testing.assert_close.__kwdefaults__
+    before = defaults["atol"]
+    defaults["atol"] = _SaysEqual(1e9)  # every comparison would pass
+    return lambda: defaults.__setitem__("atol", before)
+
+
+def _closure_function():
+    """A recorded library function with a closure (a wrapper around what it calls)."""
+    for record in _seal._SEAL.records:
+        for name, (value, inner, _) in record.entries.items():
+            if (inner is not None and inner[3] and record.label.startswith("torch")
+                    and all(contents is not _seal._EMPTY for _, contents in inner[3])):
+                return record.label, name, _seal._function(value).__closure__[0]
+    raise AssertionError("no recorded torch function with a closure")
+
+
+def _closure_cell_replaced():
+    _, _, cell = _closure_function()
+    before = cell.cell_contents
+    cell.cell_contents = lambda *a, **k: True
+    return lambda: setattr(cell, "cell_contents", before)
+
+
+def _closure_cell_emptied():
+    _, _, cell = _closure_function()
+    before = cell.cell_contents
+    del cell.cell_contents
+    return lambda: setattr(cell, "cell_contents", before)
+
+
 PATCHES = {
     "import torch as t; t.equal = ...": (_alias, "torch.equal"),
     "setattr(torch, 'equal', ...)": (lambda: _setattr_restore(torch, "equal", lambda *a: True), "torch.equal"),
@@ -213,6 +255,11 @@ PATCHES = {
     "the check's own captured function": (lambda: _setattr_restore(attention, "_softmax", _softmax),
                                           "course_utils.checks.attention._softmax"),
     "the check's list of forbidden names cleared": (_forbidden_list_cleared, "SOFTMAX_BUILTINS (its contents)"),
+    # changed in place, by an object that says it is equal (its __eq__ must not be what decides)
+    "a keyword default replaced by one that says it is equal": (_keyword_default_that_says_equal,
+                                                                "assert_close (its code, defaults or closure)"),
+    "a closure's cell given other contents": (_closure_cell_replaced, "(its code, defaults or closure)"),
+    "a closure's cell emptied": (_closure_cell_emptied, "(its code, defaults or closure)"),
 }
 
 
@@ -229,6 +276,32 @@ def test_a_replaced_tool_fails_the_check_and_names_it(how):
     assert named in str(info.value), str(info.value)
     assert _seal.changed() is None
     attention.check_softmax(_softmax)  # put back: graded
+
+
+def test_contents_are_compared_by_identity_to_any_depth():
+    """A container's snapshot holds what it held, nested containers' contents too: an object
+    that prints, or compares, as the one it replaced is still another object."""
+    tolerances = {"atol": 1e-6, "names": ["torch.softmax"], "pair": (1, [2])}
+    then = _seal._contents(tolerances)
+    assert _seal._same_objects(_seal._contents(tolerances), then)
+    for change in (lambda d: d.__setitem__("atol", _SaysEqual(1e9)),
+                   lambda d: d["names"].append("torch.special.softmax"),
+                   lambda d: d["pair"][1].clear(),
+                   lambda d: d.__setitem__("names", list(d["names"]))):
+        changed = {"atol": tolerances["atol"], "names": tolerances["names"], "pair": tolerances["pair"]}
+        snapshot = _seal._contents(changed)
+        kept = (changed["names"][:], changed["pair"][1][:])
+        change(changed)
+        assert not _seal._same_objects(_seal._contents(changed), snapshot)
+        tolerances["names"][:], tolerances["pair"][1][:] = kept
+    # nested the other way round is not the same either ([[a], b] against [[a, b]])
+    inner, a, b = [], object(), object()
+    outer = [inner, b]
+    inner.append(a)
+    snapshot = _seal._contents(outer)
+    outer.remove(b)
+    inner.append(b)
+    assert not _seal._same_objects(_seal._contents(outer), snapshot)
 
 
 def test_a_tool_replaced_while_the_learners_code_runs():

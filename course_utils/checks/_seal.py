@@ -27,6 +27,7 @@ is called, and every later check refuses to grade.
 from __future__ import annotations
 
 import importlib
+import itertools
 import operator
 import os
 import sys
@@ -36,8 +37,8 @@ import types
 # The record's own references: a learner's change to builtins, operator, types, sys or threading
 # cannot blind the look that would find it.
 from builtins import (all, any, callable, classmethod, dict, frozenset, getattr, id,  # noqa: A004
-                      isinstance, len, list, map, object, repr, set, sorted, staticmethod, tuple,
-                      type)
+                      isinstance, issubclass, len, list, map, next, object, repr, set, sorted,
+                      staticmethod, tuple, type)
 
 _is = operator.is_
 _itemgetter = operator.itemgetter
@@ -94,6 +95,10 @@ except (ImportError, AttributeError):  # pragma: no cover
 _DATA = (type(None), bool, int, float, complex, str, bytes)
 _CODE = operator.attrgetter("__code__")
 _DEFAULTS = operator.attrgetter("__defaults__")
+_KWDEFAULTS = operator.attrgetter("__kwdefaults__")
+_CELL = operator.attrgetter("cell_contents")
+_chain = itertools.chain.from_iterable
+_call = getattr(operator, "call", None) or (lambda function, *args: function(*args))  # 3.10
 
 
 def _is_tool(value) -> bool:
@@ -109,8 +114,15 @@ def _function(value):
     return value
 
 
+_EMPTY = object()  # an empty closure cell, as recorded
+_END = object()  # the end of a container, in a snapshot of contents
+
+
 def _internals(value):
-    """What can be changed in place in a Python function: its code, defaults, closure."""
+    """What can be changed in place in a Python function: its code, defaults, keyword defaults
+    (the dict and what it holds) and closure (each cell and what it holds). Values are held by
+    reference and compared by identity: an object that only says it is equal (``__eq__``), or
+    prints the same (``__repr__``), is not what was recorded, and no learner code runs."""
     func = _function(value)
     if type(func) is not _FunctionType:
         return None
@@ -121,11 +133,16 @@ def _internals(value):
         cells = []
         for cell in closure:
             try:
-                cells.append(id(cell.cell_contents))
+                cells.append((cell, cell.cell_contents))
             except ValueError:
-                cells.append(None)
+                cells.append((cell, _EMPTY))
         cells = tuple(cells)
-    return (func.__code__, func.__defaults__, tuple(kw.items()) if kw else None, cells)
+    kwdefaults = (kw, tuple(dict.keys(kw)), tuple(dict.values(kw))) if type(kw) is dict else kw
+    return (func.__code__, func.__defaults__, kwdefaults, cells)
+
+
+def _same_objects(now, then) -> bool:
+    return len(now) == len(then) and all(map(_is, now, then))
 
 
 def _same_internals(value, inner) -> bool:
@@ -134,33 +151,69 @@ def _same_internals(value, inner) -> bool:
         return False
     if func.__code__ is not inner[0] or func.__defaults__ is not inner[1]:
         return False
-    if inner[2] is not None or func.__kwdefaults__:
-        return _internals(func)[2] == inner[2]
-    if inner[3] is not None or func.__closure__:
-        return _internals(func)[3] == inner[3]
+    kw, kwdefaults = func.__kwdefaults__, inner[2]
+    if type(kwdefaults) is tuple:
+        if kw is not kwdefaults[0] or not (_same_objects(tuple(dict.keys(kw)), kwdefaults[1])
+                                          and _same_objects(tuple(dict.values(kw)), kwdefaults[2])):
+            return False
+    elif kw is not kwdefaults:
+        return False
+    if inner[3] is not None:
+        for cell, contents in inner[3]:
+            try:
+                if cell.cell_contents is not contents:
+                    return False
+            except ValueError:
+                if contents is not _EMPTY:
+                    return False
     return True
 
 
+_CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
+_CONTENTS_DEPTH = 8
+
+
 def _contents(value):
-    """A copy of a container's contents (a check's list of forbidden names, cleared in place,
-    would forbid nothing)."""
-    if isinstance(value, (list, tuple)):
-        return tuple(id(v) for v in value)
-    if isinstance(value, (dict, set, frozenset)):
-        return tuple(sorted(map(repr, value.items() if isinstance(value, dict) else value)))
-    return None
+    """A snapshot of a container's contents, nested containers' too (a check's list of
+    forbidden names, cleared in place, would forbid nothing; a tolerance in a dict, replaced by
+    a float subclass that prints as the old one, would pass anything): every object held, by
+    reference, in order, to be compared by identity. None for what is not a container."""
+    if not issubclass(type(value), _CONTAINER_TYPES):
+        return None
+    out: list = []
+    _snapshot(value, out, 0)
+    return tuple(out)
+
+
+def _snapshot(value, out: list, depth: int) -> None:
+    out.append(value)
+    kind = type(value)
+    if depth >= _CONTENTS_DEPTH or not issubclass(kind, _CONTAINER_TYPES):
+        return
+    # the base types' own iteration: a subclass's __iter__ (a learner could set it) never runs
+    if issubclass(kind, dict):
+        for key, item in dict.items(value):
+            out.append(key)
+            _snapshot(item, out, depth + 1)
+    else:
+        base = next(t for t in _CONTAINER_TYPES if issubclass(kind, t))
+        for item in list(base.__iter__(value)):
+            _snapshot(item, out, depth + 1)
+    out.append(_END)
 
 
 class _Record:
     """One namespace: name -> (value, internals, contents) of what it held when recorded."""
 
-    __slots__ = ("label", "owner", "entries", "size", "everything", "is_class", "_get", "_values",
-                 "_funcs", "_codes", "_defaults", "_careful")
+    __slots__ = ("label", "owner", "space", "entries", "size", "everything", "is_class", "_get",
+                 "_values", "_funcs", "_codes", "_defaults", "_kwdefaults", "_kwdicts", "_kwkeys", "_kwvalues",
+                 "_cells", "_cell_contents", "_careful")
 
     def __init__(self, label: str, owner, everything: bool):
         self.label, self.owner, self.everything = label, owner, everything
         self.is_class = isinstance(owner, type)
-        space = owner.__dict__ if self.is_class or isinstance(owner, _ModuleType) else owner
+        # a module's dict, a class's live view of its own (neither can be swapped for another)
+        space = self.space = owner.__dict__ if self.is_class or isinstance(owner, _ModuleType) else owner
         self.entries = {}
         for name, value in list(space.items()):
             if not self.is_class and name[:2] == "__" == name[-2:]:
@@ -175,41 +228,76 @@ class _Record:
         self._prepare()
 
     def _prepare(self) -> None:
-        """What the fast look compares, in C loops: the values, the functions' code and
-        defaults; the few with keyword defaults, closures or contents are looked at one by one."""
+        """What the fast look compares, in C loops: the values, the functions' code, defaults
+        and keyword defaults (each dict, its keys and values), the contents of their closures'
+        cells; the few with an empty cell, or with contents, are looked at one by one."""
         names = tuple(self.entries)
         self._get = _itemgetter(*names) if len(names) > 1 else (
             (lambda space, name=names[0]: (space[name],)) if names else (lambda space: ()))
         self._values = tuple(value for value, _, _ in self.entries.values())
-        funcs, codes, defaults, careful = [], [], [], []
+        funcs, codes, defaults, kwdefaults, careful = [], [], [], [], []
+        kwdicts, kwkeys, kwvalues, cells, cell_contents = [], [], [], [], []
         for name, (value, inner, contents) in self.entries.items():
             if inner is not None:
                 funcs.append(_function(value))
                 codes.append(inner[0])
                 defaults.append(inner[1])
-            if contents is not None or (inner is not None and (inner[2] is not None or inner[3] is not None)):
+                kw = inner[2]
+                if type(kw) is tuple:
+                    kwdefaults.append(kw[0])
+                    kwdicts.append(kw[0])
+                    kwkeys.extend(kw[1])
+                    kwvalues.extend(kw[2])
+                else:
+                    kwdefaults.append(kw)
+                if inner[3] is not None:
+                    if any(contents is _EMPTY for _, contents in inner[3]):
+                        careful.append(name)
+                    else:
+                        cells.extend(cell for cell, _ in inner[3])
+                        cell_contents.extend(contents for _, contents in inner[3])
+            if contents is not None:
                 careful.append(name)
         self._funcs, self._codes, self._defaults = tuple(funcs), tuple(codes), tuple(defaults)
-        self._careful = tuple(careful)
+        self._kwdefaults, self._kwdicts = tuple(kwdefaults), tuple(kwdicts)
+        self._kwkeys, self._kwvalues = tuple(kwkeys), tuple(kwvalues)
+        self._cells, self._cell_contents = tuple(cells), tuple(cell_contents)
+        self._careful = tuple(dict.fromkeys(careful))
+
+    def _internals_in_place(self) -> bool:
+        """The fast look at every function's code, defaults, keyword defaults and closure."""
+        if not (all(map(_is, map(_CODE, self._funcs), self._codes))
+                and all(map(_is, map(_DEFAULTS, self._funcs), self._defaults))
+                and all(map(_is, map(_KWDEFAULTS, self._funcs), self._kwdefaults))):
+            return False
+        if self._kwdicts and not (
+                _same_objects(tuple(_chain(map(dict.keys, self._kwdicts))), self._kwkeys)
+                and _same_objects(tuple(_chain(map(dict.values, self._kwdicts))), self._kwvalues)):
+            return False
+        try:
+            return all(map(_is, map(_CELL, self._cells), self._cell_contents))
+        except ValueError:  # a cell emptied since
+            return False
 
     def first_change(self) -> str | None:
-        space = (self.owner.__dict__ if self.is_class or isinstance(self.owner, _ModuleType)
-                 else self.owner)
+        space = self.space
         try:
             now = self._get(space)
         except KeyError:
             return self._first_change(space)
-        if not (all(map(_is, now, self._values))
-                and all(map(_is, map(_CODE, self._funcs), self._codes))
-                and all(map(_is, map(_DEFAULTS, self._funcs), self._defaults))):
+        if not (all(map(_is, now, self._values)) and self._internals_in_place()):
             return self._first_change(space)
+        return self.careful_change() or self._additions(space)
+
+    def careful_change(self) -> str | None:
+        """The look, one by one, at what the fast one leaves out (contents, empty cells)."""
         for name in self._careful:
             value, inner, contents = self.entries[name]
             if inner is not None and not _same_internals(value, inner):
                 return f"{self.label}.{name} (its code, defaults or closure) is not what it was"
-            if contents is not None and _contents(value) != contents:
+            if contents is not None and not _same_objects(_contents(value), contents):
                 return f"{self.label}.{name} (its contents) is not what it was"
-        return self._additions(space)
+        return None
 
     def _first_change(self, space) -> str | None:
         """The slow look, one entry at a time: which one changed."""
@@ -221,7 +309,7 @@ class _Record:
                 return f"{self.label}.{name} is not what it was"
             if inner is not None and not _same_internals(now, inner):
                 return f"{self.label}.{name} (its code, defaults or closure) is not what it was"
-            if contents is not None and _contents(now) != contents:
+            if contents is not None and not _same_objects(_contents(now), contents):
                 return f"{self.label}.{name} (its contents) is not what it was"
         return self._additions(space)
 
@@ -261,6 +349,7 @@ class _Seal:
         self.modules_seen = 0
         self.pending = False
         self.by_label: dict[str, _Record] = {}
+        self._flat: _Flat | None = None  # every record's fast look at once; None once they change
 
     def add_module(self, name: str, everything: bool = False) -> None:
         module = _modules.get(name)
@@ -268,6 +357,7 @@ class _Seal:
             return
         self.covered.add(id(module))
         self.modules[name] = module
+        self._flat = None
         self.records.append(_Record(name, module, everything))
         self.by_label[name] = self.records[-1]
         for value in list(vars(module).values()):
@@ -286,29 +376,90 @@ class _Seal:
             if (isinstance(record.owner, _ModuleType) and not record.everything
                     and label.split(".")[0] not in _LIBRARY_ROOTS and label != "builtins"):
                 self.records[index] = self.by_label[label] = _Record(label, record.owner, False)
+        self._flat = None
 
     def add_object(self, label: str, obj) -> None:
         """An instance's own attributes (its functions and objects that can be called)."""
         space = getattr(obj, "__dict__", None)
         if isinstance(space, dict) and id(space) not in self.covered:
             self.covered.add(id(space))
+            self._flat = None
             self.records.append(_Record(label, space, False))
 
     def add_builtins(self) -> None:
         import builtins
 
         space = {name: getattr(builtins, name) for name in BUILTINS if hasattr(builtins, name)}
+        self._flat = None
         self.records.append(_Builtins(space))
 
     def first_change(self) -> str | None:
+        """The first change, in the order of the records. Every record is looked at in a few C
+        loops over all of them at once; only when those see a difference (or a namespace grew)
+        are the records looked at one by one, to name it."""
+        flat = self._flat
+        if flat is None:
+            flat = self._flat = _Flat(self)
+        if flat.in_place():
+            return None
         for name, module in self.modules.items():
             if _modules.get(name) is not module:
                 return f"_modules[{name!r}] is not what it was"
+        self._flat = None  # a namespace that only grew by a submodule is looked at anew
         for record in self.records:
             found = record.first_change()
             if found:
                 return found
         return None
+
+
+class _Flat:
+    """What every record's fast look compares, joined: the modules in ``sys.modules``, every
+    recorded value (each namespace read through its record's getter), every function's code,
+    defaults, keyword defaults and closure, every namespace's size; then the records with
+    entries to look at one by one."""
+
+    __slots__ = ("names", "modules", "getters", "spaces", "values", "funcs", "codes", "defaults",
+                 "kwdefaults", "kwdicts", "kwkeys", "kwvalues", "cells", "cell_contents",
+                 "sized", "sizes", "careful")
+
+    def __init__(self, seal: _Seal):
+        records = seal.records
+        self.names, self.modules = tuple(seal.modules), tuple(seal.modules.values())
+        self.getters = tuple(record._get for record in records)
+        self.spaces = tuple(record.space for record in records)
+        joined = {}
+        for part in ("values", "funcs", "codes", "defaults", "kwdefaults", "kwdicts", "kwkeys",
+                     "kwvalues", "cells", "cell_contents"):
+            joined[part] = tuple(_chain(getattr(record, "_" + part) for record in records))
+        for part, value in joined.items():
+            setattr(self, part, value)
+        sized = [record for record in records if record.size is not None]
+        self.sized = tuple(record.space for record in sized)
+        self.sizes = tuple(record.size for record in sized)
+        self.careful = tuple(record for record in records if record._careful)
+
+    def in_place(self) -> bool:
+        if not _same_objects(tuple(map(_modules.get, self.names)), self.modules):
+            return False
+        try:
+            now = tuple(_chain(map(_call, self.getters, self.spaces)))
+        except KeyError:  # a name removed
+            return False
+        if not (_same_objects(now, self.values)
+                and all(map(_is, map(_CODE, self.funcs), self.codes))
+                and all(map(_is, map(_DEFAULTS, self.funcs), self.defaults))
+                and all(map(_is, map(_KWDEFAULTS, self.funcs), self.kwdefaults))
+                and _same_objects(tuple(_chain(map(dict.keys, self.kwdicts))), self.kwkeys)
+                and _same_objects(tuple(_chain(map(dict.values, self.kwdicts))), self.kwvalues)
+                and tuple(map(len, self.sized)) == self.sizes):
+            return False
+        try:
+            if not all(map(_is, map(_CELL, self.cells), self.cell_contents)):
+                return False
+        except ValueError:  # a cell emptied since
+            return False
+        return not any(record.careful_change() for record in self.careful)
 
 
 class _Builtins(_Record):
@@ -318,6 +469,7 @@ class _Builtins(_Record):
         import builtins
 
         self.label, self.owner, self.everything, self.is_class = "builtins", builtins, False, False
+        self.space = builtins.__dict__
         self.entries = {name: (value, None, None) for name, value in space.items()}
         self.size = None
         self._prepare()
