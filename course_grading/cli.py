@@ -45,7 +45,7 @@ from pathlib import Path
 from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, folders, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
-GRADING_MODULE = "course_grading.autograde"  # what the workers' fork server imports
+GRADING_MODULES = ("course_grading.autograde", "torch")  # what the workers' fork server imports
 EXPORT_CSV = Path("reports") / "export.csv"
 GRADES_CSV = Path("reports") / "grades.csv"
 LOGGER = "course_grading.nbgrader"  # nbgrader_setup.LOG: shown with -v
@@ -559,7 +559,7 @@ def _start_early(args, root: Path):
         if _grades_in_workers(args, root):
             from .workers import start_fork_server
 
-            start_fork_server(GRADING_MODULE)
+            start_fork_server(GRADING_MODULES)
             return _import_report_side
         if not _grades_here(args, root):
             return None

@@ -88,14 +88,15 @@ def ended(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def start_fork_server(preload: str):
+def start_fork_server(preload: tuple[str, ...]):
     """Workers come from a fresh fork server, never from a fork of the calling process; this
     starts it (once: later calls find it running) and returns its multiprocessing context, or
     None where there is none (workers are then spawned).
 
     A forked copy of a process that has already run torch (its OpenMP thread pool) can hang
     on its first tensor operation: seen when grading from inside a test run. The server
-    imports ``preload`` once, so workers start without importing it again. Starting the server
+    imports the modules of ``preload`` once (importing torch runs no operation and starts no
+    thread pool), so workers start without importing them again. Starting the server
     returns at once, before it has imported ``preload``: a command that knows it will grade in
     workers starts it first thing, so that those imports run beside its own
     (``cli._start_early``). It is started in ``/`` with no current directory on its path
@@ -107,7 +108,7 @@ def start_fork_server(preload: str):
     from .sandbox import installed
 
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([preload])
+    context.set_forkserver_preload(list(preload))
     with installed.safe_start():
         multiprocessing.forkserver.ensure_running()
     return context

@@ -79,7 +79,7 @@ def test_a_class_starts_its_workers_fork_server_first(tmp_path, monkeypatch):
         early("autograde", *argv)
         assert started == [], argv
     assert early("autograde", "--jobs", "2") is cli._import_report_side
-    assert started == [autograde.__name__] == [cli.GRADING_MODULE]
+    assert started == [autograde.WORKER_PRELOAD] == [cli.GRADING_MODULES]
 
 
 @pytest.mark.slow
