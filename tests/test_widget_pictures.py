@@ -422,7 +422,17 @@ def _fresh_gpt(ui, tok):
 KEPT_MOVES = {
     "attention": [("scale", 10.0), ("scale", 7.07), ("causal", True), ("scale", 1.0),
                   ("causal", False), ("sentence", "we sat by the river bank"), ("scale", 100.0),
-                  ("causal", True), ("sentence", "xyzzy the cat"), ("scale", 3.0)],
+                  ("causal", True), ("sentence", "xyzzy the cat"), ("scale", 3.0),
+                  # a new sentence in the kept figure of each mask setting: fewer tokens, more,
+                  # one, more than are numbered (12), as many with other words, unknown words
+                  ("causal", False), ("sentence", "the river bank"),
+                  ("sentence", "we sat on the bank of the river after the long walk home"),
+                  ("causal", True), ("sentence", "bank"), ("causal", False),
+                  ("sentence", "one two three four five six seven eight nine ten eleven twelve "
+                               "thirteen fourteen"),
+                  ("sentence", "a b c d e f g h i j k l m n"), ("causal", True),
+                  ("sentence", "qzxv the plorf sat"), ("scale", 20.0), ("causal", False),
+                  ("sentence", "we sat on the bank of the river")],
     "heads": [("head", 1), ("query", 3), ("sentence", "my dog did not eat because it was full"),
               ("head", 4), ("sentence", "a b"), ("query", 1),
               ("sentence", "one two three four five six seven eight nine ten eleven twelve "

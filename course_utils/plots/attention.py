@@ -45,6 +45,10 @@ def row_entropy(weights) -> np.ndarray:
     return -(w * logs).sum(axis=-1)
 
 
+KEY_LABEL = "key (attended to)"
+KEY_LABEL_UNKNOWN = KEY_LABEL + "\nword? = not among the 20k GloVe words: zero vector"
+
+
 class AttentionPlot(NamedTuple):
     fig: object      # matplotlib Figure
     ax: object       # the heatmap's Axes
@@ -79,7 +83,7 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
     image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=45, ha="right")
     ax.set_yticks(range(len(query_tokens)), query_tokens)
-    ax.set_xlabel("key (attended to)")
+    ax.set_xlabel(KEY_LABEL)
     ax.set_ylabel("query (attending)")
     if title:
         ax.set_title(title)
@@ -91,16 +95,21 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
     if annotate is None:
         annotate = max(w.shape) <= 12
     if annotate:
-        for i in range(w.shape[0]):
-            for j in range(w.shape[1]):
-                if not allowed[i, j]:
-                    continue
-                cell = ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                               color="black" if w[i, j] > 0.6 else "white")
-                cell._course_cell = (i, j)  # for update_attention
+        _write_cells(ax, w, allowed)
     if colorbar:
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight")
     return AttentionPlot(fig, ax, w)
+
+
+def _write_cells(ax, w: np.ndarray, allowed: np.ndarray) -> None:
+    """Each allowed weight written in its cell, dark on light and light on dark."""
+    for i in range(w.shape[0]):
+        for j in range(w.shape[1]):
+            if not allowed[i, j]:
+                continue
+            cell = ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                           color="black" if w[i, j] > 0.6 else "white")
+            cell._course_cell = (i, j)  # for update_attention
 
 
 def update_attention(plot: AttentionPlot, weights, title: str | None = None,
@@ -235,16 +244,22 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
     plot_attention(result.weights, labels, labels, ax=ax_w, annotate=n <= 12, colorbar=False,
                    mask=result.allowed)
     if not result.known.all():  # below the rotated tick labels, where nothing else is
-        ax_w.set_xlabel("key (attended to)\nword? = not among the 20k GloVe words: zero vector")
+        ax_w.set_xlabel(KEY_LABEL_UNKNOWN)
     ax_w.set_title(_sentence_title(result), fontsize=10)
-    y = np.arange(n)
-    ax_h.barh(y, result.entropy, color="tab:orange", height=0.6)
-    ax_h.scatter(result.max_entropy, y, marker="|", s=200, color="black")
-    ax_h.set_xlim(0, max(float(np.log(n)), 0.1) * 1.08)
+    _entropy_bars(ax_h, result)
     ax_h.set_xlabel("row entropy (nats)\n0 = all on one key")
     ax_h.tick_params(axis="y", labelleft=False)
     ax_h.set_title("entropy;  | = spread evenly", fontsize=10)
     return SentencePlot(fig, (ax_w, ax_h), result)
+
+
+def _entropy_bars(ax, result: SentenceAttention) -> None:
+    """Each row's entropy as a bar, and its maximum log(n) as a tick."""
+    n = len(result.tokens)
+    y = np.arange(n)
+    ax.barh(y, result.entropy, color="tab:orange", height=0.6)
+    ax.scatter(result.max_entropy, y, marker="|", s=200, color="black")
+    ax.set_xlim(0, max(float(np.log(n)), 0.1) * 1.08)
 
 
 def update_sentence_attention(plot: SentencePlot, result: SentenceAttention) -> SentencePlot:
@@ -260,6 +275,52 @@ def update_sentence_attention(plot: SentencePlot, result: SentenceAttention) -> 
     for bar, width in zip(ax_h.patches, result.entropy):
         bar.set_width(width)
     return SentencePlot(plot.fig, plot.axes, result)
+
+
+def renew_sentence_attention(plot: SentencePlot, result: SentenceAttention) -> SentencePlot:
+    """The picture of ``plot_sentence_attention(result)`` for another sentence (any number of
+    tokens), made in ``plot``'s figure: its two Axes and their ticks are kept (building them
+    is most of a new figure's cost), and the size, the layout, the heatmap, its numbers, the
+    tokens, the labels and the entropy bars are set anew. A figure drawn with a causal mask
+    and a result without one (or the other way round) is built again."""
+    fig = plot.fig
+    ax_w, ax_h = plot.axes
+    masked = not result.allowed.all()
+    n = len(result.tokens)
+    fig.set_size_inches(sentence_figsize(n), forward=False)
+    if masked != (len(ax_w.images) == 2):
+        return plot_sentence_attention(result, fig=fig)
+    grid = ax_w.get_subplotspec().get_gridspec()
+    grid.set_width_ratios([max(n, 3), 3])
+    grid.update(bottom=min(0.3, 1.1 / fig.get_figheight()))
+    for ax in (ax_w, ax_h):
+        # placed as a fresh figure places them (gridspec.update moves only pyplot's figures'
+        # Axes; what the picture grew by for the last sentence is undone), and in the layout
+        ax._set_position(ax.get_subplotspec().get_position(fig))
+        ax.set_in_layout(True)
+    extent = (-0.5, n - 0.5, n - 0.5, -0.5)
+    ax_w.images[0].set_data(result.weights)
+    if masked:
+        ax_w.images[1].set_data(np.where(result.allowed, np.nan, 1.0))
+    ax_w.ignore_existing_data_limits = True  # the data limits of this sentence, not the last's
+    for image in ax_w.images:
+        image.set_extent(extent)
+    for text in [t for t in ax_w.texts if getattr(t, "_course_cell", None) is not None]:
+        text.remove()
+    if n <= 12:
+        _write_cells(ax_w, result.weights, result.allowed)
+    labels = result.labels
+    ax_w.set_xticks(range(n), labels, rotation=45, ha="right")
+    ax_w.set_yticks(range(n), labels)
+    ax_w.set_xlabel(KEY_LABEL if result.known.all() else KEY_LABEL_UNKNOWN)
+    ax_w.title.set_text(_sentence_title(result))
+    for container in list(ax_h.containers):
+        container.remove()
+    for collection in list(ax_h.collections):
+        collection.remove()
+    ax_h.ignore_existing_data_limits = True
+    _entropy_bars(ax_h, result)
+    return SentencePlot(fig, (ax_w, ax_h), result)
 
 
 def sentence_artists(plot: SentencePlot) -> list:

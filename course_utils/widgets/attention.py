@@ -23,11 +23,12 @@ def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None =
     if grading():
         return None
     import ipywidgets as W
-
+    import numpy as np
     from matplotlib.figure import Figure
 
-    from ..plots.attention import (plot_sentence_attention, sentence_artists, sentence_attention,
-                                   sentence_figsize, update_sentence_attention)
+    from ..plots.attention import (plot_sentence_attention, renew_sentence_attention,
+                                   sentence_artists, sentence_attention, sentence_figsize,
+                                   update_sentence_attention)
     from .picture import Picture
 
     text = W.Text(value=sentence, description="sentence", continuous_update=False,
@@ -44,7 +45,7 @@ def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None =
     ui.controls = {"sentence": text, "scale": slider, "causal": mask_box, "status": status,
                    "image": picture.image, "message": picture.message}
 
-    kept = {}  # (tokens, causal) -> its drawn SentencePlot, for the sentence shown
+    kept = {}  # causal -> the SentencePlot drawn last with (True) or without the causal mask
 
     def redraw(*_):
         try:
@@ -60,26 +61,28 @@ def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None =
             status.value = ""
             picture.fail(exc)
             return
-        key = (tuple(result.tokens), result.causal)
+        before = kept.get(result.causal)
         try:
-            if key in kept:  # drawn before: new weights, numbers and bars in its figure
-                plot = update_sentence_attention(kept[key], result)
-            else:
-                if kept and next(iter(kept))[0] != key[0]:
-                    kept.clear()  # another sentence: one figure with the mask, one without
+            if before is None:
                 # a figure outside pyplot: kept for the next redraw, never shown by the
                 # notebook's inline backend under the widget
                 plot = plot_sentence_attention(
                     result, fig=Figure(figsize=sentence_figsize(len(result.tokens))))
+            elif (before.result.tokens == result.tokens
+                  and np.array_equal(before.result.allowed, result.allowed)):
+                plot = update_sentence_attention(before, result)  # new weights, numbers, bars
+            else:  # another sentence: the same Axes, new tokens, size and contents
+                plot = renew_sentence_attention(before, result)
         except Exception as exc:  # e.g. a mask that changed from one call to the next
-            kept.pop(key, None)
+            kept.pop(result.causal, None)
             status.value = ""
             picture.fail(exc)
             return
-        kept[key] = plot
+        kept[result.causal] = plot
         # the tokens and axes are drawn once per sentence and mask; a new scale draws only the
         # heatmap, its numbers and the entropy bars
-        picture.show(plot.fig, close=False, dynamic=sentence_artists(plot))
+        picture.show(plot.fig, close=False, dynamic=sentence_artists(plot),
+                     static_key=tuple(result.labels))
         status.value = ("<small>attention by your <code>scaled_dot_product_attention</code>"
                         + (" and <code>causal_mask</code>" if result.causal else "")
                         + "; √d_k = √50 ≈ 7.07; mean row entropy "
