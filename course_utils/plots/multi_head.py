@@ -126,7 +126,11 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
         image = ax.imshow(w[i], cmap=cmap, vmin=0.0, vmax=top, aspect="auto")
         ax.set_xticks(range(k), tokens, rotation=90, fontsize=7)
         ax.set_yticks(range(n), tokens if i == 0 else [""] * n, fontsize=7)
-        ax.set_title(f"head {i}", fontsize=9, color="tab:red" if i == head else "black")
+        # where a title and a label go, fixed: matplotlib would otherwise measure every tick
+        # label at every draw to place a title above ticks drawn below and labels never set
+        ax.set_title(f"head {i}", fontsize=9, color="tab:red" if i == head else "black", y=1.0)
+        ax.xaxis.set_label_coords(0.5, 0.0)
+        ax.yaxis.set_label_coords(0.0, 0.5)
         if i == head:
             for side in ax.spines.values():
                 side.set_edgecolor("tab:red")

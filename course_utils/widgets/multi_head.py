@@ -68,23 +68,16 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
             status.value = ""
             picture.fail(exc)
             return
-        if result.tokens != state["tokens"]:
-            pick = keep_query(result.tokens)
-            state["busy"] = True  # one redraw for the whole change
-            try:
-                query_box.options = [(f"{i}: {t}", i) for i, t in enumerate(result.labels)]
-                query_box.value = pick
-            finally:
-                state["busy"] = False
-            state["tokens"] = result.tokens
+        new_tokens = result.tokens != state["tokens"]
+        query = keep_query(result.tokens) if new_tokens else query_box.value
         drawn = state["plot"]
         if (drawn is not None and state["labels"] == result.labels
                 and np.array_equal(drawn.weights, result.weights)):
             # the same weights: move the frame, the boxes and the bars of the drawn figure
-            state["plot"] = update_heads(drawn, head_slider.value, query_box.value)
+            state["plot"] = update_heads(drawn, head_slider.value, query)
         elif drawn is not None and drawn.weights.shape[0] == result.weights.shape[0]:
             # another sentence: new heatmaps and tokens in the same figure (its ticks reused)
-            state["plot"] = update_heads(drawn, head_slider.value, query_box.value,
+            state["plot"] = update_heads(drawn, head_slider.value, query,
                                          result.weights, result.labels)
             state["labels"] = result.labels
             state["drawn"] += 1  # the heatmaps changed: draw them again
@@ -92,12 +85,20 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
             # a figure of its own, outside pyplot: kept for the next redraw, and never shown
             # by the notebook's inline backend under the widget
             state["plot"] = plot_heads(result.weights, result.labels, head_slider.value,
-                                       query_box.value, fig=Figure(figsize=(9.4, 5.8)))
+                                       query, fig=Figure(figsize=(9.4, 5.8)))
             state["labels"] = result.labels
         # the heatmaps, tokens and colour bar are drawn once per sentence; a move of head or
         # query draws only the frames, the boxed rows and the bars
         picture.show(state["plot"].fig, close=False, dynamic=changing_artists(state["plot"]),
                      static_key=state["drawn"])
+        if new_tokens:  # the menu of queries after the picture: the picture is what is awaited
+            state["busy"] = True  # its new options and value redraw nothing
+            try:
+                query_box.options = [(f"{i}: {t}", i) for i, t in enumerate(result.labels)]
+                query_box.value = query
+            finally:
+                state["busy"] = False
+            state["tokens"] = result.tokens
         status.value = (f"<small>weights from your MultiHeadAttention, d_model = 50 (GloVe), "
                         f"{num_heads} heads of d_head = {50 // num_heads}; untrained heads, "
                         "each comparing words in its own random view of the space</small>")
