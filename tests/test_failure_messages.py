@@ -304,6 +304,50 @@ def test_contents_are_compared_by_identity_to_any_depth():
     assert not _seal._same_objects(_seal._contents(outer), snapshot)
 
 
+@pytest.mark.parametrize("where", ["sys.modules", "torch"])
+def test_a_key_of_the_learners_class_runs_none_of_their_code(where):
+    """A key whose class is the learner's, put into sys.modules or a namespace the checks rely
+    on: comparing it, or hashing it, would run their code inside the check, outside any
+    recording. The check refuses, having run none of it."""
+    ran = []
+
+    class Name(str):
+        armed = False
+
+        def __eq__(self, other):
+            if Name.armed:
+                ran.append("__eq__")
+            return str.__eq__(self, other)
+
+        def __hash__(self):
+            if Name.armed:
+                ran.append("__hash__")
+            return str.__hash__(self)
+
+        def __format__(self, spec):
+            ran.append("__format__")
+            return str.__format__(self, spec)
+
+    key = Name("left_by_the_learner")
+    space = sys.modules if where == "sys.modules" else vars(torch)
+
+    def softmax(x, dim=-1):
+        space[key] = None
+        Name.armed = True
+        return _softmax(x, dim)
+
+    named = "sys.modules" if where == "sys.modules" else "torch.<a key that is not a name> was added"
+    try:
+        with pytest.raises(CheckFailed, match=TOOLS_MESSAGE + ": " + re.escape(named)):
+            attention.check_softmax(softmax)
+    finally:
+        Name.armed = False
+        del space[key]
+    assert ran == []
+    assert _seal.changed() is None
+    attention.check_softmax(_softmax)  # taken out: graded
+
+
 def test_a_tool_replaced_while_the_learners_code_runs():
     """Patched inside the exercise (and left so): the call that did it fails the check."""
     def embed(ids, E):

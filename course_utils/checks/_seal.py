@@ -98,11 +98,24 @@ _DEFAULTS = operator.attrgetter("__defaults__")
 _KWDEFAULTS = operator.attrgetter("__kwdefaults__")
 _CELL = operator.attrgetter("cell_contents")
 _chain = itertools.chain.from_iterable
+_repeat = itertools.repeat
 _call = getattr(operator, "call", None) or (lambda function, *args: function(*args))  # 3.10
 
 
 def _is_tool(value) -> bool:
-    return callable(value) or isinstance(value, _ModuleType)
+    return callable(value) or issubclass(type(value), _ModuleType)
+
+
+_MODULE_DICT = _ModuleType.__dict__["__dict__"].__get__  # a module's own dict, whatever its class
+
+
+def _module_name(value) -> str | None:
+    """A module's ``__name__`` as its own dict holds it (None for what is not a module, or a
+    name that is not a str), read without running anything its class defines."""
+    if not issubclass(type(value), _ModuleType):
+        return None
+    name = dict.get(_MODULE_DICT(value), "__name__")
+    return name if type(name) is str else None
 
 
 def _function(value):
@@ -216,11 +229,13 @@ class _Record:
         space = self.space = owner.__dict__ if self.is_class or isinstance(owner, _ModuleType) else owner
         self.entries = {}
         for name, value in list(space.items()):
+            if type(name) is not str:
+                continue  # not a name: nothing of it is looked at
             if not self.is_class and name[:2] == "__" == name[-2:]:
                 continue  # a module's __builtins__, __spec__ ...: its functions hold their own
-            if everything and (value is None or isinstance(value, bool)):
+            if everything and (value is None or type(value) is bool):
                 continue  # a module's flag (set once it has done something), not a tool
-            if self.is_class and isinstance(value, _DATA):
+            if self.is_class and issubclass(type(value), _DATA):
                 continue  # a class's counter or setting, not how it behaves
             if everything or self.is_class or _is_tool(value):
                 self.entries[name] = (value, _internals(value), _contents(value) if everything else None)
@@ -325,14 +340,18 @@ class _Record:
         """A name added since the record that could shadow a lookup (a module's new submodule,
         imported since, cannot; a class's new attribute or a module's new global can)."""
         prefix = getattr(self.owner, "__name__", "") + "."
+        # what was added may be the learner's: its key and value are looked at by their types
+        # alone, never hashed, compared or asked for an attribute (that would run their code)
         for name, value in list(space.items()):
-            if name in self.entries or (self.everything and (value is None or isinstance(value, bool))):
+            if type(name) is not str:
+                return "<a key that is not a name>"
+            if name in self.entries or (self.everything and (value is None or type(value) is bool)):
                 continue
-            if self.is_class and isinstance(value, _DATA):
+            if self.is_class and issubclass(type(value), _DATA):
                 continue
             if not self.is_class and not self.everything and not _is_tool(value):
                 continue
-            if isinstance(value, _ModuleType) and getattr(value, "__name__", "") == prefix + name:
+            if _module_name(value) == prefix + name:
                 continue  # a submodule imported since: the import system sets it
             if not self.is_class and name.startswith("__") and name.endswith("__"):
                 continue
@@ -573,6 +592,8 @@ def protect(*modules: _ModuleType) -> None:
 
 def _protect_course_modules(seal: _Seal) -> None:
     for name, module in list(_modules.items()):
+        if type(name) is not str:  # not a module's name (changed() says so): never compared
+            continue
         if (module is None or id(module) in seal.covered
                 or not any(name == p or name.startswith(p + ".") for p in COURSE_PACKAGES)):
             continue
@@ -582,9 +603,22 @@ def _protect_course_modules(seal: _Seal) -> None:
         seal.add_module(name, everything=name != __name__)  # this module: its tools
 
 
+def _module_names_only() -> bool:
+    """Whether every key of ``sys.modules`` is a ``str`` (no subclass), looked at without
+    hashing or comparing any of them: a key of a class of the learner's would run its
+    ``__eq__`` or ``__hash__`` in any lookup that meets it, the checks' own included (``"torch"
+    in sys.modules``), outside any recording."""
+    try:
+        return all(map(_is, map(type, _modules), _repeat(str)))
+    except RuntimeError:  # it changed size while looked at: another thread
+        return False
+
+
 def changed() -> str | None:
     """What is no longer as recorded (``"torch.equal is not what it was"``), or a torch mode
-    left entered; None when all is in place."""
+    left entered; None when all is in place. ``sys.modules`` first, before any lookup in it."""
+    if not _module_names_only():
+        return "sys.modules (a key that is not a module's name was added) is not what it was"
     take()
     found = _SEAL.first_change()
     if found:
