@@ -232,6 +232,56 @@ def _closure_cell_emptied():
     return lambda: setattr(cell, "cell_contents", before)
 
 
+def _keyword_default_moved():
+    """A keyword default moved from one function's dict to the next one's: the joined keys and
+    values stay the same, each dict does not."""
+    from torch.storage import TypedStorage
+    to, shared = TypedStorage.to.__kwdefaults__, TypedStorage._new_shared.__kwdefaults__
+    before_to, before_shared = dict(to), dict(shared)
+    to["device"] = shared.pop("device")
+
+    def restore():
+        to.clear(), to.update(before_to), shared.clear(), shared.update(before_shared)
+    return restore
+
+
+def _global_added_same_size():
+    """A name the record leaves out removed and a global added: the namespace keeps its size,
+    and the new ``abs`` shadows the built-in inside ``np.isclose``."""
+    import numpy._core.numeric as numeric
+    doc = numeric.__doc__
+    del numeric.__doc__
+    numeric.abs = lambda v: v * 0
+
+    def restore():
+        del numeric.abs
+        numeric.__doc__ = doc
+    return restore
+
+
+def _callable_stand_in_submodule():
+    """A module of the learner's class that can be called, named as a submodule would be."""
+    import types
+    import numpy._core.numeric as numeric
+
+    class StandIn(types.ModuleType):
+        def __call__(self, v):
+            return v * 0
+    numeric.abs = StandIn("numpy._core.numeric.abs")
+    return lambda: delattr(numeric, "abs")
+
+
+def _builtins_class_swapped():
+    """builtins given a module class of the learner's, whose attributes answer as it likes
+    (NumPy calls ``builtins.bool`` explicitly)."""
+    import types
+
+    class Lying(types.ModuleType):
+        pass
+    builtins.__class__ = Lying
+    return lambda: setattr(builtins, "__class__", types.ModuleType)
+
+
 PATCHES = {
     "import torch as t; t.equal = ...": (_alias, "torch.equal"),
     "setattr(torch, 'equal', ...)": (lambda: _setattr_restore(torch, "equal", lambda *a: True), "torch.equal"),
@@ -260,6 +310,13 @@ PATCHES = {
                                                                 "assert_close (its code, defaults or closure)"),
     "a closure's cell given other contents": (_closure_cell_replaced, "(its code, defaults or closure)"),
     "a closure's cell emptied": (_closure_cell_emptied, "(its code, defaults or closure)"),
+    "a keyword default moved to another function's dict": (
+        _keyword_default_moved, "TypedStorage.to (its code, defaults or closure)"),
+    # names: a namespace that keeps its size, a stand-in submodule, the class of a module
+    "a name removed and a global added": (_global_added_same_size, "numpy._core.numeric.abs was added"),
+    "a callable stand-in named as a submodule": (_callable_stand_in_submodule,
+                                                 "numpy._core.numeric.abs was added"),
+    "builtins given another class": (_builtins_class_swapped, "builtins (its class) is not what it was"),
 }
 
 
@@ -346,6 +403,40 @@ def test_a_key_of_the_learners_class_runs_none_of_their_code(where):
     assert ran == []
     assert _seal.changed() is None
     attention.check_softmax(_softmax)  # taken out: graded
+
+
+def test_a_key_colliding_with_a_recorded_name_is_seen_before_any_lookup():
+    """A key of the learner's class with the hash of ``isclose``, put ahead of it in NumPy's
+    namespace (``isclose`` taken out and put back): every lookup of ``isclose`` would run its
+    ``__eq__``. The seal sees it by the names alone, and runs none of it."""
+    import numpy._core.numeric as numeric
+    ran = []
+
+    class Colliding:
+        armed = False
+
+        def __hash__(self):
+            return hash("isclose")
+
+        def __eq__(self, other):
+            if Colliding.armed:
+                ran.append(other)
+            return False
+
+    space = vars(numeric)
+    isclose = space.pop("isclose")
+    key = Colliding()
+    space[key] = None
+    space["isclose"] = isclose
+    Colliding.armed = True
+    try:
+        assert _seal.changed() == "numpy._core.numeric.<a key that is not a name> was added"
+        assert ran == []
+    finally:
+        Colliding.armed = False
+        del space[key]
+    assert _seal.changed() is None
+    attention.check_softmax(_softmax)
 
 
 def test_a_tool_replaced_while_the_learners_code_runs():

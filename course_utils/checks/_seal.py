@@ -183,7 +183,7 @@ def _same_internals(value, inner) -> bool:
 
 
 _CONTAINER_TYPES = (list, tuple, dict, set, frozenset)
-_CONTENTS_DEPTH = 8
+_CONTENTS_DEPTH = 32
 
 
 def _contents(value):
@@ -218,9 +218,10 @@ def _snapshot(value, out: list, depth: int) -> None:
 class _Record:
     """One namespace: name -> (value, internals, contents) of what it held when recorded."""
 
-    __slots__ = ("label", "owner", "space", "entries", "size", "everything", "is_class", "_get",
-                 "_values", "_funcs", "_codes", "_defaults", "_kwdefaults", "_kwdicts", "_kwkeys", "_kwvalues",
-                 "_cells", "_cell_contents", "_careful")
+    __slots__ = ("label", "owner", "space", "entries", "size", "keys", "kind", "everything",
+                 "is_class", "_get", "_values", "_funcs", "_codes", "_defaults", "_kwdefaults",
+                 "_kwdicts", "_kwlens", "_kwkeys", "_kwvalues", "_cells", "_cell_contents",
+                 "_careful")
 
     def __init__(self, label: str, owner, everything: bool):
         self.label, self.owner, self.everything = label, owner, everything
@@ -240,6 +241,11 @@ class _Record:
             if everything or self.is_class or _is_tool(value):
                 self.entries[name] = (value, _internals(value), _contents(value) if everything else None)
         self.size = len(space)
+        # every name of the namespace, in order (a name removed and one added keep its size; a
+        # key put in again moves to the end), and the class of what owns it (a module's
+        # __class__ can be set to a subclass whose __getattribute__ answers what it likes)
+        self.keys = tuple(space)
+        self.kind = type(owner)
         self._prepare()
 
     def _prepare(self) -> None:
@@ -275,6 +281,7 @@ class _Record:
                 careful.append(name)
         self._funcs, self._codes, self._defaults = tuple(funcs), tuple(codes), tuple(defaults)
         self._kwdefaults, self._kwdicts = tuple(kwdefaults), tuple(kwdicts)
+        self._kwlens = tuple(map(len, kwdicts))  # where one dict's keys end and the next's begin
         self._kwkeys, self._kwvalues = tuple(kwkeys), tuple(kwvalues)
         self._cells, self._cell_contents = tuple(cells), tuple(cell_contents)
         self._careful = tuple(dict.fromkeys(careful))
@@ -286,7 +293,8 @@ class _Record:
                 and all(map(_is, map(_KWDEFAULTS, self._funcs), self._kwdefaults))):
             return False
         if self._kwdicts and not (
-                _same_objects(tuple(_chain(map(dict.keys, self._kwdicts))), self._kwkeys)
+                tuple(map(len, self._kwdicts)) == self._kwlens
+                and _same_objects(tuple(_chain(map(dict.keys, self._kwdicts))), self._kwkeys)
                 and _same_objects(tuple(_chain(map(dict.values, self._kwdicts))), self._kwvalues)):
             return False
         try:
@@ -296,6 +304,14 @@ class _Record:
 
     def first_change(self) -> str | None:
         space = self.space
+        if type(self.owner) is not self.kind:
+            return f"{self.label} (its class) is not what it was"
+        keys = tuple(space)
+        if self.keys is not None and not _same_objects(keys, self.keys):
+            if not all(map(_is, map(type, keys), _repeat(str))):
+                # looked up, such a key would run its __eq__: nothing is looked up
+                return f"{self.label}.<a key that is not a name> was added"
+            self.size = None  # the names changed: _additions looks at each
         try:
             now = self._get(space)
         except KeyError:
@@ -329,11 +345,13 @@ class _Record:
         return self._additions(space)
 
     def _additions(self, space) -> str | None:
-        if len(space) != self.size:
+        if self.size is None or len(space) != self.size:
             added = self._added(space)
             if added:
                 return f"{self.label}.{added} was added"
-            self.size = len(space)  # only submodules imported since: look again when it grows
+            # only submodules imported since, or names that cannot shadow a lookup: look again
+            # when the names change
+            self.size, self.keys = len(space), tuple(space)
         return None
 
     def _added(self, space) -> str | None:
@@ -351,7 +369,8 @@ class _Record:
                 continue
             if not self.is_class and not self.everything and not _is_tool(value):
                 continue
-            if _module_name(value) == prefix + name:
+            if (_module_name(value) == prefix + name and _modules.get(prefix + name) is value
+                    and not callable(value)):
                 continue  # a submodule imported since: the import system sets it
             if not self.is_class and name.startswith("__") and name.endswith("__"):
                 continue
@@ -433,33 +452,38 @@ class _Seal:
 
 
 class _Flat:
-    """What every record's fast look compares, joined: the modules in ``sys.modules``, every
-    recorded value (each namespace read through its record's getter), every function's code,
-    defaults, keyword defaults and closure, every namespace's size; then the records with
-    entries to look at one by one."""
+    """What every record's fast look compares, joined: the modules in ``sys.modules``, the
+    class of every owner, every namespace's names in order (before anything is looked up in
+    it), every recorded value (each namespace read through its record's getter), every
+    function's code, defaults, keyword defaults and closure; then the records with entries to
+    look at one by one."""
 
-    __slots__ = ("names", "modules", "getters", "spaces", "values", "funcs", "codes", "defaults",
-                 "kwdefaults", "kwdicts", "kwkeys", "kwvalues", "cells", "cell_contents",
-                 "sized", "sizes", "careful")
+    __slots__ = ("names", "modules", "owners", "kinds", "keyed", "keys", "plain", "getters",
+                 "spaces", "values", "funcs", "codes", "defaults", "kwdefaults", "kwdicts",
+                 "kwlens", "kwkeys", "kwvalues", "cells", "cell_contents", "careful")
 
     def __init__(self, seal: _Seal):
         records = seal.records
         self.names, self.modules = tuple(seal.modules), tuple(seal.modules.values())
+        self.owners = tuple(record.owner for record in records)
+        self.kinds = tuple(record.kind for record in records)
+        self.keyed = tuple(record.space for record in records if record.keys is not None)
+        self.keys = tuple(_chain(record.keys for record in records if record.keys is not None))
+        self.plain = tuple(record.space for record in records if record.keys is None)
         self.getters = tuple(record._get for record in records)
         self.spaces = tuple(record.space for record in records)
-        joined = {}
-        for part in ("values", "funcs", "codes", "defaults", "kwdefaults", "kwdicts", "kwkeys",
-                     "kwvalues", "cells", "cell_contents"):
-            joined[part] = tuple(_chain(getattr(record, "_" + part) for record in records))
-        for part, value in joined.items():
-            setattr(self, part, value)
-        sized = [record for record in records if record.size is not None]
-        self.sized = tuple(record.space for record in sized)
-        self.sizes = tuple(record.size for record in sized)
+        for part in ("values", "funcs", "codes", "defaults", "kwdefaults", "kwdicts", "kwlens",
+                     "kwkeys", "kwvalues", "cells", "cell_contents"):
+            setattr(self, part, tuple(_chain(getattr(record, "_" + part) for record in records)))
         self.careful = tuple(record for record in records if record._careful)
 
     def in_place(self) -> bool:
-        if not _same_objects(tuple(map(_modules.get, self.names)), self.modules):
+        if not (_same_objects(tuple(map(_modules.get, self.names)), self.modules)
+                and all(map(_is, map(type, self.owners), self.kinds))
+                # the names first, by identity: a key that is not one would run its __eq__ in
+                # any lookup that meets it
+                and _same_objects(tuple(_chain(self.keyed)), self.keys)
+                and all(map(_is, map(type, _chain(self.plain)), _repeat(str)))):
             return False
         try:
             now = tuple(_chain(map(_call, self.getters, self.spaces)))
@@ -469,9 +493,9 @@ class _Flat:
                 and all(map(_is, map(_CODE, self.funcs), self.codes))
                 and all(map(_is, map(_DEFAULTS, self.funcs), self.defaults))
                 and all(map(_is, map(_KWDEFAULTS, self.funcs), self.kwdefaults))
+                and tuple(map(len, self.kwdicts)) == self.kwlens
                 and _same_objects(tuple(_chain(map(dict.keys, self.kwdicts))), self.kwkeys)
-                and _same_objects(tuple(_chain(map(dict.values, self.kwdicts))), self.kwvalues)
-                and tuple(map(len, self.sized)) == self.sizes):
+                and _same_objects(tuple(_chain(map(dict.values, self.kwdicts))), self.kwvalues)):
             return False
         try:
             if not all(map(_is, map(_CELL, self.cells), self.cell_contents)):
@@ -491,7 +515,14 @@ class _Builtins(_Record):
         self.space = builtins.__dict__
         self.entries = {name: (value, None, None) for name, value in space.items()}
         self.size = None
+        self.keys = None  # its names are not compared (IPython swaps some around each cell)
+        self.kind = type(builtins)
         self._prepare()
+
+    def first_change(self) -> str | None:
+        if not all(map(_is, map(type, self.space), _repeat(str))):
+            return "builtins.<a key that is not a name> was added"  # before any lookup in it
+        return super().first_change()
 
     def _additions(self, space) -> str | None:
         return None
