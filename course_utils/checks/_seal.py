@@ -249,9 +249,10 @@ class _Record:
         self._prepare()
 
     def _prepare(self) -> None:
-        """What the fast look compares, in C loops: the values, the functions' code, defaults
-        and keyword defaults (each dict, its keys and values), the contents of their closures'
-        cells; the few with an empty cell, or with contents, are looked at one by one."""
+        """What the seal's fast look (``_Flat``) compares for this record, in C loops: the
+        values, the functions' code, defaults and keyword defaults (each dict, its length, keys
+        and values), the contents of their closures' cells; the few with an empty cell, or with
+        contents, are looked at one by one (``careful_change``)."""
         names = tuple(self.entries)
         self._get = _itemgetter(*names) if len(names) > 1 else (
             (lambda space, name=names[0]: (space[name],)) if names else (lambda space: ()))
@@ -286,22 +287,6 @@ class _Record:
         self._cells, self._cell_contents = tuple(cells), tuple(cell_contents)
         self._careful = tuple(dict.fromkeys(careful))
 
-    def _internals_in_place(self) -> bool:
-        """The fast look at every function's code, defaults, keyword defaults and closure."""
-        if not (all(map(_is, map(_CODE, self._funcs), self._codes))
-                and all(map(_is, map(_DEFAULTS, self._funcs), self._defaults))
-                and all(map(_is, map(_KWDEFAULTS, self._funcs), self._kwdefaults))):
-            return False
-        if self._kwdicts and not (
-                tuple(map(len, self._kwdicts)) == self._kwlens
-                and _same_objects(tuple(_chain(map(dict.keys, self._kwdicts))), self._kwkeys)
-                and _same_objects(tuple(_chain(map(dict.values, self._kwdicts))), self._kwvalues)):
-            return False
-        try:
-            return all(map(_is, map(_CELL, self._cells), self._cell_contents))
-        except ValueError:  # a cell emptied since
-            return False
-
     def first_change(self) -> str | None:
         space = self.space
         if type(self.owner) is not self.kind:
@@ -312,16 +297,11 @@ class _Record:
                 # looked up, such a key would run its __eq__: nothing is looked up
                 return f"{self.label}.<a key that is not a name> was added"
             self.size = None  # the names changed: _additions looks at each
-        try:
-            now = self._get(space)
-        except KeyError:
-            return self._first_change(space)
-        if not (all(map(_is, now, self._values)) and self._internals_in_place()):
-            return self._first_change(space)
-        return self.careful_change() or self._additions(space)
+        return self._first_change(space)  # (the fast look is the seal's, over every record)
 
     def careful_change(self) -> str | None:
-        """The look, one by one, at what the fast one leaves out (contents, empty cells)."""
+        """The look, one by one, at what the seal's fast look leaves out (contents, empty
+        cells)."""
         for name in self._careful:
             value, inner, contents = self.entries[name]
             if inner is not None and not _same_internals(value, inner):
@@ -331,7 +311,7 @@ class _Record:
         return None
 
     def _first_change(self, space) -> str | None:
-        """The slow look, one entry at a time: which one changed."""
+        """The look one entry at a time: which one changed."""
         get = space.get
         missing = object()
         for name, (value, inner, contents) in self.entries.items():
