@@ -6,6 +6,9 @@ import ast
 import contextlib
 import dataclasses
 import json
+import os
+import time
+import types
 from pathlib import Path
 
 import nbformat
@@ -17,6 +20,7 @@ from traitlets.config import Config
 from course_grading.audit import trusted as audit
 from course_grading.sandbox import bubblewrap
 from course_grading.sandbox import warm as warm_sandbox
+from course_grading.sandbox import warm_server
 from course_grading.sandbox.sandbox_kernel_manager import SandboxKernelManager
 from course_grading.sandbox.settings import Settings
 
@@ -250,6 +254,34 @@ def test_audit_runs_in_the_warm_sandbox(course, tmp_path):
     assert len(spawned) == 2 and warm_sandbox.current_warm(_settings()) is warm
     assert not found["test_softmax"].agrees
     assert not found["test_causal_mask"].agrees
+
+
+def test_a_wait_ends_when_the_child_does_or_after_its_time():
+    """The server's "wait": answered as soon as the child ends (the grader's audit waited for
+    its next look, 20 ms apart), or after its seconds when it has not."""
+    server = types.SimpleNamespace(ended={})
+    server.poll = lambda pid: warm_server.Server.poll(server, pid)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.6)
+        os._exit(3)
+    started = time.monotonic()
+    assert warm_server.Server.wait(server, pid, 0.2) is None
+    assert 0.2 <= time.monotonic() - started < 0.5
+    assert warm_server.Server.wait(server, pid, 5) == 3
+    assert 0.6 <= time.monotonic() - started < 0.75
+    assert warm_server.Server.wait(server, pid, 5) == 3  # told again, at once
+    assert time.monotonic() - started < 0.8
+
+
+def test_an_audit_is_heard_of_as_soon_as_it_ends(course, tmp_path):
+    warm = warm_sandbox.ensure_warm(_settings())
+    job = warm.new_job(tmp_path, kernel=False)
+    pid = warm.spawn_audit(job, 20)
+    started = time.monotonic()
+    assert warm.wait(pid, 20) is not None  # the audit of an empty folder ends at once
+    assert time.monotonic() - started < 5
+    warm_sandbox.release_job(warm, job)
 
 
 # --------------------------------------------------------------------------- what a child may write

@@ -223,6 +223,11 @@ class SandboxServer:
     def poll(self, pid: int):
         return self.request(op="poll", pid=pid)["returncode"]
 
+    def wait(self, pid: int, seconds: float):
+        """The return code once ``pid`` ended, or None after ``seconds`` (the server's
+        WAIT_SECONDS at most)."""
+        return self.request(timeout=seconds + 30, op="wait", pid=pid, seconds=seconds)["returncode"]
+
     def signal(self, pid: int, signum: int) -> None:
         self.request(op="signal", pid=pid, signal=int(signum))
 
@@ -439,11 +444,10 @@ def run_audit(folder: Path, timeout: int, settings: Settings) -> str:
 
 def _wait(server: SandboxServer, pid: int, timeout: int) -> str:
     deadline = time.monotonic() + timeout
-    while server.poll(pid) is None:
+    while server.wait(pid, min(2.0, max(deadline - time.monotonic(), 0.0))) is None:
         if time.monotonic() > deadline:
             server.signal(pid, signal.SIGKILL)
             return f"the audit ran out of time ({timeout} s)"
-        time.sleep(0.02)
     return ""
 
 
