@@ -30,7 +30,7 @@ from .course_dir import find_submissions
 from .errors import GradingError, SubmissionRefused, retriable, short
 from .nbgrader_setup import (LOG, GradingRun, folders, generate, gradebook, run_converter,
                              select_assignments, source_assignments)
-from . import gradebook_engines, ledger, untrusted, workers
+from . import gradebook_engines, ledger, metadata_schema, untrusted, workers
 from .progress import Progress
 from .preprocessors.limited_execute import UNREAD_MESSAGES
 from .red_flags import Flag, scan
@@ -358,6 +358,7 @@ def _start_worker(env: dict[str, str], sandbox_root: str | None, quiet: bool = F
     os.environ.pop("PYTHONSAFEPATH", None)  # the fork server's own; unsandboxed kernels need their folder
     os.environ.update(env)
     gradebook_engines.share_engines()
+    metadata_schema.validate_schema_once()
     if quiet:
         import warnings
         warnings.simplefilter("ignore")
