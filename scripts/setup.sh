@@ -50,6 +50,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
     say "packages up to date"
 fi
+# The course's own bytecode, written now: a grading kernel's sandbox cannot write it (the clone
+# is read-only there), so without it every kernel compiles the hidden checks it imports again.
+"$VENV/bin/python" -m compileall -q course_utils course_grading >/dev/null
 
 apt_updated=0
 # debian_package PACKAGE WHY NOTE: install PACKAGE with apt-get when we are root on Debian/Ubuntu
