@@ -137,10 +137,11 @@ def preload(refuse: Refuse) -> None:
 
 def _keep_freed_memory() -> None:
     """The C allocator's settings every forked child inherits: blocks up to MMAP_BELOW_MB come
-    from the heap, and the heap keeps up to TRIM_ABOVE_MB of freed memory. Otherwise each of
-    the few-megabyte arrays a notebook makes over and over (20,000 GloVe rows at a time) is a
-    new mapping whose every page faults in, and a freed one goes back to the system to fault
-    in again (about half of a kernel's page faults, and a tenth of its CPU, were those)."""
+    from the heap, and the heap keeps up to TRIM_ABOVE_MB of freed memory. Otherwise a large
+    block (a few-megabyte array: 20,000 GloVe rows at a time) is a new mapping whose pages
+    fault in one by one, and freed memory goes back to the system to fault in again. Measured
+    on 40 kernels of 03: 1.6 million page faults instead of 2.9 million, 4.5 CPU-seconds of
+    system time instead of 6.7; their peak resident memory the same (about 400 MB)."""
     try:
         import ctypes
 
