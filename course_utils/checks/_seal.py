@@ -102,6 +102,12 @@ _repeat = itertools.repeat
 _call = getattr(operator, "call", None) or (lambda function, *args: function(*args))  # 3.10
 
 
+def _names_only(keys) -> bool:
+    """Whether every key is a ``str`` (no subclass), looked at by its type alone: a key of
+    another class would run its ``__eq__`` or ``__hash__`` in any lookup that meets it."""
+    return all(map(_is, map(type, keys), _repeat(str)))
+
+
 def _is_tool(value) -> bool:
     return callable(value) or issubclass(type(value), _ModuleType)
 
@@ -293,7 +299,7 @@ class _Record:
             return f"{self.label} (its class) is not what it was"
         keys = tuple(space)
         if self.keys is not None and not _same_objects(keys, self.keys):
-            if not all(map(_is, map(type, keys), _repeat(str))):
+            if not _names_only(keys):
                 # looked up, such a key would run its __eq__: nothing is looked up
                 return f"{self.label}.<a key that is not a name> was added"
             self.size = None  # the names changed: _additions looks at each
@@ -463,7 +469,7 @@ class _Flat:
                 # the names first, by identity: a key that is not one would run its __eq__ in
                 # any lookup that meets it
                 and _same_objects(tuple(_chain(self.keyed)), self.keys)
-                and all(map(_is, map(type, _chain(self.plain)), _repeat(str)))):
+                and _names_only(_chain(self.plain))):
             return False
         try:
             now = tuple(_chain(map(_call, self.getters, self.spaces)))
@@ -500,7 +506,7 @@ class _Builtins(_Record):
         self._prepare()
 
     def first_change(self) -> str | None:
-        if not all(map(_is, map(type, self.space), _repeat(str))):
+        if not _names_only(self.space):
             return "builtins.<a key that is not a name> was added"  # before any lookup in it
         return super().first_change()
 
@@ -620,7 +626,7 @@ def _module_names_only() -> bool:
     ``__eq__`` or ``__hash__`` in any lookup that meets it, the checks' own included (``"torch"
     in sys.modules``), outside any recording."""
     try:
-        return all(map(_is, map(type, _modules), _repeat(str)))
+        return _names_only(_modules)
     except RuntimeError:  # it changed size while looked at: another thread
         return False
 
