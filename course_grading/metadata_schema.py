@@ -12,6 +12,9 @@ from __future__ import annotations
 import threading
 import types
 
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
+
 _VALIDATORS: dict[int, tuple] = {}  # id(schema) -> (schema, validator)
 _KEPT = 64
 _LOCK = threading.Lock()
@@ -19,16 +22,12 @@ _LOCK = threading.Lock()
 
 def validate(instance, schema) -> None:
     """``jsonschema.validate(instance, schema)``, the schema checked the first time only."""
-    from jsonschema.exceptions import best_match
-
     error = best_match(_validator(schema).iter_errors(instance))
     if error is not None:
         raise error
 
 
 def _validator(schema):
-    from jsonschema.validators import validator_for
-
     with _LOCK:
         kept = _VALIDATORS.get(id(schema))
         if kept is not None and kept[0] is schema:  # the schema is held: its id is not reused
