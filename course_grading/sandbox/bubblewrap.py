@@ -283,9 +283,16 @@ class Cgroups:
         self.paths, self.memory_path = [], None
 
 
+# What a kernel keeps of the grader's environment: locale and time zone, thread counts, and the
+# CPU kernels torch and the BLAS libraries may use (set where older builds compute wrong results
+# on a processor, or to grade as another machine would).
+KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                    "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE",
+                    "OPENBLAS_L2_SIZE")
+
+
 def _environment(home: str) -> dict[str, str]:
-    keep = ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env = {k: os.environ[k] for k in KEPT_ENVIRONMENT if k in os.environ}
     env.update(HOME=home, PYTHONNOUSERSITE="1", MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1",
                COURSE_SANDBOXED="1")
     return env
