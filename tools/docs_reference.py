@@ -10,14 +10,18 @@ drift from it:
     python tools/docs_reference.py --check   write nothing; exit 1 naming each page out of date
 
 What it imports, by the names below (PARSER, CONFIGURABLES, BOUNDS): when a module moves, change
-the name here and run the first command. nbgrader_config.py is read as text (never executed), and
-the modules' docstrings are read from their files (no module of the packages is imported for them).
+the name here and run the first command (an import that fails says so). A class of the packages
+that declares a configurable trait (``config=True``) but is missing from CONFIGURABLES stops it,
+naming the class. nbgrader_config.py is read as text (never executed), and the modules'
+docstrings are read from their files (no module of the packages is imported for them).
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import importlib
+import inspect
 import re
 import sys
 from pathlib import Path
@@ -57,14 +61,35 @@ LONG_DEFAULT = 60  # characters of a default shown as it is
 
 
 def load(name: str):
-    """``module:attribute`` imported."""
+    """``module:attribute`` imported; a name that moved is one clear error."""
     module, _, attribute = name.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"tools/docs_reference.py: cannot import {name} ({exc}): "
+                         "update the names at the top of tools/docs_reference.py") from None
+
+
+def configurables_in_source() -> set[str]:
+    """Names of the classes of the two packages that declare a configurable trait
+    (``config=True``), found by reading the source: none may be missing from CONFIGURABLES."""
+    found = set()
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            source = path.read_text(encoding="utf-8")
+            if "config=True" not in source:
+                continue
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.ClassDef) and any(
+                        isinstance(item, ast.Assign) and "config=True" in ast.get_source_segment(source, item)
+                        for item in node.body):
+                    found.add(node.name)
+    return found
 
 
 def _cell(text: str) -> str:
     """Text for one cell of a Markdown table."""
-    return " ".join(str(text).split()).replace("|", "\\|")
+    return " ".join(str(text).split()).replace("``", "`").replace("|", "\\|")
 
 
 def _anchor(heading: str) -> str:
@@ -168,15 +193,12 @@ def _configurable_section(cls) -> list[str]:
 
 def _bounds_section(bounds) -> list[str]:
     """The dataclass's fields, each with the comment on its line of the source."""
-    import dataclasses
-    import inspect
-
     comments = {}
     for line in inspect.getsource(bounds).splitlines():
         m = re.match(r"\s*(\w+)\s*:.*?#\s*(.*)$", line)
         if m:
             comments[m.group(1)] = m.group(2)
-    lines = [f"### `{bounds.__name__}`\n", " ".join((bounds.__doc__ or "").split()) +
+    lines = [f"### `{bounds.__name__}`\n", " ".join((bounds.__doc__ or "").split()).replace("``", "`") +
              f" (`{bounds.__module__}`; no traitlets class: read from `c.{bounds.__name__}`)\n",
              "| setting | default | what |", "| --- | --- | --- |"]
     for field in dataclasses.fields(bounds):
@@ -190,7 +212,7 @@ def _course_settings(path: Path) -> list[tuple[str, str, str, str]]:
     in nbgrader_config.py, read as text: the file is never executed here."""
     source = path.read_text(encoding="utf-8")
     lines = source.splitlines()
-    found, comment_for = [], {}
+    found = []
     for node in ast.parse(source).body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
@@ -202,9 +224,8 @@ def _course_settings(path: Path) -> list[tuple[str, str, str, str]]:
         while i >= 0 and lines[i].lstrip().startswith("#"):
             above.insert(0, lines[i].lstrip()[1:].strip())
             i -= 1
-        comment = " ".join(above) or comment_for.get("last", "")
-        comment_for["last"] = comment
-        found.append((target.value.attr, target.attr, ast.get_source_segment(source, node.value), comment))
+        found.append((target.value.attr, target.attr, ast.get_source_segment(source, node.value),
+                      " ".join(above)))
     return found
 
 
@@ -229,6 +250,9 @@ def config_page() -> str:
              "and their settings come first; then every setting the course's `nbgrader_config.py` "
              "makes, with the reason written beside it there and nbgrader's own description.\n",
              "## The course's settings\n"]
+    unlisted = configurables_in_source() - {name.rpartition(":")[2] for name in CONFIGURABLES}
+    if unlisted:
+        raise SystemExit(f"tools/docs_reference.py: add {', '.join(sorted(unlisted))} to CONFIGURABLES")
     for name in CONFIGURABLES:
         lines += _configurable_section(load(name))
     lines += _bounds_section(load(BOUNDS))
@@ -236,13 +260,10 @@ def config_page() -> str:
               "Each setting as the file writes it, why (the file's comment), and nbgrader's "
               "description of it.\n"]
     classes = {**_nbgrader_classes(), **{load(n).__name__: load(n) for n in CONFIGURABLES}}
-    last_comment = None
     for owner, name, value, comment in _course_settings(ROOT / "nbgrader_config.py"):
-        lines.append(f"### `c.{owner}.{name}`\n")
-        lines += ["```python", f"c.{owner}.{name} = {value}", "```\n"]
-        if comment and comment != last_comment:
+        lines += [f"### `c.{owner}.{name}`\n", "```python", f"c.{owner}.{name} = {value}", "```\n"]
+        if comment:
             lines.append(f"Why: {comment}\n")
-        last_comment = comment
         text = _trait_help(classes, owner, name)
         if text:
             lines.append(f"{owner}.{name}: {text}\n")
