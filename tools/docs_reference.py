@@ -183,10 +183,10 @@ def commands_page() -> str:
 
 
 def _configurable_section(cls) -> list[str]:
-    lines = [f"### `{cls.__name__}`\n", f"{(cls.__doc__ or '').strip().splitlines()[0]} "
+    lines = [f"### `c.{cls.__name__}`\n", f"{_cell((cls.__doc__ or '').strip().splitlines()[0])} "
              f"(`{cls.__module__}`)\n", "| setting | default | what |", "| --- | --- | --- |"]
     for name, trait in sorted(cls.class_own_traits(config=True).items()):
-        lines.append(f"| `c.{cls.__name__}.{name}` | {_default(trait.default())} | "
+        lines.append(f"| `{name}` | {_default(trait.default())} | "
                      f"{_cell(trait.help)} |")
     return lines + [""]
 
@@ -198,11 +198,11 @@ def _bounds_section(bounds) -> list[str]:
         m = re.match(r"\s*(\w+)\s*:.*?#\s*(.*)$", line)
         if m:
             comments[m.group(1)] = m.group(2)
-    lines = [f"### `{bounds.__name__}`\n", " ".join((bounds.__doc__ or "").split()).replace("``", "`") +
+    lines = [f"### `c.{bounds.__name__}`\n", " ".join((bounds.__doc__ or "").split()).replace("``", "`") +
              f" (`{bounds.__module__}`; no traitlets class: read from `c.{bounds.__name__}`)\n",
              "| setting | default | what |", "| --- | --- | --- |"]
     for field in dataclasses.fields(bounds):
-        lines.append(f"| `c.{bounds.__name__}.{field.name}` | `{field.default:_}` | "
+        lines.append(f"| `{field.name}` | `{field.default:_}` | "
                      f"{_cell(comments.get(field.name, ''))} |")
     return lines + [""]
 
