@@ -1,7 +1,7 @@
 """The instructor's Jupyter server: the Formgrader's pages run no script but their own.
 
 A Jupyter server extension (``c.ServerApp.jpserver_extensions`` in the instructor's
-``jupyter_server_config.py``, README "Running a class", step 3). Every page of nbgrader's
+``jupyter_server_config.py``, docs/guides/jupyterhub.md, step 3). Every page of nbgrader's
 Formgrader (``<base_url>formgrader/...``) is served with a Content-Security-Policy that runs
 only:
 

@@ -65,7 +65,7 @@ def api(url: str, token: str | None = None, method: str = "GET", body=None, time
 
 
 def write_instructor_config(folder: Path, course: Path) -> None:
-    """The instructor's two Jupyter settings of README "Running a class", step 3, in ``folder``
+    """The instructor's two Jupyter settings of docs/guides/jupyterhub.md, step 3, in ``folder``
     (their ~/.jupyter): the Formgrader and `course` find ``course``; JupyterHub's framing rule
     relaxed for the Formgrader tab; the Formgrader's Content-Security-Policy extension on."""
     folder.mkdir(parents=True, exist_ok=True)

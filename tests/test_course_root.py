@@ -140,7 +140,7 @@ def test_named_course_grades_from_a_planted_folder(place):
     assert done.stderr.splitlines() == [f"course: note: using the course {course} (COURSE_ROOT); "
                                         f"{downloads / 'nbgrader_config.py'} is not used (name another "
                                         "course with --root DIR or COURSE_ROOT=DIR)"]
-    # the instructor's ~/.jupyter/nbgrader_config.py loads the course's (README, "Running a class")
+    # the instructor's ~/.jupyter/nbgrader_config.py loads the course's (docs/guides/jupyterhub.md, step 3)
     config_dir = Path(place["env"]["JUPYTER_CONFIG_DIR"])
     config_dir.mkdir()
     (config_dir / "nbgrader_config.py").write_text(

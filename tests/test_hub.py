@@ -727,8 +727,8 @@ def test_a_class_on_jupyterhub(hub):
             assert got == EXPECTED
             totals = {s: sum(v.values()) for s, v in got.items()}
 
-            # The class list, so that the Formgrader shows names (README "Written answers, names
-            # and the LMS"): a CSV as an LMS exports it, into the gradebook.
+            # The class list, so that the Formgrader shows names (docs/guides/grading.md, "Names"):
+            # a CSV as an LMS exports it, into the gradebook.
             roster = hub.course / "roster.csv"
             roster.write_text("Username,First name,Last name,Email address\n" + "".join(
                 f"{s},{first},{last},{s}@example.org\n" for s, (first, last) in NAMES.items()))

@@ -471,7 +471,7 @@ def test_autograded_notebook_is_inert(graded):
 
 @pytest.fixture(scope="module")
 def formgrader(graded):
-    """One Jupyter server, as the instructor runs it (README "Running a class", step 3)."""
+    """One Jupyter server, as the instructor runs it (docs/guides/jupyterhub.md, step 3)."""
     require_browser()
     course, _, top = graded
     config = top / "jupyter-config"
