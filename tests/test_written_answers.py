@@ -188,7 +188,8 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     nbgrader_rows = {r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())}
     assert nbgrader_rows["ann"]["note"] == "needs manual grading (2 points)"
     assert nbgrader_rows["bob"]["note"] == ""
-    path, notes = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    exported = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    path, notes = exported.path, exported.notes
     wide = {r["student_id"]: r for r in csv.DictReader(path.open())}
     assert (wide["ann"][ASSIGNMENT], wide["ann"][f"{ASSIGNMENT} awaiting_manual"]) == ("", "2")
     assert notes == [f"ann/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand",
@@ -211,7 +212,8 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     [_, written] = grading_results.exercise_results(course_directory(course), "ann", ASSIGNMENT)
     assert (written.score, written.pending, written.message) == (1.5, False, "Right idea; say *why* adding "
                                                                  "equals doubling: x + x = 2x.")
-    path, notes = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    exported = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    path, notes = exported.path, exported.notes
     wide = {r["student_id"]: r for r in csv.DictReader(path.open())}
     assert (wide["ann"][ASSIGNMENT], wide["ann"][f"{ASSIGNMENT} manual_points"], wide["ann"]["total"]) == (
         "3.5", "1.5", "3.5")
@@ -224,6 +226,48 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     assert "Right idea; say <em>why</em> adding equals doubling" in html
     assert "Because doubling a number adds it to itself" in html
     assert "overflow-wrap: anywhere" in html  # FeedbackStyle: long messages wrap
+
+
+def _hand_grade(course, student, score):
+    """Score a student's written answer by hand, as the Formgrader's API does."""
+    from course_grading.nbgrader_setup import course_directory, gradebook
+
+    with gradebook(course_directory(course)) as gb:
+        grade = gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, student)
+        grade.manual_score, grade.needs_manual_grade = score, False
+        gb.db.commit()
+
+
+def _queue(course) -> dict[str, bool]:
+    """{student: whether their written answer is in the Formgrader's manual grading queue}."""
+    from course_grading.nbgrader_setup import course_directory, gradebook
+
+    with gradebook(course_directory(course)) as gb:
+        return {s: gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, s).needs_manual_grade
+                for s in ("ann", "cat")}
+
+
+def test_a_regrade_keeps_unchanged_hand_graded_answers_out_of_the_queue(graded, capsys):
+    course, _ = graded
+    _hand_grade(course, "ann", 1.5)
+    _hand_grade(course, "cat", 1)
+    assert _queue(course) == {"ann": False, "cat": False}
+    # cat resubmits with another answer; ann's is as it was
+    path = course / "submitted" / "cat" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    nb = read_notebook(path)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "written_double")
+    cell.source = "Adding x to itself gives two x."
+    write_notebook(nb, path)
+    assert main(["--root", str(course), "autograde", "--student", "ann", "cat", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    assert _queue(course) == {"ann": False, "cat": True}  # only the changed answer waits for a look
+    # the regrade of two students reports the whole class: bob's rows stay in grades.csv
+    rows = list(csv.DictReader((course / "reports" / "grades.csv").open()))
+    assert {r["student"] for r in rows} == {"ann", "bob", "cat"}
+    ann = {r["exercise"]: r["score"] for r in rows if r["student"] == "ann"}
+    assert ann == {"test_double": "2", "written_double": "1.5"}  # the hand score kept
+    report = (course / "reports" / "class_report.csv").read_text()
+    assert "test_double" in report
 
 
 @pytest.mark.slow
