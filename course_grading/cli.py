@@ -4,7 +4,7 @@
     course check PATH                           grade your own notebook (hidden tests included;
                                                 written answers: graded by hand, model answer shown)
     course status [--notebooks DIR] [--no-cache]  every notebook and exercise: passed, failed, not started
-    course doctor [--test] [--quiet]            OK/FAIL per thing the course needs, each FAIL with its fix
+    course doctor [--test] [--quiet] [--start]  OK/FAIL per thing the course needs, each FAIL with its fix
     course release [ASSIGNMENT ...] [--check]   solutions/ -> notebooks/
     course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report] [--resume]
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
@@ -188,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--test", action="store_true",
                         help="what the test suite needs is required too (FAIL, not WARN)")
     doctor.add_argument("--quiet", action="store_true", help="show only what is not OK")
+    doctor.add_argument("--start", action="store_true",
+                        help="exit 1 only for a FAIL that keeps the course from working (scripts/start.sh)")
     doctor.set_defaults(run=cmd_doctor)
 
     release = sub.add_parser("release", parents=[common], help="regenerate notebooks/ from solutions/")
@@ -420,6 +422,8 @@ def cmd_doctor(args, root: Path) -> int:
     failed = sum(line.status == FAIL for line in lines)
     if failed or not args.quiet:
         print(f"{failed} problem{'s' * (failed != 1)} found" if failed else "everything the course needs is here")
+    if args.start:
+        return 1 if any(line.status == FAIL and line.blocks_start for line in lines) else 0
     return 1 if failed else 0
 
 

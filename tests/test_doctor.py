@@ -3,6 +3,7 @@ on this environment and on broken ones (a package too old, bubblewrap and Chromi
 nbgrader's server extensions off, torch broken)."""
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -84,10 +85,41 @@ def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
     assert "scripts/setup.sh" in line.fix
     monkeypatch.setattr(doctor, "_labextension", lambda name: None)
     line = doctor.check_widgets()
-    assert line.status == doctor.FAIL and "@jupyter-widgets/jupyterlab-manager" in line.detail and line.fix
+    assert line.status == doctor.FAIL and "@jupyter-widgets/jupyterlab-manager" in line.detail
+    # the package is installed, its extension's files are gone: setup.sh would change nothing,
+    # the fix reinstalls that package alone, at its version (tried: the extension is back, OK)
+    version = importlib.metadata.version("jupyterlab_widgets")
+    assert line.fix == (f"{sys.executable} -m pip install --force-reinstall --no-deps "
+                        f"jupyterlab_widgets=={version}")
+    assert line.blocks_start
+    line = doctor.check_nbgrader_extensions()
+    assert line.status == doctor.FAIL and "--force-reinstall --no-deps nbgrader==" in line.fix
+    assert not line.blocks_start  # a learner's course works without the Assignments tab
+
+
+def test_start_stops_only_for_what_breaks_the_course(monkeypatch, capsys):
+    bwrap = doctor.Line(doctor.FAIL, "bubblewrap", "bwrap is not on PATH", "apt-get install bubblewrap",
+                        blocks_start=False)
+    widgets = doctor.Line(doctor.FAIL, "widget extension", "gone", "pip install ...")
+    monkeypatch.setattr(doctor, "diagnose", lambda test=False: [doctor.Line(doctor.OK, "python", "3"), bwrap])
+    assert main(["--root", str(ROOT), "doctor", "--quiet", "--start"]) == 0  # shown, and it starts
+    assert "FAIL  bubblewrap" in capsys.readouterr().out
+    assert main(["--root", str(ROOT), "doctor", "--quiet"]) == 1
+    monkeypatch.setattr(doctor, "diagnose", lambda test=False: [bwrap, widgets])
+    assert main(["--root", str(ROOT), "doctor", "--quiet", "--start"]) == 1
+
+
+def test_setup_reinstalls_what_is_missing_although_its_stamp_says_up_to_date():
+    """setup.sh asks ``python -m course_grading.doctor`` whether every package is there, at a
+    version the course takes, before it trusts its stamp ("packages up to date")."""
+    script = (ROOT / "scripts" / "setup.sh").read_text()
+    assert script.index("-m course_grading.doctor") < script.index('rm -f "$stamp"') \
+        < script.index('if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]')
+    run = subprocess.run([sys.executable, "-m", "course_grading.doctor"], capture_output=True, timeout=120)
+    assert run.returncode == (0 if doctor.installed_ok() else 1)
 
 
 def test_start_script_runs_the_doctor_before_jupyterlab():
     script = (ROOT / "scripts" / "start.sh").read_text()
-    assert script.index("bash scripts/setup.sh") < script.index("course doctor --quiet") \
-        < script.index("course start")
+    assert script.index("bash scripts/setup.sh") < script.index("course doctor --quiet --start") \
+        < script.index("exit 1") < script.index("exec .venv/bin/course start")
