@@ -4,7 +4,7 @@
     course check PATH                           grade your own notebook (hidden tests included;
                                                 written answers: graded by hand, model answer shown)
     course status [--notebooks DIR] [--no-cache]  every notebook and exercise: passed, failed, not started
-    course doctor [--test] [--quiet] [--start]  OK/FAIL per thing the course needs, each FAIL with its fix
+    course doctor [--test] [--quiet] [--start] [--instructor]  OK/FAIL per thing the course needs, each FAIL with its fix
     course release [ASSIGNMENT ...] [--check]   solutions/ -> notebooks/
     course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report] [--resume]
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
@@ -188,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--test", action="store_true",
                         help="what the test suite needs is required too (FAIL, not WARN)")
     doctor.add_argument("--quiet", action="store_true", help="show only what is not OK")
+    doctor.add_argument("--instructor", action="store_true",
+                        help="also the instructor's server and exchange: the Formgrader's CSP, "
+                             "frame-ancestors, the exchange's modes and owner, a PostgreSQL gradebook")
     doctor.add_argument("--start", action="store_true",
                         help="exit 1 only for a FAIL that keeps the course from working (scripts/start.sh)")
     doctor.set_defaults(run=cmd_doctor)
@@ -416,6 +419,9 @@ def cmd_doctor(args, root: Path) -> int:
     from .doctor import FAIL, diagnose, format_lines
 
     lines = diagnose(test=args.test)
+    if args.instructor:
+        from .doctor_instructor import diagnose as instructor_lines
+        lines += instructor_lines(root)
     text = format_lines(lines, quiet=args.quiet)
     if text:
         print(text)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from course_grading import doctor
 from course_grading.cli import main
@@ -123,3 +126,61 @@ def test_start_script_runs_the_doctor_before_jupyterlab():
     script = (ROOT / "scripts" / "start.sh").read_text()
     assert script.index("bash scripts/setup.sh") < script.index("course doctor --quiet --start") \
         < script.index("exit 1") < script.index("exec .venv/bin/course start")
+
+
+def _run_fix(line, env) -> None:
+    """Run a doctor line's printed fix, as the instructor would paste it."""
+    assert line.status == doctor.FAIL and line.fix, line
+    done = subprocess.run(line.fix, shell=True, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_instructor_server_lines_are_made_ok_by_their_fixes(tmp_path, monkeypatch):
+    """Without the Formgrader's CSP extension and frame-ancestors (a fresh user configuration),
+    each line FAILs; its printed fix, run, makes it OK."""
+    from course_grading import doctor_instructor as di
+
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
+    env = {**os.environ}
+    config = di.server_config()
+    csp, framing = di.check_csp_extension(config), di.check_framing(config)
+    if csp.status == doctor.OK or framing.status == doctor.OK:
+        pytest.skip("this machine's system-wide Jupyter configuration already sets them")
+    _run_fix(csp, env)
+    _run_fix(framing, env)
+    config = di.server_config()
+    assert di.check_csp_extension(config).status == doctor.OK
+    line = di.check_framing(config)
+    assert line.status == doctor.OK and "frame-ancestors 'self'" in line.detail
+
+
+def test_exchange_modes_and_owner_are_made_ok_by_their_fixes(tmp_path):
+    from course_grading import doctor_instructor as di
+
+    exchange = tmp_path / "exchange"
+    assert "mkdir -p" in di.check_exchange(exchange, "attention-course").fix
+    exchange.mkdir()
+    exchange.chmod(0o755)  # not writable by students, not sticky
+    env = {**os.environ}
+    for _ in range(4):  # the root, then the course's folder, outbound/, inbound/: one fix each
+        line = di.check_exchange(exchange, "attention-course")
+        if line.status == doctor.OK:
+            break
+        _run_fix(line, env)
+        if line.detail.startswith(f"{exchange}:"):  # the root fixed: a release made its folders, wrong
+            course = exchange / "attention-course"
+            for folder, mode in ((course, 0o777), (course / "outbound", 0o777), (course / "inbound", 0o755)):
+                folder.mkdir(exist_ok=True)
+                folder.chmod(mode)
+    line = di.check_exchange(exchange, "attention-course")
+    assert line.status == doctor.OK and "inbound/ 3733" in line.detail
+    assert stat.S_IMODE((exchange / "attention-course" / "inbound").stat().st_mode) == 0o3733
+
+
+def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix():
+    from course_grading import doctor_instructor as di
+
+    line = di.check_gradebook("postgresql://grader:secret@127.0.0.1:1/grades")
+    assert line.status == doctor.FAIL and "secret" not in line.detail and "createdb" in line.fix
+    assert di.check_gradebook("sqlite:///gradebook.db") is None
