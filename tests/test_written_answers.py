@@ -58,6 +58,8 @@ def test_each_notebook_asks_written_questions_before_its_closing_section(name):
         assert meta["solution"] and meta["grade"] and not meta["locked"] and meta["points"] > 0
         assert meta["grade_id"].startswith("written_")
         assert "**Model answer.**" in answer.source and "**Rubric" in answer.source
+        # what a grader with 200 answers needs beside each: partial credit, the usual mistakes
+        assert "**Partial credit.**" in answer.source and "**Common wrong answers" in answer.source
         # the question is the read-only cell right before its answer, and says its points
         question = nb.cells[nb.cells.index(answer) - 1]
         assert question.metadata["nbgrader"]["locked"] and not question.metadata["nbgrader"]["grade"]
@@ -226,6 +228,25 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     assert "Right idea; say <em>why</em> adding equals doubling" in html
     assert "Because doubling a number adds it to itself" in html
     assert "overflow-wrap: anywhere" in html  # FeedbackStyle: long messages wrap
+
+
+def test_the_formgrader_shows_the_rubric_beside_each_answer_and_feedback_does_not(graded):
+    """The Formgrader's exporter (HTMLExporter with the course's configuration) on a submission
+    page (its resources name the submission) inserts the source's model answer and rubric after
+    the written answer; any other rendering (feedback's) does not."""
+    from nbconvert import HTMLExporter
+    from course_grading.nbgrader_setup import course_directory
+
+    course, _ = graded
+    exporter = HTMLExporter(config=course_directory(course).config)
+    notebook = course / "autograded" / "ann" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    page, _ = exporter.from_filename(str(notebook), resources={
+        "submission_id": "x", "assignment_id": ASSIGNMENT, "notebook_id": ASSIGNMENT,
+        "notebook_path": f"/autograded/ann/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"})
+    assert page.count("For the grader") == 1 and "Rubric (2 points)" in page
+    assert page.index("Because doubling a number adds it to itself") < page.index("For the grader")
+    other, _ = exporter.from_filename(str(notebook), resources={"nbgrader": {"student": "ann"}})
+    assert "For the grader" not in other and "Rubric (2 points)" not in other
 
 
 def _hand_grade(course, student, score):
