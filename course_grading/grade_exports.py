@@ -20,7 +20,8 @@ The column rules each format follows, from the importers' published source:
   contains "Points Possible" sets the assignments' points (a cell left empty keeps them). A
   student is found by the "ID" column (Canvas's own user id), else by "SIS User ID", else by
   "SIS Login ID", else by name: here "ID" is left empty and the student id goes into "SIS
-  Login ID" (a hub's user name is usually the LMS login). This file suits assignments the
+  Login ID" (a hub's user name is usually the LMS login). An assignment that
+  ``c.LMS.canvas_assignment_ids`` maps to its Canvas id is titled "name (id)". This file suits assignments the
   import creates; for assignments Canvas already has, fill the gradebook the instructor
   downloads from Canvas instead (``lms/canvas.py``: its ids, its points, its students).
 * **Moodle**: ``lms/moodle.py`` (one identifier column, ``-`` for no grade, feedback columns,
@@ -192,9 +193,12 @@ def _number(value: float | None):
     return "" if value is None else value
 
 
-def canvas_rows(maxima: dict[str, float], found: list[StudentGrades]) -> list[list]:
+def canvas_rows(maxima: dict[str, float], found: list[StudentGrades], ids: dict | None = None) -> list[list]:
+    """Canvas's columns; an assignment that ``ids`` maps to its Canvas id is titled
+    "name (id)", which Canvas matches by the id."""
     names = list(maxima)
-    rows = [CANVAS_STUDENT_COLUMNS + names, [CANVAS_POINTS_ROW, "", "", "", ""] + list(maxima.values())]
+    titles = [f"{n} ({ids[n]})" if ids and n in ids else n for n in names]
+    rows = [CANVAS_STUDENT_COLUMNS + titles, [CANVAS_POINTS_ROW, "", "", "", ""] + list(maxima.values())]
     for s in found:
         rows.append([s.display_name, "", "", s.id, ""] + [_number(s.grades[n].grade) for n in names])
     return rows
@@ -223,9 +227,6 @@ def wide_rows(maxima: dict[str, float], found: list[StudentGrades]) -> list[list
     return rows
 
 
-WRITERS = {"canvas": canvas_rows, "wide": wide_rows}
-
-
 @dataclass
 class Exported:
     """What ``export`` wrote: the file, one note per grade left without a number, and one
@@ -251,7 +252,8 @@ def export(root, path, fmt: str, assignments=None, students=None, db_url=None, *
         rows, missing = moodle_rows(maxima, found, match)
         left_out += missing
     else:
-        rows = WRITERS[fmt](maxima, found)
+        from .lms.canvas import canvas_ids
+        rows = canvas_rows(maxima, found, canvas_ids(root)) if fmt == "canvas" else wide_rows(maxima, found)
     written = write_rows(Path(path).resolve(), rows)
     notes = [f"{s.id}/{n}: left blank, {s.grades[n].why_blank}" for s in found for n in maxima
              if s.grades[n].why_blank]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import shutil
 from pathlib import Path
 
 import pytest
@@ -159,3 +158,19 @@ def test_no_grade_yet_is_not_zero_in_any_format(course, tmp_path):
     wide = grade_exports.export(course, tmp_path / "w.csv", "wide")
     cy = {r["student_id"]: r for r in csv.DictReader(open(wide.path, newline="", encoding="utf-8"))}["cy"]
     assert cy[A] == "" and "not submitted, due" in cy["note"]
+
+
+def test_configured_canvas_ids_name_the_columns(course, tmp_path):
+    """``c.LMS.canvas_assignment_ids``: the new file's column is "name (id)" (Canvas matches the
+    id), and a downloaded gradebook's column is found by its id whatever its title."""
+    _class(course, tmp_path)
+    with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
+        config.write(f"\nc.LMS.canvas_assignment_ids = {{{A!r}: 48213}}\n")
+    titles, _, grades = canvas_check(_read(grade_exports.export(course, tmp_path / "c.csv", "canvas").path))
+    assert titles == [COLUMN] and grades["ada"] == {COLUMN: "3"}
+    renamed = tmp_path / "renamed.csv"
+    renamed.write_text(CANVAS.read_text(encoding="utf-8-sig").replace(COLUMN, "Attention (48213)"),
+                       encoding="utf-8")
+    done = canvas.fill(course, renamed, tmp_path / "upload.csv")
+    assert not any(p.startswith(A) for p in done.problems)
+    assert _rows_by_login(_read(done.path))["ada"]["Attention (48213)"] == "3"

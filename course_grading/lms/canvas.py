@@ -12,7 +12,9 @@ fill. Canvas then finds each student by its own ``ID`` column and each assignmen
 name matching.
 
 What is filled: for each course assignment, the one column whose title is the assignment's
-name followed by Canvas's ``(id)`` (or without it), and for each student row the course knows
+name followed by Canvas's ``(id)`` (or without it), or, where the course's configuration maps
+the assignment to its Canvas id (``c.LMS.canvas_assignment_ids = {"03_attention": 48213}`` in
+``nbgrader_config.py``: an assignment titled otherwise in Canvas), the column of that id; and for each student row the course knows
 (its ``SIS Login ID``, else its ``SIS User ID``, is the course's student id, i.e. the hub's
 user name; or its ``ID`` is the Canvas id a roster import recorded). A grade that is not known
 yet (written answers waiting, grading failed, not submitted before the due date) keeps the
@@ -95,16 +97,33 @@ def _index(names: list[str], wanted: str) -> int | None:
     return names.index(wanted) if wanted in names else None
 
 
-def assignment_columns(download: Download, assignments: list[str]) -> tuple[dict[str, int], list[str]]:
+def canvas_ids(root) -> dict[str, str]:
+    """{course assignment: Canvas assignment id} of ``c.LMS.canvas_assignment_ids`` in the
+    course's nbgrader_config.py ({} without it)."""
+    from ..nbgrader_setup import load_config
+
+    mapping = load_config(root).get("LMS", {}).get("canvas_assignment_ids", {}) or {}
+    if not isinstance(mapping, dict):
+        raise GradingError("c.LMS.canvas_assignment_ids must map assignment names to Canvas ids")
+    return {str(k): str(v) for k, v in mapping.items()}
+
+
+def assignment_columns(download: Download, assignments: list[str], ids: dict[str, str] | None = None
+                       ) -> tuple[dict[str, int], list[str]]:
     """{course assignment: its column}, and one problem per assignment with none or with more
-    than one (a title, with or without Canvas's "(id)", equal to the assignment's name)."""
+    than one: the column of its Canvas id where ``ids`` maps it, else a title, with or
+    without Canvas's "(id)", equal to the assignment's name."""
+    ids = ids or {}
+    by_id = {v: k for k, v in ids.items() if k in assignments}
     found: dict[str, list[int]] = {a: [] for a in assignments}
     for index, title in enumerate(download.rows[0][download.first_assignment:], download.first_assignment):
         if NOT_ASSIGNMENTS.search(title):
             continue
         match = TITLE_AND_ID.match(title)
         name = (match.group("title") if match else title).strip()
-        if name in found:
+        if match and match.group("id") in by_id:
+            found[by_id[match.group("id")]].append(index)
+        elif name in found and name not in ids:
             found[name].append(index)
     columns, problems = {}, []
     for name, indices in found.items():
@@ -123,7 +142,7 @@ def fill(root, download_path, out, db_url=None) -> Filled:
     it to ``out`` (the download itself is never changed)."""
     download = read_download(download_path)
     maxima, found = collect(root, db_url=db_url)
-    columns, problems = assignment_columns(download, list(maxima))
+    columns, problems = assignment_columns(download, list(maxima), canvas_ids(root))
     by_id = {s.id: s for s in found}
     by_folded = {s.id.casefold(): s for s in found}
     by_canvas = {s.lms_id: s for s in found if s.lms_id}
