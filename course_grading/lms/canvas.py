@@ -89,7 +89,7 @@ def read_download(path) -> Download:
                            f"{', '.join(map(clean, header[:3])) or 'with nothing'}; Canvas's starts "
                            "Student, ID): download it from Canvas, Grades → Export")
     names = [h.strip() for h in header]
-    student_end = max(i for i, h in enumerate(names[:8]) if h in STUDENT_COLUMNS) + 1
+    student_end = max((i for i, h in enumerate(names[:8]) if h in STUDENT_COLUMNS), default=1) + 1
     return Download(rows, delimiter, _index(names, "SIS Login ID"), _index(names, "SIS User ID"), student_end)
 
 
