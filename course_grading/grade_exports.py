@@ -246,7 +246,7 @@ def export(root, path, fmt: str, assignments=None, students=None, db_url=None, *
     left_out: list[str] = []
     if roster is not None:
         from .lms.moodle import only_listed
-        found, left_out = only_listed(found, roster)
+        found, left_out = only_listed(found, roster, match if fmt == "moodle" else "username")
     if fmt == "moodle":
         from .lms.moodle import moodle_rows
         rows, missing = moodle_rows(maxima, found, match)

@@ -174,3 +174,17 @@ def test_configured_canvas_ids_name_the_columns(course, tmp_path):
     done = canvas.fill(course, renamed, tmp_path / "upload.csv")
     assert not any(p.startswith(A) for p in done.problems)
     assert _rows_by_login(_read(done.path))["ada"]["Attention (48213)"] == "3"
+
+
+def test_moodle_participants_without_usernames_select_by_id_number(course, tmp_path):
+    """Moodle's participants download on a site that shows no username: the students are
+    picked by the identifier the file is matched by (ID number), recorded by a roster import."""
+    _class(course, tmp_path)
+    with gradebook(course_directory(course)) as gb:
+        for student, number in (("ada", "S1001"), ("ben", "S1002")):
+            gb.update_or_create_student(student, lms_user_id=number)
+    done = grade_exports.export(course, tmp_path / "m.csv", "moodle", match="idnumber",
+                                roster=FIXTURES / "moodle_participants.csv")
+    grades = moodle_check(_read(done.path), "ID number")
+    assert {k: v[A] for k, v in grades.items()} == {"S1001": 3.0, "S1002": None}
+    assert [p.split(":")[0] for p in done.problems] == ["cy"]  # no ID number recorded: named

@@ -58,13 +58,22 @@ def moodle_rows(maxima: dict[str, float], found: list, match: str = "username") 
     return rows, left_out
 
 
-def only_listed(found: list, roster_path) -> tuple[list, list[str]]:
-    """The students of ``found`` that the LMS's class list at ``roster_path`` names (read as
-    ``course roster import`` reads it), and one line per student of the gradebook it lacks."""
+def only_listed(found: list, roster_path, match: str = "username") -> tuple[list, list[str]]:
+    """The students of ``found`` that the LMS's class list at ``roster_path`` names by the
+    ``match`` identifier (read as ``course roster import`` reads it; a participants download
+    without usernames is read by that identifier's own column), and one line per student of
+    the gradebook it lacks."""
+    from ..errors import GradingError
     from ..roster import read_roster
 
-    listed = {entry.id for entry in read_roster(roster_path)}
-    kept = [s for s in found if s.id in listed]
+    header, attribute, _ = IDENTIFIERS[match]  # RosterEntry and StudentGrades share the names
+    try:
+        listed = {getattr(e, attribute) for e in read_roster(roster_path)} - {None, ""}
+    except GradingError:
+        if match == "username":
+            raise
+        listed = {e.id for e in read_roster(roster_path, id_column=header)}
+    kept = [s for s in found if getattr(s, attribute) in listed]
     missing = [f"{s.id}: not in {roster_path} (the LMS would not know them): not in the file"
-               for s in found if s.id not in listed]
+               for s in found if getattr(s, attribute) not in listed]
     return kept, missing
