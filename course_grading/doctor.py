@@ -118,9 +118,16 @@ def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL,
 
 
 def check_torch() -> Line:
-    """torch imports, and a tensor operation runs on the device the notebooks will use."""
-    try:
+    """torch imports and computes on the CPU (else its files are broken: reinstall it), and a
+    tensor operation runs on the device the notebooks will use (else: use the CPU)."""
+    try:  # on the CPU first: what fails there is torch itself (a folder of it gone, ...)
         import torch
+
+        assert float((torch.ones(2, 2) @ torch.ones(2, 2)).sum()) == 8.0
+    except Exception as exc:  # noqa: BLE001 - whatever is broken
+        return Line(FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}",
+                    reinstall("torch"))
+    try:
         from course_utils.device import get_device
 
         device = get_device()
@@ -128,7 +135,7 @@ def check_torch() -> Line:
         assert float((x @ x).sum()) == 8.0
     except Exception as exc:  # noqa: BLE001 - whatever is broken
         return Line(FAIL, "torch device", f"{type(exc).__name__}: {str(exc)[:200]}",
-                    f"{SETUP} (reinstalls torch); to force a device: COURSE_DEVICE=cpu")
+                    "export COURSE_DEVICE=cpu (the notebooks then run on the CPU)")
     why = ""
     if device.type == "cpu":
         why = " (no CUDA or Apple MPS here)" if not os.environ.get("COURSE_DEVICE") else " (COURSE_DEVICE)"

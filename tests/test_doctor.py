@@ -85,7 +85,8 @@ def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     line = doctor.check_torch()
     assert (line.status, line.what) == (doctor.FAIL, "torch device") and "import of torch halted" in line.detail
-    assert "scripts/setup.sh" in line.fix
+    # its files broken: reinstalled alone (tried: torch/__init__.py removed, the fix run, OK)
+    assert f"-m pip install --force-reinstall --no-deps torch=={importlib.metadata.version('torch')}" in line.fix
     monkeypatch.setattr(doctor, "_labextension", lambda name: None)
     line = doctor.check_widgets()
     assert line.status == doctor.FAIL and "@jupyter-widgets/jupyterlab-manager" in line.detail
@@ -98,6 +99,19 @@ def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
     line = doctor.check_nbgrader_extensions()
     assert line.status == doctor.FAIL and "--force-reinstall --no-deps nbgrader==" in line.fix
     assert not line.blocks_start  # a learner's course works without the Assignments tab
+
+
+def test_a_device_that_fails_is_fixed_by_the_cpu(monkeypatch):
+    import course_utils.device as device
+
+    real = device.get_device
+    monkeypatch.setattr(device, "get_device", lambda: (_ for _ in ()).throw(RuntimeError("CUDA error: no kernel image")))
+    line = doctor.check_torch()
+    assert line.status == doctor.FAIL and line.fix.startswith("export COURSE_DEVICE=cpu")
+    monkeypatch.setattr(device, "get_device", real)
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")  # the fix
+    line = doctor.check_torch()
+    assert line.status == doctor.OK and "notebooks run on cpu (COURSE_DEVICE)" in line.detail
 
 
 def test_start_stops_only_for_what_breaks_the_course(monkeypatch, capsys):
