@@ -188,3 +188,16 @@ def test_moodle_participants_without_usernames_select_by_id_number(course, tmp_p
     grades = moodle_check(_read(done.path), "ID number")
     assert {k: v[A] for k, v in grades.items()} == {"S1001": 3.0, "S1002": None}
     assert [p.split(":")[0] for p in done.problems] == ["cy"]  # no ID number recorded: named
+
+
+def test_moodle_round_trip_by_email_against_its_own_grade_export(course, tmp_path):
+    """The Moodle grade export as the class list: only the users Moodle listed are written,
+    matched by email, each grade a number or '-'."""
+    _class(course, tmp_path)  # cy has no email, and is not in Moodle's export either
+    moodle_export = FIXTURES / "moodle_grades_export.csv"
+    done = grade_exports.export(course, tmp_path / "m.csv", "moodle", match="email", roster=moodle_export)
+    grades = moodle_check(_read(done.path), "Email address")
+    assert {k: v[A] for k, v in grades.items()} == {"ada@example.org": 3.0, "ben@example.org": None}
+    assert [p.split(":")[0] for p in done.problems] == ["cy"]
+    with open(moodle_export, newline="", encoding="utf-8") as fh:
+        assert set(grades) <= {r["Email address"] for r in csv.DictReader(fh)}
