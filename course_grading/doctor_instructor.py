@@ -162,12 +162,17 @@ def check_gradebook(db_url: str) -> Line | None:
 
 
 def diagnose(root) -> list[Line]:
-    """The instructor's lines, for the course at ``root``."""
-    from .nbgrader_setup import load_config
+    """The instructor's lines, for the course at ``root`` (its nbgrader_config.py read with
+    traitlets alone: the doctor runs where nbgrader is broken)."""
+    from traitlets.config.loader import PyFileConfigLoader
 
     config = server_config()
     lines = [check_csp_extension(config), check_framing(config)]
-    course = load_config(root)
+    try:
+        course = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    except Exception as exc:  # noqa: BLE001 - a broken configuration: say so, check no further
+        return lines + [Line(FAIL, "exchange", f"{root}/nbgrader_config.py cannot be read: "
+                             f"{type(exc).__name__}: {str(exc)[:200]}", f"fix {root}/nbgrader_config.py")]
     exchange = Path(course.Exchange.get("root", "/srv/nbgrader/exchange"))
     course_id = str(course.CourseDirectory.get("course_id", "")) or "attention-course"
     lines.append(check_exchange(exchange, course_id))

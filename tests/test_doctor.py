@@ -198,3 +198,29 @@ def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix():
     line = di.check_gradebook("postgresql://grader:secret@127.0.0.1:1/grades")
     assert line.status == doctor.FAIL and "secret" not in line.detail and "createdb" in line.fix
     assert di.check_gradebook("sqlite:///gradebook.db") is None
+
+
+def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from course_grading import doctor_instructor as di
+
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    exchange = tmp_path / "exchange"
+    with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
+        config.write(f"\nc.Exchange.root = {str(exchange)!r}\n")
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
+    lines = {line.what: line for line in di.diagnose(course)}
+    assert [lines[w].status for w in ("formgrader CSP", "frame-ancestors", "exchange")] == [doctor.FAIL] * 3
+    if di.check_csp_extension(di.server_config()).status == doctor.OK:
+        pytest.skip("this machine's system-wide Jupyter configuration already enables it")
+    for what in ("formgrader CSP", "exchange"):  # the first fix makes both server lines OK
+        fix = lines[what].fix.replace("sudo ", "")  # the test owns the folder
+        assert subprocess.run(fix, shell=True, env={**os.environ}, timeout=300).returncode == 0
+    assert all(line.status == doctor.OK for line in di.diagnose(course)), di.diagnose(course)
+    assert main(["--root", str(course), "doctor", "--instructor", "--quiet"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert not any(ln.startswith(("FAIL  formgrader", "FAIL  frame", "FAIL  exchange")) for ln in out.splitlines())
