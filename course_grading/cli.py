@@ -10,7 +10,7 @@
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
     course export [--to PATH] [--format nbgrader|canvas|moodle|wide] [--db URL]
                   [--fill CANVAS.csv] [--match username|email|idnumber] [--roster CSV]
-    course roster import CSV [--db URL]         students' names and emails into the gradebook
+    course roster import CSV [--id-column NAME] [--db URL]  students' names, emails, LMS ids into the gradebook
     course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
     course build-student OUT [--force]          what students get: learner wheel, releases, Dockerfile
 
