@@ -80,7 +80,10 @@ c.GenerateFeedback.preprocessors = [
 # Formgrader's submission and manual-grading views, feedback) sanitizes it again.
 # (Not nbconvert's HTMLExporter.sanitize_html: the Formgrader's template ignores it for
 # markdown, and its narrower list shows the <p>, <img> and <th> of an output as text.)
-c.HTMLExporter.preprocessors = ["course_grading.preprocessors.SanitizeNotebook"]
+# On the Formgrader's submission page only, each written answer is followed by the source
+# notebook's model answer and rubric (GraderRubric; feedback never gets them).
+c.HTMLExporter.preprocessors = ["course_grading.preprocessors.GraderRubric",
+                                "course_grading.preprocessors.SanitizeNotebook"]
 
 # The exchange (course_grading/exchange.py): who submitted is the owner of the submission in
 # inbound/ and when is the last change the kernel recorded in it (ctime), never the name or the

@@ -30,7 +30,7 @@ from .course_dir import find_submissions
 from .errors import GradingError, SubmissionRefused, retriable, short
 from .nbgrader_setup import (LOG, GradingRun, folders, generate, gradebook, run_converter,
                              select_assignments, source_assignments)
-from . import gradebook_engines, ledger, metadata_schema, untrusted, workers
+from . import gradebook_engines, hand_grades, ledger, metadata_schema, untrusted, workers
 from .progress import Progress
 from .preprocessors.limited_execute import UNREAD_MESSAGES
 from .red_flags import Flag, scan
@@ -257,7 +257,7 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
     ``ledger_root`` it is recorded there (``ledger.write``). Interrupted: ``Interrupted``."""
     jobs = max(1, min(jobs, len(tasks)))
     results = []
-    shown = Progress(already + len(tasks), already=already) if progress else None
+    shown = Progress(already + len(tasks), already=already, workers=jobs) if progress else None
     stop = _Stop()
     unrecorded: list = []
 
@@ -471,6 +471,7 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
     """nbgrader's Autograde of the (staged) submission, retried while SQLite is locked, and
     the scores it recorded."""
     _expect_notebooks(coursedir, student, assignment)
+    written = hand_grades.answers(coursedir, student, assignment)  # before autograde replaces them
     for attempt in range(LOCK_RETRIES):
         converter = Autograde(coursedir=coursedir, config=coursedir.config, log=LOG)
         converter.force = True
@@ -482,6 +483,7 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
             if not retriable(exc) or attempt == LOCK_RETRIES - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))
+    hand_grades.keep_graded(coursedir, student, assignment, written)
     return SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
 
 

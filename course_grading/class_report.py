@@ -228,3 +228,20 @@ def gradebook_results(root, assignments=None, db_url=None) -> list[SubmissionRes
         except MissingEntry:
             results.append(SubmissionResult(student, assignment, error="not graded"))
     return results
+
+
+def whole_class(graded: list[SubmissionResult], root, db_url=None) -> list[SubmissionResult]:
+    """What a run that graded only some submissions (one student, one assignment) reports:
+    every submission of the gradebook, those of ``graded`` as this run graded them (its error
+    rows included), the others as the gradebook holds them, with the flags their last grading
+    recorded (``ledger``). So ``grades.csv`` and the class report stay the class's."""
+    from . import ledger
+
+    now = {(r.student, r.assignment): r for r in graded}
+    merged = dict(now)
+    for r in gradebook_results(root, db_url=db_url):
+        if (r.student, r.assignment) not in now:
+            recorded = ledger.read(root, r.student, r.assignment)
+            r.flags = recorded.flags if recorded is not None else []
+            merged[(r.student, r.assignment)] = r
+    return sorted(merged.values(), key=lambda r: (r.student, r.assignment))

@@ -4,12 +4,13 @@
     course check PATH                           grade your own notebook (hidden tests included;
                                                 written answers: graded by hand, model answer shown)
     course status [--notebooks DIR] [--no-cache]  every notebook and exercise: passed, failed, not started
-    course doctor [--test] [--quiet]            OK/FAIL per thing the course needs, each FAIL with its fix
+    course doctor [--test] [--quiet] [--start] [--instructor]  OK/FAIL per thing the course needs, each FAIL with its fix
     course release [ASSIGNMENT ...] [--check]   solutions/ -> notebooks/
     course autograde [ASSIGNMENT ...] [--student S ...] [--jobs N] [--csv PATH] [--db URL] [--no-report] [--resume]
     course feedback [ASSIGNMENT ...] [--student S ...] [--db URL]
     course export [--to PATH] [--format nbgrader|canvas|moodle|wide] [--db URL]
-    course roster import CSV [--db URL]         students' names and emails into the gradebook
+                  [--fill CANVAS.csv] [--match username|email|idnumber] [--roster CSV]
+    course roster import CSV [--id-column NAME] [--db URL]  students' names, emails, LMS ids into the gradebook
     course report [ASSIGNMENT ...] [--db URL]   class report: reports/class_report.csv and .png
     course build-student OUT [--force]          what students get: learner wheel, releases, Dockerfile
 
@@ -187,6 +188,11 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--test", action="store_true",
                         help="what the test suite needs is required too (FAIL, not WARN)")
     doctor.add_argument("--quiet", action="store_true", help="show only what is not OK")
+    doctor.add_argument("--instructor", action="store_true",
+                        help="also the instructor's server and exchange: the Formgrader's CSP, "
+                             "frame-ancestors, the exchange's modes and owner, a PostgreSQL gradebook")
+    doctor.add_argument("--start", action="store_true",
+                        help="exit 1 only for a FAIL that keeps the course from working (scripts/start.sh)")
     doctor.set_defaults(run=cmd_doctor)
 
     release = sub.add_parser("release", parents=[common], help="regenerate notebooks/ from solutions/")
@@ -222,6 +228,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", default="nbgrader", choices=("nbgrader", "canvas", "moodle", "wide"),
                         help="nbgrader's columns (default), a Canvas or Moodle grade import, or "
                              "one row per student with a column per assignment")
+    export.add_argument("--fill", metavar="CANVAS_CSV",
+                        help="with --format canvas: fill the gradebook CSV downloaded from Canvas "
+                             "(its ids, sections and points kept) instead of writing a new file")
+    export.add_argument("--match", default="username", choices=("username", "email", "idnumber"),
+                        help="with --format moodle: the one column Moodle matches users by (default: username)")
+    export.add_argument("--roster", metavar="CSV",
+                        help="only the students of this class list (the LMS's participants download); "
+                             "every other gradebook student is named")
     export.add_argument("--db", help=DB_HELP)
     export.set_defaults(run=cmd_export)
 
@@ -231,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
                                           help="students from a CSV (id, first_name, last_name, email) "
                                                "into the gradebook, as `nbgrader db student import`")
     roster_import.add_argument("csv", metavar="CSV")
+    roster_import.add_argument("--id-column", metavar="NAME",
+                               help="the column holding the student id (the hub user name), where "
+                                    "the file's own would be taken wrongly or is missing")
     roster_import.add_argument("--db", help=DB_HELP)
     roster_import.set_defaults(run=cmd_roster_import)
 
@@ -292,7 +309,7 @@ def _within(path: Path, folder: Path) -> bool:
 def _absolute_paths(args, here: str) -> None:
     """The paths given on the command line, taken from the folder it was typed in (``here``),
     before the command moves to the course directory."""
-    for name in ("path", "csv", "to", "out", "notebooks"):  # csv: autograde's --csv, roster import's CSV
+    for name in ("path", "csv", "to", "out", "notebooks", "fill", "roster"):  # csv: autograde's --csv, roster import's CSV
         value = getattr(args, name, None)
         if isinstance(value, str) and value:
             setattr(args, name, os.path.join(here, value))
@@ -402,12 +419,17 @@ def cmd_doctor(args, root: Path) -> int:
     from .doctor import FAIL, diagnose, format_lines
 
     lines = diagnose(test=args.test)
+    if args.instructor:
+        from .doctor_instructor import diagnose as instructor_lines
+        lines += instructor_lines(root)
     text = format_lines(lines, quiet=args.quiet)
     if text:
         print(text)
     failed = sum(line.status == FAIL for line in lines)
     if failed or not args.quiet:
         print(f"{failed} problem{'s' * (failed != 1)} found" if failed else "everything the course needs is here")
+    if args.start:
+        return 1 if any(line.status == FAIL and line.blocks_start for line in lines) else 0
     return 1 if failed else 0
 
 
@@ -442,14 +464,17 @@ def cmd_autograde(args, root: Path) -> int:
               "error row is tried again)", file=sys.stderr)
         return 130
     print(out.format_table(results))
-    csv_path = out.write_csv(results, args.csv or root / GRADES_CSV)
+    # a run that graded part of the class reports the whole class (the rest from the gradebook)
+    reported = (class_report.whole_class(results, root, db_url=args.db)
+                if args.student or args.assignments else results)
+    csv_path = out.write_csv(reported, args.csv or root / GRADES_CSV)
     print(f"\ngrades: {csv_path}")
     if not args.no_audit or any(r.flags for r in results):  # files left out are flagged anyway
         flags = out.format_flags(results)
         print(f"\n{flags}" if flags else "\nno red flags")
-        print(f"flags: {out.write_flags_csv(results, csv_path.parent / out.FLAGS_CSV.name)}")
+        print(f"flags: {out.write_flags_csv(reported, csv_path.parent / out.FLAGS_CSV.name)}")
     if not args.no_report:
-        print("class report: {}, {}".format(*class_report.write_report(results, root)))
+        print("class report: {}, {}".format(*class_report.write_report(reported, root)))
     broken = [r for r in results if r.error]
     for r in broken:
         print(f"course: error: grading failed for {r.student}/{r.assignment}: {_one_line(r.error)}",
@@ -483,21 +508,30 @@ def cmd_export(args, root: Path) -> int:
 
         print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
         return 0
-    from .grade_exports import export as lms_export
+    to = args.to or root / "reports" / f"{args.format}.csv"
+    if args.fill:
+        if args.format != "canvas":
+            raise UsageError("--fill takes a gradebook downloaded from Canvas: use it with --format canvas")
+        from .lms.canvas import fill
 
-    path, notes = lms_export(root, args.to or root / "reports" / f"{args.format}.csv", args.format,
-                             db_url=args.db)
-    print(path)
-    for note in notes:
-        print(f"course: note: {note}", file=sys.stderr)
-    return 0
+        done = fill(root, args.fill, to, db_url=args.db)
+    else:
+        from .grade_exports import export as lms_export
+
+        done = lms_export(root, to, args.format, db_url=args.db, match=args.match, roster=args.roster)
+    print(done.path)
+    for note in done.notes:
+        print(f"course: note: {_one_line(note)}", file=sys.stderr)
+    for problem in done.problems:
+        print(f"course: error: {_one_line(problem)}", file=sys.stderr)
+    return 1 if done.problems else 0
 
 
 def cmd_roster_import(args, root: Path) -> int:
     """Students' names and emails into the gradebook (nbgrader's update_or_create_student)."""
     from .roster import import_roster
 
-    entries = import_roster(root, args.csv, db_url=args.db)
+    entries = import_roster(root, args.csv, db_url=args.db, id_column=args.id_column)
     print(f"{len(entries)} students imported into the gradebook")
     return 0
 

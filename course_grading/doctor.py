@@ -10,6 +10,15 @@ WARN lines (they fail nothing) unless ``--test`` asks for them; a WARN line also
 optional (the all-MiniLM-L6-v2 weights of notebook 06's last section). The exit status is 1
 when a line is FAIL.
 
+Every fix is one that makes its line OK when run (each was tried: the thing broken, the
+printed fix run, the line OK again). A package installed whose JupyterLab extension files are
+gone is reinstalled by itself (``pip install --force-reinstall --no-deps``: ``setup.sh`` would
+find the package installed and change nothing). A FAIL that stops the course from working
+(``Line.blocks_start``: Python, the course, its packages, torch, jupyter, the widget
+extension) keeps ``scripts/start.sh`` from starting (``course doctor --start``); one that
+does not (nbgrader's extensions, bubblewrap: ``course check`` then warns and runs unsandboxed)
+is shown and the course starts.
+
 Nothing here imports nbgrader or the grading side: it runs where they are broken.
 """
 from __future__ import annotations
@@ -41,6 +50,7 @@ class Line:
     what: str     # the thing checked
     detail: str   # what was found
     fix: str = "" # what to do, when not OK
+    blocks_start: bool = True  # a FAIL here: the course cannot be used (start.sh stops)
 
 
 def _requirements(extra: str | None = None) -> list:
@@ -108,9 +118,16 @@ def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL,
 
 
 def check_torch() -> Line:
-    """torch imports, and a tensor operation runs on the device the notebooks will use."""
-    try:
+    """torch imports and computes on the CPU (else its files are broken: reinstall it), and a
+    tensor operation runs on the device the notebooks will use (else: use the CPU)."""
+    try:  # on the CPU first: what fails there is torch itself (a folder of it gone, ...)
         import torch
+
+        assert float((torch.ones(2, 2) @ torch.ones(2, 2)).sum()) == 8.0
+    except Exception as exc:  # noqa: BLE001 - whatever is broken
+        return Line(FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}",
+                    reinstall("torch"))
+    try:
         from course_utils.device import get_device
 
         device = get_device()
@@ -118,7 +135,7 @@ def check_torch() -> Line:
         assert float((x @ x).sum()) == 8.0
     except Exception as exc:  # noqa: BLE001 - whatever is broken
         return Line(FAIL, "torch device", f"{type(exc).__name__}: {str(exc)[:200]}",
-                    f"{SETUP} (reinstalls torch); to force a device: COURSE_DEVICE=cpu")
+                    "export COURSE_DEVICE=cpu (the notebooks then run on the CPU)")
     why = ""
     if device.type == "cpu":
         why = " (no CUDA or Apple MPS here)" if not os.environ.get("COURSE_DEVICE") else " (COURSE_DEVICE)"
@@ -150,6 +167,16 @@ def _labextension(name: str) -> tuple[Path, str] | None:
     return None
 
 
+def reinstall(distribution: str) -> str:
+    """The fix for a distribution installed but broken (its files gone): reinstall it alone,
+    into this environment, at the version installed."""
+    try:
+        pinned = f"{distribution}=={metadata.version(distribution)}"
+    except metadata.PackageNotFoundError:
+        return SETUP
+    return f"{sys.executable} -m pip install --force-reinstall --no-deps {pinned}"
+
+
 def check_widgets() -> Line:
     what = "widget extension"
     try:
@@ -158,7 +185,7 @@ def check_widgets() -> Line:
         found = None
     if found is None:
         return Line(FAIL, what, f"JupyterLab has no {WIDGETS_EXTENSION}: the notebooks' widgets "
-                    "would not show", f"{SETUP} (installs ipywidgets and jupyterlab_widgets)")
+                    "would not show", reinstall("jupyterlab_widgets"))
     return Line(OK, what, f"{WIDGETS_EXTENSION} {found[1]} ({found[0]})")
 
 
@@ -188,14 +215,15 @@ def check_nbgrader_extensions() -> Line:
         lab = _labextension(NBGRADER_EXTENSION)
         enabled = _server_extensions()
     except ImportError as exc:
-        return Line(FAIL, what, f"jupyter is broken: {exc}", SETUP)
+        return Line(FAIL, what, f"jupyter is broken: {exc}", SETUP, blocks_start=False)
     off = [name for name in NBGRADER_SERVER_EXTENSIONS if not enabled.get(name)]
     if lab is None:
         return Line(FAIL, what, f"JupyterLab has no {NBGRADER_EXTENSION} (the Assignments tab, "
-                    "Formgrader menu)", f"{SETUP} (reinstalls nbgrader)")
+                    "Formgrader menu)", reinstall("nbgrader"), blocks_start=False)
     if off:
         return Line(FAIL, what, f"server extensions not enabled: {', '.join(off)}",
-                    " && ".join(f"jupyter server extension enable --sys-prefix {n}" for n in off))
+                    " && ".join(f"jupyter server extension enable --sys-prefix {n}" for n in off),
+                    blocks_start=False)
     return Line(OK, what, f"{NBGRADER_EXTENSION} {lab[1]}, and its {len(NBGRADER_SERVER_EXTENSIONS)} "
                 "server extensions enabled")
 
@@ -211,13 +239,14 @@ def check_bubblewrap() -> Line:
     path = shutil.which("bwrap")
     if path is None:
         return Line(FAIL, what, f"bwrap is not on PATH: {why_needed}",
-                    "sudo apt-get install bubblewrap (or your system's bubblewrap package)")
+                    "sudo apt-get install bubblewrap (or your system's bubblewrap package)",
+                    blocks_start=False)
     ok, why = bubblewrap.available()
     if not ok:
         return Line(FAIL, what, f"{path} does not run a sandbox here: {why}",
                     "allow unprivileged user namespaces (sudo sysctl -w kernel.unprivileged_userns_clone=1; "
                     "Ubuntu 24.04: kernel.apparmor_restrict_unprivileged_userns=0), or grade in a "
-                    "container or VM that allows them")
+                    "container or VM that allows them", blocks_start=False)
     return Line(OK, what, f"{path}, a sandbox runs here")
 
 
@@ -237,7 +266,8 @@ def check_chromium(required: bool) -> Line:
         if path:
             return Line(OK, "chromium", f"{path} (the browser tests)")
     return Line(status, "chromium", "not found: the browser tests are skipped",
-                "sudo apt-get install chromium (Debian/Ubuntu; `playwright install` is not used)")
+                "sudo apt-get install chromium (Debian/Ubuntu; `playwright install` is not used)",
+                blocks_start=False)
 
 
 def diagnose(test: bool = False) -> list[Line]:
@@ -252,9 +282,25 @@ def diagnose(test: bool = False) -> list[Line]:
     lines += [check_torch(), check_jupyter(), check_widgets(), check_nbgrader_extensions(),
               check_bubblewrap(), check_minilm()]
     missing = FAIL if test else WARN
-    lines += [check_requirement(req, " (the test suite needs it)", missing, SETUP_TEST) for req in tests]
+    lines += [_not_for_start(check_requirement(req, " (the test suite needs it)", missing, SETUP_TEST))
+              for req in tests]
     lines.append(check_chromium(test))
     return lines
+
+
+def _not_for_start(line: Line) -> Line:
+    line.blocks_start = False
+    return line
+
+
+def installed_ok() -> bool:
+    """Whether the course and every package it requires are installed at versions it takes
+    (``scripts/setup.sh`` asks, so that its "packages up to date" is true)."""
+    try:
+        lines = [check_course()] + [check_requirement(req) for req in _requirements()]
+    except (metadata.PackageNotFoundError, ImportError):
+        return False
+    return all(line.status == OK for line in lines)
 
 
 def format_lines(lines: list[Line], quiet: bool = False) -> str:
@@ -267,3 +313,7 @@ def format_lines(lines: list[Line], quiet: bool = False) -> str:
         if line.fix and line.status != OK:
             out.append(f"{'':<4}  {'':<{width}}  fix: {line.fix}")
     return "\n".join(out)
+
+
+if __name__ == "__main__":  # scripts/setup.sh: exit 0 only when installed_ok()
+    sys.exit(0 if installed_ok() else 1)

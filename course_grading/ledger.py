@@ -38,7 +38,7 @@ from .red_flags import Flag
 from .results import ExerciseResult, SubmissionResult
 
 FOLDER = Path("reports") / "progress"
-FORMAT = 1
+FORMAT = 2  # 2: each exercise says whether it is a written answer, and whether it waits
 _SKIPPED = {"__pycache__", ".ipynb_checkpoints"}
 
 
@@ -131,7 +131,8 @@ def record_path(root, student: str, assignment: str) -> Path:
 def _as_dict(result: SubmissionResult) -> dict:
     return {"format": FORMAT, "key": result.key, "student": result.student,
             "assignment": result.assignment,
-            "exercises": [[e.grade_id, e.score, e.max_score, e.message] for e in result.exercises],
+            "exercises": [[e.grade_id, e.score, e.max_score, e.message, e.manual, e.pending]
+                          for e in result.exercises],
             "flags": [[f.where, f.reason] for f in result.flags]}
 
 
@@ -177,7 +178,8 @@ def read(root, student: str, assignment: str) -> SubmissionResult | None:
         data = json.loads(record_path(root, student, assignment).read_text(encoding="utf-8"))
         if data.get("format") != FORMAT or data["student"] != student or data["assignment"] != assignment:
             return None
-        exercises = [ExerciseResult(str(g), float(s), float(m), str(msg)) for g, s, m, msg in data["exercises"]]
+        exercises = [ExerciseResult(str(g), float(s), float(m), str(msg), manual is True, pending is True)
+                     for g, s, m, msg, manual, pending in data["exercises"]]
         flags = [Flag(str(w), str(r)) for w, r in data["flags"]]
         if not (isinstance(data["key"], str) and data["key"]):
             return None

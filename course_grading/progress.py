@@ -12,12 +12,18 @@ submission, as before::
 
 Submissions a resumed run takes from an earlier one (``course autograde --resume``) count
 as done from the start: the bar starts there, and its rate and ETA count only what this run
-grades. Every text a student could choose goes through ``reports_csv.clean`` first.
+grades. The ETA says ``?`` until one round of the workers has finished (``workers`` results,
+at least two), and is then the pace since the first result came, not since the start: the
+first result carries the workers' start-up (their fork server, the first kernel), and the
+next ones come from all the workers at once, so a rate taken from the first alone (20 s for
+1 of 20, 6:23 left) was several times the real one. Every text a student could choose goes
+through ``reports_csv.clean`` first.
 """
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 from .reports_csv import clean
 
@@ -52,23 +58,24 @@ class Progress:
     this run started) to ``stream`` (default: stderr): a bar when ``stream`` is a terminal,
     else one ``[n/N] student assignment outcome`` line each. ``close`` ends the bar."""
 
-    def __init__(self, total: int, stream=None, already: int = 0, desc: str = "grading"):
+    def __init__(self, total: int, stream=None, already: int = 0, desc: str = "grading", workers: int = 1):
         self.stream = stream if stream is not None else sys.stderr
         self.total = total
         self.count = already
         self.bar = None
+        self.pace = Pace(workers)
         if is_terminal(self.stream):
-            from tqdm import tqdm
-
             # a terminal not sized yet (a fresh pty) says 0 x 0, where tqdm would draw nothing
             known = min(_size(self.stream)) > 0
-            self.bar = tqdm(total=total, initial=already, desc=desc, unit=UNIT, file=self.stream,
-                            bar_format=BAR_FORMAT, dynamic_ncols=known, ncols=None if known else 100,
-                            nrows=None if known else 24, smoothing=0.1, leave=True)
+            self.bar = _bar_class()(total=total, initial=already, desc=desc, unit=UNIT, file=self.stream,
+                                    bar_format=BAR_FORMAT, dynamic_ncols=known, ncols=None if known else 100,
+                                    nrows=None if known else 24, leave=True)
+            self.bar.pace = self.pace
 
     def done(self, result) -> None:
         """One more submission finished (a SubmissionResult)."""
         self.count += 1
+        self.pace.done()
         who = f"{clean(result.student)} {clean(result.assignment)}"
         if self.bar is None:
             print(f"[{self.count}/{self.total}] {who} {outcome(result)}", file=self.stream, flush=True)
@@ -88,3 +95,42 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Pace:
+    """Submissions per second of this run, once known: None until ``max(2, workers)`` results
+    came, then the count after the first result over the time since it came."""
+
+    def __init__(self, workers: int = 1, clock=time.monotonic):
+        self.warm_up = max(2, workers)
+        self.clock = clock
+        self.first = None  # when the first result came
+        self.count = 0
+
+    def done(self) -> None:
+        self.count += 1
+        if self.first is None:
+            self.first = self.clock()
+
+    @property
+    def rate(self) -> float | None:
+        if self.count < self.warm_up:
+            return None
+        seconds = self.clock() - self.first
+        return (self.count - 1) / seconds if seconds > 0 else None
+
+
+def _bar_class():
+    """tqdm, its rate (and so its ETA) taken from ``Pace``: 0 (shown as ``?``) until known."""
+    from tqdm import tqdm
+
+    class Bar(tqdm):
+        pace = None
+
+        @property
+        def format_dict(self):
+            found = super().format_dict
+            found["rate"] = (self.pace.rate if self.pace is not None else None) or 0
+            return found
+
+    return Bar

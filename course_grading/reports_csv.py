@@ -46,8 +46,15 @@ def _escape(ch: str) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
+class Literal(str):
+    """A cell the course itself writes, known to be safe, written as it is (Moodle's ``-``,
+    "no grade", which ``safe_cell`` would otherwise write as text)."""
+
+
 def safe_cell(value) -> str:
     """``value`` as a CSV cell that no spreadsheet evaluates (text through ``clean``)."""
+    if isinstance(value, Literal):
+        return str(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return f"{value:g}" if isinstance(value, float) else str(value)
     text = clean(value)

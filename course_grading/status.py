@@ -8,8 +8,10 @@ machinery (``check.check``: a throw-away course directory, the sandbox, the hidd
 one whose every solution cell is still the release's is not started, and is not graded at all.
 
 What has not changed is not graded again: a notebook's result is cached under a key made of
-the notebook's bytes and the course version (``ledger.course_version``: the installed course,
-its configuration and the assignment's solutions), in ``$XDG_CACHE_HOME/attention-course/status``
+what grading reads of the notebook (each cell's type, source, nbgrader metadata and tags: a
+notebook that was only run, with new outputs and execution counts, is the same notebook) and
+the course version (``ledger.course_version``: the installed course, its configuration and the
+assignment's solutions), in ``$XDG_CACHE_HOME/attention-course/status``
 (``~/.cache/...`` by default). A run where nothing changed reads the cache only; a changed
 notebook costs one ``course check`` of it.
 
@@ -36,7 +38,7 @@ from .results import ExerciseResult, SubmissionResult
 PASSED, FAILED, NOT_STARTED = "passed", "failed", "not started"
 WRITTEN = "written"  # a written answer, answered: graded by hand, never by the tests
 MARKS = {PASSED: "✔", FAILED: "✘", NOT_STARTED: "·", WRITTEN: "✎"}
-CACHE_FORMAT = 2  # 2: written answers kept apart (manual, pending)
+CACHE_FORMAT = 3  # 2: written answers kept apart (manual, pending); 3: keyed by what is graded
 NOT_IMPLEMENTED = "not implemented yet"
 
 # (what you can do then, the notebooks whose exercises must all pass); a milestone naming a
@@ -124,7 +126,8 @@ def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use
         return found
     try:
         data = read_submission(path)
-        cells = _solution_sources(load_submission(path, data))
+        nb = load_submission(path, data)
+        cells = _solution_sources(nb)
     except GradingError as exc:
         found.error = str(exc)
         return found
@@ -133,7 +136,7 @@ def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use
         found.exercises = [ExerciseStatus(name, NOT_STARTED) for name in order]
         return found
     key = hashlib.sha256(f"{CACHE_FORMAT}\0{sandboxed}\0{ledger.course_version(root, assignment)}\0".encode()
-                         + data).hexdigest()
+                         + _graded_part(nb)).hexdigest()
     result = _read_cache(key) if use_cache else None
     found.cached = result is not None
     if result is None:
@@ -146,6 +149,21 @@ def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use
     found.error = result.error
     found.exercises = [_exercise(e, untouched) for e in result.exercises]
     return found
+
+
+def _graded_part(nb) -> bytes:
+    """What grading reads of a notebook: each cell's type, source, nbgrader metadata and tags
+    (not its outputs, execution count or other metadata, which running it changes)."""
+    from .cells import meta, text
+
+    part = []
+    for cell in nb.get("cells") or []:
+        if not isinstance(cell, dict):
+            part.append(repr(cell))
+            continue
+        metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        part.append([str(cell.get("cell_type")), text(cell.get("source")), meta(cell), metadata.get("tags")])
+    return json.dumps(part, sort_keys=True, default=repr).encode("utf-8", "surrogatepass")
 
 
 def _grade(root: Path, path: Path, sandboxed: bool) -> SubmissionResult:

@@ -39,6 +39,12 @@ extras=""
 stamp="$VENV/.course-installed"
 [ $WANT_TEST = 1 ] && stamp="$VENV/.course-installed-test"
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -c1-16)
+# Installed before, yet a package missing or at a version the course does not take (removed,
+# replaced by another install): install again, so that "up to date" is true.
+if [ -f "$stamp" ] && ! "$VENV/bin/python" -m course_grading.doctor >/dev/null 2>&1; then
+    say "a package the course needs is missing or at another version: installing again"
+    rm -f "$stamp"
+fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     say "installing the course packages (first time: a few minutes)"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \

@@ -3,10 +3,14 @@ on this environment and on broken ones (a package too old, bubblewrap and Chromi
 nbgrader's server extensions off, torch broken)."""
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from course_grading import doctor
 from course_grading.cli import main
@@ -81,13 +85,142 @@ def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     line = doctor.check_torch()
     assert (line.status, line.what) == (doctor.FAIL, "torch device") and "import of torch halted" in line.detail
-    assert "scripts/setup.sh" in line.fix
+    # its files broken: reinstalled alone (tried: torch/__init__.py removed, the fix run, OK)
+    assert f"-m pip install --force-reinstall --no-deps torch=={importlib.metadata.version('torch')}" in line.fix
     monkeypatch.setattr(doctor, "_labextension", lambda name: None)
     line = doctor.check_widgets()
-    assert line.status == doctor.FAIL and "@jupyter-widgets/jupyterlab-manager" in line.detail and line.fix
+    assert line.status == doctor.FAIL and "@jupyter-widgets/jupyterlab-manager" in line.detail
+    # the package is installed, its extension's files are gone: setup.sh would change nothing,
+    # the fix reinstalls that package alone, at its version (tried: the extension is back, OK)
+    version = importlib.metadata.version("jupyterlab_widgets")
+    assert line.fix == (f"{sys.executable} -m pip install --force-reinstall --no-deps "
+                        f"jupyterlab_widgets=={version}")
+    assert line.blocks_start
+    line = doctor.check_nbgrader_extensions()
+    assert line.status == doctor.FAIL and "--force-reinstall --no-deps nbgrader==" in line.fix
+    assert not line.blocks_start  # a learner's course works without the Assignments tab
+
+
+def test_a_device_that_fails_is_fixed_by_the_cpu(monkeypatch):
+    import course_utils.device as device
+
+    real = device.get_device
+    monkeypatch.setattr(device, "get_device", lambda: (_ for _ in ()).throw(RuntimeError("CUDA error: no kernel image")))
+    line = doctor.check_torch()
+    assert line.status == doctor.FAIL and line.fix.startswith("export COURSE_DEVICE=cpu")
+    monkeypatch.setattr(device, "get_device", real)
+    monkeypatch.setenv("COURSE_DEVICE", "cpu")  # the fix
+    line = doctor.check_torch()
+    assert line.status == doctor.OK and "notebooks run on cpu (COURSE_DEVICE)" in line.detail
+
+
+def test_start_stops_only_for_what_breaks_the_course(monkeypatch, capsys):
+    bwrap = doctor.Line(doctor.FAIL, "bubblewrap", "bwrap is not on PATH", "apt-get install bubblewrap",
+                        blocks_start=False)
+    widgets = doctor.Line(doctor.FAIL, "widget extension", "gone", "pip install ...")
+    monkeypatch.setattr(doctor, "diagnose", lambda test=False: [doctor.Line(doctor.OK, "python", "3"), bwrap])
+    assert main(["--root", str(ROOT), "doctor", "--quiet", "--start"]) == 0  # shown, and it starts
+    assert "FAIL  bubblewrap" in capsys.readouterr().out
+    assert main(["--root", str(ROOT), "doctor", "--quiet"]) == 1
+    monkeypatch.setattr(doctor, "diagnose", lambda test=False: [bwrap, widgets])
+    assert main(["--root", str(ROOT), "doctor", "--quiet", "--start"]) == 1
+
+
+def test_setup_reinstalls_what_is_missing_although_its_stamp_says_up_to_date():
+    """setup.sh asks ``python -m course_grading.doctor`` whether every package is there, at a
+    version the course takes, before it trusts its stamp ("packages up to date")."""
+    script = (ROOT / "scripts" / "setup.sh").read_text()
+    assert script.index("-m course_grading.doctor") < script.index('rm -f "$stamp"') \
+        < script.index('if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]')
+    run = subprocess.run([sys.executable, "-m", "course_grading.doctor"], capture_output=True, timeout=120)
+    assert run.returncode == (0 if doctor.installed_ok() else 1)
 
 
 def test_start_script_runs_the_doctor_before_jupyterlab():
     script = (ROOT / "scripts" / "start.sh").read_text()
-    assert script.index("bash scripts/setup.sh") < script.index("course doctor --quiet") \
-        < script.index("course start")
+    assert script.index("bash scripts/setup.sh") < script.index("course doctor --quiet --start") \
+        < script.index("exit 1") < script.index("exec .venv/bin/course start")
+
+
+def _run_fix(line, env) -> None:
+    """Run a doctor line's printed fix, as the instructor would paste it."""
+    assert line.status == doctor.FAIL and line.fix, line
+    done = subprocess.run(line.fix, shell=True, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_instructor_server_lines_are_made_ok_by_their_fixes(tmp_path, monkeypatch):
+    """Without the Formgrader's CSP extension and frame-ancestors (a fresh user configuration),
+    each line FAILs; its printed fix, run, makes it OK."""
+    from course_grading import doctor_instructor as di
+
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
+    env = {**os.environ}
+    config = di.server_config()
+    csp, framing = di.check_csp_extension(config), di.check_framing(config)
+    if csp.status == doctor.OK or framing.status == doctor.OK:
+        pytest.skip("this machine's system-wide Jupyter configuration already sets them")
+    _run_fix(csp, env)
+    _run_fix(framing, env)
+    config = di.server_config()
+    assert di.check_csp_extension(config).status == doctor.OK
+    line = di.check_framing(config)
+    assert line.status == doctor.OK and "frame-ancestors 'self'" in line.detail
+
+
+def test_exchange_modes_and_owner_are_made_ok_by_their_fixes(tmp_path):
+    from course_grading import doctor_instructor as di
+
+    exchange = tmp_path / "exchange"
+    assert "mkdir -p" in di.check_exchange(exchange, "attention-course").fix
+    exchange.mkdir()
+    exchange.chmod(0o755)  # not writable by students, not sticky
+    env = {**os.environ}
+    for _ in range(4):  # the root, then the course's folder, outbound/, inbound/: one fix each
+        line = di.check_exchange(exchange, "attention-course")
+        if line.status == doctor.OK:
+            break
+        _run_fix(line, env)
+        if line.detail.startswith(f"{exchange}:"):  # the root fixed: a release made its folders, wrong
+            course = exchange / "attention-course"
+            for folder, mode in ((course, 0o777), (course / "outbound", 0o777), (course / "inbound", 0o755)):
+                folder.mkdir(exist_ok=True)
+                folder.chmod(mode)
+    line = di.check_exchange(exchange, "attention-course")
+    assert line.status == doctor.OK and "inbound/ 3733" in line.detail
+    assert stat.S_IMODE((exchange / "attention-course" / "inbound").stat().st_mode) == 0o3733
+
+
+def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix():
+    from course_grading import doctor_instructor as di
+
+    line = di.check_gradebook("postgresql://grader:secret@127.0.0.1:1/grades")
+    assert line.status == doctor.FAIL and "secret" not in line.detail and "createdb" in line.fix
+    assert di.check_gradebook("sqlite:///gradebook.db") is None
+
+
+def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    from course_grading import doctor_instructor as di
+
+    course = tmp_path / "course"
+    course.mkdir()
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    exchange = tmp_path / "exchange"
+    with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
+        config.write(f"\nc.Exchange.root = {str(exchange)!r}\n")
+    monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "jupyter"))
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
+    lines = {line.what: line for line in di.diagnose(course)}
+    assert [lines[w].status for w in ("formgrader CSP", "frame-ancestors", "exchange")] == [doctor.FAIL] * 3
+    if di.check_csp_extension(di.server_config()).status == doctor.OK:
+        pytest.skip("this machine's system-wide Jupyter configuration already enables it")
+    for what in ("formgrader CSP", "exchange"):  # the first fix makes both server lines OK
+        fix = lines[what].fix.replace("sudo ", "")  # the test owns the folder
+        assert subprocess.run(fix, shell=True, env={**os.environ}, timeout=300).returncode == 0
+    assert all(line.status == doctor.OK for line in di.diagnose(course)), di.diagnose(course)
+    assert main(["--root", str(course), "doctor", "--instructor", "--quiet"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert not any(ln.startswith(("FAIL  formgrader", "FAIL  frame", "FAIL  exchange")) for ln in out.splitlines())

@@ -319,6 +319,7 @@ def test_every_notebook_pipeline_ends_sanitized():
     from traitlets.config import Config
     from traitlets.utils.importstring import import_item
     from course_grading.feedback import feedback_preprocessors
+    from course_grading.preprocessors import GraderRubric
     from course_grading.nbgrader_setup import course_directory, load_config, sanitized_last
 
     def classes(steps):
@@ -329,7 +330,7 @@ def test_every_notebook_pipeline_ends_sanitized():
     assert classes(course_directory(ROOT).config.Autograde.autograde_preprocessors)[-1] is SanitizeNotebook
     assert SanitizeNotebook in classes(feedback_preprocessors(config.GenerateFeedback.preprocessors))
     assert SanitizeNotebook in classes(feedback_preprocessors([]))
-    assert classes(config.HTMLExporter.preprocessors) == [SanitizeNotebook]
+    assert classes(config.HTMLExporter.preprocessors) == [GraderRubric, SanitizeNotebook]
     assert classes(sanitized_last(["nbgrader.preprocessors.SaveAutoGrades"]))[-1] is SanitizeNotebook
     assert SanitizeNotebook(config=Config()).enabled  # nbgrader registers its steps as they are
 
@@ -625,6 +626,7 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
     export`` include those points, and the student's feedback shows the comment."""
     from playwright.sync_api import sync_playwright
     from nbgrader.api import Gradebook
+    from course_grading.sandbox import bubblewrap
 
     course, submission_id, _ = graded
     base, token = formgrader
@@ -653,6 +655,9 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
             page.wait_for_function("() => [...document.querySelectorAll('input.score')]"
                                    ".some(i => i.placeholder !== '')", timeout=30_000)
             page.wait_for_load_state("networkidle")  # the comments too: a late load would re-render
+            # the model answer and rubric beside each written answer, for the grader
+            shown = page.evaluate("() => document.body.innerText")
+            assert shown.count("For the grader") == 2 and "Rubric (2 points)" in shown
             page.fill(f"input.score#{first}", "1.5")
             page.press(f"input.score#{first}", "Tab")  # a change saves it (the Formgrader's API)
             page.fill(f"textarea#{first}-comment", comment)
@@ -678,6 +683,17 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
             page.wait_for_selector(f"a[href*='/formgrader/submissions/{submission_id}']", timeout=30_000)
             page.wait_for_timeout(1000)
             assert page.evaluate(NEEDS_MANUAL) == 0, "still listed as needing manual grading"
+            # a regrade (a test fixed mid-term): the answers, unchanged, stay graded
+            env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+            sandbox = [] if bubblewrap.available()[0] else ["--no-sandbox"]
+            regraded = subprocess.run([str(BIN / "course"), "--root", str(course), "autograde", A,
+                                       "--student", STUDENT, "--jobs", "1", *sandbox], env=env,
+                                      capture_output=True, text=True, timeout=600)
+            assert regraded.returncode == 0, regraded.stdout + regraded.stderr
+            page.reload()
+            page.wait_for_selector(f"a[href*='/formgrader/submissions/{submission_id}']", timeout=30_000)
+            page.wait_for_timeout(1000)
+            assert page.evaluate(NEEDS_MANUAL) == 0, "a regrade put the graded answers back in the queue"
             context.close()
 
             after = _export(course, tmp_path)
@@ -694,6 +710,7 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
             page.wait_for_selector("body", timeout=30_000)
             body = page.evaluate("() => document.body.innerText")
             assert "Good: you named permutation equivariance. Next time give the two sentences' vectors." in body
+            assert "For the grader" not in body  # the grader's alone
             _clean(page, "feedback with comments")  # the answer's own markup ran nowhere
             assert page.evaluate("() => [...document.querySelectorAll('strong')]"
                                  ".some(e => e.textContent === 'Next time')")  # the comment's markdown

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
 from course_grading import autograde, ledger
-from course_grading.progress import Progress
+from course_grading.progress import Pace, Progress
 from course_grading.red_flags import Flag
 from course_grading.results import ExerciseResult, SubmissionResult
 
@@ -63,6 +63,32 @@ def test_a_terminal_gets_a_bar_with_rate_and_eta():
     assert "[2/4]" not in text                    # no log lines on a terminal
 
 
+def test_the_eta_waits_for_a_round_of_workers_and_leaves_out_their_start():
+    """20 submissions on 4 workers: the first after 20 s (start-up), then one every 2.5 s
+    (each worker 10 s per submission). No ETA before 4 results; then 2.5 s each."""
+    now = [0.0]
+    pace = Pace(workers=4, clock=lambda: now[0])
+    times = [20.0, 20.5, 21.0, 22.5, 25.0]
+    rates = []
+    for t in times:
+        now[0] = t
+        pace.done()
+        rates.append(pace.rate)
+    assert rates[:3] == [None, None, None]
+    assert rates[3] == pytest.approx(3 / 2.5) and rates[4] == pytest.approx(4 / 5.0)
+    assert (20 - 5) / rates[4] == pytest.approx(18.75)  # the ETA at 5 of 20: about 19 s, not 6 min
+    master, slave = pty.openpty()
+    try:
+        with os.fdopen(os.dup(slave), "w", encoding="utf-8") as terminal:
+            with Progress(20, stream=terminal, workers=4) as shown:
+                shown.done(result("ada"))
+        text = read_all(master)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert "1/20" in text and "ETA ?" in text
+
+
 def test_a_log_gets_one_plain_line_per_submission():
     log = io.StringIO()
     with Progress(3, stream=log, already=1) as shown:
@@ -88,6 +114,20 @@ def test_a_record_is_kept_only_for_a_grade(tmp_path):
     ledger.record_path(tmp_path, "ben", ASSIGNMENT).parent.mkdir(parents=True, exist_ok=True)
     ledger.record_path(tmp_path, "ben", ASSIGNMENT).write_text('{"format": 1, "key": ')  # cut short
     assert ledger.read(tmp_path, "ben", ASSIGNMENT) is None
+
+
+def test_a_record_keeps_written_answers_waiting_not_zero(tmp_path):
+    """A resumed run shows a written answer graded before the interruption as it was: waiting
+    for the instructor (``manual/2``), not 0/2 in the table, grades.csv and the class report."""
+    waiting = SubmissionResult("ada", ASSIGNMENT, [
+        ExerciseResult("test_double", 2.0, 2.0),
+        ExerciseResult("written_double", 0.0, 2.0, "needs manual grading", manual=True, pending=True),
+        ExerciseResult("written_two", 1.5, 2.0, "graded by hand", manual=True)], key="k" * 64)
+    ledger.write(tmp_path, waiting)
+    back = ledger.read(tmp_path, "ada", ASSIGNMENT)
+    assert back.exercises == waiting.exercises
+    assert [e.shown() for e in back.exercises] == ["2/2", "manual/2", "1.5/2"]
+    assert back.total() == "3.5/6 +2 manual"
 
 
 def test_the_key_follows_the_submission_the_course_and_the_gradebook(tmp_path):

@@ -9,7 +9,8 @@ our writer:
   ``process_student``);
 * Moodle: moodle/moodle ``grade/import/csv/classes/load_data.php``
   (``map_user_data_with_value``, ``update_grade_item``: a grade is '' or '-' for none, else a
-  number, else the import stops with "badgrade").
+  number, else the import stops with "badgrade"; ``import_new_grade_item``: only '-' is no
+  grade for a new grade item; an empty identifier keeps the previous row's user).
 """
 from __future__ import annotations
 
@@ -78,38 +79,46 @@ def canvas_check(rows):
         login = 3
         student_columns += 2
     assert "Section" in header[student_columns - 1]  # header?: the last student column
-    titles = header[student_columns:]
-    assert not any(re.search("Current Score|Final Score|Final Grade", t) for t in titles)
+    # strip_non_assignment_columns: Canvas's totals are no assignments
+    columns = [i for i in range(student_columns, len(header)) if not re.search(
+        "Current (Score|Points|Grade)|Final (Score|Points|Grade)|Override (Score|Grade|Status)", header[i])]
+    titles = [header[i] for i in columns]
     points, grades = None, {}
     for row in rows[1:]:
         assert len(row) == len(header)
         if "Points Possible" in row[0]:  # check_for_non_student_row
-            points = dict(zip(titles, row[student_columns:]))
+            points = {header[i]: row[i] for i in columns}
             continue
         assert row[1] or row[login], "a student is found by ID, else by SIS id"
-        grades[row[login]] = dict(zip(titles, row[student_columns:]))
+        grades[row[login]] = {header[i]: row[i] for i in columns}
         for value in grades[row[login]].values():
             assert value == "" or re.fullmatch(r"\d+(\.\d+)?", value), value
     return titles, points, grades
 
 
-def moodle_check(rows, identifier):
+def moodle_check(rows, identifier, new_items=True):
     """{identifier value: {column: grade}} as Moodle's CSV grade import maps the file, the
-    ``identifier`` column mapped to a user field; fails where it would stop ("badgrade", a
-    user it cannot find: an empty identifier)."""
+    ``identifier`` column mapped to a user field, each "... feedback" column to its item's
+    feedback and every other column to a grade item (``new_items``: a new one, where only '-'
+    is no grade and an empty cell is stored); fails where it would stop ("badgrade") or give
+    a row's grades to the user of the row before (an empty identifier)."""
     header = [h.strip() for h in rows[0]]  # trim_headers
     key = header.index(identifier)
     grades = {}
     for row in rows[1:]:
         if len(row) <= 1:
             continue
-        assert row[key].strip(), "usermappingerrorusernotfound"
+        assert row[key].strip(), "an empty identifier: Moodle gives the row to the previous user"
         values = {}
         for column, value in zip(header, row):
-            if column in (identifier, "First name", "Last name", "Username", "Email address"):
+            if column in (identifier, "First name", "Last name", "Username", "Email address", "ID number"):
                 continue
             value = value.strip()
+            if column.endswith(" feedback"):
+                values[column] = value
+                continue
             assert value in ("", "-") or re.fullmatch(r"-?\d+(\.\d+)?", value), f"badgrade: {value!r}"
+            assert not (new_items and value == ""), "an empty cell, mapped to a new grade item, is stored as a grade"
             values[column] = None if value in ("", "-") else float(value)
         grades[row[key]] = values
     return grades
@@ -188,31 +197,49 @@ def test_canvas_export_follows_the_importers_rules(course, tmp_path, capsys):
 
 def test_moodle_export_follows_the_importers_rules(course, tmp_path):
     _class(course, tmp_path)
-    path, notes = grade_exports.export(course, tmp_path / "m.csv", "moodle")
-    rows = _read(path)
-    assert rows[0] == ["First name", "Last name", "Username", "Email address", ASSIGNMENT]
-    assert moodle_check(rows, "Username") == {"ada": {ASSIGNMENT: 3.0}, "ben": {ASSIGNMENT: None},
-                                              "cy": {ASSIGNMENT: 0.0}}
-    by_email = moodle_check([r for r in rows if r[3]], "Email address")  # cy has no email: map by username
-    assert by_email["ada@example.org"] == {ASSIGNMENT: 3.0}
-    assert len(notes) == 1
-    ben = next(r for r in rows if r[2] == "ben")
-    assert ben[:2] == ["'=HYPERLINK(\"x\")", "Okafor\\u202e"]  # a name is never a formula
+    done = grade_exports.export(course, tmp_path / "m.csv", "moodle")
+    rows = _read(done.path)
+    a, fb = ASSIGNMENT, f"{ASSIGNMENT} feedback"
+    assert rows[0] == ["Username", "First name", "Last name", a, fb]
+    assert moodle_check(rows, "Username") == {
+        "ada": {a: 3.0, fb: "late penalty 0.5"},
+        "ben": {a: None, fb: "no grade yet: 2 points of written answers to grade by hand"},
+        "cy": {a: 0.0, fb: ""}}
+    assert next(r for r in rows if r[0] == "ben")[3] == "-"  # never an empty cell: a new item stores it
+    assert len(done.notes) == 1 and done.problems == []
+    ben = next(r for r in rows if r[0] == "ben")
+    assert ben[1:3] == ["'=HYPERLINK(\"x\")", "Okafor\\u202e"]  # a name is never a formula
+
+
+def test_moodle_by_email_never_writes_an_empty_identifier(course, tmp_path, capsys):
+    _class(course, tmp_path)  # cy has no email
+    assert main(["--root", str(course), "export", "--format", "moodle", "--match", "email",
+                 "--to", str(tmp_path / "m.csv")]) == 1
+    err = capsys.readouterr().err
+    assert "course: error: cy: no email address in the gradebook" in err
+    rows = _read(tmp_path / "m.csv")
+    assert rows[0][0] == "Email address"
+    assert set(moodle_check(rows, "Email address")) == {"ada@example.org", "ben@example.org"}
 
 
 def test_wide_export_has_penalties_and_manual_points(course, tmp_path):
     _class(course, tmp_path)
     _submit(course, "dee", 2, failed=True)
-    path, notes = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    done = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    path, notes = done.path, done.notes
     rows = {r["student_id"]: r for r in csv.DictReader(open(path, newline="", encoding="utf-8"))}
     a = ASSIGNMENT
     assert list(rows["ada"]) == ["student_id", "last_name", "first_name", "email", a, f"{a} late_penalty",
-                                 f"{a} manual_points", f"{a} awaiting_manual", "total", "max_total", "note"]
+                                 f"{a} manual_points", f"{a} awaiting_manual", "total",
+                                 "total_awaiting_manual", "max_total", "note"]
     assert [rows["ada"][k] for k in (a, f"{a} late_penalty", f"{a} manual_points", "total", "note")] == [
         "3", "0.5", "1.5", "3", ""]
-    assert [rows["ben"][k] for k in (a, f"{a} awaiting_manual", "note")] == [
-        "", "2", f"{a}: 2 points of written answers to grade by hand"]
+    # ben: 1 autograded point, 2 waiting: a partial total of 1, not 0
+    assert [rows["ben"][k] for k in (a, f"{a} awaiting_manual", "total", "total_awaiting_manual", "note")] == [
+        "", "2", "1", "2", f"partial total: 2 points wait for grading by hand; "
+                           f"{a}: 2 points of written answers to grade by hand"]
     assert [rows["cy"][k] for k in (a, "total", "note")] == ["0", "0", f"{a}: not submitted"]
-    assert [rows["dee"][k] for k in (a, "note")] == ["", f"{a}: autograding failed"]
+    assert [rows["dee"][k] for k in (a, "total", "note")] == [
+        "", "0", f"partial total: 2 points wait for grading by hand; {a}: autograding failed"]
     assert notes == [f"ben/{a}: left blank, 2 points of written answers to grade by hand",
                      f"dee/{a}: left blank, autograding failed"]

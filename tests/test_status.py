@@ -114,6 +114,13 @@ def test_what_has_not_changed_is_not_graded_again(half_done, monkeypatch):
     assert calls == ["03_attention"]  # 01 is untouched, the others have no file: not graded
     assert _states(first)["03_attention"]["scaled_dot_product_attention"] == status.NOT_STARTED
     assert status.status(ROOT, half_done) and calls == ["03_attention"]  # cached
+    ran = json.loads(notebook.read_text())  # only run: outputs and execution counts, same sources
+    for n, cell in enumerate(c for c in ran["cells"] if c["cell_type"] == "code"):
+        cell["execution_count"] = n + 1
+        cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": f"ran {n}\n"}]
+        cell["metadata"]["execution"] = {"iopub.status.busy": "2026-11-29T04:00:00.000Z"}
+    notebook.write_text(json.dumps(ran))
+    assert status.status(ROOT, half_done) and calls == ["03_attention"]  # not graded again
     notebook.write_text(notebook.read_text().replace("dim=-2", "dim=-1"))  # the learner fixed it
     status.status(ROOT, half_done)
     assert calls == ["03_attention"] * 2

@@ -58,6 +58,8 @@ def test_each_notebook_asks_written_questions_before_its_closing_section(name):
         assert meta["solution"] and meta["grade"] and not meta["locked"] and meta["points"] > 0
         assert meta["grade_id"].startswith("written_")
         assert "**Model answer.**" in answer.source and "**Rubric" in answer.source
+        # what a grader with 200 answers needs beside each: partial credit, the usual mistakes
+        assert "**Partial credit.**" in answer.source and "**Common wrong answers" in answer.source
         # the question is the read-only cell right before its answer, and says its points
         question = nb.cells[nb.cells.index(answer) - 1]
         assert question.metadata["nbgrader"]["locked"] and not question.metadata["nbgrader"]["grade"]
@@ -188,7 +190,8 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     nbgrader_rows = {r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())}
     assert nbgrader_rows["ann"]["note"] == "needs manual grading (2 points)"
     assert nbgrader_rows["bob"]["note"] == ""
-    path, notes = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    exported = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    path, notes = exported.path, exported.notes
     wide = {r["student_id"]: r for r in csv.DictReader(path.open())}
     assert (wide["ann"][ASSIGNMENT], wide["ann"][f"{ASSIGNMENT} awaiting_manual"]) == ("", "2")
     assert notes == [f"ann/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand",
@@ -211,7 +214,8 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     [_, written] = grading_results.exercise_results(course_directory(course), "ann", ASSIGNMENT)
     assert (written.score, written.pending, written.message) == (1.5, False, "Right idea; say *why* adding "
                                                                  "equals doubling: x + x = 2x.")
-    path, notes = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    exported = grade_exports.export(course, tmp_path / "w.csv", "wide")
+    path, notes = exported.path, exported.notes
     wide = {r["student_id"]: r for r in csv.DictReader(path.open())}
     assert (wide["ann"][ASSIGNMENT], wide["ann"][f"{ASSIGNMENT} manual_points"], wide["ann"]["total"]) == (
         "3.5", "1.5", "3.5")
@@ -224,6 +228,67 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     assert "Right idea; say <em>why</em> adding equals doubling" in html
     assert "Because doubling a number adds it to itself" in html
     assert "overflow-wrap: anywhere" in html  # FeedbackStyle: long messages wrap
+
+
+def test_the_formgrader_shows_the_rubric_beside_each_answer_and_feedback_does_not(graded):
+    """The Formgrader's exporter (HTMLExporter with the course's configuration) on a submission
+    page (its resources name the submission) inserts the source's model answer and rubric after
+    the written answer; any other rendering (feedback's) does not."""
+    from nbconvert import HTMLExporter
+    from course_grading.nbgrader_setup import course_directory
+
+    course, _ = graded
+    exporter = HTMLExporter(config=course_directory(course).config)
+    notebook = course / "autograded" / "ann" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    page, _ = exporter.from_filename(str(notebook), resources={
+        "submission_id": "x", "assignment_id": ASSIGNMENT, "notebook_id": ASSIGNMENT,
+        "notebook_path": f"/autograded/ann/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"})
+    assert page.count("For the grader") == 1 and "Rubric (2 points)" in page
+    assert page.index("Because doubling a number adds it to itself") < page.index("For the grader")
+    other, _ = exporter.from_filename(str(notebook), resources={"nbgrader": {"student": "ann"}})
+    assert "For the grader" not in other and "Rubric (2 points)" not in other
+
+
+def _hand_grade(course, student, score):
+    """Score a student's written answer by hand, as the Formgrader's API does."""
+    from course_grading.nbgrader_setup import course_directory, gradebook
+
+    with gradebook(course_directory(course)) as gb:
+        grade = gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, student)
+        grade.manual_score, grade.needs_manual_grade = score, False
+        gb.db.commit()
+
+
+def _queue(course) -> dict[str, bool]:
+    """{student: whether their written answer is in the Formgrader's manual grading queue}."""
+    from course_grading.nbgrader_setup import course_directory, gradebook
+
+    with gradebook(course_directory(course)) as gb:
+        return {s: gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, s).needs_manual_grade
+                for s in ("ann", "cat")}
+
+
+def test_a_regrade_keeps_unchanged_hand_graded_answers_out_of_the_queue(graded, capsys):
+    course, _ = graded
+    _hand_grade(course, "ann", 1.5)
+    _hand_grade(course, "cat", 1)
+    assert _queue(course) == {"ann": False, "cat": False}
+    # cat resubmits with another answer; ann's is as it was
+    path = course / "submitted" / "cat" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    nb = read_notebook(path)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "written_double")
+    cell.source = "Adding x to itself gives two x."
+    write_notebook(nb, path)
+    assert main(["--root", str(course), "autograde", "--student", "ann", "cat", "--jobs", "1"]) == 0
+    capsys.readouterr()
+    assert _queue(course) == {"ann": False, "cat": True}  # only the changed answer waits for a look
+    # the regrade of two students reports the whole class: bob's rows stay in grades.csv
+    rows = list(csv.DictReader((course / "reports" / "grades.csv").open()))
+    assert {r["student"] for r in rows} == {"ann", "bob", "cat"}
+    ann = {r["exercise"]: r["score"] for r in rows if r["student"] == "ann"}
+    assert ann == {"test_double": "2", "written_double": "1.5"}  # the hand score kept
+    report = (course / "reports" / "class_report.csv").read_text()
+    assert "test_double" in report
 
 
 @pytest.mark.slow

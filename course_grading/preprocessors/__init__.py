@@ -8,8 +8,11 @@ nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenO
 ``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``), and ``FeedbackStyle`` last (``FEEDBACK_LAST``:
 long lines wrap). ``SanitizeNotebook`` last among the
 autograding steps, in feedback, and in every HTMLExporter (the Formgrader's pages).
+``GraderRubric`` before it in every HTMLExporter: the model answer and rubric beside each
+written answer, on the Formgrader's submission page only.
 """
 from .feedback_style import FeedbackStyle
+from .grader_rubric import GraderRubric
 from .hidden_outputs import HideHiddenOutputs
 from .limited_execute import LimitedExecute
 from .refuse_links import LinkedSubmission, RefuseLinks
@@ -21,6 +24,6 @@ from .trusted_metadata import TrustedMetadata
 FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs, SanitizeNotebook]
 FEEDBACK_LAST = [FeedbackStyle]  # after nbconvert's CSSHTMLHeaderPreprocessor, which sets the page's CSS
 
-__all__ = ["FEEDBACK_LAST", "FEEDBACK_PREPROCESSORS", "FeedbackStyle", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
+__all__ = ["FEEDBACK_LAST", "FEEDBACK_PREPROCESSORS", "FeedbackStyle", "GraderRubric", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
            "RefuseLinks", "RequireSetup", "SanitizeNotebook", "ScrubHiddenTracebacks", "SetupCellFailed",
            "TrustedMetadata"]
