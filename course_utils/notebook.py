@@ -37,9 +37,10 @@ EXERCISES = {
 }
 
 
-# A message's lines: short enough for a notebook pane beside JupyterLab's file browser on a
-# laptop (about 105 characters of monospace at 1280 px).
-WIDTH = 88
+# A message's lines: short enough for the narrowest place a learner reads them, an output
+# of nbgrader's feedback page (about 76 characters of monospace; a notebook pane beside
+# JupyterLab's file browser at 1280 px holds about 105).
+WIDTH = 72
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # a word: a run of non-blanks, with any `code span` in it kept whole, blanks included
 _WORD = re.compile(r"(?:[^\s`]*`[^`\n]*`)+[^\s`]*|\S+")

@@ -362,7 +362,8 @@ def control_values(widget) -> dict[str, object]:
             value = loc.input_value()
         else:
             continue
-        values[name or kind] = value.replace("\xa0", " ") if isinstance(value, str) else value
+        name = name.replace("\u200b", "").strip() or kind  # a checkbox's label starts with one
+        values[name] = value.replace("\xa0", " ") if isinstance(value, str) else value
     return values
 
 # a text box's other value (the first is what the notebook opened with) that keeps the

@@ -59,9 +59,10 @@ TYPED = {"01_embeddings": [(0, "words", "prince princess boy girl uncle aunt bro
          "04_multi_head_attention": [(0, "sentence", "my dog did not eat because it was full",
                                       "query it")],
          "09_gpt": [(0, "prompt", "KING HENRY VI:", "redraw"), (0, "prompt", "Zounds€", "error")]}
-# a slider set before the picture: (widget, label, value). 07's example 1 is "1 8 1", a
-# palindrome, whose reversal looks like no reversal; example 0 is not one
-SET = {"07_decoder": [(0, "example", 0)]}
+# a slider or toggle set before the picture: (widget, label, value). 07's example 1 is
+# "1 8 1", a palindrome, whose reversal looks like no reversal; example 0 is not one. 09's
+# stepper samples, so that the picture shows the learner's sampler at work
+SET = {"07_decoder": [(0, "example", 0)], "09_gpt": [(0, "greedy/sample", "sample")]}
 SHOTS = Path(os.environ["COURSE_SCREENSHOTS"]) if os.environ.get("COURSE_SCREENSHOTS") else None
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -173,10 +174,18 @@ def _save(locator, name: str, assignment: str, state: dict) -> None:
               f"notebooks/{assignment}/{assignment}.ipynb", state)
 
 
-def _set_slider(page, widget, label: str, value: int) -> None:
-    """Move the slider labelled ``label`` to ``value`` with the keyboard, a redraw per step."""
-    handle = next(c["locator"] for c in widget_controls(widget)
-                  if c["kind"] == "slider" and c["name"] == label)
+def _set(page, widget, label: str, value) -> None:
+    """Set the slider labelled ``label`` to ``value`` with the keyboard (a redraw per step), or
+    press the toggle's button ``value``."""
+    control = next(c for c in widget_controls(widget) if c["name"] == label)
+    handle = control["locator"]
+    if control["kind"] == "toggle":
+        button = handle.locator("button", has_text=value).first
+        if "mod-active" not in (button.get_attribute("class") or ""):
+            before = _pictures(widget)
+            button.click()
+            assert _redrew(page, widget, before), f"pressed {value!r}, the picture stayed"
+        return
     for _ in range(50):
         now = float(handle.get_attribute("aria-valuenow"))
         if now == value:
@@ -224,7 +233,7 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
                                 f"({', '.join(moved)})")
                 state = {}
                 for _, label, value in (t for t in SET.get(assignment, []) if t[0] == i):
-                    _set_slider(page, widget, label, value)
+                    _set(page, widget, label, value)
                     done.append(f"widget {i}: {label!r} set to {value}")
                 nxt = widget.locator("button.jupyter-button", has_text="next token")
                 if nxt.count() and nxt.first.is_enabled():  # the stepper: a few tokens written
@@ -290,7 +299,7 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
             assert "`return softmax(scores) @ X[..., :2, :]`" in failed[0]  # one line, whole
             assert "Traceback" not in raised
             assert "not implemented yet" in failed[1] and "not implemented yet" in failed[2]
-            notes = [t for t in texts if t.startswith("this cell needs")]
+            notes = [" ".join(t.split()) for t in texts if t.startswith("this cell needs")]
             assert any(t.startswith("this cell needs `scaled_dot_product_attention`, exercise 3 above "
                                     "— not written yet") for t in notes), notes
             assert any("`causal_mask`, exercise 4 above" in t for t in notes), notes

@@ -507,13 +507,19 @@ def write_exercise(page, grade_id: str, source: str) -> None:
     page.keyboard.insert_text(source)
 
 
+# the pictures docs/screenshots/ shows (COURSE_SCREENSHOTS); the others stay in the tmp dir
+FOR_DOCS = {"hub-assignments", "hub-ada-test", "hub-ben-test", "hub-ada-widget", "hub-formgrader",
+            "hub-ben-feedback", "hub-ben-feedback-message"}
+
+
 def shoot(hub: Hub, page, name: str, **state) -> None:
-    """``page`` as ``name``.png in the test's tmp dir and, small, in COURSE_SCREENSHOTS (a
-    picture of the assignment's notebook, in ``state``)."""
+    """``page`` as ``name``.png in the test's tmp dir and, small, in COURSE_SCREENSHOTS when
+    it is one of ``FOR_DOCS`` (a picture of the assignment's notebook, in ``state``)."""
     path = hub.shots / f"{name}.png"
     page.screenshot(path=str(path))
-    save_for_docs(lambda copy: shutil.copy(path, copy), name,
-                  f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb", state)
+    if name in FOR_DOCS:
+        save_for_docs(lambda copy: shutil.copy(path, copy), name,
+                      f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb", state)
 
 
 def save(page) -> None:
