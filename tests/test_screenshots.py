@@ -16,10 +16,9 @@ def test_every_screenshot_shows_todays_notebook():
     command = retake(nodes) if nodes else COMMAND
     assert not found, ("docs/screenshots/ no longer shows today's course:\n  "
                        + "\n  ".join(text for text, _ in found)
-                       + f"\nRetake them (Debian's chromium and playwright, see "
-                         f"docs/screenshots/README.md):\n  {command}\n"
-                         "or one notebook's alone, e.g. `... tests/test_browser.py -k 09_gpt`; "
-                         f"everything: `{COMMAND}`")
+                       + "\nRetake them (in a browser: Debian's chromium, see "
+                         f"docs/screenshots/README.md):\n  {command}\nAll of them: {COMMAND}\n"
+                         "One notebook's: the same with -k and its name, e.g. -k 09_gpt")
 
 
 def test_every_entry_says_what_it_was_taken_from():
