@@ -10,10 +10,16 @@ everything that depends only on finished exercises runs, the rest says what it w
 
 Nothing here changes a grade: the cell still ends in an error, as before, only its message is
 shorter.
+
+``wrapped`` lays out every message a learner reads in a cell's error output (these notes and
+the checks' ``CheckFailed``) as lines broken between words: JupyterLab shows error output with
+``word-break: break-all``, so a long line would otherwise be cut wherever the pane ends,
+inside a word ("`r eturn").
 """
 from __future__ import annotations
 
 import ast
+import re
 
 from .device import seed_everything, use_available_cpus
 
@@ -29,6 +35,33 @@ EXERCISES = {
     "greedy_decode": 1, "sample_next_token": 2, "beam_search": 3,
     "GPTBlock": 1, "GPT": 2, "generate": 3,
 }
+
+
+# A message's lines: short enough for the narrowest place a learner reads them, an output
+# of nbgrader's feedback page (about 76 characters of monospace; a notebook pane beside
+# JupyterLab's file browser at 1280 px holds about 105).
+WIDTH = 72
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# a word: a run of non-blanks, with any `code span` in it kept whole, blanks included
+_WORD = re.compile(r"(?:[^\s`]*`[^`\n]*`)+[^\s`]*|\S+")
+
+
+def wrapped(text: str, width: int = WIDTH) -> list[str]:
+    """``text`` as lines of at most ``width`` visible characters (colour codes take none),
+    broken only between words; a `code span` stays whole, and a word longer than ``width``
+    gets a line of its own. Its own line breaks are kept; runs of blanks become one."""
+    lines = []
+    for paragraph in text.split("\n"):
+        line, size = "", 0
+        for word in _WORD.findall(paragraph):
+            n = len(_ANSI.sub("", word))
+            if line and size + 1 + n > width:
+                lines.append(line)
+                line, size = word, n
+            else:
+                line, size = (f"{line} {word}", size + 1 + n) if line else (word, n)
+        lines.append(line)
+    return lines
 
 
 def setup_notebook(seed: int = 0) -> None:
@@ -103,13 +136,14 @@ def _handler(shell, etype, value, tb, tb_offset=None):
     stb = None
     if issubclass(etype, NotImplementedError):
         exercise = missing_exercise(tb)
-        stb = [note(exercise)] if exercise else None
+        stb = wrapped(note(exercise)) if exercise else None
     elif not issubclass(etype, UnboundLocalError) and getattr(value, "name", None):
         count = cell_that_binds(shell.user_ns.get("In", []), value.name,
                                 before=getattr(shell, "execution_count", None))
         if count is not None:
-            stb = [f"\x1b[1mthis cell needs `{value.name}`, which cell [{count}] above stopped "
-                   "before defining\x1b[0m (once that cell runs to the end, run this one again)"]
+            stb = wrapped(f"\x1b[1mthis cell needs `{value.name}`, which cell [{count}] above "
+                          "stopped before defining\x1b[0m (once that cell runs to the end, run "
+                          "this one again)")
     if stb is None:
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return None

@@ -245,6 +245,29 @@ def open_and_run_all(page, base: str, token: str, workspace: str, notebook: str,
     page.wait_for_function(ALL_CELLS_RAN, timeout=timeout_ms)  # each prompt shows [n]
 
 
+
+# The words of an element's text that the page lays out across two lines: each word (a run of
+# non-blanks inside one text node) whose range has boxes on more than one line.
+BROKEN_WORDS_JS = """e => {
+  const broken = [], walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    for (const m of node.data.matchAll(/\\S+/g)) {
+      const range = document.createRange();
+      range.setStart(node, m.index);
+      range.setEnd(node, m.index + m[0].length);
+      const tops = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                           .map(r => Math.round(r.top)));
+      if (tops.size > 1) broken.push(m[0]);
+    }
+  }
+  return broken;
+}"""
+
+
+def words_broken(locator) -> list[str]:
+    """The words of ``locator``'s text that are split across lines where it is shown."""
+    return locator.evaluate(BROKEN_WORDS_JS)
+
 # -- every control of a widget, and how long its picture takes to answer ----------------------
 # The page keeps one probe: ``arm(widget)`` forgets the last measurement and waits for the next
 # input event (its timeStamp is t0) and the next new picture inside ``widget``: when an img's
@@ -316,6 +339,32 @@ def widget_controls(widget) -> list[dict]:
                       "disabled": not text.is_enabled()})
     return found
 
+
+
+def control_values(widget) -> dict[str, object]:
+    """What each control of ``widget`` is set to, by its label: a slider's value as its readout
+    shows it, a menu's entry, a box's tick, a toggle's pressed button, a text box's text
+    (plain buttons hold nothing)."""
+    values = {}
+    for control in widget_controls(widget):
+        kind, loc, name = control["kind"], control["locator"], control["name"]
+        if kind == "slider":
+            value = loc.evaluate("h => { const w = h.closest('.widget-slider, .jupyter-widget-slider');"
+                                 " const r = w && w.querySelector('.widget-readout');"
+                                 " return r ? r.textContent.trim() : h.getAttribute('aria-valuenow'); }")
+        elif kind == "menu":
+            value = loc.evaluate("s => s.selectedOptions[0] ? s.selectedOptions[0].text : ''")
+        elif kind == "checkbox":
+            value = loc.is_checked()
+        elif kind == "toggle":
+            value = loc.locator("button.mod-active").first.inner_text().strip()
+        elif kind == "text":
+            value = loc.input_value()
+        else:
+            continue
+        name = name.replace("\u200b", "").strip() or kind  # a checkbox's label starts with one
+        values[name] = value.replace("\xa0", " ") if isinstance(value, str) else value
+    return values
 
 # a text box's other value (the first is what the notebook opened with) that keeps the
 # picture drawable; boxes not listed get " the" appended

@@ -11,12 +11,16 @@ its exercises filled in with working code, runs it, and then:
 The page is 1280 px wide, as a learner's laptop screen. With ``COURSE_SCREENSHOTS=<folder>``
 the test also saves a picture of every widget after its interactions, once its kernel is
 idle (the picture matches the controls), and of the static figures
-listed in ``FIGURES``; docs/screenshots/ is made that way:
-``COURSE_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest tests/test_browser.py``.
+listed in ``FIGURES``, and enters each in the folder's MANIFEST.json with the notebook it
+shows and the state it was put in (tests/screenshot_manifest.py); docs/screenshots/ is made
+that way, with the hub's pictures (tests/test_hub.py), by
+``COURSE_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest -m browser tests/test_browser.py tests/test_hub.py``
+(one notebook's: ``-k 09_gpt``); tests/test_screenshots.py fails when one no longer shows
+today's notebook.
 
 A half-done notebook, with one exercise buggy and two unwritten, runs to its end with one
 clear line for each failure and nothing of the course's internals (with ``COURSE_SCREENSHOTS``
-it saves docs/screenshots/learner-*.png).
+it saves docs/screenshots/learner-*.png); no message in it is broken inside a word.
 
 Needs Debian's chromium (scripts/test.sh installs it when it can). Skipped without it, except in
 CI, where a missing browser is a failure.
@@ -28,9 +32,11 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_browser import (CHROMIUM, FLAGS, ROOT, course_lab, filled_in, move_control,
-                             open_and_run_all, other_text, require_browser, shut_down_kernels,
-                             wait_for_one_idle_kernel, widget_controls)
+from jupyter_browser import (CHROMIUM, FLAGS, ROOT, control_values, course_lab, filled_in,
+                             move_control, open_and_run_all, other_text, require_browser,
+                             shut_down_kernels, wait_for_one_idle_kernel, widget_controls,
+                             words_broken)
+from screenshot_manifest import save
 
 NOTEBOOKS = sorted(p.parent.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 VIEWPORT = {"width": 1280, "height": 900}
@@ -38,11 +44,12 @@ VIEWPORT = {"width": 1280, "height": 900}
 WIDGETS = {"01_embeddings": 1, "02_cosine_similarity": 2, "03_attention": 1,
            "04_multi_head_attention": 1, "05_positional_encoding": 1, "06_encoder": 1,
            "07_decoder": 1, "08_generation": 3, "09_gpt": 2}
-# static figures worth a screenshot: a piece of their cell's code -> file name
+# static figures worth a screenshot: a piece of their cell's first lines (CodeMirror lays out only
+# the lines in view, so a long cell's last lines are not on the page) -> file name
 FIGURES = {"01_embeddings": {"plot_word_projection(projection": "01_countries"},
            "05_positional_encoding": {"clear of the peaks": "05_similarity_legend"},
-           "06_encoder": {"12 fresh layers": "06_norm_title"},
-           "07_decoder": {"reversing digits": "07_loss_title"},
+           "06_encoder": {"def gradient_per_layer": "06_norm_gradients"},
+           "07_decoder": {"def masks(src, tgt_in)": "07_loss_title"},
            "08_generation": {"plot_temperatures(z": "08_temperatures"}}
 # more text typed into a widget after its first interaction: (widget, box, text, what to see)
 TYPED = {"01_embeddings": [(0, "words", "prince princess boy girl uncle aunt brother sister queen",
@@ -52,6 +59,10 @@ TYPED = {"01_embeddings": [(0, "words", "prince princess boy girl uncle aunt bro
          "04_multi_head_attention": [(0, "sentence", "my dog did not eat because it was full",
                                       "query it")],
          "09_gpt": [(0, "prompt", "KING HENRY VI:", "redraw"), (0, "prompt", "Zounds€", "error")]}
+# a slider or toggle set before the picture: (widget, label, value). 07's example 1 is
+# "1 8 1", a palindrome, whose reversal looks like no reversal; example 0 is not one. 09's
+# stepper samples, so that the picture shows the learner's sampler at work
+SET = {"07_decoder": [(0, "example", 0)], "09_gpt": [(0, "greedy/sample", "sample")]}
 SHOTS = Path(os.environ["COURSE_SCREENSHOTS"]) if os.environ.get("COURSE_SCREENSHOTS") else None
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -155,20 +166,35 @@ COUNT_IMAGES_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output 
     .filter(i => i.offsetParent !== null && i.clientWidth > 0).length"""
 
 
-def _save(locator, name: str) -> None:
-    """A screenshot of ``locator`` under COURSE_SCREENSHOTS, squeezed to a small PNG."""
-    if SHOTS is None:
-        return
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    path = SHOTS / f"{name}.png"
-    locator.scroll_into_view_if_needed()
-    locator.screenshot(path=str(path))
-    from PIL import Image
+def _save(locator, name: str, assignment: str, state: dict) -> None:
+    """A screenshot of ``locator``, a part of the page of notebook ``assignment``."""
+    if SHOTS is not None:
+        locator.scroll_into_view_if_needed()
+    save(lambda path: locator.screenshot(path=path), name,
+              f"notebooks/{assignment}/{assignment}.ipynb", state)
 
-    with Image.open(path) as img:
-        small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
-                                            dither=Image.Dither.NONE)
-    small.save(path, optimize=True)
+
+def _set(page, widget, label: str, value) -> None:
+    """Set the slider labelled ``label`` to ``value`` with the keyboard (a redraw per step), or
+    press the toggle's button ``value``."""
+    control = next(c for c in widget_controls(widget) if c["name"] == label)
+    handle = control["locator"]
+    if control["kind"] == "toggle":
+        button = handle.locator("button", has_text=value).first
+        if "mod-active" not in (button.get_attribute("class") or ""):
+            before = _pictures(widget)
+            button.click()
+            assert _redrew(page, widget, before), f"pressed {value!r}, the picture stayed"
+        return
+    for _ in range(50):
+        now = float(handle.get_attribute("aria-valuenow"))
+        if now == value:
+            return
+        before = _pictures(widget)
+        handle.focus()
+        page.keyboard.press("ArrowRight" if now < value else "ArrowLeft")
+        assert _redrew(page, widget, before), f"moved slider {label!r}, the picture stayed"
+    raise AssertionError(f"slider {label!r} never reached {value}")
 
 
 @pytest.mark.parametrize("assignment", NOTEBOOKS)
@@ -205,8 +231,13 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
                 else:
                     done.append(f"widget {i}: {len(moved)} controls moved, each redrew "
                                 f"({', '.join(moved)})")
+                state = {}
+                for _, label, value in (t for t in SET.get(assignment, []) if t[0] == i):
+                    _set(page, widget, label, value)
+                    done.append(f"widget {i}: {label!r} set to {value}")
                 nxt = widget.locator("button.jupyter-button", has_text="next token")
                 if nxt.count() and nxt.first.is_enabled():  # the stepper: a few tokens written
+                    state["next token pressed"] = 3
                     for _ in range(3):
                         before = _pictures(widget)
                         nxt.first.click()
@@ -216,14 +247,18 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
                     _type_into(page, widget, box, text, expect)
                     done.append(f"widget {i}: typed into {box!r}, {expect}")
                 wait_for_one_idle_kernel(base, token)  # the picture matches the controls
-                _save(widget, f"{assignment[:2]}_widget_{i}")
+                if SHOTS is not None:
+                    state = {"controls": control_values(widget), **state}
+                _save(widget, f"{assignment[:2]}_widget_{i}", assignment, state)
                 for _, box, text, expect in (t for t in typed if t[3] == "error"):
                     _type_into(page, widget, box, text, expect)
                     done.append(f"widget {i}: typed into {box!r}, the picture gave way to the error")
-                    _save(widget, f"{assignment[:2]}_widget_{i}_error")
+                    _save(widget, f"{assignment[:2]}_widget_{i}_error", assignment,
+                          {"controls": control_values(widget)} if SHOTS else {})
             for snippet, name in FIGURES.get(assignment, {}).items():
                 cell = page.locator(".jp-CodeCell", has_text=snippet).first
-                _save(cell.locator(".jp-OutputArea-output img").first, name)
+                _save(cell.locator(".jp-OutputArea-output img").first, name, assignment,
+                      {"figure of the cell with": snippet})
             page.wait_for_timeout(500)  # let the last pictures load before measuring them
             assert page.evaluate(COUNT_IMAGES_JS) >= expected
             blurry = page.evaluate(UNDERSAMPLED_JS)
@@ -240,11 +275,13 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
 def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
     """Run All on 03 with softmax written, simple_self_attention raising in the learner's own
     line and the last two exercises unwritten: every cell runs; the failing test shows the
-    check's message with that line, the cells that need unwritten exercises say which."""
+    check's message with that line, the cells that need unwritten exercises say which; each
+    message's lines break between words, never inside one."""
     from playwright.sync_api import sync_playwright
 
     base, token = lab
-    shots = os.environ.get("COURSE_SCREENSHOTS")
+    state = {"exercises written": [*HALF_DONE_WRITTEN, *HALF_DONE_CODE],
+             "their code": HALF_DONE_CODE, "then": "Run All Cells"}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -256,12 +293,13 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
             failed = [t for t in texts if t.startswith("CheckFailed")]
             assert [t.split()[1].rstrip(":") for t in failed] == [
                 "simple_self_attention", "scaled_dot_product_attention", "causal_mask"], failed
-            raised = failed[0].strip()
+            raised = " ".join(failed[0].split())  # its lines broken between words
             assert raised.startswith("CheckFailed: simple_self_attention raised RuntimeError: ")
             assert raised.endswith("in line `return softmax(scores) @ X[..., :2, :]`")
-            assert "\n" not in raised and "Traceback" not in raised
+            assert "`return softmax(scores) @ X[..., :2, :]`" in failed[0]  # one line, whole
+            assert "Traceback" not in raised
             assert "not implemented yet" in failed[1] and "not implemented yet" in failed[2]
-            notes = [t for t in texts if t.startswith("this cell needs")]
+            notes = [" ".join(t.split()) for t in texts if t.startswith("this cell needs")]
             assert any(t.startswith("this cell needs `scaled_dot_product_attention`, exercise 3 above "
                                     "— not written yet") for t in notes), notes
             assert any("`causal_mask`, exercise 4 above" in t for t in notes), notes
@@ -273,12 +311,15 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
                 news.first.click()
             check = outputs.filter(has_text="CheckFailed: simple_self_attention").first
             check.evaluate("e => e.scrollIntoView({block: 'center'})")
-            if shots:
-                page.screenshot(path=str(Path(shots) / "learner-failing-check.png"))
+            assert not words_broken(check), words_broken(check)
+            notebook = f"notebooks/{HALF_DONE}/{HALF_DONE}.ipynb"
+            save(lambda path: page.screenshot(path=path), "learner-failing-check", notebook,
+                      state)
             note = outputs.filter(has_text="this cell needs `causal_mask`").first
             note.evaluate("e => e.scrollIntoView({block: 'center'})")
-            if shots:
-                page.screenshot(path=str(Path(shots) / "learner-run-all-half-done.png"))
+            assert not words_broken(note), words_broken(note)
+            save(lambda path: page.screenshot(path=path), "learner-run-all-half-done",
+                      notebook, state)
         except Exception:
             page.screenshot(path="/tmp/browser-failure-half-done.png", full_page=False)
             raise

@@ -298,3 +298,30 @@ def test_a_failed_check_shows_its_message_not_the_checks_internals():
     rendered = result.error_in_exec._render_traceback_()
     assert len(rendered) == 1 and "softmax: each row should sum to 1" in rendered[0]
     assert "_core.py" not in "".join(rendered)
+
+
+def test_a_long_message_breaks_between_words_never_inside_one():
+    """JupyterLab shows error output with ``word-break: break-all``: a line longer than the pane
+    is cut inside a word ("`r eturn"). The messages come in lines that fit, broken at words,
+    with a `code span` whole."""
+    import re
+
+    from course_utils.notebook import WIDTH, note, wrapped
+
+    ansi = re.compile(r"\x1b\[[0-9;]*m")
+    message = ("simple_self_attention raised RuntimeError: mat1 and mat2 shapes cannot be "
+               "multiplied (3x3 and 2x2) in line `return softmax(scores) @ X[..., :2, :]`; "
+               "expected softmax(X Xᵀ) X with the softmax over the LAST dim (each row of scores "
+               "is one token's weights over all tokens). No scaling in this parameter-free form.")
+    rendered = CheckFailed(message)._render_traceback_()
+    plain = [ansi.sub("", line) for line in rendered]
+    assert len(rendered) > 2 and max(map(len, plain)) <= WIDTH
+    assert " ".join(plain) == f"CheckFailed: {message}"  # every break is between two words
+    assert any("`return softmax(scores) @ X[..., :2, :]`" in line for line in plain)
+    assert rendered[0].startswith("\x1b[0;31mCheckFailed\x1b[0m: ")
+    # the note of an unwritten exercise too; a word longer than a line gets one of its own
+    lines = [ansi.sub("", line) for line in wrapped(note("scaled_dot_product_attention"))]
+    assert " ".join(lines) == ansi.sub("", note("scaled_dot_product_attention"))
+    assert max(map(len, lines)) <= WIDTH < len(" ".join(lines))
+    assert wrapped("a " + "x" * 100 + " b", width=20) == ["a", "x" * 100, "b"]
+    assert wrapped("one\ntwo  three", width=20) == ["one", "two three"]

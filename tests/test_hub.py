@@ -33,7 +33,9 @@ reports/grades.csv. The instructor runs `course feedback` and `nbgrader release_
 each student fetches the feedback in the Assignments tab and opens it: the score, the visible
 messages, no hidden test.
 
-Screenshots and the hub's log go to the test's tmp dir (``hub-*.png``, ``hub/jupyterhub.log``).
+Screenshots and the hub's log go to the test's tmp dir (``hub-*.png``, ``hub/jupyterhub.log``);
+with ``COURSE_SCREENSHOTS=<folder>`` the pictures also go there, small, each entered in its
+MANIFEST.json (tests/screenshot_manifest.py): that is how docs/screenshots/hub-*.png are made.
 Skipped without root, chromium, playwright, JupyterHub or node and the proxy, except in CI,
 where any of them missing is a failure.
 """
@@ -59,11 +61,12 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_browser import (CHROMIUM, FLAGS, ROOT, api, as_typed, filled_in, free_port,
-                             last_widget_with_picture, require_browser, require_or_skip,
-                             run_all_cells, solution_cells, some_control_changes_the_picture,
-                             wait_for_one_idle_kernel, wait_until_all_cells_ran,
-                             write_instructor_config)
+from jupyter_browser import (CHROMIUM, FLAGS, ROOT, api, as_typed, control_values, filled_in,
+                             free_port, last_widget_with_picture, require_browser,
+                             require_or_skip, run_all_cells, solution_cells,
+                             some_control_changes_the_picture, wait_for_one_idle_kernel,
+                             wait_until_all_cells_ran, words_broken, write_instructor_config)
+from screenshot_manifest import save as save_for_docs
 from unix_users import as_user, create_user, give, passable_world, remove_user, require_users
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -504,6 +507,21 @@ def write_exercise(page, grade_id: str, source: str) -> None:
     page.keyboard.insert_text(source)
 
 
+# the pictures docs/screenshots/ shows (COURSE_SCREENSHOTS); the others stay in the tmp dir
+FOR_DOCS = {"hub-assignments", "hub-ada-test", "hub-ben-test", "hub-ada-widget", "hub-formgrader",
+            "hub-ben-feedback", "hub-ben-feedback-message"}
+
+
+def shoot(hub: Hub, page, name: str, **state) -> None:
+    """``page`` as ``name``.png in the test's tmp dir and, small, in COURSE_SCREENSHOTS when
+    it is one of ``FOR_DOCS`` (a picture of the assignment's notebook, in ``state``)."""
+    path = hub.shots / f"{name}.png"
+    page.screenshot(path=str(path))
+    if name in FOR_DOCS:
+        save_for_docs(lambda copy: shutil.copy(path, copy), name,
+                      f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb", state)
+
+
 def save(page) -> None:
     page.keyboard.press("ControlOrMeta+s")
     page.wait_for_function("() => !document.querySelector('.lm-TabBar-tab.jp-mod-dirty')")
@@ -557,7 +575,7 @@ def student_starts(hub: Hub, browser, student: str):
     released = assignment_rows(page, "released", 1)
     assert released.first.locator(".item_name").inner_text().strip() == ASSIGNMENT
     if student == "ada":
-        page.screenshot(path=str(hub.shots / "hub-assignments.png"))
+        shoot(hub, page, "hub-assignments", user=student, tab="Assignments")
     released.first.locator(".item_status button:text('Fetch')").click()
     fetched = assignment_rows(page, "fetched", 1)
     fetched.first.locator(f"a:text('{ASSIGNMENT}')").first.click()  # unfolds its notebooks
@@ -584,12 +602,14 @@ def student_finishes(hub: Hub, student: str, page, watch):
             "no control of the widget changed its picture")
         settled(hub, student, page, image)
         to_the_middle(widget)
-        page.screenshot(path=str(hub.shots / "hub-ada-widget.png"))
+        shoot(hub, page, "hub-ada-widget", user=student, controls=control_values(widget))
     else:  # the run stopped at the failing test
         wait_for_one_idle_kernel(hub.server(student), hub.token)
     hub.peaks[student] = watch.stop()
     to_the_middle(message)
-    page.screenshot(path=str(hub.shots / f"hub-{student}-test.png"))
+    assert not words_broken(message), words_broken(message)  # lines break between words
+    shoot(hub, page, f"hub-{student}-test", user=student, exercises=WORK[student],
+          then="Run All Cells")
     save(page)
     page.click(".lm-TabBar-tab:has-text('Assignments')")
     fetched = assignment_rows(page, "fetched", 1)
@@ -612,7 +632,7 @@ def formgrader_scores(hub: Hub, browser, count: int) -> dict:
         " const cells = f && f.contentDocument ? [...f.contentDocument.querySelectorAll('td.score')] : [];"
         f" return cells.length === {count} && cells.every(c => c.textContent.includes('/')); }}")
     to_the_middle(rows.first)
-    page.screenshot(path=str(hub.shots / "hub-formgrader.png"))
+    shoot(hub, page, "hub-formgrader", user=INSTRUCTOR, tab="Formgrader, Manage Submissions")
     return {r.locator("td.student-id").inner_text().strip(): (r.locator("td.student-name").inner_text().strip(),
                                                                r.locator("td.score").inner_text().strip())
             for r in rows.all()}
@@ -628,12 +648,13 @@ def feedback_seen(hub: Hub, page, student: str) -> str:
     page.locator(".jp-DirListing-item", has_text=f"{ASSIGNMENT}.html").dblclick()
     body = page.frame_locator(".jp-HTMLViewer iframe").first.locator("body")
     body.locator("text=Score").first.wait_for()
-    page.screenshot(path=str(hub.shots / f"hub-{student}-feedback.png"))
+    shoot(hub, page, f"hub-{student}-feedback", user=student, opened="feedback")
     message = body.locator("pre, .output_text").filter(has_text=SEEN[student]).first
     to_the_middle(message)
     # the whole message shows, wrapped at the page's edge (FeedbackStyle), its hint included
     assert message.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the message runs past the page's edge"
-    page.screenshot(path=str(hub.shots / f"hub-{student}-feedback-message.png"))
+    assert not words_broken(message), words_broken(message)
+    shoot(hub, page, f"hub-{student}-feedback-message", user=student, opened="feedback")
     return body.inner_text()
 
 

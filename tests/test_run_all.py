@@ -106,7 +106,8 @@ def test_a_stub_becomes_one_line_naming_its_exercise():
         text = ANSI.sub("", "\n".join(stb))
         exercise_number = notebook.EXERCISES[exercise]
         assert text.startswith(f"this cell needs `{exercise}`, exercise {exercise_number} above — not written yet")
-        assert "\n" not in text and "Traceback" not in text and not shell.usual
+        assert "Traceback" not in text and not shell.usual
+        assert stb == notebook.wrapped(notebook.note(exercise))  # lines broken between words
 
 
 def test_other_errors_keep_their_usual_traceback():

@@ -38,6 +38,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from ..notebook import wrapped
 from . import _seal
 
 # Everything the checks rely on is recorded before any learner code can change it: under
@@ -99,8 +100,9 @@ class CheckFailed(AssertionError):
     """A check found a mistake. The message names the likely cause."""
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of a traceback: the message, not the check's internals."""
-        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+        """What IPython shows instead of a traceback: the message, not the check's internals,
+        in lines broken between words (``course_utils.notebook.wrapped``)."""
+        return wrapped(f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}")
 
 
 @contextlib.contextmanager
