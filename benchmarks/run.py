@@ -162,7 +162,7 @@ def bench_notebook_loads(path: Path, busy: int, repeat: int = 1) -> dict:
 
 def bench_autograde(assignment: str) -> dict:
     """Grade the solution as one student's submission: `course autograde` vs `nbgrader autograde`."""
-    from course_grading import release as course_release
+    from course_grading.authoring import release as course_release
 
     results = {}
     for how in ("course", "nbgrader"):
@@ -240,7 +240,7 @@ def make_class_course(course: Path, assignment: str, size: int, mix=CLASS_MIX) -
     kinds in ``mix`` in turn; returns the student ids."""
     import nbformat
 
-    from course_grading import release as course_release
+    from course_grading.authoring import release as course_release
 
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment,

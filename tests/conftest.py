@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # before anything imports pyplot
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course_grading import doctor
-from course_grading.cli import main
+from course_grading.commands import doctor
+from course_grading.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = Path(sys.executable).with_name("course")

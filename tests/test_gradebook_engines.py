@@ -7,7 +7,7 @@ import nbgrader.api
 import pytest
 from nbgrader.api import Gradebook
 
-from course_grading import gradebook_engines
+from course_grading.grading import gradebook_engines
 
 
 def test_gradebooks_share_one_engine_and_still_work(tmp_path, monkeypatch):

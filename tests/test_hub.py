@@ -277,7 +277,7 @@ def instructor(hub: Hub, *command: str, status: int = 0) -> str:
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     _require_hub()
-    from course_grading.cli import main
+    from course_grading.commands.cli import main
 
     # What the test keeps (screenshots, the hub's state and log) in its tmp dir; what other
     # users must reach (homes, exchange, environments) in a folder they can pass through.

@@ -240,7 +240,7 @@ def test_formgrader_exporter_sanitizes_an_unsanitized_notebook(tmp_path):
     that was never sanitized without any of its payloads; so does the feedback exporter."""
     from nbconvert.exporters import HTMLExporter
     from nbgrader.server_extensions.formgrader import handlers
-    from course_grading.nbgrader_setup import load_config
+    from course_grading.course.nbgrader_setup import load_config
 
     nb = with_outputs(nbformat.read(hostile_notebook(tmp_path), as_version=4))
     config = load_config(ROOT)
@@ -318,8 +318,8 @@ def test_every_notebook_pipeline_ends_sanitized():
     the configuration leaves it out."""
     from traitlets.config import Config
     from traitlets.utils.importstring import import_item
-    from course_grading.feedback import feedback_preprocessors
-    from course_grading.nbgrader_setup import course_directory, load_config, sanitized_last
+    from course_grading.reports.feedback import feedback_preprocessors
+    from course_grading.course.nbgrader_setup import course_directory, load_config, sanitized_last
 
     def classes(steps):
         return [import_item(s) if isinstance(s, str) else s for s in steps]

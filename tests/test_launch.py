@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
-from course_grading import cli
+from course_grading.commands import cli
 from course_grading.sandbox import bubblewrap, warm
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 BIN = Path(sys.executable).parent
 
@@ -61,7 +61,7 @@ def test_a_class_starts_its_workers_fork_server_first(tmp_path, monkeypatch):
     """Several submissions, graded in workers: the fork server is started before anything
     else (its imports run beside the command's own), with the module the workers run; one
     submission, or --jobs 1, or --resume: no fork server."""
-    from course_grading import autograde, workers
+    from course_grading.grading import autograde, workers
 
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")
@@ -133,8 +133,8 @@ def test_grading_from_a_folder_holding_another_course_imports_only_the_installed
 def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, monkeypatch):
     import types
 
-    from course_grading import autograde
-    from course_grading.nbgrader_setup import GradingRun
+    from course_grading.grading import autograde
+    from course_grading.course.nbgrader_setup import GradingRun
     from course_grading.sandbox import installed
     assert installed.installed_locations() is not None  # the test runs on an installed course
     installed.verify()

@@ -1,5 +1,5 @@
 """nbgrader's check of cells' nbgrader metadata with the schema checked once
-(``course_grading.metadata_schema``): the same verdicts and errors as ``jsonschema.validate``."""
+(``course_grading.grading.metadata_schema``): the same verdicts and errors as ``jsonschema.validate``."""
 from __future__ import annotations
 
 import copy
@@ -11,7 +11,7 @@ import pytest
 from nbgrader.nbgraderformat import common
 from nbgrader.nbgraderformat.v3 import MetadataValidatorV3
 
-from course_grading import metadata_schema
+from course_grading.grading import metadata_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
-import course_grading.nbgrader_setup  # noqa: F401  (a new gradebook without running alembic)
+import course_grading.course.nbgrader_setup  # noqa: F401  (a new gradebook without running alembic)
 from course_grading.exchange import OwnerCollect, SafeReleaseAssignment
 from jupyter_browser import require_or_skip
 from unix_users import reachable_python, run_as

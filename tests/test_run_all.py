@@ -11,7 +11,7 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import ROOT
-from course_grading.cells import KEEP_GOING, is_grade, runs_learner_code
+from course_grading.authoring.cells import KEEP_GOING, is_grade, runs_learner_code
 from course_utils import notebook
 
 NOTEBOOKS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())

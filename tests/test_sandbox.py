@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 from traitlets.config import Config
 
 from conftest import ASSIGNMENT, SOLUTION_CELL, make_course, tiny_notebook
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 from course_grading.sandbox import bubblewrap as sandbox
 from course_grading.sandbox import warm
@@ -104,7 +104,7 @@ def test_wrapped_process_has_limits(tmp_path):
 # --------------------------------------------------------------------------- the configuration
 
 def test_sandbox_settings_come_from_nbgrader_config(tmp_path):
-    from course_grading.nbgrader_setup import course_directory
+    from course_grading.course.nbgrader_setup import course_directory
     from course_grading.sandbox.settings import course_settings
 
     exchange, other = tmp_path / "exchange", tmp_path / "other-course"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from course_grading import student_side
-from course_grading.nbgrader_setup import GradingError, source_assignments
+from course_grading.authoring import student_side
+from course_grading.course.nbgrader_setup import GradingError, source_assignments
 
 pytestmark = pytest.mark.slow
 

@@ -21,12 +21,13 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENT, ROOT, make_course, nbgrader_meta, tiny_notebook
-from course_grading import class_report, feedback, grade_exports, release
-from course_grading import results as grading_results
-from course_grading.cells import is_grade
-from course_grading.cli import main
-from course_grading.nbformat_tools import read_notebook, write_notebook
-from course_grading.red_flags import scan
+from course_grading.reports import class_report, feedback, grade_exports
+from course_grading.authoring import release
+from course_grading.reports import results as grading_results
+from course_grading.authoring.cells import is_grade
+from course_grading.commands.cli import main
+from course_grading.authoring.nbformat_tools import read_notebook, write_notebook
+from course_grading.grading.red_flags import scan
 
 NOTEBOOKS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.name[:2] in
                    {"01", "02", "03", "04", "05", "06", "07", "08"})
@@ -114,7 +115,7 @@ def graded(tmp_path_factory):
         folder = course / "submitted" / student / ASSIGNMENT
         folder.mkdir(parents=True)
         write_notebook(nb, folder / f"{ASSIGNMENT}.ipynb")
-    from course_grading import autograde
+    from course_grading.grading import autograde
     results = {r.student: r for r in autograde.autograde(course, jobs=2, progress=False)}
     return course, results
 
@@ -183,7 +184,7 @@ def test_the_scanner_accepts_written_answers_and_flags_an_answer_turned_into_cod
 
 def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, tmp_path, capsys):
     course, _ = graded
-    from course_grading.nbgrader_setup import course_directory, gradebook
+    from course_grading.course.nbgrader_setup import course_directory, gradebook
 
     nbgrader_rows = {r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())}
     assert nbgrader_rows["ann"]["note"] == "needs manual grading (2 points)"

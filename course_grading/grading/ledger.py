@@ -33,9 +33,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from .course_dir import folders
-from .red_flags import Flag
-from .results import ExerciseResult, SubmissionResult
+from course_grading.course.course_dir import folders
+from course_grading.grading.red_flags import Flag
+from course_grading.reports.results import ExerciseResult, SubmissionResult
 
 FOLDER = Path("reports") / "progress"
 FORMAT = 1
@@ -138,7 +138,7 @@ def _as_dict(result: SubmissionResult) -> dict:
 def write(root, result: SubmissionResult) -> None:
     """Record ``result`` as done; a result without a grade (an error, no key) removes any
     earlier record of its submission instead. Only plain names reach a file name."""
-    from .untrusted import plain_name
+    from course_grading.untrusted import plain_name
 
     if not (plain_name(result.student) and plain_name(result.assignment)):
         return
@@ -169,7 +169,7 @@ def forget(root, student: str, assignment: str) -> None:
 
 def read(root, student: str, assignment: str) -> SubmissionResult | None:
     """The recorded result of a submission, or None (no record, or one that cannot be read)."""
-    from .untrusted import plain_name
+    from course_grading.untrusted import plain_name
 
     if not (plain_name(student) and plain_name(assignment)):
         return None

@@ -42,10 +42,10 @@ import threading
 import warnings
 from pathlib import Path
 
-from .course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, folders, search_root
+from course_grading.course.course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, folders, search_root
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
-GRADING_MODULES = ("course_grading.autograde", "torch")  # what the workers' fork server imports
+GRADING_MODULES = ("course_grading.grading.autograde", "torch")  # what the workers' fork server imports
 EXPORT_CSV = Path("reports") / "export.csv"
 GRADES_CSV = Path("reports") / "grades.csv"
 LOGGER = "course_grading.nbgrader"  # nbgrader_setup.LOG: shown with -v
@@ -68,7 +68,7 @@ def main(argv=None, exiting=False) -> int:
     """Run the ``course`` command with ``argv`` (default: sys.argv[1:]); return the exit status.
     Unless the process ``exiting`` right after, the imports started early have ended by then
     (a caller in the same process never meets a module half imported)."""
-    from .sandbox.installed import safe_path
+    from course_grading.sandbox.installed import safe_path
     sys.path[:] = safe_path(sys.path)  # nothing is imported from the current directory
     args = build_parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
@@ -92,7 +92,7 @@ def main(argv=None, exiting=False) -> int:
             if early is not None:
                 importer = threading.Thread(target=early, daemon=True)
                 importer.start()
-            from .errors import GradingError, gradebook_problem
+            from course_grading.errors import GradingError, gradebook_problem
             try:
                 return args.run(args, root)
             except GradingError as exc:
@@ -123,7 +123,7 @@ def _one_line(exc: BaseException) -> str:
     """An error as one line: its lines joined, at most 1000 characters, every control or
     invisible character escaped (``reports_csv.clean``: an error may quote what a student
     named or wrote, and the instructor's terminal must not obey it)."""
-    from .reports_csv import clean
+    from course_grading.reports.reports_csv import clean
 
     text = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__
     text = clean(text, len(text))
@@ -143,7 +143,7 @@ def _db_url(args, root: Path) -> str:
     if getattr(args, "db", None):
         return args.db
     try:
-        from .nbgrader_setup import course_directory
+        from course_grading.course.nbgrader_setup import course_directory
         return course_directory(root).db_url
     except Exception:  # noqa: BLE001 - only for a message
         return f"sqlite:///{root / 'gradebook.db'}"
@@ -330,8 +330,8 @@ def _jupyter() -> str:
 
 def cmd_check(args, root: Path) -> int:
     """PASS/FAIL per exercise and the total; exit 0 only if everything passes."""
-    from .check import check
-    from .results import format_flags
+    from course_grading.commands.check import check
+    from course_grading.reports.results import format_flags
 
     result = check(args.path, root, sandboxed=not args.no_sandbox)
     if result.error:
@@ -377,13 +377,13 @@ def _print_written(e, width: int) -> None:
 
 
 def _model_answers(root: Path, assignment: str) -> dict[str, str]:
-    from .check import model_answers
+    from course_grading.commands.check import model_answers
     return model_answers(root, assignment)
 
 
 def cmd_status(args, root: Path) -> int:
     """Every notebook and exercise: ✔ / ✘ / not started; exit 1 only when one could not be graded."""
-    from .status import format_status, timed_status
+    from course_grading.commands.status import format_status, timed_status
 
     def grading(assignment: str) -> None:
         print(f"grading {assignment} …", file=sys.stderr, flush=True)
@@ -399,7 +399,7 @@ def cmd_status(args, root: Path) -> int:
 
 def cmd_doctor(args, root: Path) -> int:
     """One line per thing the course needs; exit 1 when one is FAIL."""
-    from .doctor import FAIL, diagnose, format_lines
+    from course_grading.commands.doctor import FAIL, diagnose, format_lines
 
     lines = diagnose(test=args.test)
     text = format_lines(lines, quiet=args.quiet)
@@ -413,7 +413,7 @@ def cmd_doctor(args, root: Path) -> int:
 
 def cmd_release(args, root: Path) -> int:
     """Write the changed release files, or with --check list them and exit 1."""
-    from .release import release
+    from course_grading.authoring.release import release
 
     changed = release(root, args.assignments or None, check_only=args.check)
     if args.check and changed:
@@ -429,8 +429,8 @@ def cmd_release(args, root: Path) -> int:
 
 def cmd_autograde(args, root: Path) -> int:
     """The score table and CSV; exit 1 only if grading broke for some submission."""
-    from . import class_report, results as out
-    from .autograde import Interrupted, autograde
+    from course_grading.reports import class_report, results as out
+    from course_grading.grading.autograde import Interrupted, autograde
 
     try:
         results = autograde(root, students=args.student, assignments=args.assignments or None,
@@ -460,7 +460,7 @@ def cmd_autograde(args, root: Path) -> int:
 def cmd_feedback(args, root: Path) -> int:
     """One HTML file per autograded submission; exit 1 when some submission got none (one
     line each on stderr)."""
-    from .feedback import FeedbackIncomplete, feedback
+    from course_grading.reports.feedback import FeedbackIncomplete, feedback
 
     try:
         pages, problems = feedback(root, args.assignments or None, args.student, db_url=args.db), []
@@ -468,7 +468,7 @@ def cmd_feedback(args, root: Path) -> int:
         pages, problems = exc.pages, exc.problems
     for path in pages:
         print(path.relative_to(root))
-    from .feedback import awaiting_manual
+    from course_grading.reports.feedback import awaiting_manual
     for note in awaiting_manual(root, args.assignments or None, args.student, db_url=args.db):
         print(f"course: note: {note}", file=sys.stderr)
     for problem in problems:
@@ -479,11 +479,11 @@ def cmd_feedback(args, root: Path) -> int:
 def cmd_export(args, root: Path) -> int:
     """nbgrader's CSV export (one row per student and assignment), or an LMS's import file."""
     if args.format == "nbgrader":
-        from .feedback import export
+        from course_grading.reports.feedback import export
 
         print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
         return 0
-    from .grade_exports import export as lms_export
+    from course_grading.reports.grade_exports import export as lms_export
 
     path, notes = lms_export(root, args.to or root / "reports" / f"{args.format}.csv", args.format,
                              db_url=args.db)
@@ -495,7 +495,7 @@ def cmd_export(args, root: Path) -> int:
 
 def cmd_roster_import(args, root: Path) -> int:
     """Students' names and emails into the gradebook (nbgrader's update_or_create_student)."""
-    from .roster import import_roster
+    from course_grading.commands.roster import import_roster
 
     entries = import_roster(root, args.csv, db_url=args.db)
     print(f"{len(entries)} students imported into the gradebook")
@@ -504,7 +504,7 @@ def cmd_roster_import(args, root: Path) -> int:
 
 def cmd_report(args, root: Path) -> int:
     """The class report of every autograded submission in the gradebook."""
-    from . import class_report
+    from course_grading.reports import class_report
 
     results = class_report.gradebook_results(root, args.assignments or None, db_url=args.db)
     if not results:
@@ -516,7 +516,7 @@ def cmd_report(args, root: Path) -> int:
 
 def cmd_build_student(args, root: Path) -> int:
     """Build the student side into OUT after checking that nothing in it would leak."""
-    from .student_side import build
+    from course_grading.authoring.student_side import build
 
     built = build(root, args.out, force=args.force)
     for what, path in built.items():
@@ -557,14 +557,14 @@ def _start_early(args, root: Path):
       class report at the very end needs (``_import_report_side``)."""
     try:
         if _grades_in_workers(args, root):
-            from .workers import start_fork_server
+            from course_grading.grading.workers import start_fork_server
 
             start_fork_server(GRADING_MODULES)
             return _import_report_side
         if not _grades_here(args, root):
             return None
-        from .sandbox import warm
-        from .sandbox.settings import course_settings
+        from course_grading.sandbox import warm
+        from course_grading.sandbox.settings import course_settings
 
         return _import_trusted_side if warm.ensure_warm(course_settings(root)) is not None else None
     except Exception:  # noqa: BLE001

@@ -16,13 +16,13 @@ from pathlib import Path
 from nbgrader.converters import GenerateFeedback
 from nbgrader.api import MissingEntry
 
-from . import untrusted
-from .course_dir import find_submissions
-from .errors import GradingError
-from .nbgrader_setup import LOG, course_directory, folders, gradebook, run_converter
-from .preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS
-from .reports_csv import write_rows
-from .results import pending_points, uncomputed
+from course_grading import untrusted
+from course_grading.course.course_dir import find_submissions
+from course_grading.errors import GradingError
+from course_grading.course.nbgrader_setup import LOG, course_directory, folders, gradebook, run_converter
+from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS
+from course_grading.reports.reports_csv import write_rows
+from course_grading.reports.results import pending_points, uncomputed
 
 
 class FeedbackIncomplete(GradingError):

@@ -27,11 +27,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ledger
-from .errors import GradingError
-from .nbgrader_setup import folders, load_config, source_assignments
-from .reports_csv import clean
-from .results import ExerciseResult, SubmissionResult
+from course_grading.grading import ledger
+from course_grading.errors import GradingError
+from course_grading.course.nbgrader_setup import folders, load_config, source_assignments
+from course_grading.reports.reports_csv import clean
+from course_grading.reports.results import ExerciseResult, SubmissionResult
 
 PASSED, FAILED, NOT_STARTED = "passed", "failed", "not started"
 WRITTEN = "written"  # a written answer, answered: graded by hand, never by the tests
@@ -115,7 +115,7 @@ def status(root, folder=None, sandboxed=True, use_cache=True, on_grading=None) -
 
 def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use_cache=True,
                     on_grading=None) -> NotebookStatus:
-    from .check import load_submission, read_submission
+    from course_grading.commands.check import load_submission, read_submission
 
     found = NotebookStatus(assignment, path)
     stubs, order = _release_stubs(root, assignment)
@@ -149,7 +149,7 @@ def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use
 
 
 def _grade(root: Path, path: Path, sandboxed: bool) -> SubmissionResult:
-    from .check import check
+    from course_grading.commands.check import check
 
     try:
         return check(path, root, sandboxed=sandboxed, audit=False)
@@ -175,7 +175,7 @@ def _exercise(graded: ExerciseResult, untouched: set[str]) -> ExerciseStatus:
 def _solution_sources(nb) -> dict[str, str]:
     """The source of each code solution cell (an exercise; not a written answer), by its grade
     id (a learner's: strings only)."""
-    from . import cells
+    from course_grading.authoring import cells
 
     found = {}
     for cell in nb.cells:
@@ -194,7 +194,7 @@ def _release_stubs(root: Path, assignment: str) -> tuple[dict[str, str], list[st
     """What the release's solution cells hold (nbgrader's ClearSolutions run on the source, in
     memory), by grade id, and the exercises in order. ({}, order) where it cannot be made: every
     notebook is then graded to tell."""
-    from .nbformat_tools import read_notebook
+    from course_grading.authoring.nbformat_tools import read_notebook
 
     source_path = folders(root).source_notebook(assignment)
     stamp = (str(source_path), ledger.course_version(root, assignment))

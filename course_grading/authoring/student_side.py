@@ -26,11 +26,11 @@ from pathlib import Path
 
 import course_utils
 
-from . import cells
-from .nbformat_tools import read_notebook
-from .errors import GradingError
-from .nbgrader_setup import folders, load_config, source_assignments
-from .release import release, secret_lines
+from course_grading.authoring import cells
+from course_grading.authoring.nbformat_tools import read_notebook
+from course_grading.errors import GradingError
+from course_grading.course.nbgrader_setup import folders, load_config, source_assignments
+from course_grading.authoring.release import release, secret_lines
 
 DISTRIBUTION = "attention-course-learner"
 PACKAGE = "course_utils"

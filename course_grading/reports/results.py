@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import cells, untrusted
-from .nbformat_tools import read_untrusted
-from .errors import short, strip_ansi
-from .nbgrader_setup import gradebook
-from .reports_csv import clean, write_rows
+from course_grading.authoring import cells
+from course_grading import untrusted
+from course_grading.authoring.nbformat_tools import read_untrusted
+from course_grading.errors import short, strip_ansi
+from course_grading.course.nbgrader_setup import gradebook
+from course_grading.reports.reports_csv import clean, write_rows
 
 GRADES_CSV = Path("reports") / "grades.csv"
 FLAGS_CSV = Path("reports") / "flags.csv"

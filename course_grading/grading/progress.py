@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .reports_csv import clean
+from course_grading.reports.reports_csv import clean
 
 BAR_FORMAT = ("{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
               "[{elapsed} elapsed, ETA {remaining}, {rate_fmt}]{postfix}")

@@ -31,7 +31,7 @@ from pathlib import Path
 from traitlets import Dict
 from traitlets.config import Configurable
 
-from .course_dir import folders
+from course_grading.course.course_dir import folders
 
 FILE_NAME = "building_blocks.py"
 

@@ -10,10 +10,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import building_blocks, cells
-from .nbformat_tools import dumps, read_notebook
-from .errors import GradingError
-from .nbgrader_setup import folders, generate, load_config, select_assignments
+from course_grading.authoring import building_blocks, cells
+from course_grading.authoring.nbformat_tools import dumps, read_notebook
+from course_grading.errors import GradingError
+from course_grading.course.nbgrader_setup import folders, generate, load_config, select_assignments
 
 MIN_SECRET_LENGTH = 12  # shorter lines ("return x", "pass") are too common to count as leaks
 

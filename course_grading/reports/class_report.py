@@ -20,9 +20,9 @@ from pathlib import Path
 
 from nbgrader.api import MissingEntry
 
-from .nbgrader_setup import course_directory, gradebook
-from .reports_csv import clean, write_rows
-from .results import SubmissionResult, exercise_results, uncomputed
+from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.reports.reports_csv import clean, write_rows
+from course_grading.reports.results import SubmissionResult, exercise_results, uncomputed
 
 REPORT_CSV = Path("reports") / "class_report.csv"
 REPORT_PNG = Path("reports") / "class_report.png"

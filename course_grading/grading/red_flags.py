@@ -16,9 +16,9 @@ import copy
 import re
 from dataclasses import dataclass
 
-from .cells import is_setup, meta as _meta, text as _text, visible_part
-from .nbformat_tools import read_notebook, read_untrusted
-from .untrusted import NOTEBOOK_BOUNDS, NotebookBounds
+from course_grading.authoring.cells import is_setup, meta as _meta, text as _text, visible_part
+from course_grading.authoring.nbformat_tools import read_notebook, read_untrusted
+from course_grading.untrusted import NOTEBOOK_BOUNDS, NotebookBounds
 
 META_KEYS = ("grade", "solution", "locked", "points", "task", "schema_version")
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from .untrusted import plain_name
+from course_grading.untrusted import plain_name
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 ROOT_VARIABLE = "COURSE_ROOT"
 CONFIG_FILES = ("nbgrader_config.py", "nbgrader_config.json")
 HOW_TO_NAME = (f"name the course with --root DIR (or {ROOT_VARIABLE}=DIR, or "

@@ -39,9 +39,9 @@ from pathlib import Path
 
 from nbgrader.api import MissingEntry
 
-from .nbgrader_setup import course_directory, gradebook
-from .reports_csv import write_rows
-from .results import manual_cells, pending_points, uncomputed
+from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.reports.reports_csv import write_rows
+from course_grading.reports.results import manual_cells, pending_points, uncomputed
 
 FORMATS = ("nbgrader", "canvas", "moodle", "wide")
 CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]

@@ -80,7 +80,7 @@ def check_course() -> Line:
     except metadata.PackageNotFoundError:
         return Line(FAIL, "course", f"{DISTRIBUTION} is not installed in this environment",
                     f"{SETUP} (installs it into .venv)")
-    from .sandbox import installed
+    from course_grading.sandbox import installed
 
     where = installed.installed_locations() or {}
     try:
@@ -206,7 +206,7 @@ def check_bubblewrap() -> Line:
     if not sys.platform.startswith("linux"):
         return Line(WARN, what, f"no sandbox on {sys.platform}: {why_needed}",
                     "grade on Linux with bubblewrap for a class")
-    from .sandbox import bubblewrap
+    from course_grading.sandbox import bubblewrap
 
     path = shutil.which("bwrap")
     if path is None:

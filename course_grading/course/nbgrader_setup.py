@@ -24,11 +24,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
-from .course_dir import Folders, folders  # noqa: F401
-from .errors import (AssignmentChanged, GradebookError, GradingError, NbgraderFailure,  # noqa: F401
+from course_grading.course.course_dir import Folders, folders  # noqa: F401
+from course_grading.errors import (AssignmentChanged, GradebookError, GradingError, NbgraderFailure,  # noqa: F401
                      from_converter, gradebook_error, gradebook_problem, short, strip_ansi)
-from .preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook
-from .sandbox import bubblewrap
+from course_grading.preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook
+from course_grading.sandbox import bubblewrap
 
 
 def _alembic_head() -> str:

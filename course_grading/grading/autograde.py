@@ -25,18 +25,19 @@ from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.exc import SQLAlchemyError
 
-from .audit.trusted import review
-from .course_dir import find_submissions
-from .errors import GradingError, SubmissionRefused, retriable, short
-from .nbgrader_setup import (LOG, GradingRun, folders, generate, gradebook, run_converter,
+from course_grading.audit.trusted import review
+from course_grading.course.course_dir import find_submissions
+from course_grading.errors import GradingError, SubmissionRefused, retriable, short
+from course_grading.course.nbgrader_setup import (LOG, GradingRun, folders, generate, gradebook, run_converter,
                              select_assignments, source_assignments)
-from . import gradebook_engines, ledger, metadata_schema, untrusted, workers
-from .progress import Progress
-from .preprocessors.limited_execute import UNREAD_MESSAGES
-from .red_flags import Flag, scan
-from .results import SubmissionResult, exercise_results, uncomputed
-from .sandbox import bubblewrap, installed, warm
-from .sandbox.settings import Settings, course_settings
+from course_grading.grading import gradebook_engines, ledger, metadata_schema, workers
+from course_grading import untrusted
+from course_grading.grading.progress import Progress
+from course_grading.preprocessors.limited_execute import UNREAD_MESSAGES
+from course_grading.grading.red_flags import Flag, scan
+from course_grading.reports.results import SubmissionResult, exercise_results, uncomputed
+from course_grading.sandbox import bubblewrap, installed, warm
+from course_grading.sandbox.settings import Settings, course_settings
 
 LOCK_RETRIES = 5
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files

@@ -105,7 +105,7 @@ def start_fork_server(preload: tuple[str, ...]):
         return None
     import multiprocessing.forkserver
 
-    from .sandbox import installed
+    from course_grading.sandbox import installed
 
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(preload))
@@ -275,7 +275,7 @@ class _Worker:
     def close(self) -> tuple[int | None, bool]:
         """Its exit code and whether it went over its memory bound; its pipe and cgroup gone
         (what it left in its cgroup is killed)."""
-        from .sandbox.bubblewrap import Cgroups
+        from course_grading.sandbox.bubblewrap import Cgroups
         self.process.join(0)
         over = self.over_memory or (self.group is not None and self.group.oom_kills() > 0)
         if self.group is not None:
@@ -292,7 +292,7 @@ def _memory_group(memory_mb: int):
     for, or none can be made here)."""
     if not memory_mb:
         return None
-    from .sandbox.bubblewrap import Cgroups, GRADER_GROUP
+    from course_grading.sandbox.bubblewrap import Cgroups, GRADER_GROUP
     group = Cgroups(files={"memory": {"memory.limit_in_bytes": str(memory_mb << 20)}},
                     prefix=GRADER_GROUP)
     if group.memory:

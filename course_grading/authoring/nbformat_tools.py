@@ -16,7 +16,7 @@ import nbformat
 from nbformat import versions
 from nbformat.reader import get_version
 
-from . import untrusted
+from course_grading import untrusted
 
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 LANGUAGE_INFO = {"name": "python"}

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import nbformat
 
-from . import untrusted
-from .autograde import grade_submission, sandbox_available
-from .nbformat_tools import read_notebook
-from .errors import GradingError
-from .nbgrader_setup import GradingRun, folders, generate, source_assignments
-from .results import SubmissionResult
-from .sandbox import installed, warm
-from .sandbox.settings import course_settings
+from course_grading import untrusted
+from course_grading.grading.autograde import grade_submission, sandbox_available
+from course_grading.authoring.nbformat_tools import read_notebook
+from course_grading.errors import GradingError
+from course_grading.course.nbgrader_setup import GradingRun, folders, generate, source_assignments
+from course_grading.reports.results import SubmissionResult
+from course_grading.sandbox import installed, warm
+from course_grading.sandbox.settings import course_settings
 
 CHECK_STUDENT = "you"
 _IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
@@ -111,7 +111,7 @@ def load_submission(path: Path, data: bytes | None = None) -> nbformat.NotebookN
 
 def _nbgrader_ids(nb) -> set[str]:
     """The grade ids of ``nb``'s cells (a learner's: only those that are strings count)."""
-    from .cells import grade_id
+    from course_grading.authoring.cells import grade_id
     return {gid for c in nb.cells if isinstance(c, dict) and isinstance(gid := grade_id(c), str)}
 
 
@@ -141,7 +141,7 @@ def model_answers(root, assignment: str) -> dict[str, str]:
     """{grade_id: text} of the written answers of ``assignment``'s source notebook (nbgrader's
     manually graded answer cells): the model answer and the rubric the instructor wrote,
     which the release replaces by a stub. {} when the source is not there."""
-    from .cells import grade_id, is_solution, meta, text
+    from course_grading.authoring.cells import grade_id, is_solution, meta, text
 
     try:
         nb = _assignment_source(Path(root), assignment)

@@ -22,10 +22,10 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import untrusted
-from .errors import GradingError
-from .nbgrader_setup import course_directory, gradebook
-from .reports_csv import clean
+from course_grading import untrusted
+from course_grading.errors import GradingError
+from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.reports.reports_csv import clean
 
 MAX_ROSTER_BYTES = 8 * 2**20
 MAX_FIELD = 200
