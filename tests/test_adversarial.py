@@ -33,6 +33,7 @@ from course_grading.reports import results as results_module
 from course_grading.authoring.cells import hidden_lines
 from course_grading.sandbox import bubblewrap
 from course_grading.authoring.nbformat_tools import write_notebook
+from course_grading.course.course import Course
 from course_grading.course.nbgrader_setup import GradingRun
 
 pytestmark = [pytest.mark.slow,
@@ -539,7 +540,7 @@ def graded(tmp_path_factory):
         _submit(alone, kind, _variant(source, CATALOGUE[kind][0], constants))
     alone_scores = {r.student: _scores(r) for r in autograde.autograde(alone, jobs=2, progress=False)}
 
-    autograde._prepare_gradebook(GradingRun(str(course), str(course), str(course / "submitted")), [A],
+    autograde._prepare_gradebook(GradingRun(Course(course), str(course / "submitted")), [A],
                                  sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:

@@ -24,7 +24,8 @@ from course_grading.reports import grade_exports
 from course_grading.authoring import release
 from course_grading.commands import roster
 from course_grading.commands.cli import main
-from course_grading.course.nbgrader_setup import GradingError, course_directory, gradebook
+from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.errors import GradingError
 
 import nbformat
 

@@ -304,7 +304,7 @@ def test_find_submissions_refuses_folders_that_are_not_student_ids(tmp_path):
 
 def test_course_check_refuses_a_notebook_beyond_a_bound(tmp_path):
     from course_grading.commands.check import load_submission
-    from course_grading.course.nbgrader_setup import GradingError
+    from course_grading.errors import GradingError
 
     path = tmp_path / "01_embeddings.ipynb"
     path.write_bytes(BOMBS["nests JSON objects and arrays more than 64 deep"])

@@ -31,7 +31,7 @@ from pathlib import Path
 from traitlets import Dict
 from traitlets.config import Configurable
 
-from course_grading.course.course_dir import folders
+from course_grading.course.course_dir import Folders
 
 FILE_NAME = "building_blocks.py"
 
@@ -167,11 +167,12 @@ def render(assignment: str, provided) -> str | None:
     return text
 
 
-def source_file(root, assignment: str) -> Path:
-    return folders(root).source_of(assignment) / FILE_NAME
+def source_file(where: Folders, assignment: str) -> Path:
+    return where.source_of(assignment) / FILE_NAME
 
 
-def expected_files(root, assignment: str, config=None) -> dict[Path, bytes]:
-    """{path of solutions/<assignment>/building_blocks.py: its bytes} ({} when none is needed)."""
+def expected_files(where: Folders, assignment: str, config=None) -> dict[Path, bytes]:
+    """{path of solutions/<assignment>/building_blocks.py (``where``: the course's folders):
+    its bytes} ({} when none is needed)."""
     text = render(assignment, BuildingBlocks(config=config).provided(assignment))
-    return {} if text is None else {source_file(root, assignment): text.encode("utf-8")}
+    return {} if text is None else {source_file(where, assignment): text.encode("utf-8")}

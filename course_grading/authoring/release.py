@@ -13,7 +13,8 @@ from pathlib import Path
 from course_grading.authoring import building_blocks, cells
 from course_grading.authoring.nbformat_tools import dumps, read_notebook
 from course_grading.errors import GradingError
-from course_grading.course.nbgrader_setup import folders, generate, load_config, select_assignments
+from course_grading.course.course import Course
+from course_grading.course.nbgrader_setup import generate
 
 MIN_SECRET_LENGTH = 12  # shorter lines ("return x", "pass") are too common to count as leaks
 
@@ -39,7 +40,7 @@ class LeakError(GradingError):
         super().__init__(f"refusing to release, solution or hidden test would leak: {leaks[0]}{more}")
 
 
-def release(root, assignments=None, check_only=False) -> list[str]:
+def release(course, assignments=None, check_only=False) -> list[str]:
     """Regenerate ``notebooks/`` from ``solutions/`` (all assignments, or those named).
 
     First each assignment's ``building_blocks.py`` (the earlier components it builds on) is
@@ -47,17 +48,18 @@ def release(root, assignments=None, check_only=False) -> list[str]:
     notebook is normalized and scanned for leaks before anything is written to ``notebooks/``;
     a leak raises LeakError and leaves ``notebooks/`` untouched. Returns the paths (relative to
     ``root``) whose content changed; with ``check_only`` nothing is written and no gradebook
-    is touched, and the return value lists the files that are out of date.
+    is touched, and the return value lists the files that are out of date. ``course``: a
+    ``Course``, or its root.
     """
-    root = Path(root).resolve()
-    names = select_assignments(root, assignments)
+    course = Course.of(course)
+    where = course.folders
+    names = course.select_assignments(assignments)
     if not names:
-        raise GradingError(f"no assignments under {root / folders(root).source}")
-    config = load_config(root)
+        raise GradingError(f"no assignments under {where.source}")
     blocks: dict[Path, bytes] = {}
     for name in names:
         try:
-            blocks.update(building_blocks.expected_files(root, name, config))
+            blocks.update(building_blocks.expected_files(where, name, course.config))
         except building_blocks.BuildingBlocksError as exc:
             raise GradingError(str(exc)) from None
     stale_blocks = [path for path, data in blocks.items() if _read_bytes(path) != data]
@@ -67,30 +69,30 @@ def release(root, assignments=None, check_only=False) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="course-release-") as tmp:
         files: dict[Path, bytes] = {}
         for name in names:
-            generate(root, name, tmp, record=not check_only)
-            files.update(_render(root, name, Path(tmp)))
-    changed = [rel for rel, data in files.items() if _read_bytes(root / rel) != data]
+            generate(course, name, tmp, record=not check_only)
+            files.update(_render(course, name, Path(tmp)))
+    changed = [path for path, data in files.items() if _read_bytes(path) != data]
     if not check_only:
-        for rel in changed:
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_bytes(files[rel])
-    return [str(path.relative_to(root)) for path in stale_blocks] + [str(rel) for rel in changed]
+        for path in changed:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(files[path])
+    return [where.shown(path) for path in stale_blocks + changed]
 
 
-def _render(root: Path, assignment: str, release_dir: Path) -> dict[Path, bytes]:
+def _render(course: Course, assignment: str, release_dir: Path) -> dict[Path, bytes]:
     """The final bytes of every released file of ``assignment``; raise LeakError on leaks."""
     generated, files, leaks = release_dir / assignment, {}, []
-    markers = cells.Markers.from_config(load_config(root))
-    where = folders(root)
+    markers = course.markers()
+    where = course.folders
     for path in sorted(p for p in generated.rglob("*") if p.is_file()):
-        rel = Path(where.release) / assignment / path.relative_to(generated)
+        target = where.release / assignment / path.relative_to(generated)
         if path.suffix == ".ipynb":
             released = read_notebook(path)
             source = read_notebook(where.source_of(assignment) / path.relative_to(generated))
-            leaks += find_leaks(source, released, notebook=str(rel), markers=markers)
-            files[rel] = dumps(released).encode("utf-8")
+            leaks += find_leaks(source, released, notebook=where.shown(target), markers=markers)
+            files[target] = dumps(released).encode("utf-8")
         else:
-            files[rel] = path.read_bytes()
+            files[target] = path.read_bytes()
     if leaks:
         raise LeakError(leaks)
     return files

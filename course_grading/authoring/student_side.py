@@ -29,7 +29,7 @@ import course_utils
 from course_grading.authoring import cells
 from course_grading.authoring.nbformat_tools import read_notebook
 from course_grading.errors import GradingError
-from course_grading.course.nbgrader_setup import folders, load_config, source_assignments
+from course_grading.course.course import Course
 from course_grading.authoring.release import release, secret_lines
 
 DISTRIBUTION = "attention-course-learner"
@@ -61,11 +61,12 @@ def learner_files(package_dir: Path | None = None) -> dict[str, bytes]:
     return found
 
 
-def course_secrets(root: Path, assignments=None) -> dict[str, set[str]]:
+def course_secrets(course, assignments=None) -> dict[str, set[str]]:
     """{assignment: its secret lines} (solution and hidden-test regions of its source notebook)."""
-    names = assignments or source_assignments(root)
-    markers = cells.Markers.from_config(load_config(root))
-    return {a: secret_lines(read_notebook(folders(root).source_notebook(a)), markers)
+    course = Course.of(course)
+    names = assignments or course.source_assignments()
+    markers = course.markers()
+    return {a: secret_lines(read_notebook(course.folders.source_notebook(a)), markers)
             for a in names}
 
 
@@ -98,18 +99,19 @@ def learner_leaks(files: dict[str, bytes], secrets: dict[str, set[str]]) -> list
     return leaks
 
 
-def release_leaks(root: Path, secrets: dict[str, set[str]]) -> list[LearnerLeak]:
+def release_leaks(course, secrets: dict[str, set[str]]) -> list[LearnerLeak]:
     """Lines of an assignment's own or a later assignment's solutions in its released folder.
     Earlier assignments' components reach it on purpose, in building_blocks.py: a line that
     an earlier solution has too (``self.dropout = nn.Dropout(dropout)``) gives nothing away."""
+    where = Course.of(course).folders
     leaks = []
     for assignment in sorted(secrets):
-        folder = root / folders(root).release / assignment
+        folder = where.release / assignment
         earlier = set().union(*(s for a, s in secrets.items() if a < assignment))
         forbidden = set().union(*(s for a, s in secrets.items() if a >= assignment)) - earlier
         for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
             if path.is_symlink():
-                leaks.append(LearnerLeak(str(path.relative_to(root)), "a symbolic link"))
+                leaks.append(LearnerLeak(where.shown(path), "a symbolic link"))
                 continue
             if not path.is_file() or path.suffix not in (".py", ".ipynb", ".md", ".txt"):
                 continue
@@ -118,7 +120,7 @@ def release_leaks(root: Path, secrets: dict[str, set[str]]) -> list[LearnerLeak]
                 text = "\n".join(cells.text(c.get("source")) for c in read_notebook(path).cells)
             for line in text.splitlines():
                 if line.strip() in forbidden:
-                    leaks.append(LearnerLeak(str(path.relative_to(root)), f"solution line {line.strip()!r}"))
+                    leaks.append(LearnerLeak(where.shown(path), f"solution line {line.strip()!r}"))
     return leaks
 
 
@@ -229,23 +231,24 @@ copy in `notebooks/` (also in the image, under `/opt/{course_id}/notebooks`) is 
 """
 
 
-def build(root, out, force: bool = False) -> dict[str, Path]:
-    """Write the student side of the course at ``root`` into the folder ``out`` (which must be
-    empty or absent, unless ``force``); returns the main paths written. Raises GradingError,
-    writing nothing, when notebooks/ is out of date or anything would leak."""
-    root, out = Path(root).resolve(), Path(out).resolve()
+def build(course, out, force: bool = False) -> dict[str, Path]:
+    """Write the student side of the ``course`` (a ``Course``, or its root) into the folder
+    ``out`` (which must be empty or absent, unless ``force``); returns the main paths written.
+    Raises GradingError, writing nothing, when notebooks/ is out of date or anything would leak."""
+    course, out = Course.of(course), Path(out).resolve()
+    root = course.root
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not force)):
         raise GradingError(f"{out} is not an empty folder (use --force to replace what is in it)")
-    stale = release(root, check_only=True)
+    stale = release(course, check_only=True)
     if stale:
         raise GradingError(f"notebooks/ is out of date ({stale[0]}…): run `course release` first")
-    secrets = course_secrets(root)
+    secrets = course_secrets(course)
     files = learner_files()
-    leaks = learner_leaks(files, secrets) + release_leaks(root, secrets)
+    leaks = learner_leaks(files, secrets) + release_leaks(course, secrets)
     if leaks:
         more = f" (and {len(leaks) - 1} more)" if len(leaks) > 1 else ""
         raise GradingError(f"refusing to build the student side, it would leak: {leaks[0]}{more}")
-    config = load_config(root)
+    config = course.config
     course_id = config.CourseDirectory.get("course_id") or "attention-course"
     exchange = config.get("Exchange", {}).get("root") or "/srv/nbgrader/exchange"
     project = _project(root)
@@ -254,8 +257,8 @@ def build(root, out, force: bool = False) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     wheel = write_wheel(files, out / "wheels", project["version"], list(project["dependencies"]),
                         project.get("requires-python", ">=3.10"), project.get("description", ""))
-    for assignment in source_assignments(root):
-        source = root / folders(root).release / assignment
+    for assignment in course.source_assignments():
+        source = course.folders.release / assignment
         for path in sorted(source.rglob("*")) if source.is_dir() else []:
             if path.is_file() and not path.is_symlink() and ".ipynb_checkpoints" not in path.parts:
                 target = out / "notebooks" / assignment / path.relative_to(source)

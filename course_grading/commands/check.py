@@ -14,46 +14,46 @@ from course_grading import untrusted
 from course_grading.grading.autograde import grade_submission, sandbox_available
 from course_grading.authoring.nbformat_tools import read_notebook
 from course_grading.errors import GradingError
-from course_grading.course.nbgrader_setup import GradingRun, folders, generate, source_assignments
+from course_grading.course.course import Course
+from course_grading.course.nbgrader_setup import GradingRun, generate
 from course_grading.reports.results import SubmissionResult
 from course_grading.sandbox import installed, warm
-from course_grading.sandbox.settings import course_settings
 
 CHECK_STUDENT = "you"
 _IGNORED = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
 
-def check(path, root, sandboxed=True, audit=True) -> SubmissionResult:
+def check(path, course, sandboxed=True, audit=True) -> SubmissionResult:
     """Grade one notebook against the full hidden tests, as the instructor's autograder would,
     in a temporary course directory: the course's gradebook and folders are never touched.
 
     The assignment comes from the file or folder name (else from the notebook's cells) and
     must match the notebook's nbgrader cells; bad input raises GradingError. The notebook is
     read once, as ``course autograde`` reads a submission: not through a symbolic link, a
-    regular file, within the size cap.
+    regular file, within the size cap. ``course``: a ``Course``, or its root.
     """
-    root = Path(root).resolve()
+    course = Course.of(course)
     try:
         installed.verify()
     except installed.ImportMismatch as exc:
         raise GradingError(str(exc)) from None
     notebook_path = locate_notebook(path)
     data = read_submission(notebook_path)
-    assignment = identify_assignment(root, notebook_path, load_submission(notebook_path, data))
-    where = folders(root)
+    assignment = identify_assignment(course, notebook_path, load_submission(notebook_path, data))
+    where = course.folders
     with tempfile.TemporaryDirectory(prefix="course-check-") as tmp:
-        course = Path(tmp)
-        shutil.copytree(where.source_of(assignment), course / where.source / assignment, ignore=_IGNORED)
-        target = course / where.submitted / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
+        scratch = where.moved(Path(tmp))
+        shutil.copytree(where.source_of(assignment), scratch.source_of(assignment), ignore=_IGNORED)
+        target = scratch.submitted / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
         target.write_bytes(data)
-        run = GradingRun(config_root=str(root), root=str(course), submitted=str(course / where.submitted),
-                         db_url=f"sqlite:///{course / 'gradebook.db'}", sandbox=sandbox_available(sandboxed),
+        run = GradingRun(course, root=str(scratch.root), submitted=str(scratch.submitted),
+                         db_url=f"sqlite:///{scratch.root / 'gradebook.db'}", sandbox=sandbox_available(sandboxed),
                          audit=audit)
         if run.sandbox:  # its imports overlap with generating the assignment
-            warm.ensure_warm(course_settings(root, course))
+            warm.ensure_warm(course.sandbox_settings(scratch.root))
         try:
-            generate(root, assignment, course / where.release, root=run.root, db_url=run.db_url)
+            generate(course, assignment, scratch.release, root=run.root, db_url=run.db_url)
             return grade_submission(run, CHECK_STUDENT, assignment)
         finally:
             warm.stop_warm()
@@ -115,12 +115,12 @@ def _nbgrader_ids(nb) -> set[str]:
     return {gid for c in nb.cells if isinstance(c, dict) and isinstance(gid := grade_id(c), str)}
 
 
-def identify_assignment(root: Path, path: Path, nb) -> str:
+def identify_assignment(course: Course, path: Path, nb) -> str:
     """The assignment ``nb`` belongs to; GradingError if it cannot be told or does not match."""
-    known = source_assignments(root)
+    known = course.source_assignments()
     if not known:
-        raise GradingError(f"no assignments under {root / folders(root).source}")
-    sources = {a: _assignment_source(root, a) for a in known}
+        raise GradingError(f"no assignments under {course.folders.source}")
+    sources = {a: _assignment_source(course, a) for a in known}
     ids = _nbgrader_ids(nb)
     if not ids:
         raise GradingError(f"{path} has no nbgrader cells: it is not a course notebook")
@@ -137,22 +137,22 @@ def identify_assignment(root: Path, path: Path, nb) -> str:
     return assignment
 
 
-def model_answers(root, assignment: str) -> dict[str, str]:
+def model_answers(course, assignment: str) -> dict[str, str]:
     """{grade_id: text} of the written answers of ``assignment``'s source notebook (nbgrader's
     manually graded answer cells): the model answer and the rubric the instructor wrote,
     which the release replaces by a stub. {} when the source is not there."""
     from course_grading.authoring.cells import grade_id, is_solution, meta, text
 
     try:
-        nb = _assignment_source(Path(root), assignment)
+        nb = _assignment_source(Course.of(course), assignment)
     except (OSError, ValueError):
         return {}
     return {grade_id(c): text(c.get("source")).strip() for c in nb.cells
             if is_solution(c) and meta(c).get("grade") and isinstance(grade_id(c), str)}
 
 
-def _assignment_source(root: Path, assignment: str):
-    return read_notebook(folders(root).source_notebook(assignment))
+def _assignment_source(course: Course, assignment: str):
+    return read_notebook(course.folders.source_notebook(assignment))
 
 
 def _graded_ids(nb) -> set[str]:

@@ -42,7 +42,9 @@ import threading
 import warnings
 from pathlib import Path
 
-from course_grading.course.course_dir import HOW_TO_NAME, RootConfigError, course_config_near, find_submissions, folders, search_root
+from course_grading.course.course import Course
+from course_grading.course.course_dir import (HOW_TO_NAME, RootConfigError, course_config_near,
+                                             find_submissions, search_root)
 
 FIRST_NOTEBOOK = "notebooks/01_embeddings/01_embeddings.ipynb"
 GRADING_MODULES = ("course_grading.grading.autograde", "torch")  # what the workers' fork server imports
@@ -75,11 +77,11 @@ def main(argv=None, exiting=False) -> int:
     handler = _log_to_stderr() if verbose else None
     here, importer = os.getcwd(), None
     try:
-        root = find_root(getattr(args, "root", None))
+        course = find_course(getattr(args, "root", None))
         _absolute_paths(args, here)
-        os.chdir(root)  # nothing is configured or imported from where the command was typed
+        os.chdir(course.root)  # nothing is configured or imported from where the command was typed
         if args.run is cmd_doctor:  # it runs where nbgrader itself is broken
-            return args.run(args, root)
+            return args.run(args, course)
         # Warnings are the course's internals (-v shows them). The filter is set before any
         # thread starts: warnings.catch_warnings is process-wide, and a library's own one, in
         # the importer thread, restores on exit the filters it found, which must already say
@@ -88,19 +90,19 @@ def main(argv=None, exiting=False) -> int:
         with warnings.catch_warnings():
             if not verbose:
                 warnings.simplefilter("ignore")
-            early = _start_early(args, root)  # after parsing, before importing nbgrader
+            early = _start_early(args, course)  # after parsing, before importing nbgrader
             if early is not None:
                 importer = threading.Thread(target=early, daemon=True)
                 importer.start()
             from course_grading.errors import GradingError, gradebook_problem
             try:
-                return args.run(args, root)
+                return args.run(args, course)
             except GradingError as exc:
                 raise UsageError(str(exc)) from None
             except Exception as exc:
                 if not _database_error(exc):
                     raise
-                raise UsageError(gradebook_problem(_db_url(args, root), exc)) from None
+                raise UsageError(gradebook_problem(_db_url(args, course), exc)) from None
             finally:
                 if importer is not None and not exiting:  # its imports end under this filter
                     importer.join()
@@ -138,15 +140,14 @@ def _database_error(exc: BaseException) -> bool:
     return module.split(".")[0] in ("sqlalchemy", "psycopg2") or isinstance(exc, sqlite3.Error)
 
 
-def _db_url(args, root: Path) -> str:
-    """The gradebook the command used: --db, else nbgrader_config.py's, else root's."""
+def _db_url(args, course: Course) -> str:
+    """The gradebook the command used: --db, else the course's (``Course.db_url``)."""
     if getattr(args, "db", None):
         return args.db
     try:
-        from course_grading.course.nbgrader_setup import course_directory
-        return course_directory(root).db_url
+        return course.db_url
     except Exception:  # noqa: BLE001 - only for a message
-        return f"sqlite:///{root / 'gradebook.db'}"
+        return f"sqlite:///{course.root / 'gradebook.db'}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -285,6 +286,12 @@ def find_root(explicit=None) -> Path:
     return root
 
 
+def find_course(explicit=None) -> Course:
+    """The course the command works on, built once here (``find_root``'s directory) and
+    handed to the command."""
+    return Course(find_root(explicit))
+
+
 def _within(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
@@ -305,10 +312,10 @@ def _absolute_paths(args, here: str) -> None:
 
 # --------------------------------------------------------------------------- commands
 
-def cmd_start(args, root: Path) -> int:
+def cmd_start(args, course: Course) -> int:
     """JupyterLab at the course root, on the first notebook when it exists."""
-    command = [_jupyter(), "lab", f"--ServerApp.root_dir={root}"]
-    if (root / FIRST_NOTEBOOK).is_file():
+    command = [_jupyter(), "lab", f"--ServerApp.root_dir={course.root}"]
+    if (course.root / FIRST_NOTEBOOK).is_file():
         command.append(FIRST_NOTEBOOK)
     if args.no_browser:
         command.append("--no-browser")
@@ -316,7 +323,7 @@ def cmd_start(args, root: Path) -> int:
         command.append(f"--port={args.port}")
     if getattr(os, "geteuid", lambda: -1)() == 0:
         command.append("--allow-root")
-    return subprocess.call(command, cwd=root)
+    return subprocess.call(command, cwd=course.root)
 
 
 def _jupyter() -> str:
@@ -328,12 +335,12 @@ def _jupyter() -> str:
     return found
 
 
-def cmd_check(args, root: Path) -> int:
+def cmd_check(args, course: Course) -> int:
     """PASS/FAIL per exercise and the total; exit 0 only if everything passes."""
     from course_grading.commands.check import check
     from course_grading.reports.results import format_flags
 
-    result = check(args.path, root, sandboxed=not args.no_sandbox)
+    result = check(args.path, course, sandboxed=not args.no_sandbox)
     if result.error:
         print(f"course: error: grading failed: {_one_line(result.error)}", file=sys.stderr)
         return 1
@@ -350,7 +357,7 @@ def cmd_check(args, root: Path) -> int:
     print(f"total  {sum(e.score for e in auto):g}/{sum(e.max_score for e in auto):g}"
           + (f" (tests); written answers, graded by hand: {sum(e.max_score for e in written):g} points"
              if written else ""))
-    answers = _model_answers(root, result.assignment) if any(e.pending for e in written) else {}
+    answers = _model_answers(course, result.assignment) if any(e.pending for e in written) else {}
     for e in written:
         if e.pending and answers.get(e.grade_id):
             print(f"\nModel answer for {e.grade_id}, to compare with yours:")
@@ -376,19 +383,19 @@ def _print_written(e, width: int) -> None:
               "not answered yet (write it in the cell under the question)")
 
 
-def _model_answers(root: Path, assignment: str) -> dict[str, str]:
+def _model_answers(course: Course, assignment: str) -> dict[str, str]:
     from course_grading.commands.check import model_answers
-    return model_answers(root, assignment)
+    return model_answers(course, assignment)
 
 
-def cmd_status(args, root: Path) -> int:
+def cmd_status(args, course: Course) -> int:
     """Every notebook and exercise: ✔ / ✘ / not started; exit 1 only when one could not be graded."""
     from course_grading.commands.status import format_status, timed_status
 
     def grading(assignment: str) -> None:
         print(f"grading {assignment} …", file=sys.stderr, flush=True)
 
-    found, seconds = timed_status(root, args.notebooks, sandboxed=not args.no_sandbox,
+    found, seconds = timed_status(course, args.notebooks, sandboxed=not args.no_sandbox,
                                   use_cache=not args.no_cache, on_grading=grading)
     print(format_status(found, width=shutil.get_terminal_size((100, 24)).columns))
     graded = sum(n.graded for n in found)
@@ -397,7 +404,7 @@ def cmd_status(args, root: Path) -> int:
     return 1 if any(n.error for n in found) else 0
 
 
-def cmd_doctor(args, root: Path) -> int:
+def cmd_doctor(args, course: Course) -> int:
     """One line per thing the course needs; exit 1 when one is FAIL."""
     from course_grading.commands.doctor import FAIL, diagnose, format_lines
 
@@ -411,11 +418,11 @@ def cmd_doctor(args, root: Path) -> int:
     return 1 if failed else 0
 
 
-def cmd_release(args, root: Path) -> int:
+def cmd_release(args, course: Course) -> int:
     """Write the changed release files, or with --check list them and exit 1."""
     from course_grading.authoring.release import release
 
-    changed = release(root, args.assignments or None, check_only=args.check)
+    changed = release(course, args.assignments or None, check_only=args.check)
     if args.check and changed:
         print("notebooks/ is out of date (run `course release`):")
         print("\n".join(f"  {path}" for path in changed))
@@ -427,13 +434,13 @@ def cmd_release(args, root: Path) -> int:
     return 0
 
 
-def cmd_autograde(args, root: Path) -> int:
+def cmd_autograde(args, course: Course) -> int:
     """The score table and CSV; exit 1 only if grading broke for some submission."""
     from course_grading.reports import class_report, results as out
     from course_grading.grading.autograde import Interrupted, autograde
 
     try:
-        results = autograde(root, students=args.student, assignments=args.assignments or None,
+        results = autograde(course, students=args.student, assignments=args.assignments or None,
                             jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
                             audit=not args.no_audit, resume=args.resume)
     except Interrupted as stop:
@@ -442,14 +449,14 @@ def cmd_autograde(args, root: Path) -> int:
               "error row is tried again)", file=sys.stderr)
         return 130
     print(out.format_table(results))
-    csv_path = out.write_csv(results, args.csv or root / GRADES_CSV)
+    csv_path = out.write_csv(results, args.csv or course.root / GRADES_CSV)
     print(f"\ngrades: {csv_path}")
     if not args.no_audit or any(r.flags for r in results):  # files left out are flagged anyway
         flags = out.format_flags(results)
         print(f"\n{flags}" if flags else "\nno red flags")
         print(f"flags: {out.write_flags_csv(results, csv_path.parent / out.FLAGS_CSV.name)}")
     if not args.no_report:
-        print("class report: {}, {}".format(*class_report.write_report(results, root)))
+        print("class report: {}, {}".format(*class_report.write_report(results, course.root)))
     broken = [r for r in results if r.error]
     for r in broken:
         print(f"course: error: grading failed for {r.student}/{r.assignment}: {_one_line(r.error)}",
@@ -457,35 +464,35 @@ def cmd_autograde(args, root: Path) -> int:
     return 1 if broken else 0
 
 
-def cmd_feedback(args, root: Path) -> int:
+def cmd_feedback(args, course: Course) -> int:
     """One HTML file per autograded submission; exit 1 when some submission got none (one
     line each on stderr)."""
     from course_grading.reports.feedback import FeedbackIncomplete, feedback
 
     try:
-        pages, problems = feedback(root, args.assignments or None, args.student, db_url=args.db), []
+        pages, problems = feedback(course, args.assignments or None, args.student, db_url=args.db), []
     except FeedbackIncomplete as exc:
         pages, problems = exc.pages, exc.problems
     for path in pages:
-        print(path.relative_to(root))
+        print(path.relative_to(course.root))
     from course_grading.reports.feedback import awaiting_manual
-    for note in awaiting_manual(root, args.assignments or None, args.student, db_url=args.db):
+    for note in awaiting_manual(course, args.assignments or None, args.student, db_url=args.db):
         print(f"course: note: {note}", file=sys.stderr)
     for problem in problems:
         print(f"course: error: {_one_line(problem)}", file=sys.stderr)
     return 1 if problems else 0
 
 
-def cmd_export(args, root: Path) -> int:
+def cmd_export(args, course: Course) -> int:
     """nbgrader's CSV export (one row per student and assignment), or an LMS's import file."""
     if args.format == "nbgrader":
         from course_grading.reports.feedback import export
 
-        print(export(root, args.to or root / EXPORT_CSV, db_url=args.db))
+        print(export(course, args.to or course.root / EXPORT_CSV, db_url=args.db))
         return 0
     from course_grading.reports.grade_exports import export as lms_export
 
-    path, notes = lms_export(root, args.to or root / "reports" / f"{args.format}.csv", args.format,
+    path, notes = lms_export(course, args.to or course.root / "reports" / f"{args.format}.csv", args.format,
                              db_url=args.db)
     print(path)
     for note in notes:
@@ -493,32 +500,32 @@ def cmd_export(args, root: Path) -> int:
     return 0
 
 
-def cmd_roster_import(args, root: Path) -> int:
+def cmd_roster_import(args, course: Course) -> int:
     """Students' names and emails into the gradebook (nbgrader's update_or_create_student)."""
     from course_grading.commands.roster import import_roster
 
-    entries = import_roster(root, args.csv, db_url=args.db)
+    entries = import_roster(course, args.csv, db_url=args.db)
     print(f"{len(entries)} students imported into the gradebook")
     return 0
 
 
-def cmd_report(args, root: Path) -> int:
+def cmd_report(args, course: Course) -> int:
     """The class report of every autograded submission in the gradebook."""
     from course_grading.reports import class_report
 
-    results = class_report.gradebook_results(root, args.assignments or None, db_url=args.db)
+    results = class_report.gradebook_results(course, args.assignments or None, db_url=args.db)
     if not results:
         raise UsageError("no autograded submissions in the gradebook: run `course autograde` first")
-    for path in class_report.write_report(results, root):
+    for path in class_report.write_report(results, course.root):
         print(path)
     return 0
 
 
-def cmd_build_student(args, root: Path) -> int:
+def cmd_build_student(args, course: Course) -> int:
     """Build the student side into OUT after checking that nothing in it would leak."""
     from course_grading.authoring.student_side import build
 
-    built = build(root, args.out, force=args.force)
+    built = build(course, args.out, force=args.force)
     for what, path in built.items():
         print(f"{what}: {path}")
     return 0
@@ -526,7 +533,7 @@ def cmd_build_student(args, root: Path) -> int:
 
 # --------------------------------------------------------------------------- starting early
 
-def _grades_here(args, root: Path) -> bool:
+def _grades_here(args, course: Course) -> bool:
     """Whether the command grades exactly one submission in this process, sandboxed."""
     if args.run is cmd_check:
         return not args.no_sandbox
@@ -534,19 +541,19 @@ def _grades_here(args, root: Path) -> bool:
         return False
     if args.jobs == 1:
         return True
-    return len(find_submissions(root / folders(root).submitted, args.student, args.assignments or None)) == 1
+    return len(find_submissions(course.folders.submitted, args.student, args.assignments or None)) == 1
 
 
-def _grades_in_workers(args, root: Path) -> bool:
+def _grades_in_workers(args, course: Course) -> bool:
     """Whether the command will grade several submissions in worker processes."""
     if args.run is not cmd_autograde or args.jobs == 1 or args.resume:
         return False
     if not args.jobs and (os.cpu_count() or 1) == 1:
         return False
-    return len(find_submissions(root / folders(root).submitted, args.student, args.assignments or None)) > 1
+    return len(find_submissions(course.folders.submitted, args.student, args.assignments or None)) > 1
 
 
-def _start_early(args, root: Path):
+def _start_early(args, course: Course):
     """Start now what the command will wait for, and return what this process should import
     in a thread meanwhile (None: nothing). Any doubt means no early start: it is only ever an
     optimisation.
@@ -556,17 +563,16 @@ def _start_early(args, root: Path):
       process's own (``workers.start_fork_server``); meanwhile matplotlib, which only the
       class report at the very end needs (``_import_report_side``)."""
     try:
-        if _grades_in_workers(args, root):
+        if _grades_in_workers(args, course):
             from course_grading.grading.workers import start_fork_server
 
             start_fork_server(GRADING_MODULES)
             return _import_report_side
-        if not _grades_here(args, root):
+        if not _grades_here(args, course):
             return None
         from course_grading.sandbox import warm
-        from course_grading.sandbox.settings import course_settings
 
-        return _import_trusted_side if warm.ensure_warm(course_settings(root)) is not None else None
+        return _import_trusted_side if warm.ensure_warm(course.sandbox_settings()) is not None else None
     except Exception:  # noqa: BLE001
         return None
 

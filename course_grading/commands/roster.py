@@ -105,12 +105,12 @@ def read_roster(path) -> list[RosterEntry]:
     return entries
 
 
-def import_roster(root, path, db_url=None) -> list[RosterEntry]:
+def import_roster(course, path, db_url=None) -> list[RosterEntry]:
     """Create or update a gradebook student for each row of roster ``path`` (nbgrader's
     ``update_or_create_student``); a cell left empty leaves that field as it is. Returns the
     rows imported."""
     entries = read_roster(path)
-    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
+    coursedir = course_directory(course, db_url=db_url)
     with gradebook(coursedir) as gb:
         for entry in entries:
             fields = {k: v for k, v in (("first_name", entry.first_name), ("last_name", entry.last_name),

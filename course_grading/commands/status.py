@@ -29,7 +29,7 @@ from pathlib import Path
 
 from course_grading.grading import ledger
 from course_grading.errors import GradingError
-from course_grading.course.nbgrader_setup import folders, load_config, source_assignments
+from course_grading.course.course import Course
 from course_grading.reports.reports_csv import clean
 from course_grading.reports.results import ExerciseResult, SubmissionResult
 
@@ -102,23 +102,25 @@ def notebook_path(folder: Path, assignment: str) -> Path:
     return nested
 
 
-def status(root, folder=None, sandboxed=True, use_cache=True, on_grading=None) -> list[NotebookStatus]:
-    """The status of every notebook of the course (``folder``, default ``root/notebooks``,
-    holds the learner's ``NN_topic/NN_topic.ipynb``). ``on_grading(assignment)`` is called
-    before a notebook is graded (it takes seconds; cached ones take none)."""
-    root = Path(root).resolve()
-    folder = Path(folder) if folder else root / folders(root).release
-    return [notebook_status(root, assignment, notebook_path(folder, assignment), sandboxed,
+def status(course, folder=None, sandboxed=True, use_cache=True, on_grading=None) -> list[NotebookStatus]:
+    """The status of every notebook of the ``course`` (a ``Course``, or its root; ``folder``,
+    default its release folder, ``notebooks/``, holds the learner's ``NN_topic/NN_topic.ipynb``).
+    ``on_grading(assignment)`` is called before a notebook is graded (it takes seconds; cached
+    ones take none)."""
+    course = Course.of(course)
+    folder = Path(folder) if folder else course.folders.release
+    return [notebook_status(course, assignment, notebook_path(folder, assignment), sandboxed,
                             use_cache, on_grading)
-            for assignment in source_assignments(root)]
+            for assignment in course.source_assignments()]
 
 
-def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use_cache=True,
+def notebook_status(course, assignment: str, path: Path, sandboxed=True, use_cache=True,
                     on_grading=None) -> NotebookStatus:
     from course_grading.commands.check import load_submission, read_submission
 
+    course = Course.of(course)
     found = NotebookStatus(assignment, path)
-    stubs, order = _release_stubs(root, assignment)
+    stubs, order = _release_stubs(course, assignment)
     if not path.is_file() and not path.is_symlink():
         found.exercises = [ExerciseStatus(name, NOT_STARTED) for name in order]
         return found
@@ -132,14 +134,14 @@ def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use
     if order and untouched == set(order):  # nothing written yet: nothing to grade
         found.exercises = [ExerciseStatus(name, NOT_STARTED) for name in order]
         return found
-    key = hashlib.sha256(f"{CACHE_FORMAT}\0{sandboxed}\0{ledger.course_version(root, assignment)}\0".encode()
+    key = hashlib.sha256(f"{CACHE_FORMAT}\0{sandboxed}\0{ledger.course_version(course, assignment)}\0".encode()
                          + data).hexdigest()
     result = _read_cache(key) if use_cache else None
     found.cached = result is not None
     if result is None:
         if on_grading is not None:
             on_grading(assignment)
-        result = _grade(root, path, sandboxed)
+        result = _grade(course, path, sandboxed)
         found.graded = True
         if not result.error:
             _write_cache(key, result)
@@ -148,11 +150,11 @@ def notebook_status(root: Path, assignment: str, path: Path, sandboxed=True, use
     return found
 
 
-def _grade(root: Path, path: Path, sandboxed: bool) -> SubmissionResult:
+def _grade(course: Course, path: Path, sandboxed: bool) -> SubmissionResult:
     from course_grading.commands.check import check
 
     try:
-        return check(path, root, sandboxed=sandboxed, audit=False)
+        return check(path, course, sandboxed=sandboxed, audit=False)
     except GradingError as exc:
         return SubmissionResult("you", "", error=str(exc))
 
@@ -190,14 +192,14 @@ def _solution_sources(nb) -> dict[str, str]:
 _STUBS: dict = {}
 
 
-def _release_stubs(root: Path, assignment: str) -> tuple[dict[str, str], list[str]]:
+def _release_stubs(course: Course, assignment: str) -> tuple[dict[str, str], list[str]]:
     """What the release's solution cells hold (nbgrader's ClearSolutions run on the source, in
     memory), by grade id, and the exercises in order. ({}, order) where it cannot be made: every
     notebook is then graded to tell."""
     from course_grading.authoring.nbformat_tools import read_notebook
 
-    source_path = folders(root).source_notebook(assignment)
-    stamp = (str(source_path), ledger.course_version(root, assignment))
+    source_path = course.folders.source_notebook(assignment)
+    stamp = (str(source_path), ledger.course_version(course, assignment))
     if stamp in _STUBS:
         return _STUBS[stamp]
     try:
@@ -208,7 +210,7 @@ def _release_stubs(root: Path, assignment: str) -> tuple[dict[str, str], list[st
     try:
         from nbgrader.preprocessors import ClearSolutions
 
-        released, _ = ClearSolutions(config=load_config(root)).preprocess(copy.deepcopy(source), {})
+        released, _ = ClearSolutions(config=course.config_copy()).preprocess(copy.deepcopy(source), {})
         _STUBS[stamp] = (_solution_sources(released), order)
     except Exception:  # noqa: BLE001 - only an optimisation: grade instead
         _STUBS[stamp] = ({}, order)
@@ -318,8 +320,8 @@ def format_status(found: list[NotebookStatus], width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def timed_status(root, folder=None, sandboxed=True, use_cache=True, on_grading=None):
+def timed_status(course, folder=None, sandboxed=True, use_cache=True, on_grading=None):
     """``status`` and the seconds it took."""
     start = time.monotonic()
-    found = status(root, folder, sandboxed, use_cache, on_grading)
+    found = status(course, folder, sandboxed, use_cache, on_grading)
     return found, time.monotonic() - start

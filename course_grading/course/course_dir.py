@@ -2,17 +2,16 @@
 (the ``course`` entry point uses them before anything heavy is loaded: no nbgrader import)."""
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from course_grading.course import config
 from course_grading.untrusted import plain_name
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 ROOT_VARIABLE = "COURSE_ROOT"
-CONFIG_FILES = ("nbgrader_config.py", "nbgrader_config.json")
 HOW_TO_NAME = (f"name the course with --root DIR (or {ROOT_VARIABLE}=DIR, or "
                "c.CourseDirectory.root in ~/.jupyter/nbgrader_config.py)")
 
@@ -55,32 +54,19 @@ def _jupyter_config_root() -> CourseRoot | None:
     """``CourseDirectory.root`` as the first nbgrader configuration file of Jupyter's
     configuration folders that sets it says (the user's folder first, as Jupyter reads them);
     RootConfigError when one of them cannot be read."""
-    try:
-        from jupyter_core.paths import jupyter_config_path
-    except ImportError:  # without Jupyter there is no such file
-        return None
-    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
-
-    for folder in jupyter_config_path():
-        if not os.path.isabs(folder):  # an empty or relative entry of JUPYTER_CONFIG_PATH
+    for path in config.jupyter_config_files():
+        try:
+            loaded = config.load(path)
+        except Exception as exc:  # noqa: BLE001 - whatever the file raised
+            raise RootConfigError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
+        root = loaded.get("CourseDirectory", {}).get("root")
+        if not (isinstance(root, str) and root):
             continue
-        for name in CONFIG_FILES:
-            path = Path(folder) / name
-            if not path.is_file():
-                continue
-            loader = PyFileConfigLoader if name.endswith(".py") else JSONFileConfigLoader
-            try:
-                config = loader(name, path=str(path.parent)).load_config()
-            except Exception as exc:  # noqa: BLE001 - whatever the file raised
-                raise RootConfigError(f"cannot read {path}: {type(exc).__name__}: {exc}") from None
-            root = config.get("CourseDirectory", {}).get("root")
-            if not (isinstance(root, str) and root):
-                continue
-            if not os.path.isabs(os.path.expanduser(root)):  # it would follow the current folder
-                raise RootConfigError(f"CourseDirectory.root in {path} is a relative path ({root}): "
-                                      "a course directory is never taken from the current folder; "
-                                      "make it absolute, or use --root DIR")
-            return CourseRoot(Path(os.path.expanduser(root)).resolve(), f"CourseDirectory.root in {path}")
+        if not os.path.isabs(os.path.expanduser(root)):  # it would follow the current folder
+            raise RootConfigError(f"CourseDirectory.root in {path} is a relative path ({root}): "
+                                  "a course directory is never taken from the current folder; "
+                                  "make it absolute, or use --root DIR")
+        return CourseRoot(Path(os.path.expanduser(root)).resolve(), f"CourseDirectory.root in {path}")
     return None
 
 
@@ -126,41 +112,40 @@ FOLDER_DEFAULTS = {"source": "source", "release": "release", "submitted": "submi
 
 @dataclass(frozen=True)
 class Folders:
-    """The course's folders as its nbgrader_config.py names them (``CourseDirectory.*_directory``):
-    the one source, so that no step spells "solutions" or "submitted" itself."""
+    """The course's folders as its nbgrader_config.py names them (``CourseDirectory.*_directory``),
+    absolute: the one source, so that no step spells "solutions" or "submitted" itself. Built by
+    ``course.Course.folders``."""
 
     root: Path
-    source: str       # the instructor's notebooks (this course: solutions)
-    release: str      # what students get (this course: notebooks)
-    submitted: str
-    autograded: str
-    feedback: str
+    source: Path      # the instructor's notebooks (this course: solutions)
+    release: Path     # what students get (this course: notebooks)
+    submitted: Path
+    autograded: Path
+    feedback: Path
+
+    @classmethod
+    def named(cls, root: Path, section) -> Folders:
+        """The folders of the course at ``root`` that a configuration's ``CourseDirectory``
+        ``section`` names, nbgrader's defaults for the others."""
+        names = {k: section.get(f"{k}_directory", default) for k, default in FOLDER_DEFAULTS.items()}
+        return cls(root, **{k: root / v for k, v in names.items()})
+
+    def moved(self, root: Path) -> Folders:
+        """These folders, for a course at ``root`` that names them as this one does (``course
+        check``'s throw-away course): each folder under this root moves, the others stay."""
+        return Folders(root, **{k: root / getattr(self, k).relative_to(self.root)
+                                if getattr(self, k).is_relative_to(self.root) else getattr(self, k)
+                                for k in FOLDER_DEFAULTS})
+
+    def shown(self, folder: Path) -> str:
+        """``folder`` as a message names it: from the root when it lies under the root."""
+        try:
+            return str(folder.relative_to(self.root))
+        except ValueError:
+            return str(folder)
 
     def source_of(self, assignment: str) -> Path:
-        return self.root / self.source / assignment
+        return self.source / assignment
 
     def source_notebook(self, assignment: str, name: str | None = None) -> Path:
         return self.source_of(assignment) / (name or f"{assignment}.ipynb")
-
-
-def folders(root) -> Folders:
-    """The folders of the course at ``root``: its own nbgrader_config.py (the instructor's,
-    read by traitlets alone, no nbgrader import), read again when it changes."""
-    root = Path(root).resolve()
-    try:
-        stamp = (root / CONFIG_FILES[0]).stat().st_mtime_ns
-    except OSError:
-        stamp = None
-    return _folders(root, stamp)
-
-
-@functools.lru_cache(maxsize=16)
-def _folders(root: Path, stamp) -> Folders:
-    named = {}
-    if stamp is not None:
-        from traitlets.config.loader import PyFileConfigLoader
-
-        config = PyFileConfigLoader(CONFIG_FILES[0], path=str(root)).load_config()
-        named = {k: config.CourseDirectory[f"{k}_directory"] for k in FOLDER_DEFAULTS
-                 if f"{k}_directory" in config.CourseDirectory}
-    return Folders(root, **{**FOLDER_DEFAULTS, **named})

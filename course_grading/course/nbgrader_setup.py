@@ -1,8 +1,8 @@
-"""nbgrader set-up shared by every pipeline step: the course's configuration, its
-CourseDirectory and gradebook, running a converter in-process, generating an assignment.
+"""nbgrader set-up shared by every pipeline step: a ``Course``'s CourseDirectory and gradebook,
+a grading run (``GradingRun``), running a converter in-process, generating an assignment.
 
-Every step takes the course ``root`` (the folder holding ``nbgrader_config.py``), so tests can
-run the pipeline on a small course in a temporary folder. nbgrader's log goes to the
+Every step takes the ``Course`` (or its root, the folder holding ``nbgrader_config.py``), so
+tests can run the pipeline on a small course in a temporary folder. nbgrader's log goes to the
 ``course_grading.nbgrader`` logger, which prints nothing unless a handler is added
 (``course -v``).
 """
@@ -21,12 +21,9 @@ from nbgrader.converters import Autograde, GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
 from nbgrader.preprocessors import SaveCells
 from sqlalchemy.exc import SQLAlchemyError
-from traitlets.config import Config
-from traitlets.config.loader import PyFileConfigLoader
 
-from course_grading.course.course_dir import Folders, folders  # noqa: F401
-from course_grading.errors import (AssignmentChanged, GradebookError, GradingError, NbgraderFailure,  # noqa: F401
-                     from_converter, gradebook_error, gradebook_problem, short, strip_ansi)
+from course_grading.course.course import Course
+from course_grading.errors import AssignmentChanged, from_converter, gradebook_error
 from course_grading.preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook
 from course_grading.sandbox import bubblewrap
 
@@ -48,75 +45,55 @@ LOG.addHandler(logging.NullHandler())
 
 # --------------------------------------------------------------------------- configuration
 
-def load_config(root) -> Config:
-    """The traitlets config of ``root/nbgrader_config.py`` (NbGraderAPI does not read it)."""
-    root = Path(root)
-    if not (root / "nbgrader_config.py").is_file():
-        raise GradingError(f"{root} is not a course directory: it has no nbgrader_config.py")
-    return PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-
-
-def source_assignments(root) -> list[str]:
-    """Names of the assignments in the course's source folder (folders holding a notebook)."""
-    where = folders(root)
-    source = where.root / where.source
-    if not source.is_dir():
-        return []
-    return sorted(d.name for d in source.iterdir() if d.is_dir() and any(d.glob("*.ipynb")))
-
-
-def select_assignments(root, requested) -> list[str]:
-    """``requested`` (all of them when empty), after checking each exists in the source folder."""
-    known = source_assignments(root)
-    unknown = [a for a in requested or [] if a not in known]
-    if unknown:
-        raise GradingError(f"unknown assignment {unknown[0]!r} ({folders(root).source}/ has: "
-                           f"{', '.join(known) or 'none'})")
-    return list(requested) if requested else known
-
-
 @dataclass(frozen=True)
 class GradingRun:
-    """What one grading run is: which course, which gradebook, which submissions, and how
-    they are treated. One typed value that travels unchanged to every worker (picklable).
+    """What one grading run is: a ``Course`` and that run's flags: which submissions, which
+    gradebook, and how they are treated. One typed value that travels unchanged to every
+    worker (picklable, the course's configuration with it).
 
-    ``config_root`` holds the nbgrader_config.py that configures nbgrader (the instructor's,
-    trusted); ``root`` the folders graded in (the same, except ``course check``'s throw-away
-    course); ``db_url`` None is nbgrader_config.py's, else ``root/gradebook.db``.
+    ``course`` configures nbgrader (the instructor's, trusted); ``root`` is the folder graded
+    in when it is not the course's own (``course check``'s throw-away course); ``db_url`` None
+    is the course's gradebook.
     """
 
-    config_root: str
-    root: str
+    course: Course
     submitted: str
+    root: str | None = None
     db_url: str | None = None
     sandbox: bool = False
     audit: bool = False
+
+    @property
+    def graded(self) -> Course:
+        """The course whose folders are graded in: the course, or the throw-away one at ``root``."""
+        return self.course if self.root is None else Course(self.root)
 
     def course_directory(self, **traits) -> CourseDirectory:
         """The CourseDirectory of this run; ``traits``: nbgrader's (student_id, assignment_id,
         a staged ``submitted_directory``, ...)."""
         traits.setdefault("submitted_directory", self.submitted)
-        return course_directory(self.config_root, root=self.root, db_url=self.db_url,
+        return course_directory(self.course, root=self.root, db_url=self.db_url,
                                 sandbox=self.sandbox, **traits)
 
 
-def course_directory(config_root, *, root=None, db_url: str | None = None, sandbox: bool = False,
+def course_directory(course, *, root=None, db_url: str | None = None, sandbox: bool = False,
                      **traits) -> CourseDirectory:
-    """A CourseDirectory configured from ``config_root``'s nbgrader_config.py, for the course
-    folders at ``root`` (default ``config_root``), with ``db_url`` when given (else the
-    configuration's, which follows ``root``). ``sandbox=True`` runs every grading kernel in
-    bubblewrap with the course folders hidden. ``traits`` set nbgrader's own traits
-    (student_id, assignment_id, release_directory, ...)."""
-    config = load_config(config_root)
+    """A CourseDirectory configured from ``course``'s configuration (a ``Course``, or its
+    root), for the course folders at ``root`` (default the course's own), with ``db_url`` when
+    given (else the configuration's, which follows ``root``). ``sandbox=True`` runs every
+    grading kernel in bubblewrap with the course folders hidden. ``traits`` set nbgrader's own
+    traits (student_id, assignment_id, release_directory, ...)."""
+    course = Course.of(course)
+    config = course.config_copy()
     if "extra_arguments" not in config.Execute:  # the kernel's own log warnings stay quiet
         config.Execute.extra_arguments = ["--IPKernelApp.log_level=ERROR"]
     if "autograde_preprocessors" not in config.Autograde:  # as nbgrader_config.py sets them
         config.Autograde.autograde_preprocessors = autograde_preprocessors()
     config.Autograde.autograde_preprocessors = sanitized_last(config.Autograde.autograde_preprocessors)
     coursedir = CourseDirectory(config=config, log=LOG)
-    coursedir.root = str(Path(root if root is not None else config_root).resolve())
+    coursedir.root = str(Path(root if root is not None else course.root).resolve())
     if sandbox:
-        bubblewrap.configure(config, coursedir.root, Path(config_root).resolve())
+        bubblewrap.configure(config, coursedir.root, course.root)
     if db_url:
         coursedir.db_url = db_url
     for name, value in traits.items():
@@ -197,12 +174,12 @@ def _record_failures(converter, recorded: list) -> None:
         setattr(converter, name, recording)
 
 
-def generate(config_root, assignment: str, release_dir, record=True, *, root=None,
+def generate(course, assignment: str, release_dir, record=True, *, root=None,
              db_url: str | None = None) -> None:
     """nbgrader generate_assignment of one assignment into ``release_dir``. With ``record``
     it also records the assignment (its cells, hidden tests included) in the gradebook, which
     autograde needs; without, no gradebook is opened (SaveCells only writes to it)."""
-    coursedir = course_directory(config_root, root=root, db_url=db_url, release_directory=str(release_dir),
+    coursedir = course_directory(course, root=root, db_url=db_url, release_directory=str(release_dir),
                                  assignment_id=assignment)
     converter = GenerateAssignment(coursedir=coursedir, config=coursedir.config, log=LOG)
     converter.force = True

@@ -28,8 +28,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from course_grading.audit.trusted import review
 from course_grading.course.course_dir import find_submissions
 from course_grading.errors import GradingError, SubmissionRefused, retriable, short
-from course_grading.course.nbgrader_setup import (LOG, GradingRun, folders, generate, gradebook, run_converter,
-                             select_assignments, source_assignments)
+from course_grading.course.course import Course
+from course_grading.course.nbgrader_setup import LOG, GradingRun, generate, gradebook, run_converter
 from course_grading.grading import gradebook_engines, ledger, metadata_schema, workers
 from course_grading import untrusted
 from course_grading.grading.progress import Progress
@@ -37,7 +37,7 @@ from course_grading.preprocessors.limited_execute import UNREAD_MESSAGES
 from course_grading.grading.red_flags import Flag, scan
 from course_grading.reports.results import SubmissionResult, exercise_results, uncomputed
 from course_grading.sandbox import bubblewrap, installed, warm
-from course_grading.sandbox.settings import Settings, course_settings
+from course_grading.sandbox.settings import Settings
 
 LOCK_RETRIES = 5
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
@@ -56,7 +56,7 @@ class Interrupted(KeyboardInterrupt):
         self.graded, self.total = graded, total
 
 
-def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=None,
+def autograde(course, submitted_dir=None, students=None, assignments=None, jobs=None,
               progress=True, db_url=None, sandboxed=True, audit=True,
               resume=False) -> list[SubmissionResult]:
     """Grade every submission ``submitted/<student>/<assignment>/`` (optionally filtered).
@@ -64,8 +64,8 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     The gradebook learns missing assignments from ``solutions/`` (``notebooks/`` is never
     touched) and the students; then ``jobs`` worker processes (default: one per CPU) grade one
     submission each. A broken submission becomes a result with ``error`` set; the rest go on.
-    Results are sorted by student and assignment. ``db_url`` (default: nbgrader_config.py's
-    ``CourseDirectory.db_url``, else ``root/gradebook.db``) may name a shared PostgreSQL
+    ``course``: a ``Course`` (or its root). Results are sorted by student and assignment.
+    ``db_url`` (default: the course's gradebook, ``Course.db_url``) may name a shared PostgreSQL
     gradebook, which several graders can fill at once.
 
     With ``sandboxed`` every kernel runs in bubblewrap (where it is missing, grading goes on
@@ -78,10 +78,10 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
     Interrupted (KeyboardInterrupt, which the ``course`` command also makes of SIGTERM), it
     raises ``Interrupted``, saying how many were graded.
     """
-    root = Path(root).resolve()
+    course = Course.of(course)
     installed.verify()
-    submitted = Path(submitted_dir).resolve() if submitted_dir else root / folders(root).submitted
-    select_assignments(root, assignments)
+    submitted = Path(submitted_dir).resolve() if submitted_dir else course.folders.submitted
+    course.select_assignments(assignments)
     refused: list[str] = []
     pairs = find_submissions(submitted, students, assignments, refused)
     invalid = [SubmissionResult(untrusted.shown_name(name), "", error=INVALID_ID.format(untrusted.shown_name(name)))
@@ -90,8 +90,8 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
         if invalid:
             return invalid
         raise GradingError(f"no submissions to grade under {submitted}")
-    known = set(source_assignments(root))
-    run = GradingRun(config_root=str(root), root=str(root), submitted=str(submitted), db_url=db_url,
+    known = set(course.source_assignments())
+    run = GradingRun(course, submitted=str(submitted), db_url=db_url,
                      sandbox=sandbox_available(sandboxed), audit=audit)
     tasks = [(run, student, assignment, assignment in known) for student, assignment in pairs]
     earlier: list[SubmissionResult] = []
@@ -104,16 +104,17 @@ def autograde(root, submitted_dir=None, students=None, assignments=None, jobs=No
             return sorted(earlier + invalid, key=lambda r: (r.student, r.assignment))
         pairs = [(t[1], t[2]) for t in tasks]
     for _, student, assignment, _ in tasks:  # graded again: done only once it is, again
-        ledger.forget(root, student, assignment)
+        ledger.forget(course.root, student, assignment)
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
     warm_here = run.sandbox and jobs == 1
+    settings = course.sandbox_settings()
     if warm_here:  # its imports overlap with the gradebook's set-up below
-        warm.ensure_warm(course_settings(root))
+        warm.ensure_warm(settings)
     try:
         _prepare_gradebook(run, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}))
-        results = _grade_all(tasks, jobs, progress, str(root) if run.sandbox else None,
-                             course_settings(root).grader_memory_mb, already=len(earlier),
-                             ledger_root=root)
+        results = _grade_all(tasks, jobs, progress, settings if run.sandbox else None,
+                             settings.grader_memory_mb, already=len(earlier),
+                             ledger_root=course.root)
     finally:
         if warm_here:
             warm.stop_warm()
@@ -126,34 +127,32 @@ def already_graded(run: GradingRun, tasks: list[tuple]) -> tuple[list[Submission
     (staged again, as grading would stage it: ``ledger.submission_key``) and the gradebook
     holds the same computed scores and the autograded notebooks for it (``_still_recorded``).
     """
-    root = Path(run.root)
     coursedir = run.course_directory()
-    submitted = Path(coursedir.root) / coursedir.submitted_directory
-    bounds = untrusted.NotebookBounds.from_config(coursedir.config)
+    submitted = Path(coursedir.submitted_directory)
+    bounds = run.course.notebook_bounds
     candidates: dict[tuple[str, str], SubmissionResult] = {}
     for _, student, assignment, known in tasks:
-        old = ledger.read(root, student, assignment) if known else None
-        if old is not None and old.key == _current_key(coursedir, submitted, student, assignment,
-                                                       bounds, _how(run)):
+        old = ledger.read(coursedir.root, student, assignment) if known else None
+        if old is not None and old.key == _current_key(run, coursedir, submitted, student, assignment,
+                                                       bounds):
             candidates[(student, assignment)] = old
     standing = _still_recorded(coursedir, candidates) if candidates else set()
     return ([candidates[pair] for pair in sorted(standing)],
             [task for task in tasks if (task[1], task[2]) not in standing])
 
 
-def _current_key(coursedir: CourseDirectory, submitted: Path, student: str, assignment: str,
-                 bounds: untrusted.NotebookBounds, how: str) -> str:
+def _current_key(run: GradingRun, coursedir: CourseDirectory, submitted: Path, student: str,
+                 assignment: str, bounds: untrusted.NotebookBounds) -> str:
     """The key a grade of the submission would have now; '' when it would not be graded."""
     with tempfile.TemporaryDirectory(prefix="course-resume-") as stage:
         try:
             stage_submission(submitted, student, assignment, Path(stage),
                              _expected_notebooks(coursedir, assignment),
-                             _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
-                             bounds)
+                             _provided_modules(_source_of(coursedir, assignment)), bounds)
         except Exception:  # noqa: BLE001 - refused, unreadable: graded again (an error row)
             return ""
-        return ledger.submission_key(coursedir.root, assignment, Path(stage) / student / assignment,
-                                     coursedir.db_url, how)
+        return ledger.submission_key(run.graded, assignment, Path(stage) / student / assignment,
+                                     coursedir.db_url, _how(run))
 
 
 def _how(run: GradingRun) -> str:
@@ -201,7 +200,7 @@ def _prepare_gradebook(run: GradingRun, assignments: list[str], students: list[s
                             gb.update_or_create_student(student)
                 for assignment in missing:
                     with tempfile.TemporaryDirectory(prefix="course-generate-") as tmp:
-                        generate(run.config_root, assignment, tmp, root=run.root, db_url=run.db_url)
+                        generate(run.course, assignment, tmp, root=run.root, db_url=run.db_url)
             return
         except (SQLAlchemyError, GradingError) as exc:
             if attempt == LOCK_RETRIES - 1 or not retriable(exc):
@@ -246,10 +245,10 @@ def _has_notebooks(gb: Gradebook, assignment: str) -> bool:
 
 
 def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
-               sandbox_root: str | None = None, memory_mb: int = 0, *, already: int = 0,
+               sandbox: Settings | None = None, memory_mb: int = 0, *, already: int = 0,
                ledger_root=None) -> list[SubmissionResult]:
     """Run ``_grade_task`` over ``tasks``, in ``jobs`` worker processes when more than one
-    (each starts its warm sandbox for ``sandbox_root`` as soon as it exists, when given; each
+    (each starts its warm sandbox with ``sandbox`` settings as soon as it exists, when given; each
     bounded to ``memory_mb`` of its own, when given). A worker that dies costs only the
     submission it held: an error row, flagged (``workers``); the others go on, on a fresh one.
 
@@ -279,7 +278,7 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
 
     try:
         with stop:
-            _dispatch(tasks, jobs, done, sandbox_root, memory_mb)
+            _dispatch(tasks, jobs, done, sandbox, memory_mb)
     except KeyboardInterrupt:
         raise Interrupted(already + len(results), already + len(tasks)) from None
     finally:
@@ -315,7 +314,7 @@ class _Stop:
             signal.signal(signum, handler)
 
 
-def _dispatch(tasks: list[tuple], jobs: int, done, sandbox_root: str | None, memory_mb: int) -> None:
+def _dispatch(tasks: list[tuple], jobs: int, done, sandbox: Settings | None, memory_mb: int) -> None:
     """``done(result)`` for each task, graded here (one job) or by ``workers``."""
     if jobs == 1:
         for task in tasks:
@@ -327,7 +326,7 @@ def _dispatch(tasks: list[tuple], jobs: int, done, sandbox_root: str | None, mem
 
     context = start_fork_server()
     workers.run(_grade_task, tasks, jobs, finished, context=context, initializer=_start_worker,
-                initargs=(_kernel_threads(jobs), sandbox_root, _warnings_ignored()), memory_mb=memory_mb)
+                initargs=(_kernel_threads(jobs), sandbox, _warnings_ignored()), memory_mb=memory_mb)
 
 
 def _worker_failed(task: tuple, outcome) -> SubmissionResult:
@@ -352,7 +351,7 @@ def _warnings_ignored() -> bool:
                for action, message, category, module, _ in warnings.filters)
 
 
-def _start_worker(env: dict[str, str], sandbox_root: str | None, quiet: bool = False) -> None:
+def _start_worker(env: dict[str, str], sandbox: Settings | None, quiet: bool = False) -> None:
     """A grading worker: its kernels' environment, and its warm sandbox, started at once
     (closed when the worker ends). ``quiet``: it ignores warnings, as its dispatcher does
     (nbgrader's SQLAlchemy warnings would break the progress bar's line)."""
@@ -363,9 +362,9 @@ def _start_worker(env: dict[str, str], sandbox_root: str | None, quiet: bool = F
     if quiet:
         import warnings
         warnings.simplefilter("ignore")
-    if sandbox_root is not None:
+    if sandbox is not None:
         try:
-            warm.ensure_warm(course_settings(sandbox_root))
+            warm.ensure_warm(sandbox)
         except Exception:  # noqa: BLE001 - only an early start: the first kernel starts it else
             pass
         multiprocessing.util.Finalize(None, warm.stop_warm, exitpriority=10)
@@ -397,8 +396,8 @@ def start_fork_server():
 def _grade_task(run: GradingRun, student: str, assignment: str, known: bool) -> SubmissionResult:
     """Grade one submission (in a worker process); any failure becomes an error result."""
     if not known:
-        where = folders(run.root).source
-        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in {where}/")
+        where = run.course.folders
+        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in {where.shown(where.source)}/")
     try:
         installed.verify()  # a worker that imported another copy of the course grades nothing
         return grade_submission(run, student, assignment)
@@ -406,12 +405,12 @@ def _grade_task(run: GradingRun, student: str, assignment: str, known: bool) -> 
         return SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
 
 
-def _scan_only(folder: Path, root: Path, assignment: str,
+def _scan_only(folder: Path, coursedir: CourseDirectory, assignment: str,
                bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list:
     """The scanner's red flags of a submission whose grading failed (nothing of it runs)."""
     flags = []
     try:
-        for path, source in _with_sources(folder, root, assignment):
+        for path, source in _with_sources(folder, coursedir, assignment):
             flags += scan(path, source, bounds)
     except Exception:  # noqa: BLE001 - an unreadable notebook: the error row says enough
         return flags
@@ -436,16 +435,15 @@ def grade_submission(run: GradingRun, student: str, assignment: str) -> Submissi
     the scanner finds in it when audited; files left out of the copy are flagged in any case.
     """
     coursedir = run.course_directory(student_id=student, assignment_id=assignment)
-    submitted = Path(coursedir.root) / coursedir.submitted_directory
-    bounds = untrusted.NotebookBounds.from_config(coursedir.config)
+    submitted = Path(coursedir.submitted_directory)
+    bounds = run.course.notebook_bounds
     with tempfile.TemporaryDirectory(prefix="course-submission-") as stage:
         flags: list = []
         try:
             flags = stage_submission(submitted, student, assignment, Path(stage),
                                      _expected_notebooks(coursedir, assignment),
-                                     _provided_modules(Path(coursedir.root) / coursedir.source_directory / assignment),
-                                     bounds)
-            key = ledger.submission_key(coursedir.root, assignment, Path(stage) / student / assignment,
+                                     _provided_modules(_source_of(coursedir, assignment)), bounds)
+            key = ledger.submission_key(run.graded, assignment, Path(stage) / student / assignment,
                                         coursedir.db_url, _how(run))
             coursedir.submitted_directory = stage
             UNREAD_MESSAGES.clear()
@@ -462,7 +460,7 @@ def grade_submission(run: GradingRun, student: str, assignment: str) -> Submissi
             result = SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
         folder = Path(stage) / student / assignment
         if result.error:
-            result.flags = flags + (_scan_only(folder, Path(coursedir.root), assignment, bounds) if run.audit else [])
+            result.flags = flags + (_scan_only(folder, coursedir, assignment, bounds) if run.audit else [])
         else:
             result.flags = flags + (_review(coursedir, result, run.sandbox) if run.audit else [])
     return result
@@ -582,8 +580,7 @@ def _expected_notebooks(coursedir: CourseDirectory, assignment: str) -> list[str
     """The file names of the assignment's notebooks: those of its source folder, or, without
     one, those the gradebook knows (which another grader sharing it may be recording at this
     moment, with no notebook yet)."""
-    source = Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
-    names = sorted(p.name for p in source.glob("*.ipynb") if p.is_file())
+    names = sorted(p.name for p in _source_of(coursedir, assignment).glob("*.ipynb") if p.is_file())
     if names:
         return names
     with gradebook(coursedir) as gb:
@@ -597,15 +594,20 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
     scores = {e.grade_id: e.score for e in result.exercises}
     settings = Settings.from_config(coursedir.config)  # the kernels' own (nbgrader_setup.configure)
     bounds = untrusted.NotebookBounds.from_config(coursedir.config)
-    for path, source in _with_sources(folder, Path(coursedir.root), result.assignment):
+    for path, source in _with_sources(folder, coursedir, result.assignment):
         flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
                         settings=settings, bounds=bounds)
     return flags
 
 
-def _with_sources(folder: Path, root: Path, assignment: str) -> list[tuple[Path, Path]]:
+def _source_of(coursedir: CourseDirectory, assignment: str) -> Path:
+    """The assignment's folder in the source folder of ``coursedir``."""
+    return Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
+
+
+def _with_sources(folder: Path, coursedir: CourseDirectory, assignment: str) -> list[tuple[Path, Path]]:
     """Each submitted notebook of ``folder`` with its source in the course's source folder."""
-    source = folders(root).source_of(assignment)
+    source = _source_of(coursedir, assignment)
     pairs = [(path, source / path.name) for path in sorted(folder.glob("*.ipynb"))]
     return [(path, source) for path, source in pairs if source.is_file()]
 

@@ -33,7 +33,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from course_grading.course.course_dir import folders
+from course_grading.course.course import Course
 from course_grading.grading.red_flags import Flag
 from course_grading.reports.results import ExerciseResult, SubmissionResult
 
@@ -86,20 +86,19 @@ def _installed_course() -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _course_files(root: str, assignment: str, stamp: tuple) -> str:
+def _course_files(config: Path, source: Path, assignment: str, stamp: tuple) -> str:
     digest = hashlib.sha256(_installed_course().encode())
-    config = Path(root) / "nbgrader_config.py"
     digest.update(b"C\0" + (config.read_bytes() if config.is_file() else b""))
     digest.update(f"A {assignment}\0".encode())
-    _hash_tree(digest, folders(root).source_of(assignment))
+    _hash_tree(digest, source)
     return digest.hexdigest()
 
 
-def _stamp(root: Path, assignment: str) -> tuple:
+def _stamp(config: Path, source: Path) -> tuple:
     """What makes a cached course version stale within one process: the times and sizes of
     the configuration and of the assignment's source files."""
     found = []
-    for path in [root / "nbgrader_config.py", *sorted(folders(root).source_of(assignment).glob("*"))]:
+    for path in [config, *sorted(source.glob("*"))]:
         try:
             st = path.stat()
             found.append((path.name, st.st_mtime_ns, st.st_size))
@@ -108,17 +107,19 @@ def _stamp(root: Path, assignment: str) -> tuple:
     return tuple(found)
 
 
-def course_version(root, assignment: str) -> str:
+def course_version(course, assignment: str) -> str:
     """The version of the course that grades ``assignment``: a hash of the installed course's
-    packages, ``root``'s ``nbgrader_config.py`` and ``solutions/<assignment>/``."""
-    root = Path(root).resolve()
-    return _course_files(str(root), assignment, _stamp(root, assignment))
+    packages, the ``course``'s ``nbgrader_config.py`` and ``solutions/<assignment>/``
+    (``course``: a ``Course``, or its root)."""
+    course = Course.of(course)
+    source = course.folders.source_of(assignment)
+    return _course_files(course.config_file, source, assignment, _stamp(course.config_file, source))
 
 
-def submission_key(root, assignment: str, staged_folder, db_url: str, how: str = "") -> str:
+def submission_key(course, assignment: str, staged_folder, db_url: str, how: str = "") -> str:
     """The key of a grade: the staged submission, the course version, the gradebook, and
     ``how`` it was graded (sandboxed, audited)."""
-    parts = [tree_digest(staged_folder), course_version(root, assignment), str(db_url), how]
+    parts = [tree_digest(staged_folder), course_version(course, assignment), str(db_url), how]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

@@ -208,12 +208,11 @@ def write_report(results: list[SubmissionResult], root, csv_path=None, png_path=
             plot(results, stats, png_path or root / REPORT_PNG))
 
 
-def gradebook_results(root, assignments=None, db_url=None) -> list[SubmissionResult]:
+def gradebook_results(course, assignments=None, db_url=None) -> list[SubmissionResult]:
     """Every autograded submission in the gradebook, with the failure messages of the
     autograded notebooks that are on this machine (none where another machine graded). A
     submission with a cell that has no score (its autograding failed) is an error row."""
-    root = Path(root).resolve()
-    coursedir = course_directory(root, db_url=db_url)
+    coursedir = course_directory(course, db_url=db_url)
     with gradebook(coursedir) as gb:
         found = sorted((s.student.id, s.assignment.name, uncomputed(s)) for a in gb.assignments
                        if not assignments or a.name in assignments for s in a.submissions)

@@ -19,7 +19,8 @@ from nbgrader.api import MissingEntry
 from course_grading import untrusted
 from course_grading.course.course_dir import find_submissions
 from course_grading.errors import GradingError
-from course_grading.course.nbgrader_setup import LOG, course_directory, folders, gradebook, run_converter
+from course_grading.course.course import Course
+from course_grading.course.nbgrader_setup import LOG, course_directory, gradebook, run_converter
 from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS
 from course_grading.reports.reports_csv import write_rows
 from course_grading.reports.results import pending_points, uncomputed
@@ -35,26 +36,26 @@ class FeedbackIncomplete(GradingError):
         super().__init__(f"{problems[0]}{more}")
 
 
-def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
+def feedback(course, assignments=None, students=None, db_url=None) -> list[Path]:
     """nbgrader generate_feedback for the autograded submissions; returns the HTML files.
 
     Raises FeedbackIncomplete, after every other submission got its feedback, when some
     submission could not have it (or lost files on the way)."""
-    root = Path(root).resolve()
-    where = folders(root)
-    autograded = root / where.autograded
+    course = Course.of(course)
+    where = course.folders
+    autograded = where.autograded
     pairs = find_submissions(autograded, students, assignments)
     if not pairs:
         raise GradingError(f"nothing autograded under {autograded}: run `course autograde` first")
-    with gradebook(course_directory(root, db_url=db_url)):
+    with gradebook(course_directory(course, db_url=db_url)):
         pass  # a gradebook that cannot be opened stops here, with one line
     problems: list[str] = []
     for student, assignment in pairs:
-        coursedir = course_directory(root, db_url=db_url, student_id=student, assignment_id=assignment)
+        coursedir = course_directory(course, db_url=db_url, student_id=student, assignment_id=assignment)
         with tempfile.TemporaryDirectory(prefix="course-feedback-") as stage:
             try:
                 left = _stage(autograded, student, assignment, Path(stage),
-                              untrusted.NotebookBounds.from_config(coursedir.config))
+                              course.notebook_bounds)
             except untrusted.UntrustedFileError as exc:
                 problems.append(f"no feedback for {student}/{assignment}: autograded/{exc}")
                 continue
@@ -74,16 +75,16 @@ def feedback(root, assignments=None, students=None, db_url=None) -> list[Path]:
             except GradingError as exc:
                 problems.append(f"no feedback for {student}/{assignment}: {exc}")
     pages = sorted(p for student, assignment in pairs
-                   for p in (root / where.feedback / student / assignment).glob("*.html"))
+                   for p in (where.feedback / student / assignment).glob("*.html"))
     if problems:
         raise FeedbackIncomplete(problems, pages)
     return pages
 
 
-def awaiting_manual(root, assignments=None, students=None, db_url=None) -> list[str]:
+def awaiting_manual(course, assignments=None, students=None, db_url=None) -> list[str]:
     """One line per gradebook submission whose written answers wait for manual grading: its
     feedback shows them as 0 until they are graded (then run ``course feedback`` again)."""
-    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
+    coursedir = course_directory(course, db_url=db_url)
     lines = []
     with gradebook(coursedir) as gb:
         for assignment in gb.assignments:
@@ -130,14 +131,14 @@ EXPORT_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name
                   "email", "raw_score", "late_submission_penalty", "score", "max_score", "note"]
 
 
-def export(root, path, assignments=None, students=None, db_url=None) -> Path:
+def export(course, path, assignments=None, students=None, db_url=None) -> Path:
     """The gradebook's grades as CSV to ``path``: nbgrader's export (one row per student and
     assignment, its columns and numbers), every cell written so that no spreadsheet takes it
     for a formula, and a last column ``note`` that says where a score is not a grade: "not
     submitted" (nbgrader's export shows 0), "not graded" where an autograded cell has no score
     at all (autograding failed), "needs manual grading (N points)" where written answers wait
     for the instructor (nbgrader's score counts them 0 until they are graded)."""
-    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
+    coursedir = course_directory(course, db_url=db_url)
     rows = [EXPORT_COLUMNS]
     with gradebook(coursedir) as gb:
         for assignment in gb.assignments:

@@ -95,10 +95,10 @@ class StudentGrades:
         return ", ".join(names) or self.id
 
 
-def collect(root, assignments=None, students=None, db_url=None) -> tuple[dict[str, float], list[StudentGrades]]:
+def collect(course, assignments=None, students=None, db_url=None) -> tuple[dict[str, float], list[StudentGrades]]:
     """({assignment: max score}, one StudentGrades per gradebook student), in the gradebook's
     order of assignments (as nbgrader lists them) and by student id."""
-    coursedir = course_directory(Path(root).resolve(), db_url=db_url)
+    coursedir = course_directory(course, db_url=db_url)
     with gradebook(coursedir) as gb:
         maxima = {a.name: float(a.max_score) for a in gb.assignments
                   if not assignments or a.name in assignments}
@@ -180,10 +180,10 @@ def wide_rows(maxima: dict[str, float], found: list[StudentGrades]) -> list[list
 WRITERS = {"canvas": canvas_rows, "moodle": moodle_rows, "wide": wide_rows}
 
 
-def export(root, path, fmt: str, assignments=None, students=None, db_url=None) -> tuple[Path, list[str]]:
+def export(course, path, fmt: str, assignments=None, students=None, db_url=None) -> tuple[Path, list[str]]:
     """Write the grades in format ``fmt`` (canvas, moodle, wide) to ``path``; return the path
     and one note per grade left blank (student/assignment: why)."""
-    maxima, found = collect(root, assignments, students, db_url)
+    maxima, found = collect(course, assignments, students, db_url)
     names = list(maxima)
     written = write_rows(Path(path).resolve(), WRITERS[fmt](maxima, found))
     notes = [f"{s.id}/{n}: left blank, {s.grades[n].why_blank}" for s in found for n in names
