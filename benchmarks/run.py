@@ -339,7 +339,7 @@ def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None, mix=CL
         for how, command in commands.items():
             course = Path(tmp) / how
             course.mkdir()
-            students = make_class_course(course, assignment, size, mix)
+            make_class_course(course, assignment, size, mix)
             done, timings[how], cpu[how] = _run_measured(command, course, {**env, "COURSE_ROOT": str(course)}, how)
             if done.returncode != 0:
                 raise SystemExit(f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}")

@@ -107,7 +107,7 @@ def _require_hub() -> None:
     """Skip (fail in CI) without what the test needs."""
     require_browser()
     try:
-        import jupyterhub  # noqa: F401
+        import jupyterhub  # noqa: F401 - whether jupyterhub is installed
     except ImportError:
         require_or_skip("JupyterHub is not installed (scripts/setup.sh --test installs it)")
     if not shutil.which("node"):
@@ -177,7 +177,7 @@ def _imports(python: Path, module: str) -> bool:
 HUB_CONFIG = """\
 from pathlib import Path
 
-c = get_config()  # noqa: F821
+c = get_config()  # noqa: F821 - traitlets defines get_config in a configuration file
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
 c.JupyterHub.hub_ip = "127.0.0.1"

@@ -47,7 +47,7 @@ from course_grading import untrusted
 from course_grading.instructor_server import handler_hashes, nonce_scripts
 from course_grading.preprocessors import SanitizeNotebook
 from course_grading.preprocessors.limited_execute import HIDDEN_MIME
-from course_grading.preprocessors.sanitize import render_markdown, same_markup
+from course_grading.preprocessors.sanitize import render_markdown
 
 A = "05_positional_encoding"
 BIN = Path(sys.executable).parent

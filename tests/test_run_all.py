@@ -86,7 +86,7 @@ class FakeShell:
 def _raised(code: str, ns: dict):
     try:
         exec(compile(code, "<cell>", "exec"), ns)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - whatever the cell raised is the result
         return sys.exc_info()
     raise AssertionError("the code did not raise")
 

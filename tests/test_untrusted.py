@@ -23,7 +23,7 @@ def _within(seconds: float, fn, *args):
     def target():
         try:
             box["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - whatever the call raised is the result
             box["error"] = exc
     thread = threading.Thread(target=target, daemon=True)
     thread.start()

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from course_grading.authoring.cells import KEEP_GOING, runs_learner_code  # noqa: E402
-from course_grading.authoring.nbformat_tools import read_notebook, write_notebook  # noqa: E402
+from course_grading.authoring.cells import KEEP_GOING, runs_learner_code
+from course_grading.authoring.nbformat_tools import read_notebook, write_notebook
 
 
 def tag(nb) -> int:

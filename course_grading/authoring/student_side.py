@@ -197,7 +197,7 @@ RUN pip install --no-cache-dir --extra-index-url https://download.pytorch.org/wh
 
 STUDENT_CONFIG = """\
 # nbgrader settings for students of {course_id} (/etc/jupyter/nbgrader_config.py on their servers).
-c = get_config()  # noqa: F821
+c = get_config()  # noqa: F821 - traitlets defines get_config in a configuration file
 c.CourseDirectory.course_id = {course_id!r}
 c.Exchange.root = {exchange!r}
 # Who submitted is the Unix user the server runs as, never a name the student can set: the

@@ -573,7 +573,7 @@ def _start_early(args, course: Course):
         from course_grading.sandbox import warm
 
         return _import_trusted_side if warm.ensure_warm(course.sandbox_settings()) is not None else None
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - only an optimisation: any doubt starts nothing
         return None
 
 
@@ -582,8 +582,8 @@ def _import_report_side() -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401
-    except Exception:  # noqa: BLE001
+        import matplotlib.pyplot  # noqa: F401 - imported for later, in this thread
+    except Exception:  # noqa: BLE001 - only an optimisation: the report imports it anyway
         pass
 
 
@@ -594,8 +594,8 @@ def _import_trusted_side() -> None:
     _import_report_side()
     try:
         import course_grading.reference.generation  # noqa: F401 - torch and the references
-        import course_grading.audit.trusted  # noqa: F401
-    except Exception:  # noqa: BLE001
+        import course_grading.audit.trusted  # noqa: F401 - imported for later, in this thread
+    except Exception:  # noqa: BLE001 - only an optimisation: the grader imports them anyway
         pass
 
 

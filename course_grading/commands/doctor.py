@@ -14,7 +14,6 @@ Nothing here imports nbgrader or the grading side: it runs where they are broken
 """
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as metadata
 import json
 import os
@@ -84,7 +83,7 @@ def check_course() -> Line:
 
     where = installed.installed_locations() or {}
     try:
-        import course_utils  # noqa: F401
+        import course_utils  # noqa: F401 - whether the learner side imports at all
         installed.verify()
     except Exception as exc:  # noqa: BLE001 - what the learner side raised, or another copy
         return Line(FAIL, "course", f"{type(exc).__name__}: {exc}", f"{SETUP} (reinstalls it)")

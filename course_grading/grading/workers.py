@@ -126,7 +126,7 @@ def run(function: Callable, tasks: list[tuple], jobs: int, on_result: Callable, 
     tries = collections.Counter()
     workers: list[_Worker] = []
     failed_starts = 0
-    busy = lambda: sum(w.task is not None for w in workers)  # noqa: E731
+    busy = lambda: sum(w.task is not None for w in workers)  # noqa: E731 - a one-line helper of this loop
     try:
         while pending or busy():
             while len(workers) < min(jobs, len(pending) + busy()):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from course_grading.authoring import cells
 from course_grading import untrusted
@@ -13,6 +14,9 @@ from course_grading.authoring.nbformat_tools import read_untrusted
 from course_grading.errors import short, strip_ansi
 from course_grading.course.nbgrader_setup import gradebook
 from course_grading.reports.reports_csv import clean, write_rows
+
+if TYPE_CHECKING:
+    from nbgrader.coursedir import CourseDirectory
 
 GRADES_CSV = Path("reports") / "grades.csv"
 FLAGS_CSV = Path("reports") / "flags.csv"
