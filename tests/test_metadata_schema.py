@@ -11,7 +11,7 @@ import pytest
 from nbgrader.nbgraderformat import common
 from nbgrader.nbgraderformat.v3 import MetadataValidatorV3
 
-from course_grading.grading import metadata_schema
+from course_grading.grading import metadata_schema, nbgrader_patches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_nbgraders_validator_checks_its_schema_once(monkeypatch):
     original = cls.check_schema.__func__
     monkeypatch.setattr(cls, "check_schema", classmethod(lambda c, s: checked.append(1) or original(c, s)))
     monkeypatch.setattr(common, "jsonschema", common.jsonschema)  # restored after the test
-    metadata_schema.validate_schema_once()
+    nbgrader_patches.validate_schema_once()
     validator = MetadataValidatorV3()
     cells = [nbformat.v4.new_code_cell(metadata={"nbgrader": m}) for m in _graded_metadata()]
     for cell in cells:

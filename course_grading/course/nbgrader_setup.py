@@ -13,9 +13,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-import nbgrader.api
-from alembic.script import ScriptDirectory
-from nbgrader import dbutil
 from nbgrader.api import Gradebook
 from nbgrader.converters import Autograde, GenerateAssignment
 from nbgrader.coursedir import CourseDirectory
@@ -23,19 +20,11 @@ from nbgrader.preprocessors import SaveCells
 from sqlalchemy.exc import SQLAlchemyError
 
 from course_grading.course.course import Course
-from course_grading.errors import AssignmentChanged, from_converter, gradebook_error
+from course_grading.errors import from_converter, gradebook_error
+from course_grading.grading.nbgrader_patches import record_failures
 from course_grading.preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook
 from course_grading.sandbox import bubblewrap
 
-
-def _alembic_head() -> str:
-    """The gradebook schema revision, as nbgrader.api.get_alembic_version finds it by running
-    the ``alembic`` command (3-7 s here, and only if the venv's bin/ is on PATH)."""
-    return ScriptDirectory(dbutil.ALEMBIC_DIR).get_current_head()
-
-
-# nbgrader asks for it whenever it creates a gradebook: each `course check`, each test course.
-nbgrader.api.get_alembic_version = _alembic_head
 
 LOG = logging.getLogger("course_grading.nbgrader")
 LOG.setLevel(logging.INFO)
@@ -138,7 +127,7 @@ def run_converter(converter) -> None:
     handler = logging.StreamHandler(buffer)
     LOG.addHandler(handler)
     recorded: list[BaseException] = []
-    _record_failures(converter, recorded)
+    record_failures(converter, recorded)
     try:
         converter.start()
     except Exception as exc:
@@ -146,32 +135,6 @@ def run_converter(converter) -> None:
                              buffer.getvalue()) from exc
     finally:
         LOG.removeHandler(handler)
-
-
-# The converter steps inside which nbgrader catches exceptions and only logs them
-# (BaseConverter.convert_notebooks); the last one that raised is what failed.
-_STEPS = ("init_destination", "init_assignment", "convert_single_notebook", "set_permissions",
-          "_clean_old_notebooks")
-
-
-def _record_failures(converter, recorded: list) -> None:
-    """Wrap the converter's steps (on this instance only) so that every exception passing out
-    of one is appended to ``recorded`` before nbgrader catches it."""
-    for name in _STEPS:
-        step = getattr(converter, name, None)
-        if step is None:
-            continue
-
-        def recording(*args, _step=step, _name=name, **kwargs):
-            try:
-                return _step(*args, **kwargs)
-            except BaseException as exc:
-                if _name == "_clean_old_notebooks" and type(exc).__name__ == "NbGraderException":
-                    exc = AssignmentChanged(str(exc))  # the only refusal this step makes
-                recorded.append(exc)
-                raise
-
-        setattr(converter, name, recording)
 
 
 def generate(course, assignment: str, release_dir, record=True, *, root=None,

@@ -30,7 +30,7 @@ from course_grading.course.course_dir import find_submissions
 from course_grading.errors import GradingError, SubmissionRefused, retriable, short
 from course_grading.course.course import Course
 from course_grading.course.nbgrader_setup import LOG, GradingRun, generate, gradebook, run_converter
-from course_grading.grading import gradebook_engines, ledger, metadata_schema, workers
+from course_grading.grading import ledger, nbgrader_patches, workers
 from course_grading import untrusted
 from course_grading.grading.progress import Progress
 from course_grading.preprocessors.limited_execute import UNREAD_MESSAGES
@@ -357,8 +357,8 @@ def _start_worker(env: dict[str, str], sandbox: Settings | None, quiet: bool = F
     (nbgrader's SQLAlchemy warnings would break the progress bar's line)."""
     os.environ.pop("PYTHONSAFEPATH", None)  # the fork server's own; unsandboxed kernels need their folder
     os.environ.update(env)
-    gradebook_engines.share_engines()
-    metadata_schema.validate_schema_once()
+    nbgrader_patches.share_engines()
+    nbgrader_patches.validate_schema_once()
     if quiet:
         import warnings
         warnings.simplefilter("ignore")

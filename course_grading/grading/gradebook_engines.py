@@ -3,8 +3,8 @@
 nbgrader's ``Gradebook`` makes a new engine each time it is opened and disposes of it when
 closed; one submission's autograde opens about nine. SQLAlchemy keeps its cache of compiled
 statements on the engine, so every query of every ``Gradebook`` was compiled anew (about a
-tenth of a grading worker's own CPU time). ``share_engines()`` makes nbgrader's ``Gradebook``
-take its engine from ``engine_for``, which keeps one per URL: a closed ``Gradebook`` still
+tenth of a grading worker's own CPU time). ``nbgrader_patches.share_engines()`` makes
+nbgrader's ``Gradebook`` take its engine from ``engine_for``, which keeps one per URL: a closed ``Gradebook`` still
 disposes of the engine's pool (its connections are closed; a new pool opens the next), only
 the compiled statements are kept. Sessions stay one per ``Gradebook``, as before.
 """
@@ -33,11 +33,3 @@ def engine_for(url, **kwargs):
         else:
             _ENGINES.move_to_end(key)
         return engine
-
-
-def share_engines() -> None:
-    """Every nbgrader ``Gradebook`` opened in this process from now on takes its engine from
-    ``engine_for``."""
-    import nbgrader.api
-
-    nbgrader.api.create_engine = engine_for

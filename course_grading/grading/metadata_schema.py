@@ -3,14 +3,13 @@
 nbgrader validates every graded cell's metadata with ``jsonschema.validate(metadata, schema)``,
 which first checks the *schema* against JSON Schema's meta-schema, every time: about 0.4 ms a
 cell, most of it that check, and a submission's cells are validated several times over.
-``validate_schema_once()`` makes nbgrader's validators call ``validate`` below instead: the
-schema is checked once per schema object, then the metadata is validated as
+``nbgrader_patches.validate_schema_once()`` makes nbgrader's validators call ``validate``
+below: the schema is checked once per schema object, then the metadata is validated as
 ``jsonschema.validate`` does it (the same validator class, the same best-matching error).
 """
 from __future__ import annotations
 
 import threading
-import types
 
 from jsonschema.exceptions import best_match
 from jsonschema.validators import validator_for
@@ -39,11 +38,3 @@ def _validator(schema):
             _VALIDATORS.clear()
         _VALIDATORS[id(schema)] = (schema, validator)
         return validator
-
-
-def validate_schema_once() -> None:
-    """nbgrader's metadata validators in this process use ``validate`` from now on."""
-    from nbgrader.nbgraderformat import common
-
-    if getattr(common.jsonschema, "validate", None) is not validate:
-        common.jsonschema = types.SimpleNamespace(validate=validate)

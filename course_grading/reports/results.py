@@ -12,7 +12,6 @@ from course_grading.authoring import cells
 from course_grading import untrusted
 from course_grading.authoring.nbformat_tools import read_untrusted
 from course_grading.errors import short, strip_ansi
-from course_grading.course.nbgrader_setup import gradebook
 from course_grading.reports.reports_csv import clean, write_rows
 
 if TYPE_CHECKING:
@@ -114,6 +113,8 @@ def pending_points(submission) -> float:
 def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) -> list[ExerciseResult]:
     """Scores from the gradebook, in notebook order, with the autograded notebook's messages."""
     results = []
+    from course_grading.course.nbgrader_setup import gradebook  # nbgrader: only to read a gradebook
+
     with gradebook(coursedir) as gb:
         for notebook in sorted(gb.find_assignment(assignment).notebooks, key=lambda n: n.name):
             path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment),
