@@ -12,7 +12,7 @@ import torch
 
 from course_grading.checks.encoder import exact_table
 from course_grading.reference import decoder as ref
-from course_utils.checks._core import Check, generator, torch_equal
+from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.decoder import (
     DECODER_LAYER_NAMES, DECODER_NAMES, TRANSFORMER_NAMES, call, causal, decoder_layer_case,
     decoder_layer_parts, decoder_outputs, decoder_parts, run_decoder_layers, torch_decoder_layer,

@@ -129,7 +129,7 @@ def preload(refuse: Refuse) -> None:
     _step(refuse, glove)
 
     def recording():  # what torch imports the first time a check records operators
-        from course_utils.checks._core import prepare_recording
+        from course_utils.checks.kit import prepare_recording
         prepare_recording()
     _step(refuse, recording)
     _step(refuse, _format_a_traceback)
