@@ -2,8 +2,8 @@
 
     course/         where the course lives: its root, configuration, folders and gradebook
     commands/       the ``course`` command (``cli``) and check, status, doctor, roster
-    grading/        a class graded: submissions staged and graded in workers, the ledger,
-                    the red-flag scan, nbgrader's gradebook and metadata patches
+    grading/        a class graded (autograde): each submission staged (staging) and graded
+                    in workers, the ledger, the red-flag scan, nbgrader's patches
     sandbox/        the sandbox and the warm sandbox server that grading kernels run in
     audit/          the integrity audit of a graded notebook
     preprocessors/  the nbgrader preprocessors the course's configuration names

@@ -1,4 +1,4 @@
-"""Grading a class: staging each submission and grading it with nbgrader in worker processes
-(``autograde``, ``workers``), what is graded already (``ledger``), the red-flag scan
-(``red_flags``), progress, and the patches that make nbgrader's gradebook and metadata check
-fast (``gradebook_engines``, ``metadata_schema``)."""
+"""Grading a class: each submission staged (``staging``) and graded with nbgrader in worker
+processes (``autograde``, ``workers``), what is graded already (``ledger``), the red-flag scan
+(``red_flags``), progress; every change to nbgrader's own code (``nbgrader_patches``) and what
+two of them install (``gradebook_engines``, ``metadata_schema``)."""

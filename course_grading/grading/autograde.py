@@ -30,7 +30,7 @@ from course_grading.course.course_dir import find_submissions
 from course_grading.errors import GradingError, SubmissionRefused, retriable, short
 from course_grading.course.course import Course
 from course_grading.course.nbgrader_setup import LOG, GradingRun, generate, gradebook, run_converter
-from course_grading.grading import ledger, nbgrader_patches, workers
+from course_grading.grading import ledger, nbgrader_patches, staging, workers
 from course_grading import untrusted
 from course_grading.grading.progress import Progress
 from course_grading.preprocessors.limited_execute import UNREAD_MESSAGES
@@ -40,7 +40,6 @@ from course_grading.sandbox import bubblewrap, installed, warm
 from course_grading.sandbox.settings import Settings
 
 LOCK_RETRIES = 5
-FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
 OUTPUT_FLAG = "outputs"  # Flag.where of kernel messages built to cost the grader (LimitedExecute)
 INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
               f". _ - @, at most {untrusted.MAX_NAME} characters): not graded")
@@ -146,9 +145,7 @@ def _current_key(run: GradingRun, coursedir: CourseDirectory, submitted: Path, s
     """The key a grade of the submission would have now; '' when it would not be graded."""
     with tempfile.TemporaryDirectory(prefix="course-resume-") as stage:
         try:
-            stage_submission(submitted, student, assignment, Path(stage),
-                             _expected_notebooks(coursedir, assignment),
-                             _provided_modules(_source_of(coursedir, assignment)), bounds)
+            staging.stage(coursedir, submitted, student, assignment, Path(stage), bounds)
         except Exception:  # noqa: BLE001 - refused, unreadable: graded again (an error row)
             return ""
         return ledger.submission_key(run.graded, assignment, Path(stage) / student / assignment,
@@ -428,7 +425,7 @@ def sandbox_available(sandboxed: bool) -> bool:
 
 def grade_submission(run: GradingRun, student: str, assignment: str) -> SubmissionResult:
     """nbgrader autograde of one (student, assignment), from a copy of its folder that follows
-    no link (``stage_submission``), retried while SQLite is locked; then, when ``run`` asks
+    no link (``staging.stage``), retried while SQLite is locked; then, when ``run`` asks
     for an audit, its red flags and audit disagreements.
 
     A submission that cannot be graded becomes a result with ``error`` set, flagged with what
@@ -440,9 +437,7 @@ def grade_submission(run: GradingRun, student: str, assignment: str) -> Submissi
     with tempfile.TemporaryDirectory(prefix="course-submission-") as stage:
         flags: list = []
         try:
-            flags = stage_submission(submitted, student, assignment, Path(stage),
-                                     _expected_notebooks(coursedir, assignment),
-                                     _provided_modules(_source_of(coursedir, assignment)), bounds)
+            flags = staging.stage(coursedir, submitted, student, assignment, Path(stage), bounds)
             key = ledger.submission_key(run.graded, assignment, Path(stage) / student / assignment,
                                         coursedir.db_url, _how(run))
             coursedir.submitted_directory = stage
@@ -469,7 +464,7 @@ def grade_submission(run: GradingRun, student: str, assignment: str) -> Submissi
 def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> SubmissionResult:
     """nbgrader's Autograde of the (staged) submission, retried while SQLite is locked, and
     the scores it recorded."""
-    _expect_notebooks(coursedir, student, assignment)
+    staging.expect_notebooks(coursedir, student, assignment)
     for attempt in range(LOCK_RETRIES):
         converter = Autograde(coursedir=coursedir, config=coursedir.config, log=LOG)
         converter.force = True
@@ -482,109 +477,6 @@ def _autograde(coursedir: CourseDirectory, student: str, assignment: str) -> Sub
                 raise
             time.sleep(0.5 * (attempt + 1))
     return SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
-
-
-def stage_submission(submitted: Path, student: str, assignment: str, stage: Path,
-                     notebooks: list[str], provided: frozenset[str] = frozenset(),
-                     bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
-    """Copy ``submitted/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
-    following no symbolic link (``untrusted.copy_tree``); return a flag for each file left
-    out (a link, a FIFO or other special file, a file over its size cap, a notebook beyond
-    ``bounds``, a module or package that the kernel would import instead of an installed one
-    or one of ``provided``, the modules the assignment ships: the kernel runs in this folder,
-    which comes before site-packages on its sys.path).
-
-    SubmissionRefused, flagged, when the student's or the assignment's folder is a link (or
-    not a folder), or when one of ``notebooks`` (the assignment's notebook file names) was
-    left out: nothing of a submission is graded through a link.
-    """
-    where = f"submitted/{student}"
-    if not (untrusted.plain_name(student) and untrusted.plain_name(assignment)):
-        raise SubmissionRefused(f"{where}/{assignment} is not a plain folder name: not graded", [])
-    try:
-        base = untrusted.open_folder(submitted)  # the instructor's own folder
-    except OSError as exc:
-        raise GradingError(f"cannot read {submitted}: {exc}") from None
-    try:
-        try:
-            student_fd = untrusted.open_folder(student, dir_fd=base, label=where)
-        except untrusted.UntrustedFileError as exc:
-            raise _refused(f"{exc}: not graded") from None
-        try:
-            left = untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
-                                       label=f"{where}/{assignment}", notebook_bounds=bounds)
-        except untrusted.UntrustedFileError as exc:
-            raise _refused(f"{exc}: not graded") from None
-        finally:
-            os.close(student_fd)
-    finally:
-        os.close(base)
-    left += _shadowing(stage / student / assignment, provided)
-    flags, refusal = [], ""
-    for item in left:
-        if item.path in notebooks and not refusal:
-            refusal = f"{where}/{assignment}/{item}: not graded"
-            flags.append(Flag(FILES_FLAG, refusal))
-        else:
-            flags.append(Flag(FILES_FLAG, f"{where}/{assignment}/{item}: left out"))
-    if refusal:
-        raise SubmissionRefused(refusal, flags)
-    return flags
-
-
-def _shadowing(folder: Path, provided: frozenset[str]) -> list[untrusted.LeftOut]:
-    """Remove from a staged submission each top-level module or package whose name is an
-    importable module or one of ``provided``; what was removed, and why."""
-    import importlib.util
-    import shutil
-
-    found = []
-    for entry in sorted(folder.iterdir()):
-        name = _module_name(entry)
-        if not name:
-            continue
-        try:
-            importable = name in provided or importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):
-            importable = False
-        if importable:
-            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-            found.append(untrusted.LeftOut(entry.name, f"would be imported instead of the module {name!r}"))
-    return found
-
-
-def _module_name(entry: Path) -> str:
-    """The module name under which Python could import ``entry`` from its folder, or ''."""
-    if entry.is_dir():
-        name = entry.name
-    elif entry.suffix in (".py", ".pyc", ".pyw", ".so", ".pyd"):
-        name = entry.name.split(".", 1)[0]
-    else:
-        return ""
-    return name if name.isidentifier() else ""
-
-
-def _provided_modules(source: Path) -> frozenset[str]:
-    """Module names of the files an assignment ships beside its notebook (building_blocks)."""
-    try:
-        return frozenset(filter(None, (_module_name(p) for p in source.iterdir() if p.suffix == ".py")))
-    except OSError:
-        return frozenset()
-
-
-def _refused(message: str) -> SubmissionRefused:
-    return SubmissionRefused(message, [Flag(FILES_FLAG, message)])
-
-
-def _expected_notebooks(coursedir: CourseDirectory, assignment: str) -> list[str]:
-    """The file names of the assignment's notebooks: those of its source folder, or, without
-    one, those the gradebook knows (which another grader sharing it may be recording at this
-    moment, with no notebook yet)."""
-    names = sorted(p.name for p in _source_of(coursedir, assignment).glob("*.ipynb") if p.is_file())
-    if names:
-        return names
-    with gradebook(coursedir) as gb:
-        return sorted(f"{n.name}.ipynb" for n in gb.find_assignment(assignment).notebooks)
 
 
 def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: bool) -> list:
@@ -600,24 +492,8 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
     return flags
 
 
-def _source_of(coursedir: CourseDirectory, assignment: str) -> Path:
-    """The assignment's folder in the source folder of ``coursedir``."""
-    return Path(coursedir.format_path(coursedir.source_directory, ".", assignment))
-
-
 def _with_sources(folder: Path, coursedir: CourseDirectory, assignment: str) -> list[tuple[Path, Path]]:
     """Each submitted notebook of ``folder`` with its source in the course's source folder."""
-    source = _source_of(coursedir, assignment)
+    source = staging.source_of(coursedir, assignment)
     pairs = [(path, source / path.name) for path in sorted(folder.glob("*.ipynb"))]
     return [(path, source) for path, source in pairs if source.is_file()]
-
-
-def _expect_notebooks(coursedir: CourseDirectory, student: str, assignment: str) -> None:
-    """GradingError unless the submission holds a notebook of the assignment, by name
-    (nbgrader would only say "did you forget to run generate_assignment?")."""
-    folder = Path(coursedir.format_path(coursedir.submitted_directory, student, assignment))
-    expected = _expected_notebooks(coursedir, assignment)
-    found = sorted(p.name for p in folder.glob("*.ipynb"))
-    if not set(expected) & set(found):
-        raise GradingError(f"no {' or '.join(expected)} in the submission "
-                           f"(found: {', '.join(found) or 'no notebooks'})")

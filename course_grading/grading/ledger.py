@@ -5,7 +5,7 @@ A grade stands for exactly what was graded, by exactly what graded it. Its **key
 of three things:
 
 * the submission as it was graded: every file of the staged copy (names and bytes,
-  ``timestamp.txt`` included), the copy ``autograde.stage_submission`` makes, so that what is
+  ``timestamp.txt`` included), the copy ``staging.stage`` makes, so that what is
   hashed is what ran (a resubmission, a new ``timestamp.txt``, a file added: another key);
 * the course version of its assignment (``course_version``): the installed course's own
   files (``course_grading``, ``course_utils``: checks, references, data), the course's
