@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_grading.commands import cli
+from course_grading.commands import cli, handlers
 from course_grading.authoring.nbformat_tools import write_notebook
 
 OTHER = "02_other"
@@ -136,15 +136,15 @@ def test_root_is_never_found_from_the_current_directory(course, monkeypatch, tmp
 
 
 def test_start_runs_jupyter_lab_on_the_first_notebook(course, monkeypatch):
-    first = course / cli.FIRST_NOTEBOOK
+    first = course / handlers.FIRST_NOTEBOOK
     first.parent.mkdir(parents=True)
     shutil.copy(course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", first)
     calls = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda command, cwd: calls.append((command, cwd)) or 0)
+    monkeypatch.setattr(handlers.subprocess, "call", lambda command, cwd: calls.append((command, cwd)) or 0)
     assert cli.main(["--root", str(course), "start", "--no-browser", "--port", "8899"]) == 0
     (command, cwd), = calls
     assert Path(command[0]).name == "jupyter" and command[1] == "lab"
-    assert cli.FIRST_NOTEBOOK in command and "--no-browser" in command and "--port=8899" in command
+    assert handlers.FIRST_NOTEBOOK in command and "--no-browser" in command and "--port=8899" in command
     assert f"--ServerApp.root_dir={course.resolve()}" in command and cwd == course.resolve()
 
 
