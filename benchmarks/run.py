@@ -162,7 +162,7 @@ def bench_notebook_loads(path: Path, busy: int, repeat: int = 1) -> dict:
 
 def bench_autograde(assignment: str) -> dict:
     """Grade the solution as one student's submission: `course autograde` vs `nbgrader autograde`."""
-    from course_grading import release as course_release
+    from course_grading.authoring import release as course_release
 
     results = {}
     for how in ("course", "nbgrader"):
@@ -240,7 +240,7 @@ def make_class_course(course: Path, assignment: str, size: int, mix=CLASS_MIX) -
     kinds in ``mix`` in turn; returns the student ids."""
     import nbformat
 
-    from course_grading import release as course_release
+    from course_grading.authoring import release as course_release
 
     shutil.copy(ROOT / "nbgrader_config.py", course)
     shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment,
@@ -339,7 +339,7 @@ def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None, mix=CL
         for how, command in commands.items():
             course = Path(tmp) / how
             course.mkdir()
-            students = make_class_course(course, assignment, size, mix)
+            make_class_course(course, assignment, size, mix)
             done, timings[how], cpu[how] = _run_measured(command, course, {**env, "COURSE_ROOT": str(course)}, how)
             if done.returncode != 0:
                 raise SystemExit(f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}")

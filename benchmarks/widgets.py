@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from jupyter_browser import (ARM_JS, CHROMIUM, FLAGS, PAINTED_JS, PROBE_JS,  # noqa: E402
+from jupyter_browser import (ARM_JS, CHROMIUM, FLAGS, PAINTED_JS, PROBE_JS,  # noqa: E402 - from tests/, put on the path above
                              control_latencies, course_lab, filled_in, open_and_run_all,
                              other_text, shut_down_kernels, widget_controls)
 

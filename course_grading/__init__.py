@@ -1,10 +1,22 @@
 """The instructor side of the course: everything that grades.
 
-Reference implementations (``reference``), hidden checks (``checks``), the integrity audit
-(``audit``) and red-flag scanner (``red_flags``), the sandbox and warm sandbox server
-(``sandbox``), nbgrader's set-up and preprocessors, the ``course`` command (``cli``) and the
-class report. None of it is installed on a student's machine: ``course build-student`` builds
-the learner side, ``course_utils``, alone.
+    course/         where the course lives: its root, configuration, folders and gradebook
+    commands/       the ``course`` command (``cli``) and check, status, doctor, roster
+    grading/        a class graded (autograde): each submission staged (staging) and graded
+                    in workers, the ledger, the red-flag scan, nbgrader's patches
+    sandbox/        the sandbox and the warm sandbox server that grading kernels run in
+    audit/          the integrity audit of a graded notebook
+    preprocessors/  the nbgrader preprocessors the course's configuration names
+    reports/        results, the class report, feedback and the exports
+    authoring/      source notebooks' cells, the release, building blocks, the student bundle
+    reference/      the reference implementations (secret)
+    checks/         the hidden checks (secret)
+
+At the top, the modules whose dotted path is named outside the code (a configuration or a
+command line): ``exchange`` (``nbgrader_config.py``), ``instructor_server`` (the Jupyter
+server's extension), ``expected`` (``python -m course_grading.expected``); and the two that
+every part uses: ``errors`` and ``untrusted``. None of it is installed on a student's machine:
+``course build-student`` builds the learner side, ``course_utils``, alone.
 """
 import sys as _sys
 

@@ -129,7 +129,7 @@ def _latest(fd: int, uid: int, prefix: str, depth: int, counted: list[int]) -> i
                     raise Refused(f"holds folders more than {untrusted.MAX_DEPTH} deep")
                 try:
                     sub = untrusted.open_folder(entry.name, dir_fd=fd, label=where)
-                except OSError as exc:
+                except OSError:
                     raise Refused(f"holds {shown(where)}, which cannot be read") from None
                 try:
                     latest = max(latest, _latest(sub, uid, where + "/", depth + 1, counted))

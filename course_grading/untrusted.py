@@ -21,7 +21,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from .reports_csv import clean
+from course_grading.reports.reports_csv import clean
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20  # a notebook with its outputs (nbgrader clears them anyway)
 MAX_FILE_BYTES = 16 * 2**20      # any other file of a submission

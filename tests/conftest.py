@@ -9,14 +9,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 os.environ.setdefault("MPLBACKEND", "Agg")  # before anything imports pyplot
 
 # A widget freezes the collector's view of a learner's kernel once (picture.settle_garbage_
 # collector); in the test process that would keep cyclic garbage of every earlier test
 # (kernels, event loops, sockets). A test in its own process checks it.
-from course_utils.widgets import picture as _picture  # noqa: E402
+from course_utils.widgets import picture as _picture
 
 _picture._SETTLED = True
 

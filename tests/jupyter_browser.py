@@ -38,7 +38,7 @@ def require_or_skip(missing: str | None) -> None:
 
 def require_browser() -> None:
     try:
-        import playwright  # noqa: F401
+        import playwright  # noqa: F401 - whether playwright is installed
     except ImportError:
         require_or_skip("playwright is not installed (scripts/setup.sh --test installs it)")
     if not CHROMIUM:

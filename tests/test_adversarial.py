@@ -26,12 +26,15 @@ import pytest
 from nbgrader.utils import compute_checksum
 
 from conftest import ROOT
-from course_grading import autograde, class_report, feedback, untrusted
-from course_grading import results as results_module
-from course_grading.cells import hidden_lines
+from course_grading.grading import autograde
+from course_grading.reports import class_report, feedback
+from course_grading import untrusted
+from course_grading.reports import results as results_module
+from course_grading.authoring.cells import hidden_lines
 from course_grading.sandbox import bubblewrap
-from course_grading.nbformat_tools import write_notebook
-from course_grading.nbgrader_setup import GradingRun
+from course_grading.authoring.nbformat_tools import write_notebook
+from course_grading.course.course import Course
+from course_grading.course.nbgrader_setup import GradingRun
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
@@ -537,7 +540,7 @@ def graded(tmp_path_factory):
         _submit(alone, kind, _variant(source, CATALOGUE[kind][0], constants))
     alone_scores = {r.student: _scores(r) for r in autograde.autograde(alone, jobs=2, progress=False)}
 
-    autograde._prepare_gradebook(GradingRun(str(course), str(course), str(course / "submitted")), [A],
+    autograde._prepare_gradebook(GradingRun(Course(course), str(course / "submitted")), [A],
                                  sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:
@@ -737,7 +740,7 @@ def test_nbgrader_metadata_lies_grade_as_they_are_and_are_flagged(tmp_path):
     gradebook says (0 for a blank one; a solved one with a copied cell keeps its marks) and
     the edit is flagged."""
     from conftest import ASSIGNMENT, make_course, tiny_notebook
-    from course_grading import release
+    from course_grading.authoring import release
 
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     release.release(course)

@@ -9,7 +9,7 @@ import pytest
 from course_grading.audit import trusted as audit
 from course_grading.audit.exercises import EXERCISES
 from course_grading.sandbox import bubblewrap
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 

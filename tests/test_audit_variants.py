@@ -25,7 +25,7 @@ from harness import ROOT, VARIANTS, load_variants, variants
 
 def _in_process(folder: Path) -> str:
     import ipywidgets  # noqa: F401 - loaded for real first: the child stubs what is not loaded
-    import matplotlib.pyplot  # noqa: F401
+    import matplotlib.pyplot  # noqa: F401 - loaded before the test, as the course loads it
 
     import sys
 

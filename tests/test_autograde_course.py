@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from conftest import ROOT
-from course_grading.cli import main
+from course_grading.commands.cli import main
 
 pytestmark = pytest.mark.slow
 

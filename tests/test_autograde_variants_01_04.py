@@ -17,8 +17,8 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from course_grading.cli import main
-from course_grading.nbformat_tools import write_notebook
+from course_grading.commands.cli import main
+from course_grading.authoring.nbformat_tools import write_notebook
 from harness import VARIANTS, load_variants
 
 pytestmark = pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from course_grading.audit.exercises import EXERCISES
-from course_grading.cli import main
+from course_grading.commands.cli import main
 from harness import VARIANTS, load_variants
 
 pytestmark = pytest.mark.slow

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from conftest import ROOT, make_course, tiny_notebook
-from course_grading import building_blocks as bb
-from course_grading import release
-from course_grading.nbgrader_setup import GradingError
+from course_grading.authoring import building_blocks as bb
+from course_grading.authoring import release
+from course_grading.errors import GradingError
 from course_grading.reference import decoder, multi_head
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_grading import cli
-from course_grading.nbformat_tools import write_notebook
+from course_grading.commands import cli, handlers
+from course_grading.authoring.nbformat_tools import write_notebook
 
 OTHER = "02_other"
 
@@ -123,7 +123,7 @@ def test_bad_jobs_value_is_a_usage_error(course, capsys):
 def test_root_is_never_found_from_the_current_directory(course, monkeypatch, tmp_path, capsys):
     """A folder holding nbgrader_config.py (a submission, a download) does not become the root:
     the installed course does, or, without one, the command refuses and names --root."""
-    from course_grading import course_dir
+    from course_grading.course import course_dir
     (course / "solutions" / ASSIGNMENT / "deep").mkdir()
     monkeypatch.chdir(course / "solutions" / ASSIGNMENT / "deep")
     monkeypatch.delenv("COURSE_ROOT", raising=False)
@@ -136,15 +136,15 @@ def test_root_is_never_found_from_the_current_directory(course, monkeypatch, tmp
 
 
 def test_start_runs_jupyter_lab_on_the_first_notebook(course, monkeypatch):
-    first = course / cli.FIRST_NOTEBOOK
+    first = course / handlers.FIRST_NOTEBOOK
     first.parent.mkdir(parents=True)
     shutil.copy(course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", first)
     calls = []
-    monkeypatch.setattr(cli.subprocess, "call", lambda command, cwd: calls.append((command, cwd)) or 0)
+    monkeypatch.setattr(handlers.subprocess, "call", lambda command, cwd: calls.append((command, cwd)) or 0)
     assert cli.main(["--root", str(course), "start", "--no-browser", "--port", "8899"]) == 0
     (command, cwd), = calls
     assert Path(command[0]).name == "jupyter" and command[1] == "lab"
-    assert cli.FIRST_NOTEBOOK in command and "--no-browser" in command and "--port=8899" in command
+    assert handlers.FIRST_NOTEBOOK in command and "--no-browser" in command and "--port=8899" in command
     assert f"--ServerApp.root_dir={course.resolve()}" in command and cwd == course.resolve()
 
 
@@ -209,7 +209,7 @@ def test_warnings_stay_quiet_while_imports_run_in_a_thread(monkeypatch):
     import threading
     import warnings
 
-    from course_grading import cli
+    from course_grading.commands import cli
 
     seen = {}
     done = threading.Event()
@@ -245,7 +245,7 @@ def test_workers_ignore_warnings_when_the_command_does_whatever_libraries_put_in
     during `course autograde`."""
     import warnings
 
-    from course_grading import autograde
+    from course_grading.grading import autograde
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -259,7 +259,7 @@ def test_workers_ignore_warnings_when_the_command_does_whatever_libraries_put_in
         assert not autograde._warnings_ignored()
 
 
-@pytest.mark.parametrize("module", ["course_grading.class_report", "course_grading.autograde"])
+@pytest.mark.parametrize("module", ["course_grading.reports.class_report", "course_grading.grading.autograde"])
 def test_no_process_of_the_course_builds_jsonschemas_iri_grammar(module):
     """jsonschema imports rfc3987_syntax, when installed, for its "iri" format check, which
     notebook validation never uses; the package keeps it out (0.7 s of CPU in every process

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, ROOT, make_course, tiny_notebook
-from course_grading import cli, course_dir
-from course_grading.nbformat_tools import write_notebook
+from course_grading.commands import cli
+from course_grading.course import course_dir
+from course_grading.authoring.nbformat_tools import write_notebook
 from course_grading.sandbox import bubblewrap
 
 BIN = Path(sys.executable).parent
@@ -98,8 +99,8 @@ def test_from_a_submission_folder_the_installed_course_is_used(place):
     assert done.returncode == 2 and error_lines(done)[-1].startswith("course: error: unknown assignment")
 
 
-NO_CLONE = ("import sys; from pathlib import Path; import course_grading.course_dir as d; "
-            "d.PACKAGE_ROOT = Path(sys.argv.pop(1)); from course_grading.cli import run; run()")
+NO_CLONE = ("import sys; from pathlib import Path; import course_grading.course.course_dir as d; "
+            "d.PACKAGE_ROOT = Path(sys.argv.pop(1)); from course_grading.commands.cli import run; run()")
 
 
 def test_without_a_course_the_command_refuses_in_one_line(place):
@@ -249,7 +250,7 @@ def test_the_command_works_from_the_course_and_takes_paths_from_where_it_was_typ
 def test_the_pipeline_reads_only_the_course_configuration(course_in_tmp, tmp_path, monkeypatch):
     """Called in-process from a planted folder (no `course` command moving to the course), the
     configuration and the nbgrader converters read the course's nbgrader_config.py only."""
-    from course_grading import nbgrader_setup
+    from course_grading.course import nbgrader_setup
     monkeypatch.setenv("COURSE_PLANTED_MARKER", str(tmp_path / "marker"))
     monkeypatch.chdir(plant(tmp_path / "planted"))
     coursedir = nbgrader_setup.course_directory(course_in_tmp)

@@ -28,7 +28,7 @@ def test_generated_references_match_the_code():
 
 
 def test_command_reference_has_every_command_with_an_example():
-    from course_grading.cli import build_parser
+    from course_grading.commands.cli import build_parser
 
     page = (ROOT / "docs" / "reference" / "commands.md").read_text(encoding="utf-8")
     names = [name for name, _, _ in _generator()._subcommands(build_parser())]

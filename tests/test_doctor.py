@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from course_grading import doctor
-from course_grading.cli import main
+from course_grading.commands import doctor
+from course_grading.commands.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 COURSE = Path(sys.executable).with_name("course")
@@ -127,12 +127,12 @@ def test_start_stops_only_for_what_breaks_the_course(monkeypatch, capsys):
 
 
 def test_setup_reinstalls_what_is_missing_although_its_stamp_says_up_to_date():
-    """setup.sh asks ``python -m course_grading.doctor`` whether every package is there, at a
+    """setup.sh asks ``python -m course_grading.commands.doctor`` whether every package is there, at a
     version the course takes, before it trusts its stamp ("packages up to date")."""
     script = (ROOT / "scripts" / "setup.sh").read_text()
-    assert script.index("-m course_grading.doctor") < script.index('rm -f "$stamp"') \
+    assert script.index("-m course_grading.commands.doctor") < script.index('rm -f "$stamp"') \
         < script.index('if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]')
-    run = subprocess.run([sys.executable, "-m", "course_grading.doctor"], capture_output=True, timeout=120)
+    run = subprocess.run([sys.executable, "-m", "course_grading.commands.doctor"], capture_output=True, timeout=120)
     assert run.returncode == (0 if doctor.installed_ok() else 1)
 
 
@@ -152,25 +152,26 @@ def _run_fix(line, env) -> None:
 def test_instructor_server_lines_are_made_ok_by_their_fixes(tmp_path, monkeypatch):
     """Without the Formgrader's CSP extension and frame-ancestors (a fresh user configuration),
     each line FAILs; its printed fix, run, makes it OK."""
-    from course_grading import doctor_instructor as di
+    from course_grading.commands import doctor_instructor as di
+    from course_grading.course.config import jupyter_server_config
 
     monkeypatch.setenv("JUPYTER_CONFIG_DIR", str(tmp_path / "jupyter"))
     monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
     env = {**os.environ}
-    config = di.server_config()
+    config = jupyter_server_config()
     csp, framing = di.check_csp_extension(config), di.check_framing(config)
     if csp.status == doctor.OK or framing.status == doctor.OK:
         pytest.skip("this machine's system-wide Jupyter configuration already sets them")
     _run_fix(csp, env)
     _run_fix(framing, env)
-    config = di.server_config()
+    config = jupyter_server_config()
     assert di.check_csp_extension(config).status == doctor.OK
     line = di.check_framing(config)
     assert line.status == doctor.OK and "frame-ancestors 'self'" in line.detail
 
 
 def test_exchange_modes_and_owner_are_made_ok_by_their_fixes(tmp_path):
-    from course_grading import doctor_instructor as di
+    from course_grading.commands import doctor_instructor as di
 
     exchange = tmp_path / "exchange"
     assert "mkdir -p" in di.check_exchange(exchange, "attention-course").fix
@@ -193,7 +194,7 @@ def test_exchange_modes_and_owner_are_made_ok_by_their_fixes(tmp_path):
 
 
 def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix():
-    from course_grading import doctor_instructor as di
+    from course_grading.commands import doctor_instructor as di
 
     line = di.check_gradebook("postgresql://grader:secret@127.0.0.1:1/grades")
     assert line.status == doctor.FAIL and "secret" not in line.detail and "createdb" in line.fix
@@ -203,7 +204,8 @@ def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix():
 def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path, monkeypatch, capsys):
     import shutil
 
-    from course_grading import doctor_instructor as di
+    from course_grading.commands import doctor_instructor as di
+    from course_grading.course.config import jupyter_server_config
 
     course = tmp_path / "course"
     course.mkdir()
@@ -215,7 +217,7 @@ def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path,
     monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
     lines = {line.what: line for line in di.diagnose(course)}
     assert [lines[w].status for w in ("formgrader CSP", "frame-ancestors", "exchange")] == [doctor.FAIL] * 3
-    if di.check_csp_extension(di.server_config()).status == doctor.OK:
+    if di.check_csp_extension(jupyter_server_config()).status == doctor.OK:
         pytest.skip("this machine's system-wide Jupyter configuration already enables it")
     for what in ("formgrader CSP", "exchange"):  # the first fix makes both server lines OK
         fix = lines[what].fix.replace("sudo ", "")  # the test owns the folder

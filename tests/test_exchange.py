@@ -22,8 +22,8 @@ import pytest
 from traitlets.config import Config
 
 from conftest import ROOT
-from course_grading.cli import main
-from course_grading.nbformat_tools import read_notebook
+from course_grading.commands.cli import main
+from course_grading.authoring.nbformat_tools import read_notebook
 
 pytestmark = pytest.mark.slow
 

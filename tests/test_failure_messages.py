@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from course_grading.cli import main
+from course_grading.commands.cli import main
 from course_utils.notebook import WIDTH
 from harness import run_grade_cell
 

@@ -11,13 +11,13 @@ import torch
 
 matplotlib.use("Agg")
 
-from course_grading.reference import generation as G  # noqa: E402
-from course_grading.reference.attention import causal_mask  # noqa: E402
-from course_grading.reference.decoder import Transformer, make_padding_mask  # noqa: E402
-from course_utils.toy_task import (BOS_ID, EOS_ID, HELD_OUT_DATES, PAD_ID, LookupModel,  # noqa: E402
+from course_grading.reference import generation as G
+from course_grading.reference.attention import causal_mask
+from course_grading.reference.decoder import Transformer, make_padding_mask
+from course_utils.toy_task import (BOS_ID, EOS_ID, HELD_OUT_DATES, PAD_ID, LookupModel,
                                    cardinal, make_pairs, ordinal, source_tokenizer, split_dates,
                                    target_tokenizer, year_words)
-from course_utils import training  # noqa: E402
+from course_utils import training
 
 # the learner's components, as 08's building blocks and exercises provide them
 MASKS = dict(causal_mask=causal_mask, make_padding_mask=make_padding_mask)

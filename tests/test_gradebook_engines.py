@@ -7,12 +7,12 @@ import nbgrader.api
 import pytest
 from nbgrader.api import Gradebook
 
-from course_grading import gradebook_engines
+from course_grading.grading import gradebook_engines, nbgrader_patches
 
 
 def test_gradebooks_share_one_engine_and_still_work(tmp_path, monkeypatch):
     monkeypatch.setattr(nbgrader.api, "create_engine", None)  # restored after the test
-    gradebook_engines.share_engines()
+    nbgrader_patches.share_engines()
     assert nbgrader.api.create_engine is gradebook_engines.engine_for
     url = f"sqlite:///{tmp_path / 'gradebook.db'}"
     with Gradebook(url) as gb:

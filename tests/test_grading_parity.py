@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from course_grading.cli import main
+from course_grading.commands.cli import main
 
 pytestmark = pytest.mark.slow
 

@@ -110,7 +110,7 @@ def _require_hub() -> None:
     """Skip (fail in CI) without what the test needs."""
     require_browser()
     try:
-        import jupyterhub  # noqa: F401
+        import jupyterhub  # noqa: F401 - whether jupyterhub is installed
     except ImportError:
         require_or_skip("JupyterHub is not installed (scripts/setup.sh --test installs it)")
     if not shutil.which("node"):
@@ -180,7 +180,7 @@ def _imports(python: Path, module: str) -> bool:
 HUB_CONFIG = """\
 from pathlib import Path
 
-c = get_config()  # noqa: F821
+c = get_config()  # noqa: F821 - traitlets defines get_config in a configuration file
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
 c.JupyterHub.hub_ip = "127.0.0.1"
@@ -280,7 +280,7 @@ def instructor(hub: Hub, *command: str, status: int = 0) -> str:
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     _require_hub()
-    from course_grading.cli import main
+    from course_grading.commands.cli import main
 
     # What the test keeps (screenshots, the hub's state and log) in its tmp dir; what other
     # users must reach (homes, exchange, environments) in a folder they can pass through.

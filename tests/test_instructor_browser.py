@@ -47,7 +47,7 @@ from course_grading import untrusted
 from course_grading.instructor_server import handler_hashes, nonce_scripts
 from course_grading.preprocessors import SanitizeNotebook
 from course_grading.preprocessors.limited_execute import HIDDEN_MIME
-from course_grading.preprocessors.sanitize import render_markdown, same_markup
+from course_grading.preprocessors.sanitize import render_markdown
 
 A = "05_positional_encoding"
 BIN = Path(sys.executable).parent
@@ -240,10 +240,10 @@ def test_formgrader_exporter_sanitizes_an_unsanitized_notebook(tmp_path):
     that was never sanitized without any of its payloads; so does the feedback exporter."""
     from nbconvert.exporters import HTMLExporter
     from nbgrader.server_extensions.formgrader import handlers
-    from course_grading.nbgrader_setup import load_config
+    from course_grading.course.course import Course
 
     nb = with_outputs(nbformat.read(hostile_notebook(tmp_path), as_version=4))
-    config = load_config(ROOT)
+    config = Course(ROOT).config_copy()
     config.HTMLExporter.template_name = "formgrade"
     config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
     resources = {"base_url": "", "assignment_id": A, "notebook_id": A, "submission_id": "s",
@@ -318,14 +318,15 @@ def test_every_notebook_pipeline_ends_sanitized():
     the configuration leaves it out."""
     from traitlets.config import Config
     from traitlets.utils.importstring import import_item
-    from course_grading.feedback import feedback_preprocessors
+    from course_grading.reports.feedback import feedback_preprocessors
+    from course_grading.course.course import Course
+    from course_grading.course.nbgrader_setup import course_directory, sanitized_last
     from course_grading.preprocessors import GraderRubric
-    from course_grading.nbgrader_setup import course_directory, load_config, sanitized_last
 
     def classes(steps):
         return [import_item(s) if isinstance(s, str) else s for s in steps]
 
-    config = load_config(ROOT)
+    config = Course(ROOT).config
     assert classes(config.Autograde.autograde_preprocessors)[-1] is SanitizeNotebook
     assert classes(course_directory(ROOT).config.Autograde.autograde_preprocessors)[-1] is SanitizeNotebook
     assert SanitizeNotebook in classes(feedback_preprocessors(config.GenerateFeedback.preprocessors))

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
-from course_grading import cli
+from course_grading.commands import cli
+from course_grading.course.course import Course
 from course_grading.sandbox import bubblewrap, warm
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 BIN = Path(sys.executable).parent
 
@@ -26,7 +27,7 @@ def _submit(course: Path, student: str, assignment: str = ASSIGNMENT) -> None:
 
 
 def _grades_here(argv, course):
-    return cli._grades_here(cli.build_parser().parse_args(argv), course)
+    return cli._grades_here(cli.build_parser().parse_args(argv), Course(course))
 
 
 def test_single_submission_is_told_from_the_arguments(tmp_path):
@@ -53,7 +54,7 @@ def test_no_early_start_for_other_commands(tmp_path, argv, monkeypatch):
     started = []
     monkeypatch.setattr(warm, "ensure_warm", lambda settings: started.append(1))
     args = cli.build_parser().parse_args(["--root", str(course), *argv])
-    assert cli._start_early(args, course) is None
+    assert cli._start_early(args, Course(course)) is None
     assert started == []
 
 
@@ -61,7 +62,7 @@ def test_a_class_starts_its_workers_fork_server_first(tmp_path, monkeypatch):
     """Several submissions, graded in workers: the fork server is started before anything
     else (its imports run beside the command's own), with the module the workers run; one
     submission, or --jobs 1, or --resume: no fork server."""
-    from course_grading import autograde, workers
+    from course_grading.grading import autograde, workers
 
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")
@@ -70,7 +71,7 @@ def test_a_class_starts_its_workers_fork_server_first(tmp_path, monkeypatch):
     monkeypatch.setattr(warm, "ensure_warm", lambda settings: None)
 
     def early(*argv):
-        return cli._start_early(cli.build_parser().parse_args(["--root", str(course), *argv]), course)
+        return cli._start_early(cli.build_parser().parse_args(["--root", str(course), *argv]), Course(course))
 
     early("autograde", "--jobs", "2")
     assert started == []
@@ -133,8 +134,9 @@ def test_grading_from_a_folder_holding_another_course_imports_only_the_installed
 def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, monkeypatch):
     import types
 
-    from course_grading import autograde
-    from course_grading.nbgrader_setup import GradingRun
+    from course_grading.grading import autograde
+    from course_grading.course.course import Course
+    from course_grading.course.nbgrader_setup import GradingRun
     from course_grading.sandbox import installed
     assert installed.installed_locations() is not None  # the test runs on an installed course
     installed.verify()
@@ -144,7 +146,7 @@ def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, 
     with pytest.raises(installed.ImportMismatch, match="not the installed course"):
         installed.verify()
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
-    run = GradingRun(str(course), str(course), str(course / "submitted"))
+    run = GradingRun(Course(course), str(course / "submitted"))
     result = autograde._grade_task(run, "ann", ASSIGNMENT, True)
     assert result.error and "not the installed course" in result.error and not result.exercises
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_grading.release import secret_lines
+from course_grading.authoring.release import secret_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = {"01_embeddings": "embeddings", "02_cosine_similarity": "similarity",

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from course_grading.release import secret_lines
+from course_grading.authoring.release import secret_lines
 
 MODULES = ["positional", "encoder", "decoder", "generation", "gpt"]
 LEARNER_FILES = [ROOT / "course_utils" / "checks" / f"{m}.py" for m in MODULES] + [

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from course_grading.nbformat_tools import read_notebook
-from course_grading.release import secret_lines
+from course_grading.authoring.nbformat_tools import read_notebook
+from course_grading.authoring.release import secret_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "course_utils"

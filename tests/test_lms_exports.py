@@ -11,11 +11,16 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT
-from course_grading import grade_exports, roster
-from course_grading.cli import main
-from course_grading.lms import canvas
-from course_grading.nbgrader_setup import GradingError, course_directory, gradebook
-from test_roster_exports import _class, _read, _submit, canvas_check, course, moodle_check  # noqa: F401
+from course_grading.commands import roster
+from course_grading.reports import grade_exports
+from course_grading.commands.cli import main
+from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.errors import GradingError
+from course_grading.reports.lms import canvas
+from test_roster_exports import _class, _read, _submit, canvas_check, moodle_check
+from test_roster_exports import course as _roster_course
+
+course = _roster_course  # the same fixture: a course with one released assignment
 
 FIXTURES = Path(__file__).parent / "fixtures" / "lms"
 CANVAS = FIXTURES / "canvas_gradebook_export.csv"

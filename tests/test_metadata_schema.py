@@ -1,5 +1,5 @@
 """nbgrader's check of cells' nbgrader metadata with the schema checked once
-(``course_grading.metadata_schema``): the same verdicts and errors as ``jsonschema.validate``."""
+(``course_grading.grading.metadata_schema``): the same verdicts and errors as ``jsonschema.validate``."""
 from __future__ import annotations
 
 import copy
@@ -11,7 +11,7 @@ import pytest
 from nbgrader.nbgraderformat import common
 from nbgrader.nbgraderformat.v3 import MetadataValidatorV3
 
-from course_grading import metadata_schema
+from course_grading.grading import metadata_schema, nbgrader_patches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +53,7 @@ def test_nbgraders_validator_checks_its_schema_once(monkeypatch):
     original = cls.check_schema.__func__
     monkeypatch.setattr(cls, "check_schema", classmethod(lambda c, s: checked.append(1) or original(c, s)))
     monkeypatch.setattr(common, "jsonschema", common.jsonschema)  # restored after the test
-    metadata_schema.validate_schema_once()
+    nbgrader_patches.validate_schema_once()
     validator = MetadataValidatorV3()
     cells = [nbformat.v4.new_code_cell(metadata={"nbgrader": m}) for m in _graded_metadata()]
     for cell in cells:

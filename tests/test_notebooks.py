@@ -23,7 +23,7 @@ def test_every_solution_has_a_release():
 
 
 def test_committed_releases_are_what_course_release_generates():
-    from course_grading.release import release
+    from course_grading.authoring.release import release
 
     stale = release(ROOT, check_only=True)
     assert not stale, f"notebooks/ is out of date, run `course release`: {stale}"
@@ -44,7 +44,7 @@ def test_solution_notebook_runs_and_passes_all_tests(path):
 def test_release_has_no_solution_or_hidden_test_text(path):
     import nbformat
 
-    from course_grading.release import find_leaks
+    from course_grading.authoring.release import find_leaks
 
     text = path.read_text()
     for marker in MARKERS:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
-import course_grading.nbgrader_setup  # noqa: F401  (a new gradebook without running alembic)
+import course_grading.course.nbgrader_setup  # noqa: F401  (a new gradebook without running alembic)
 from course_grading.exchange import OwnerCollect, SafeReleaseAssignment
 from jupyter_browser import require_or_skip
 from unix_users import reachable_python, run_as
@@ -294,7 +294,7 @@ def test_a_release_keeps_the_course_folder_the_instructors(users, open_tmp):
     coursedir.assignment_id = A
     SafeReleaseAssignment(coursedir=coursedir, authenticator=Authenticator(config=config),
                           config=config).start()
-    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731 - a one-line helper of this test
     top = exchange / COURSE_ID
     assert mode(exchange) == 0o1777
     assert mode(top) == 0o755 and mode(top / "outbound") == 0o755

@@ -10,11 +10,13 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_grading import autograde, feedback, release
-from course_grading import results as grading_results
-from course_grading.cli import main
-from course_grading.nbgrader_setup import GradingError
-from course_grading.nbformat_tools import is_normalized, normalize, write_notebook
+from course_grading.grading import autograde
+from course_grading.reports import feedback
+from course_grading.authoring import release
+from course_grading.reports import results as grading_results
+from course_grading.commands.cli import main
+from course_grading.errors import GradingError
+from course_grading.authoring.nbformat_tools import is_normalized, normalize, write_notebook
 
 SOLUTION_LINE = "result_value = x + x"
 HIDDEN_LINE = 'assert double(-21) == -42, "hidden: double(-21) should be -42"'
@@ -115,8 +117,8 @@ def test_find_leaks_names_notebook_cell_and_line():
 
 def test_release_refuses_a_leak_and_writes_nothing(tiny_course, monkeypatch):
     """A generator that forgets to clear a solution line: the scan must stop the release."""
-    def leaky_generate(config_root, assignment, release_dir, **overrides):
-        nb = nbformat.read(str(Path(config_root) / "solutions" / assignment / f"{assignment}.ipynb"), 4)
+    def leaky_generate(course, assignment, release_dir, **overrides):
+        nb = nbformat.read(str(course.folders.source_notebook(assignment)), 4)
         for cell in nb.cells:
             cell.source = "\n".join(ln for ln in cell.source.splitlines()
                                     if "BEGIN" not in ln and "END" not in ln and "HIDDEN" not in ln)
@@ -241,7 +243,7 @@ def test_release_check_reports_stale_notebooks(tiny_course, capsys):
 def test_parallel_kernels_share_the_cores(monkeypatch):
     import os
 
-    from course_grading.autograde import _kernel_threads
+    from course_grading.grading.autograde import _kernel_threads
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
@@ -277,8 +279,8 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
     import subprocess
     import sys
 
-    from course_grading.nbgrader_setup import course_directory, gradebook
-    from course_grading.results import uncomputed
+    from course_grading.course.nbgrader_setup import course_directory, gradebook
+    from course_grading.reports.results import uncomputed
 
     course = make_course(tmp_path / "course", {ASSIGNMENT: _with_setup()})
     for student in ("good", "broken"):
@@ -325,7 +327,7 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
 
 
 def report_not_graded() -> str:
-    from course_grading.class_report import NOT_GRADED
+    from course_grading.reports.class_report import NOT_GRADED
     return NOT_GRADED
 
 
@@ -340,7 +342,7 @@ def test_a_clash_with_another_grader_is_retried_not_reported(tmp_path):
 
     from course_grading.errors import (AssignmentChanged, GradebookBusy, GradebookError,
                                        NbgraderFailure, retriable)
-    from course_grading.nbgrader_setup import run_converter
+    from course_grading.course.nbgrader_setup import run_converter
 
     db = tmp_path / "gradebook.db"
     holder = sqlite3.connect(db, isolation_level=None)
@@ -409,8 +411,8 @@ def test_course_folders_come_from_the_configuration(tmp_path):
 
     from nbgrader.coursedir import CourseDirectory
 
-    from course_grading.course_dir import FOLDER_DEFAULTS, folders
-    from course_grading.nbgrader_setup import select_assignments, source_assignments
+    from course_grading.course.course import Course
+    from course_grading.course.course_dir import FOLDER_DEFAULTS
 
     traits = CourseDirectory.class_traits()
     assert FOLDER_DEFAULTS == {k: traits[f"{k}_directory"].default() for k in FOLDER_DEFAULTS}
@@ -420,12 +422,14 @@ def test_course_folders_come_from_the_configuration(tmp_path):
     (tmp_path / "instructor" / "01_x" / "01_x.ipynb").write_text("{}")
     (tmp_path / "solutions" / "02_y").mkdir(parents=True)
     (tmp_path / "solutions" / "02_y" / "02_y.ipynb").write_text("{}")
-    where = folders(tmp_path)
-    assert (where.source, where.release, where.submitted) == ("instructor", "release", "submitted")
-    assert where.source_notebook("01_x") == tmp_path.resolve() / "instructor" / "01_x" / "01_x.ipynb"
-    assert source_assignments(tmp_path) == ["01_x"]
+    course = Course(tmp_path)
+    where, root = course.folders, tmp_path.resolve()
+    assert (where.source, where.release, where.submitted) == (root / "instructor", root / "release",
+                                                              root / "submitted")
+    assert where.source_notebook("01_x") == root / "instructor" / "01_x" / "01_x.ipynb"
+    assert course.source_assignments() == ["01_x"]
     with pytest.raises(GradingError, match="instructor/ has: 01_x"):
-        select_assignments(tmp_path, ["02_y"])
+        course.select_assignments(["02_y"])
 
     root = Path(__file__).resolve().parents[1]
     names = set(FOLDER_DEFAULTS.values()) | {"solutions", "notebooks"}
@@ -438,4 +442,4 @@ def test_course_folders_come_from_the_configuration(tmp_path):
                     isinstance(node.right, ast.Constant) and node.right.value in names:
                 spelled.append(str(path.relative_to(root)))
     # the one exception: the student package's own layout written by `course build-student`
-    assert set(spelled) <= {"course_grading/student_side.py"}, spelled
+    assert set(spelled) <= {"course_grading/authoring/student_side.py"}, spelled

@@ -2,21 +2,19 @@
 from __future__ import annotations
 
 import math
-import os
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import numpy as np
+import pytest
+import torch
+from torch import nn
 
-from course_utils.plots import multi_head as pm  # noqa: E402
-from course_utils.plots import positional as pp  # noqa: E402
-from course_grading.reference.multi_head import MultiHeadAttention  # noqa: E402
-from course_grading.reference.positional import sinusoidal_positional_encoding  # noqa: E402
+from course_utils.plots import multi_head as pm
+from course_utils.plots import positional as pp
+from course_grading.reference.multi_head import MultiHeadAttention
+from course_grading.reference.positional import sinusoidal_positional_encoding
 
 
 

@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import math
-import os
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from course_utils.plots import attention as pa  # noqa: E402
-from course_grading.reference import attention as ref  # noqa: E402
+from course_utils.plots import attention as pa
+from course_grading.reference import attention as ref
 
 SENTENCE = "we sat on the bank of the river"
 

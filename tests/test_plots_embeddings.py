@@ -2,18 +2,17 @@
 that the controls respond."""
 from __future__ import annotations
 
-import os
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
 
-from course_utils import load_glove  # noqa: E402
-from course_utils.plots import embeddings as pe  # noqa: E402
-from course_grading.reference import similarity as ref  # noqa: E402
+from course_utils import load_glove
+from course_utils.plots import embeddings as pe
+from course_grading.reference import similarity as ref
 
 TOY = np.array([[0.9, 0.8, 0.7, 0.1, 0.2], [0.9, 0.8, 0.7, 0.1, 0.7],
                 [0.8, 0.6, 0.6, 0.2, 0.1], [0.8, 0.6, 0.6, 0.2, 0.6]])

@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import math
-import os
 
-import matplotlib  # noqa: E402
+import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import numpy as np
+import pytest
 
-from course_utils.plots import similarity as ps  # noqa: E402
-from course_grading.reference import similarity as ref  # noqa: E402
+from course_utils.plots import similarity as ps
+from course_grading.reference import similarity as ref
 
 
 

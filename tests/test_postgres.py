@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -155,7 +155,7 @@ def test_two_graders_at_once_share_one_postgres_gradebook(tmp_path, postgres_url
         assert cursor.fetchone()[0] == len(SOLVED | BLANK)
 
     # The instructor's view of the whole class, from the shared gradebook.
-    from course_grading.cli import main
+    from course_grading.commands.cli import main
     assert main(["--root", str(course), "export", "--to", str(tmp_path / "export.csv")]) == 0
     exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader((tmp_path / "export.csv").open())}
     assert exported == {s: 2.0 if s in SOLVED else 0.0 for s in SOLVED | BLANK}

@@ -1,5 +1,5 @@
 """Long class runs: the progress bar (a terminal) or plain lines (a log), and a run that is
-interrupted and resumed without grading again what is done (``course_grading.ledger``)."""
+interrupted and resumed without grading again what is done (``course_grading.grading.ledger``)."""
 from __future__ import annotations
 
 import io
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
-from course_grading import autograde, ledger
-from course_grading.progress import Pace, Progress
-from course_grading.red_flags import Flag
-from course_grading.results import ExerciseResult, SubmissionResult
+from course_grading.grading import autograde, ledger
+from course_grading.grading.progress import Pace, Progress
+from course_grading.grading.red_flags import Flag
+from course_grading.reports.results import ExerciseResult, SubmissionResult
 
 COURSE = Path(sys.executable).with_name("course")
 

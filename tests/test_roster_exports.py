@@ -21,9 +21,12 @@ import warnings
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_grading import grade_exports, release, roster
-from course_grading.cli import main
-from course_grading.nbgrader_setup import GradingError, course_directory, gradebook
+from course_grading.reports import grade_exports
+from course_grading.authoring import release
+from course_grading.commands import roster
+from course_grading.commands.cli import main
+from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.errors import GradingError
 
 import nbformat
 

@@ -16,7 +16,7 @@ from nbclient import NotebookClient
 from traitlets.config import Config
 
 from conftest import ASSIGNMENT, SOLUTION_CELL, make_course, tiny_notebook
-from course_grading.nbformat_tools import write_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 
 from course_grading.sandbox import bubblewrap as sandbox
 from course_grading.sandbox import warm
@@ -104,8 +104,8 @@ def test_wrapped_process_has_limits(tmp_path):
 # --------------------------------------------------------------------------- the configuration
 
 def test_sandbox_settings_come_from_nbgrader_config(tmp_path):
-    from course_grading.nbgrader_setup import course_directory
-    from course_grading.sandbox.settings import course_settings
+    from course_grading.course.course import Course
+    from course_grading.course.nbgrader_setup import course_directory
 
     exchange, other = tmp_path / "exchange", tmp_path / "other-course"
     (exchange / "inbound").mkdir(parents=True)
@@ -115,7 +115,7 @@ def test_sandbox_settings_come_from_nbgrader_config(tmp_path):
         fh.write(f"\nc.Exchange.root = {str(exchange)!r}\nc.Sandbox.memory_mb = 1234\n"
                  f"c.Sandbox.tmpfs_mb = 48\nc.Sandbox.warm = False\n"
                  f"c.Sandbox.hidden_folders = [{str(other)!r}]\n")
-    settings = course_settings(course)
+    settings = Course(course).sandbox_settings()
     assert (settings.memory_mb, settings.tmpfs_mb, settings.warm) == (1234, 48, False)
     assert {str(course), str(exchange), str(other)} <= set(settings.hidden)
     if not sandbox.available()[0]:

@@ -8,7 +8,7 @@ import pytest
 from nbgrader.utils import compute_checksum
 
 from conftest import tiny_notebook
-from course_grading.red_flags import scan, visible_part
+from course_grading.grading.red_flags import scan, visible_part
 
 ROOT = Path(__file__).resolve().parents[1]
 

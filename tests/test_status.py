@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from course_grading import ledger, status
-from course_grading.cli import main
-from course_grading.results import ExerciseResult, SubmissionResult
+from course_grading.grading import ledger
+from course_grading.commands import status
+from course_grading.commands.cli import main
+from course_grading.reports.results import ExerciseResult, SubmissionResult
 from course_utils.notebook import EXERCISES
 
 ROOT = Path(__file__).resolve().parents[1]

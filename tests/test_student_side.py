@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from course_grading import student_side
-from course_grading.nbgrader_setup import GradingError, source_assignments
+from course_grading.authoring import student_side
+from course_grading.course.course import Course
+from course_grading.errors import GradingError
 
 pytestmark = pytest.mark.slow
 
-ASSIGNMENTS = source_assignments(ROOT)
+ASSIGNMENTS = Course(ROOT).source_assignments()
 
 
 @pytest.fixture(scope="module")

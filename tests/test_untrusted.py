@@ -23,7 +23,7 @@ def _within(seconds: float, fn, *args):
     def target():
         try:
             box["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - whatever the call raised is the result
             box["error"] = exc
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
@@ -169,7 +169,7 @@ def test_a_notebook_beyond_a_bound_is_refused_before_it_is_parsed(bound, tmp_pat
 def test_a_notebook_within_the_bounds_is_read(tmp_path):
     """A course notebook, and a 15 MB notebook of one string, are read; what is not JSON is a
     ValueError for the caller, never a hang or a crash of the scan."""
-    from course_grading.nbformat_tools import read_untrusted
+    from course_grading.authoring.nbformat_tools import read_untrusted
 
     for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
         data = path.read_bytes()
@@ -284,7 +284,7 @@ def test_json_bound_counts_what_the_parser_builds():
 def test_find_submissions_refuses_folders_that_are_not_student_ids(tmp_path):
     """A student folder whose name is not UTF-8, or not a safe id, is one refused name (for one
     error row), never a (student, assignment) pair that would reach the gradebook."""
-    from course_grading.course_dir import find_submissions
+    from course_grading.course.course_dir import find_submissions
 
     submitted = tmp_path / "submitted"
     for name in (b"ada", b"bad\xff", b"<script>", b"ev\xe2\x80\xaeil", b"x" * 200, b"empty\x1b"):
@@ -303,8 +303,8 @@ def test_find_submissions_refuses_folders_that_are_not_student_ids(tmp_path):
 
 
 def test_course_check_refuses_a_notebook_beyond_a_bound(tmp_path):
-    from course_grading.check import load_submission
-    from course_grading.nbgrader_setup import GradingError
+    from course_grading.commands.check import load_submission
+    from course_grading.errors import GradingError
 
     path = tmp_path / "01_embeddings.ipynb"
     path.write_bytes(BOMBS["nests JSON objects and arrays more than 64 deep"])
@@ -349,7 +349,7 @@ def test_a_left_out_name_is_shown_escaped(tmp_path):
 
 
 def test_the_course_command_prints_an_error_as_one_escaped_line():
-    from course_grading.cli import _one_line
+    from course_grading.commands.cli import _one_line
 
     for name in HOSTILE_NAMES:
         line = _one_line(ValueError(f"submitted/a/03/{name}: not graded"))

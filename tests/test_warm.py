@@ -435,7 +435,7 @@ def test_an_audit_cannot_reach_the_reference(course, tmp_path, mode):
 
 def _in_process(folder: Path) -> str:
     import ipywidgets  # noqa: F401 - loaded for real first: the child stubs what is not loaded
-    import matplotlib.pyplot  # noqa: F401
+    import matplotlib.pyplot  # noqa: F401 - loaded before the test, as the course loads it
 
     from course_grading.audit import child
     child.main(str(folder))

@@ -9,19 +9,19 @@ import io
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from PIL import Image
 
-from course_grading.reference import generation as G  # noqa: E402
-from course_grading.reference.attention import causal_mask, scaled_dot_product_attention  # noqa: E402
-from course_grading.reference.decoder import Transformer, make_padding_mask  # noqa: E402
-from course_grading.reference.multi_head import MultiHeadAttention  # noqa: E402
-from course_grading.reference.positional import sinusoidal_positional_encoding  # noqa: E402
-from course_grading.reference.similarity import analogy  # noqa: E402
-from course_utils.widgets import picture  # noqa: E402
+from course_grading.reference import generation as G
+from course_grading.reference.attention import causal_mask, scaled_dot_product_attention
+from course_grading.reference.decoder import Transformer, make_padding_mask
+from course_grading.reference.multi_head import MultiHeadAttention
+from course_grading.reference.positional import sinusoidal_positional_encoding
+from course_grading.reference.similarity import analogy
+from course_utils.widgets import picture
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread (conftest)

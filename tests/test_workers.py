@@ -1,4 +1,4 @@
-"""The grading workers' dispatcher (course_grading/workers.py), in-process and cheap: a worker
+"""The grading workers' dispatcher (course_grading/grading/workers.py), in-process and cheap: a worker
 that dies costs only the task it held, whether it dies of that task, at start-up, or over its
 memory bound; the others are done on fresh workers; an interrupt stops every worker."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_grading import workers
+from course_grading.grading import workers
 from course_grading.sandbox import bubblewrap
 
 CONTEXT = multiprocessing.get_context("forkserver")

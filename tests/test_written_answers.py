@@ -21,12 +21,13 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENT, ROOT, make_course, nbgrader_meta, tiny_notebook
-from course_grading import class_report, feedback, grade_exports, release
-from course_grading import results as grading_results
-from course_grading.cells import is_grade
-from course_grading.cli import main
-from course_grading.nbformat_tools import read_notebook, write_notebook
-from course_grading.red_flags import scan
+from course_grading.reports import class_report, feedback, grade_exports
+from course_grading.authoring import release
+from course_grading.reports import results as grading_results
+from course_grading.authoring.cells import is_grade
+from course_grading.commands.cli import main
+from course_grading.authoring.nbformat_tools import read_notebook, write_notebook
+from course_grading.grading.red_flags import scan
 
 NOTEBOOKS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.name[:2] in
                    {"01", "02", "03", "04", "05", "06", "07", "08"})
@@ -116,7 +117,7 @@ def graded(tmp_path_factory):
         folder = course / "submitted" / student / ASSIGNMENT
         folder.mkdir(parents=True)
         write_notebook(nb, folder / f"{ASSIGNMENT}.ipynb")
-    from course_grading import autograde
+    from course_grading.grading import autograde
     results = {r.student: r for r in autograde.autograde(course, jobs=2, progress=False)}
     return course, results
 
@@ -185,7 +186,7 @@ def test_the_scanner_accepts_written_answers_and_flags_an_answer_turned_into_cod
 
 def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, tmp_path, capsys):
     course, _ = graded
-    from course_grading.nbgrader_setup import course_directory, gradebook
+    from course_grading.course.nbgrader_setup import course_directory, gradebook
 
     nbgrader_rows = {r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())}
     assert nbgrader_rows["ann"]["note"] == "needs manual grading (2 points)"
@@ -235,7 +236,7 @@ def test_the_formgrader_shows_the_rubric_beside_each_answer_and_feedback_does_no
     page (its resources name the submission) inserts the source's model answer and rubric after
     the written answer; any other rendering (feedback's) does not."""
     from nbconvert import HTMLExporter
-    from course_grading.nbgrader_setup import course_directory
+    from course_grading.course.nbgrader_setup import course_directory
 
     course, _ = graded
     exporter = HTMLExporter(config=course_directory(course).config)
@@ -251,7 +252,7 @@ def test_the_formgrader_shows_the_rubric_beside_each_answer_and_feedback_does_no
 
 def _hand_grade(course, student, score):
     """Score a student's written answer by hand, as the Formgrader's API does."""
-    from course_grading.nbgrader_setup import course_directory, gradebook
+    from course_grading.course.nbgrader_setup import course_directory, gradebook
 
     with gradebook(course_directory(course)) as gb:
         grade = gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, student)
@@ -261,7 +262,7 @@ def _hand_grade(course, student, score):
 
 def _queue(course) -> dict[str, bool]:
     """{student: whether their written answer is in the Formgrader's manual grading queue}."""
-    from course_grading.nbgrader_setup import course_directory, gradebook
+    from course_grading.course.nbgrader_setup import course_directory, gradebook
 
     with gradebook(course_directory(course)) as gb:
         return {s: gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, s).needs_manual_grade

@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
 PACKAGES = ("course_utils", "course_grading")
 
-PARSER = "course_grading.cli:build_parser"
+PARSER = "course_grading.commands.cli:build_parser"
 CONFIGURABLES = (  # traitlets classes an instructor configures (their own traits are listed)
     "course_grading.sandbox.settings:Sandbox",
     "course_grading.preprocessors.limited_execute:LimitedExecute",
     "course_grading.preprocessors.sanitize:SanitizeNotebook",
-    "course_grading.building_blocks:BuildingBlocks",
+    "course_grading.authoring.building_blocks:BuildingBlocks",
     "course_grading.sandbox.sandbox_kernel_manager:SandboxKernelManager",
 )
 BOUNDS = "course_grading.untrusted:NotebookBounds"  # a dataclass, read from c.NotebookBounds
@@ -51,7 +51,7 @@ EXAMPLES = {
     "release": "course release 03_attention --check",
     "autograde": "course autograde 03_attention --student ada --resume",
     "feedback": "course feedback 03_attention",
-    "export": "course export --format canvas --to canvas.csv",
+    "export": "course export --format canvas --fill ~/Downloads/Grades.csv --to upload.csv",
     "roster import": "course roster import roster.csv",
     "report": "course report 03_attention",
     "build-student": "course build-student student-side/",

@@ -32,7 +32,7 @@ from pathlib import Path
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from course_grading.nbformat_tools import normalize, write_notebook  # noqa: E402
+from course_grading.authoring.nbformat_tools import normalize, write_notebook
 
 HEADER = re.compile(r"^# %%(?: \[(\w+)\])?(.*)$")
 

@@ -6,7 +6,7 @@ JupyterLab's "Run All" (and nbclient) stops at the first cell that raises, unles
 tagged ``raises-exception``. A learner who has written two exercises of four should still see
 everything that depends only on those two. So every solution and grade cell, and every cell
 that uses a name they define (directly or through an earlier such cell), gets the tag; it is
-removed from the others. ``course_grading.cells.runs_learner_code`` decides, and
+removed from the others. ``course_grading.authoring.cells.runs_learner_code`` decides, and
 ``tests/test_run_all.py`` checks that every source notebook is tagged that way. Grading is not
 affected: nbgrader runs every cell whatever its tags, and scores a failing test cell 0.
 """
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from course_grading.cells import KEEP_GOING, runs_learner_code  # noqa: E402
-from course_grading.nbformat_tools import read_notebook, write_notebook  # noqa: E402
+from course_grading.authoring.cells import KEEP_GOING, runs_learner_code
+from course_grading.authoring.nbformat_tools import read_notebook, write_notebook
 
 
 def tag(nb) -> int:

@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from course_grading.reference.gpt import GPT, generate  # noqa: E402
-from course_utils.device import get_device  # noqa: E402
+from course_grading.reference.gpt import GPT, generate
+from course_utils.device import get_device
 from provenance import write_record  # noqa: E402 - tools/, this script's folder
-from course_utils.language_model import (CHECKPOINT, CharTokenizer, GPTConfig,  # noqa: E402
+from course_utils.language_model import (CHECKPOINT, CharTokenizer, GPTConfig,
                                          build_gpt, load_text, perplexity, save_gpt, split,
                                          train_lm)
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from course_grading.reference.attention import causal_mask  # noqa: E402
-from course_grading.reference.decoder import Transformer, make_padding_mask  # noqa: E402
-from course_grading.reference.generation import greedy_decode  # noqa: E402
-from course_utils.device import get_device  # noqa: E402
+from course_grading.reference.attention import causal_mask
+from course_grading.reference.decoder import Transformer, make_padding_mask
+from course_grading.reference.generation import greedy_decode
+from course_utils.device import get_device
 from provenance import write_record  # noqa: E402 - tools/, this script's folder
-from course_utils.toy_task import HELD_OUT_DATES, make_pairs  # noqa: E402
-from course_utils.training import (CHECKPOINT, ToyConfig, build_model, exact_match,  # noqa: E402
+from course_utils.toy_task import HELD_OUT_DATES, make_pairs
+from course_utils.training import (CHECKPOINT, ToyConfig, build_model, exact_match,
                                    save_checkpoint, train)
 
 

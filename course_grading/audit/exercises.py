@@ -241,7 +241,7 @@ def _sample_inputs(rng):
 
 def _beam_inputs(rng):
     src = _date_sources(rng, 2)
-    one = lambda row: T(src[row:row + 1, :int((src[row] != 0).sum())])  # noqa: E731
+    one = lambda row: T(src[row:row + 1, :int((src[row] != 0).sum())])  # noqa: E731 - a one-line helper of this case
     ids = _padded_ids(rng, 8, 1, 4)
     return [((ToyModel(), one(0), 3, 12, 1, 2), {}),
             ((ToyModel(), one(1), 2, 12, 1, 2), {"length_penalty": 0.6}),
@@ -272,7 +272,7 @@ def _gpt_inputs(rng):
 
 def _generate_inputs(rng):
     v = int(rng.integers(5, 11))
-    model = lambda: Prefix(vocab_size=v, seed=int(rng.integers(1 << 30)))  # noqa: E731
+    model = lambda: Prefix(vocab_size=v, seed=int(rng.integers(1 << 30)))  # noqa: E731 - a one-line helper of this case
     prompts = _i64(rng, v, 3, int(rng.integers(1, 6)))
     seed = int(rng.integers(1 << 31))
     return [((model(), prompts, 5), {"temperature": 0}),

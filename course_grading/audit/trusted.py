@@ -29,10 +29,11 @@ from typing import Callable
 
 import numpy as np
 
-from .. import building_blocks, untrusted
-from ..cells import setup_and_solution_sources
-from ..nbformat_tools import read_untrusted
-from ..red_flags import Flag, scan
+from course_grading.authoring import building_blocks
+from course_grading import untrusted
+from course_grading.authoring.cells import setup_and_solution_sources
+from course_grading.authoring.nbformat_tools import read_untrusted
+from course_grading.grading.red_flags import Flag, scan
 from ..sandbox import warm as warm_sandbox
 from ..sandbox.settings import Settings
 from . import wire

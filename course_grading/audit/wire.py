@@ -16,7 +16,6 @@ Everything crosses as plain data in one folder, never pickle:
 from __future__ import annotations
 
 import io
-import json
 import os
 from pathlib import Path
 

@@ -11,4 +11,10 @@ comparing with ``course_grading.reference``. A grade cell reads::
     ### END HIDDEN TESTS
 
 A module may also define ``ASSIGNMENT`` and ``expected_outputs()`` (see ``course_grading.expected``).
+
+A grading kernel loads ``_common`` as an IPython extension before the first cell
+(``KERNEL_ARGUMENT``, which ``LimitedExecute`` gives every kernel it starts).
 """
+
+EXTENSION = __name__ + "._common"
+KERNEL_ARGUMENT = f"--IPKernelApp.extensions={EXTENSION}"

@@ -1,7 +1,7 @@
 """What every hidden check shares, and what the grading kernel does before the notebook's first
 cell.
 
-A grading kernel loads this module as an IPython extension (``KERNEL_ARGUMENT``, which
+A grading kernel loads this module as an IPython extension (``checks.KERNEL_ARGUMENT``, which
 ``LimitedExecute`` gives every kernel it starts: sandboxed, warm or not, or plain). Loading it
 imports every check, visible and hidden, and the reference they compare with, records what
 they rely on (``course_utils.checks._seal``: the library functions and classes, the checks'
@@ -15,9 +15,6 @@ import contextlib
 import importlib
 import io
 import pkgutil
-
-EXTENSION = __name__
-KERNEL_ARGUMENT = f"--IPKernelApp.extensions={EXTENSION}"
 
 
 def visible_first(check, fn) -> None:
@@ -43,12 +40,12 @@ def check_modules() -> list:
 
 def seal_kernel(app=None) -> None:
     """Before the first cell: record what the checks rely on and the kernel's own threads."""
-    from course_utils.checks import _seal
+    from course_utils.checks import kit
 
-    _seal.load_libraries()
+    kit.load_libraries()
     modules = check_modules()
-    _seal.protect(*modules)
-    _seal.kernel_started(app)
+    kit.protect(*modules)
+    kit.kernel_started(app)
 
 
 def load_ipython_extension(ipython) -> None:
@@ -71,7 +68,7 @@ def gradients_reach(c, module, *args, **kwargs) -> None:
     a tensor rebuilt from numbers."""
     import torch
 
-    from course_utils.checks._core import generator
+    from course_utils.checks.kit import generator
 
     with torch.enable_grad():
         out = c.call(module, *args, **kwargs)

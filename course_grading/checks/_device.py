@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from course_utils.checks._core import Check, CheckFailed
+from course_utils.checks.kit import Check, CheckFailed
 
 # What the check decides with, taken when this module is imported (before any learner code, under
 # grading: the kernel imports every check first).
@@ -429,6 +429,6 @@ def second_devices() -> list:
     """The devices a hidden check runs the learner's torch code on, besides the CPU: the
     stand-in always (grades must not depend on the grading machine), and the accelerator when
     there is one."""
-    from course_utils.checks._core import devices
+    from course_utils.checks.kit import devices
 
     return [StandIn()] + [Accelerator(d) for d in devices()[1:]]

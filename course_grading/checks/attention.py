@@ -5,7 +5,7 @@ import torch
 
 from course_grading.reference import attention as ref
 from course_utils.checks import attention as visible
-from course_utils.checks._core import Check, generator, torch_equal
+from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.attention import qkv, unpack
 
 from ._common import visible_first

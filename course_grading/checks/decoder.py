@@ -12,7 +12,7 @@ import torch
 
 from course_grading.checks.encoder import exact_table
 from course_grading.reference import decoder as ref
-from course_utils.checks._core import Check, generator, torch_equal
+from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.decoder import (
     DECODER_LAYER_NAMES, DECODER_NAMES, TRANSFORMER_NAMES, call, causal, decoder_layer_case,
     decoder_layer_parts, decoder_outputs, decoder_parts, run_decoder_layers, torch_decoder_layer,
@@ -50,7 +50,6 @@ def check_decoder_layer(DecoderLayer) -> None:
     tgt_ids = torch.tensor([[1, 5, 6, 0, 0], [1, 7, 8, 9, 2]])
     both = (tgt_ids != 0)[:, None, None, :] & causal(5)  # (2, 1, 5, 5)
     for norm_first in (False, True):
-        kind = "pre" if norm_first else "post"
         parts = known(lambda: decoder_layer_parts(D, FF), seed=14)
         layer = c.build(DecoderLayer, D, H, FF, norm_first=norm_first)
         load(c, layer, parts, DECODER_LAYER_NAMES)

@@ -5,7 +5,7 @@ import numpy as np
 
 from course_grading.reference import embeddings as ref
 from course_utils.checks import embeddings as visible
-from course_utils.checks._core import Check, np_array_equal
+from course_utils.checks.kit import Check, np_array_equal
 
 from ._common import visible_first
 

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from course_grading.reference import positional as ref_positional
-from course_utils.checks._core import Check, generator, torch_equal, torch_isfinite
+from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
 from course_utils.checks.encoder import (
     D, EVERYWHERE, EVERYWHERE_OPS, ENCODER_LAYER_NAMES, ENCODER_NAMES, F64, FF, H,
     LAYER_NORM_BUILTINS, LAYER_NORM_OPS, POSITIONS_HINT, compare, computing, encoder_layer_case,

@@ -19,7 +19,7 @@ import torch
 
 from course_grading.reference import generation as ref
 from course_grading.reference.decoder import Transformer, make_padding_mask
-from course_utils.checks._core import Check, generator, torch_equal
+from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.generation import (
     BEAM_SRC, BOS, EOS, GREEDY_CASES, LAYERS, RANDOM_BEAMS, SAMPLING_CASES, WIDE, N_DRAWS, beam,
     beam_matches, greedy_case, greedy_ok, length_normalisation_hint, random_model,

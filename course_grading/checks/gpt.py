@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from course_grading.reference import gpt as ref
-from course_utils.checks._core import Check, devices, generator, torch_equal
-from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS, F64, known, load, near
+from course_utils.checks.kit import Check, devices, generator
+from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS, F64, known, load
 from course_utils.checks.gpt import (BLOCK_NAMES, GENERATE_CASES, GPT_NAMES, PrefixLM,
                                      TorchBlock, TorchGPT, block_case, block_parts, causal,
                                      check_gpt as visible_check_gpt,
@@ -147,7 +147,10 @@ def random_gpt(seed: int, vocab: int = 13) -> nn.Module:
 
 def _vs_reference(c: Check, generate, model, ids, n, what, **kwargs):
     seed = kwargs.pop("seed", None)
-    extra = lambda: {} if seed is None else {"generator": generator(seed)}
+
+    def extra():
+        return {} if seed is None else {"generator": generator(seed)}
+
     want = ref.generate(model, ids, n, use_cache=False, **kwargs, **extra()).tolist()
     for use_cache in (True, False):
         if hasattr(model, "calls"):

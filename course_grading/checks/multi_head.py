@@ -15,7 +15,7 @@ import torch
 from course_grading.reference import attention as ref_attention
 from course_grading.reference import multi_head as ref
 from course_utils.checks import multi_head as visible
-from course_utils.checks._core import Check, generator, torch_equal
+from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.multi_head import (ATOL32, NAMES, RTOL32, expect_projections, compare,
                                             expect_value_error, forward, near)
 

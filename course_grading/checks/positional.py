@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from course_grading.reference import positional as ref
-from course_utils.checks._core import Check, generator, torch_isfinite
+from course_utils.checks.kit import Check, generator, torch_isfinite
 from course_utils.checks.encoder import near
 from course_utils.checks.positional import (TABLE_MISTAKES, add, compare_added, diagnose_table,
                                             table_buffer)

@@ -5,7 +5,7 @@ import numpy as np
 
 from course_grading.reference import similarity as ref
 from course_utils.checks import similarity as visible
-from course_utils.checks._core import Check, CheckFailed, to_numpy
+from course_utils.checks.kit import Check, CheckFailed, to_numpy
 
 from ._common import visible_first
 

@@ -20,7 +20,7 @@ import nbformat
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.coursedir import CourseDirectory
 
-from ..cells import meta, text
+from course_grading.authoring.cells import meta, text
 
 FORMGRADER_RESOURCES = ("submission_id", "assignment_id", "notebook_id", "notebook_path")
 HEADING = "**For the grader** (the source notebook's answer cell; students never see this):"

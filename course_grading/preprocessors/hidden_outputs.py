@@ -28,7 +28,7 @@ from pathlib import Path
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from ..cells import Markers, hidden_lines, text
+from course_grading.authoring.cells import Markers, hidden_lines, text
 from .limited_execute import is_hidden_marker
 
 GRADING_FILES = (Path(__file__).resolve().parents[1],  # course_grading

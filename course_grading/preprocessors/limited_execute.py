@@ -54,8 +54,8 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-from ..cells import Markers, is_grade
-from ..checks._common import KERNEL_ARGUMENT
+from course_grading.authoring.cells import Markers, is_grade
+from ..checks import KERNEL_ARGUMENT
 
 HIDDEN_MIME = "application/vnd.course.hidden-tests+json"
 HIDDEN_TEXT = "[course: the hidden tests ran from here on]"

@@ -31,7 +31,7 @@ import copy
 from nbformat.v4 import new_notebook, new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from ..cells import grade_id, is_code, is_setup, text
+from course_grading.authoring.cells import grade_id, is_code, is_setup, text
 
 STUDENTS_FAULT = ("[course: the setup cell failed because of the cells that ran before it (it "
                   "runs without error on its own): graded as it is]\n")

@@ -36,7 +36,7 @@ from nbconvert.preprocessors.sanitize import SanitizeHTML
 from traitlets import Any, Bool, Integer, List, Set, Unicode
 
 from .. import untrusted
-from ..cells import text
+from course_grading.authoring.cells import text
 from .limited_execute import HIDDEN_MIME
 
 HEADINGS = ["h1", "h2", "h3", "h4", "h5", "h6"]

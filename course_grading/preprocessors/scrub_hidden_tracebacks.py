@@ -5,7 +5,7 @@ import re
 
 from nbgrader.preprocessors import NbGraderPreprocessor
 
-from ..cells import Markers, hidden_lines, text
+from course_grading.authoring.cells import Markers, hidden_lines, text
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TRACEBACK_CODE = re.compile(r"^\s*(?:-*>)?\s*(?:\d+\s)?(.*)$")  # "----> 3 code" / "      3 code"

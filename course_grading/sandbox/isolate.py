@@ -108,7 +108,9 @@ def enter_namespaces(*, network: bool = True, ipc: bool = True) -> None:
 
 
 def mount(source, target, fstype, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else os.fsencode(s))
+    def enc(s):
+        return None if s is None else os.fsencode(s)
+
     _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
            f"mount {target}")
 

@@ -33,11 +33,12 @@ from pathlib import Path
 from traitlets import Bool, Integer, List, Unicode
 from traitlets.config import Config, Configurable
 
+from course_grading.course import config as course_config
+
 # nbgrader's default exchange (0.9) and the one its documentation uses
 DEFAULT_EXCHANGES = ("/usr/local/share/nbgrader/exchange", "/srv/nbgrader/exchange")
 STEP_DIRECTORIES = ("source_directory", "release_directory", "submitted_directory",
                     "autograded_directory", "feedback_directory", "solution_directory")
-CONFIG_FILES = ("nbgrader_config.py", "nbgrader_config.json")
 
 
 class Sandbox(Configurable):
@@ -120,21 +121,14 @@ def course_folders(config: Config, *roots) -> tuple[str, ...]:
 
 def config_files() -> list[Path]:
     """nbgrader configuration files in Jupyter's configuration folders."""
-    try:
-        from jupyter_core.paths import jupyter_config_path
-        folders = jupyter_config_path()
-    except Exception:  # noqa: BLE001 - without jupyter_core there are none to read
-        return []
-    return [Path(d) / name for d in folders for name in CONFIG_FILES if (Path(d) / name).is_file()]
+    return course_config.jupyter_config_files(absolute_only=False)
 
 
 def _jupyter_configs() -> list[Config]:
-    from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
     loaded = []
     for path in config_files():
-        loader = PyFileConfigLoader if path.suffix == ".py" else JSONFileConfigLoader
         try:
-            loaded.append(loader(path.name, path=str(path.parent)).load_config())
+            loaded.append(course_config.load(path))
         except Exception:  # noqa: BLE001 - a broken file: nbgrader itself will say so
             continue
     return loaded
@@ -161,10 +155,9 @@ def _named_folders(config: Config) -> list[str]:
     return found
 
 
-def course_settings(config_root, *roots) -> Settings:
-    """The settings every sandbox of the course at ``config_root`` is started with, hiding
-    ``roots`` too: what ``configure`` gives the grading kernels, for whoever starts first."""
-    from traitlets.config.loader import PyFileConfigLoader
-    config = PyFileConfigLoader("nbgrader_config.py", path=str(config_root)).load_config()
+def course_settings(config: Config, config_root, *roots) -> Settings:
+    """The settings every sandbox of the course at ``config_root`` (whose configuration is
+    ``config``) is started with, hiding ``roots`` too: what ``configure`` gives the grading
+    kernels, for whoever starts first (``course.Course.sandbox_settings``)."""
     return Settings.from_config(config, hidden=(*course_folders(config, config_root, *roots),
                                                 *Sandbox(config=config).hidden_folders))

@@ -129,7 +129,7 @@ def preload(refuse: Refuse) -> None:
     _step(refuse, glove)
 
     def recording():  # what torch imports the first time a check records operators
-        from course_utils.checks._core import prepare_recording
+        from course_utils.checks.kit import prepare_recording
         prepare_recording()
     _step(refuse, recording)
     _step(refuse, _format_a_traceback)
@@ -243,12 +243,12 @@ class Server:
                         self._isolate_child([], hide=self.secret_folders)
                         isolate.drop_privileges()
                         os._exit(0)
-                    except BaseException as exc:  # noqa: BLE001
+                    except BaseException as exc:  # noqa: BLE001 - whatever failed, the parent reads it from the pipe
                         os.write(write, f"{type(exc).__name__}: {exc}".encode()[:500])
                         os._exit(1)
                 _, status = os.waitpid(inner, 0)
                 os._exit(0 if status == 0 else 1)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:  # noqa: BLE001 - whatever failed, the parent reads it from the pipe
                 os.write(write, f"{type(exc).__name__}: {exc}".encode()[:500])
                 os._exit(1)
         os.close(write)
@@ -353,13 +353,13 @@ class Server:
             try:
                 import numpy as np
                 np.random.seed()
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - without NumPy there is nothing to reseed
                 pass
             run()
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 0
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - a forked child ends here, whatever its run raised
             if self.log is not None:
                 try:
                     os.write(self.log, traceback.format_exc()[-4000:].encode(errors="replace"))

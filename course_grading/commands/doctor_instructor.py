@@ -1,0 +1,167 @@
+"""``course doctor --instructor``: what the instructor's server and the class's exchange need
+(docs/guides/jupyterhub.md), each FAIL with a fix that makes it OK:
+
+* the Formgrader's Content-Security-Policy extension (``course_grading.instructor_server``)
+  enabled in the server's configuration;
+* ``frame-ancestors 'self'`` in the server's Content-Security-Policy header (JupyterHub's
+  ``'none'`` leaves the Formgrader tab blank);
+* the exchange (``c.Exchange.root``): sticky and writable by all (1777); once released, the
+  course's folder and its ``outbound/`` the instructor's (0755), its ``inbound/`` the
+  instructor's with 3733 (students drop in, cannot list or move another's);
+* the PostgreSQL gradebook, when ``CourseDirectory.db_url`` names one: a connection opens.
+
+The server's configuration is read as Jupyter reads it: every folder of Jupyter's
+configuration path, its ``jupyter_server_config.d/*.json``, ``jupyter_server_config.py`` and
+``jupyter_server_config.json`` (the instructor's own files, which the server runs anyway).
+``python -m course_grading.commands.doctor_instructor configure-server`` (the fix of both server lines)
+writes both settings into the user's ``jupyter_server_config.json``, keeping what else it
+holds (``jupyter server extension enable`` only enables an extension whose package ships its
+own configuration, which this course's does not).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import stat
+import sys
+from pathlib import Path
+
+from .doctor import FAIL, OK, Line
+
+EXTENSION = "course_grading.instructor_server"
+FRAMING = "frame-ancestors 'self'"
+CONFIGURE = f"{sys.executable} -m course_grading.commands.doctor_instructor configure-server"
+# the exchange's folders and their modes (exchange.SafeReleaseAssignment makes them so)
+ROOT_MODE, COURSE_MODE, OUTBOUND_MODE, INBOUND_MODE = 0o1777, 0o755, 0o755, 0o3733
+
+
+
+
+def check_csp_extension(config) -> Line:
+    what = "formgrader CSP"
+    enabled = dict(config.ServerApp.get("jpserver_extensions", {}) or {})
+    if enabled.get(EXTENSION):
+        return Line(OK, what, f"{EXTENSION} enabled: the Formgrader's pages run no script but their own")
+    return Line(FAIL, what, f"{EXTENSION} is not enabled: a student's notebook could run script in "
+                "the Formgrader's pages", CONFIGURE)
+
+
+def check_framing(config) -> Line:
+    what = "frame-ancestors"
+    settings = config.ServerApp.get("tornado_settings", {}) or {}
+    policy = str((settings.get("headers") or {}).get("Content-Security-Policy", ""))
+    if FRAMING in policy:
+        return Line(OK, what, f"Content-Security-Policy: {policy}")
+    found = f"Content-Security-Policy: {policy}" if policy else "no Content-Security-Policy header set"
+    return Line(FAIL, what, f"{found}: under JupyterHub (frame-ancestors 'none') the Formgrader tab "
+                "stays blank", CONFIGURE)
+
+
+def configure_server(folder=None) -> Path:
+    """Enable the Formgrader's CSP extension and add ``frame-ancestors 'self'`` to the
+    Content-Security-Policy header, in the user's ``jupyter_server_config.json`` (the rest of
+    the file kept)."""
+    from jupyter_core.paths import jupyter_config_dir
+
+    path = Path(folder or jupyter_config_dir(), "jupyter_server_config.json")
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    server = data.setdefault("ServerApp", {})
+    server.setdefault("jpserver_extensions", {})[EXTENSION] = True
+    headers = server.setdefault("tornado_settings", {}).setdefault("headers", {})
+    policy = [p.strip() for p in str(headers.get("Content-Security-Policy", "")).split(";")
+              if p.strip() and not p.strip().startswith("frame-ancestors")]
+    headers["Content-Security-Policy"] = "; ".join(policy + [FRAMING])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def _mode_line(what: str, path: Path, mode: int, owner: int | None, sudo: bool) -> Line | None:
+    """A FAIL line when ``path`` has another mode or (``owner``) another owner; None if right."""
+    st = path.stat()
+    problems, fixes = [], []
+    if owner is not None and st.st_uid != owner:
+        problems.append(f"owned by {_user(st.st_uid)}, not {_user(owner)}")
+        fixes.append(f"sudo chown {_user(owner)} {path}")
+    if stat.S_IMODE(st.st_mode) != mode:
+        problems.append(f"mode {stat.S_IMODE(st.st_mode):04o}, not {mode:04o}")
+        fixes.append(f"{'sudo ' if sudo else ''}chmod {mode:04o} {path}")
+    if not problems:
+        return None
+    return Line(FAIL, what, f"{path}: {', '.join(problems)}", " && ".join(fixes))
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def check_exchange(exchange: Path, course_id: str, me: int | None = None) -> Line:
+    what = "exchange"
+    me = os.getuid() if me is None else me
+    if not exchange.is_dir():
+        return Line(FAIL, what, f"{exchange} does not exist (c.Exchange.root)",
+                    f"sudo mkdir -p {exchange} && sudo chmod 1777 {exchange}")
+    wrong = _mode_line(what, exchange, ROOT_MODE, None, sudo=exchange.stat().st_uid != me)
+    if wrong:
+        return wrong
+    course = exchange / course_id
+    if not course.is_dir():
+        return Line(OK, what, f"{exchange}: 1777; no release of {course_id} yet")
+    for path, mode in ((course, COURSE_MODE), (course / "outbound", OUTBOUND_MODE), (course / "inbound", INBOUND_MODE)):
+        if path.is_dir():
+            wrong = _mode_line(what, path, mode, me, sudo=path.stat().st_uid != me)
+            if wrong:
+                return wrong
+    return Line(OK, what, f"{exchange}: 1777; {course_id}/ and outbound/ 0755, inbound/ 3733, yours")
+
+
+def check_gradebook(db_url: str) -> Line | None:
+    """A connection to a PostgreSQL gradebook (None for SQLite: nothing to check)."""
+    if not str(db_url).startswith("postgresql"):
+        return None
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    shown = make_url(db_url).render_as_string(hide_password=True)
+    try:
+        engine = create_engine(db_url, connect_args={"connect_timeout": 5})
+        with engine.connect():
+            pass
+        engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - the driver's own error says why
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return Line(FAIL, "gradebook", f"{shown}: {first}",
+                    "start PostgreSQL and create the database and its user as in the URL "
+                    "(createuser, createdb), or fix CourseDirectory.db_url in nbgrader_config.py")
+    return Line(OK, "gradebook", f"{shown}: connected")
+
+
+def diagnose(course) -> list[Line]:
+    """The instructor's lines, for ``course`` (a Course or its root; its nbgrader_config.py read
+    with traitlets alone: the doctor runs where nbgrader is broken)."""
+    from course_grading.course.config import jupyter_server_config
+    from course_grading.course.course import Course
+
+    course = Course.of(course)
+    config = jupyter_server_config()
+    lines = [check_csp_extension(config), check_framing(config)]
+    root = course.root
+    try:
+        course = course.config
+    except Exception as exc:  # noqa: BLE001 - a broken configuration: say so, check no further
+        return lines + [Line(FAIL, "exchange", f"{root}/nbgrader_config.py cannot be read: "
+                             f"{type(exc).__name__}: {str(exc)[:200]}", f"fix {root}/nbgrader_config.py")]
+    exchange = Path(course.Exchange.get("root", "/srv/nbgrader/exchange"))
+    course_id = str(course.CourseDirectory.get("course_id", "")) or "attention-course"
+    lines.append(check_exchange(exchange, course_id))
+    db_url = course.CourseDirectory.get("db_url", "")
+    gradebook = check_gradebook(db_url) if db_url else None
+    return lines + ([gradebook] if gradebook else [])
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["configure-server"]:
+    print(f"wrote {configure_server()}")

@@ -1,0 +1,170 @@
+"""``course feedback`` and ``course export``: HTML feedback for students (hidden tests, what ran
+while they ran, and the hidden lines quoted in tracebacks removed), and the gradebook's grades
+as CSV.
+
+Feedback is generated from a copy of each ``autograded/<student>/<assignment>/`` that follows no
+link (``untrusted.copy_tree``): a folder or notebook that is a link gets no feedback, and a
+file that is one is left out, each said in ``FeedbackIncomplete``; the other students' feedback
+is generated all the same.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from nbgrader.converters import GenerateFeedback
+from nbgrader.api import MissingEntry
+
+from course_grading import untrusted
+from course_grading.course.course_dir import find_submissions
+from course_grading.errors import GradingError
+from course_grading.course.course import Course
+from course_grading.course.nbgrader_setup import LOG, course_directory, gradebook, run_converter
+from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS
+from course_grading.reports.reports_csv import write_rows
+from course_grading.reports.results import pending_points, uncomputed
+
+
+class FeedbackIncomplete(GradingError):
+    """Some submissions got no feedback (or got it without some files): ``problems`` says
+    which and why, one line each; ``pages`` are the HTML files that were written."""
+
+    def __init__(self, problems: list[str], pages: list[Path]):
+        self.problems, self.pages = problems, pages
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(f"{problems[0]}{more}")
+
+
+def feedback(course, assignments=None, students=None, db_url=None) -> list[Path]:
+    """nbgrader generate_feedback for the autograded submissions; returns the HTML files.
+
+    Raises FeedbackIncomplete, after every other submission got its feedback, when some
+    submission could not have it (or lost files on the way)."""
+    course = Course.of(course)
+    where = course.folders
+    autograded = where.autograded
+    pairs = find_submissions(autograded, students, assignments)
+    if not pairs:
+        raise GradingError(f"nothing autograded under {autograded}: run `course autograde` first")
+    with gradebook(course_directory(course, db_url=db_url)):
+        pass  # a gradebook that cannot be opened stops here, with one line
+    problems: list[str] = []
+    for student, assignment in pairs:
+        coursedir = course_directory(course, db_url=db_url, student_id=student, assignment_id=assignment)
+        with tempfile.TemporaryDirectory(prefix="course-feedback-") as stage:
+            try:
+                left = _stage(autograded, student, assignment, Path(stage),
+                              course.notebook_bounds)
+            except untrusted.UntrustedFileError as exc:
+                problems.append(f"no feedback for {student}/{assignment}: autograded/{exc}")
+                continue
+            notebooks = [item for item in left if item.path.endswith(".ipynb") and "/" not in item.path]
+            problems += [f"no feedback for {student}/{assignment}/{item.shown}: {item.reason}"
+                         for item in notebooks]
+            if notebooks:  # none of it through a link: this student gets no feedback
+                continue
+            problems += [f"feedback for {student}/{assignment} without {item.shown}: {item.reason}"
+                         for item in left]
+            coursedir.autograded_directory = stage
+            converter = GenerateFeedback(coursedir=coursedir, config=coursedir.config, log=LOG)
+            converter.preprocessors = feedback_preprocessors(converter.preprocessors)
+            converter.force = True
+            try:
+                run_converter(converter)
+            except GradingError as exc:
+                problems.append(f"no feedback for {student}/{assignment}: {exc}")
+    pages = sorted(p for student, assignment in pairs
+                   for p in (where.feedback / student / assignment).glob("*.html"))
+    if problems:
+        raise FeedbackIncomplete(problems, pages)
+    return pages
+
+
+def awaiting_manual(course, assignments=None, students=None, db_url=None) -> list[str]:
+    """One line per gradebook submission whose written answers wait for manual grading: its
+    feedback shows them as 0 until they are graded (then run ``course feedback`` again)."""
+    coursedir = course_directory(course, db_url=db_url)
+    lines = []
+    with gradebook(coursedir) as gb:
+        for assignment in gb.assignments:
+            if assignments and assignment.name not in assignments:
+                continue
+            for submission in assignment.submissions:
+                if students and submission.student.id not in students:
+                    continue
+                pending = pending_points(submission)
+                if pending:
+                    lines.append(f"{submission.student.id}/{assignment.name}: {pending:g} points of written "
+                                 "answers not graded by hand yet (its feedback shows them as 0)")
+    return sorted(lines)
+
+
+def feedback_preprocessors(configured: list) -> list:
+    """``configured`` (nbgrader_config.py's GenerateFeedback.preprocessors, classes or dotted
+    names) with the course's feedback filters first where it does not list them, and its
+    style (long lines wrap) last."""
+    from traitlets.utils.importstring import import_item
+
+    listed = {import_item(p) if isinstance(p, str) else p for p in configured}
+    return [*(p for p in FEEDBACK_PREPROCESSORS if p not in listed), *configured,
+            *(p for p in FEEDBACK_LAST if p not in listed)]
+
+
+def _stage(autograded: Path, student: str, assignment: str, stage: Path,
+           bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[untrusted.LeftOut]:
+    """Copy ``autograded/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
+    following no link; what was left out (UntrustedFileError when a folder is a link)."""
+    base = untrusted.open_folder(autograded)
+    try:
+        student_fd = untrusted.open_folder(student, dir_fd=base, label=student)
+        try:
+            return untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
+                                       label=f"{student}/{assignment}", notebook_bounds=bounds)
+        finally:
+            os.close(student_fd)
+    finally:
+        os.close(base)
+
+
+EXPORT_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
+                  "email", "raw_score", "late_submission_penalty", "score", "max_score", "note"]
+
+
+def export(course, path, assignments=None, students=None, db_url=None) -> Path:
+    """The gradebook's grades as CSV to ``path``: nbgrader's export (one row per student and
+    assignment, its columns and numbers), every cell written so that no spreadsheet takes it
+    for a formula, and a last column ``note`` that says where a score is not a grade: "not
+    submitted" (nbgrader's export shows 0), "not graded" where an autograded cell has no score
+    at all (autograding failed), "needs manual grading (N points)" where written answers wait
+    for the instructor (nbgrader's score counts them 0 until they are graded)."""
+    coursedir = course_directory(course, db_url=db_url)
+    rows = [EXPORT_COLUMNS]
+    with gradebook(coursedir) as gb:
+        for assignment in gb.assignments:
+            if assignments and assignment.name not in assignments:
+                continue
+            for student in gb.students:
+                if students and student.id not in students:
+                    continue
+                row = [assignment.name, assignment.duedate, "", student.id, student.last_name,
+                       student.first_name, student.email]
+                try:
+                    submission = gb.find_submission(assignment.name, student.id)
+                except MissingEntry:
+                    row += [0.0, 0.0, 0.0, assignment.max_score, "not submitted"]
+                else:
+                    penalty = submission.late_submission_penalty
+                    row[2] = submission.timestamp
+                    row += [submission.score, penalty, max(0.0, submission.score - penalty),
+                            assignment.max_score, note(submission)]
+                rows.append(["" if cell is None else str(cell) for cell in row])
+    return write_rows(Path(path).resolve(), rows)
+
+
+def note(submission) -> str:
+    """What makes a gradebook submission's score not (yet) a grade, or ''."""
+    if uncomputed(submission):
+        return "not graded"
+    pending = pending_points(submission)
+    return f"needs manual grading ({pending:g} points)" if pending else ""
