@@ -60,8 +60,8 @@ def greedy_ok(c: Check, greedy_decode, model, src, max_len, want, src_mask=None,
     if uncausal is not None and rows == uncausal:
         c.fail(f"wrong tokens{what}: your output is exactly what decoding gives when "
                "model.decode gets no causal mask. A decoder of two or more layers needs it "
-               "even though only the last position is read: pass causal_mask(L) (L = ys.size(1), "
-               "on src.device) as tgt_mask at every step.")
+               "even though only the last position is read: at every step its tgt_mask is a "
+               "causal mask as long as ys is then, on the source's device.")
     if unmasked is not None and rows == unmasked:
         c.fail(f"wrong tokens{what}: your output is exactly what decoding gives when the "
                "<pad> positions are NOT masked, so the model read the padding as part of "
@@ -71,9 +71,9 @@ def greedy_ok(c: Check, greedy_decode, model, src, max_len, want, src_mask=None,
     wrong = [j for j in range(n) if any(r[j] != w[j] for r, w in zip(rows, want))]
     if wrong:
         c.fail(f"wrong token in column {wrong[0]}{what}. Each step should take the argmax of the "
-               "logits at the LAST position (logits[:, -1]) of model.decode(ys, memory, "
-               "causal_mask(L), src_mask), with memory = model.encode(src, src_mask) computed "
-               "once; the causal mask is True where attention is allowed (on and below the "
+               "logits at the LAST position of decoding all of ys so far against the memory "
+               "(the source encoded once, with its mask), under a causal mask as long as ys; "
+               "the causal mask is True where attention is allowed (on and below the "
                "diagonal).")
     if len(rows[0]) > len(want[0]):
         c.fail(f"returned length {len(rows[0])}, expected {len(want[0])}{what}: stop as soon "
