@@ -78,7 +78,7 @@ def self_check(notebook: str):
 
     check.on_click(show)
     ui = W.VBox([W.HTML("<b>Self-check</b> (not graded: nothing is recorded)"), *boxes, check])
-    ui.add_class("course-widget")
+    ui.add_class("course-self-check")  # not a picture widget (.course-widget): none to draw
     ui.controls = {"choices": choices, "answers": answers, "check": check}
     return ui
 
