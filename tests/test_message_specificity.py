@@ -25,12 +25,10 @@ STILL_GENERIC: set[tuple[str, str]] = {
     ("08_generation", "ignores_generator"),
     ("08_generation", "in_place"),
     ("08_generation", "temperature_after_filtering"),
-    # the fallback: the mistakes of greedy decoding are named from stored outputs (new ones
-    # need course_grading.expected), and every block reading block 0's cache needs a model
-    # that attends over a given past
+    # the fallback: the mistakes of greedy decoding are named from stored outputs (naming
+    # these needs new ones, written by course_grading.expected)
     ("08_generation", "first_position"),
     ("08_generation", "pytorch_convention_mask"),
-    ("09_gpt", "every_block_gets_the_first_past"),
 }
 
 

@@ -83,6 +83,19 @@ class TorchBlock:
             h = new + attend(L.self_attn, L.norm1(new), L.norm1(x), mask)
             return h + feed_forward(L, L.norm2(h)) if ffn else h
 
+    def with_past(self, new, past):
+        """The block on the new positions ``new`` (b, t, d) attending over a given ``past``
+        (K, V) and their own keys and values, causally: a cached step with that past."""
+        L, (b, t, d) = self.layer, new.shape
+        K, V, other = self.kv(new)
+        K, V = torch.cat([past[0], K], 2), torch.cat([past[1], V], 2)
+        with computing():
+            o = F.scaled_dot_product_attention(other["q"], K, V,
+                                               attn_mask=shifted(t, K.size(2)))
+            h = new + F.linear(o.transpose(1, 2).reshape(b, t, d),
+                               L.self_attn.out_proj.weight, L.self_attn.out_proj.bias)
+            return h + feed_forward(L, L.norm2(h))
+
     def kv(self, x):
         """(K, V) of x: split_heads(k_proj(ln1(x))) and the same with v_proj, (b, H, T, d_head)."""
         L, b, T, d = self.layer, x.size(0), x.size(1), x.size(2)
@@ -293,6 +306,15 @@ class TorchGPT:
             good = tb.run(good, causal(T))
         return self.logits(new, blocks=[], mask=None)
 
+    def first_past_everywhere(self, ids, t_past: int):
+        """The logits of the new positions when every block is given the first block's past."""
+        x = self.embed(ids)
+        first = self.blocks[0].kv(x[:, :t_past])[:2]
+        new = x[:, t_past:]
+        for tb in self.blocks:
+            new = tb.with_past(new, first)
+        return self.logits(new, blocks=[], mask=None)
+
     def mistakes(self, ids, t_past: int = 0):
         """(logits of the last positions, message) for the common mistakes."""
         T = ids.size(1)
@@ -300,6 +322,10 @@ class TorchGPT:
         restart = torch.cat([torch.arange(t_past), torch.arange(T - t_past)])
         d = x.size(-1)
         out = [
+            (torch.cat([self.logits(x)[:, :t_past], self.first_past_everywhere(ids, t_past)], 1)
+             if t_past and len(self.blocks) > 1 else None,
+             "every block gets the first block's past: block i's cached keys and values are "
+             "its own, the i-th entry of past."),
             (torch.cat([self.logits(x)[:, :t_past], self.unshifted_blocks(ids, t_past)], 1)
              if t_past else None,
              "your GPT looks right, but its blocks' mask is not shifted by the cached "
