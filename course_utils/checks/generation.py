@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..toy_task import LookupModel
-from ._core import Check, generator, stored
+from ._core import Check, generator, stored, torch_equal
 
 ASSIGNMENT = "08_generation"
 BOS, EOS = 1, 2
@@ -230,6 +230,15 @@ def check_sample_next_token(sample_next_token) -> None:
     sampling_case(c, sample_next_token, logits, expected("sample/top_k_over_vocab"), what, rule,
                   on=f"{what}. {rule} torch.topk refuses a k larger than the row", **kwargs)
     c.ok("top_k larger than the vocabulary keeps every token")
+    logits = torch.randn(16, 8, generator=generator(5))
+    before = logits.clone()
+    draws = [c.call(sample_next_token, logits, 0.7, 5, 0.9, generator(11)) for _ in range(2)]
+    c.that(torch_equal(logits, before), "sample_next_token changed the logits it was given (an "
+           "in-place operation on them): the caller's logits must stay as they were.",
+           "leaves the caller's logits unchanged")
+    c.that(torch_equal(draws[0], draws[1]), "two calls with generators seeded alike drew "
+           "different tokens: every random draw must come from the generator given.",
+           "draws from the generator given: the same seed, the same tokens")
     c.done()
 
 
