@@ -139,11 +139,12 @@ def train_lm(model, data: torch.Tensor, *, steps: int = 1200, block: int = 128,
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
                             betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
-    history = History(device=str(device), requested=steps, planned=steps)
-    display = _Display(steps, show, redraw_every)
     probe = min(steps, 5) if time_budget is not None else 0
     if time_limit is None and time_budget is not None:
         time_limit = 1.5 * time_budget
+    history = History(device=str(device), requested=steps, planned=steps, budget=time_budget,
+                      time_limit=time_limit)  # the summary says what the plan was fitted to
+    display = _Display(steps, show, redraw_every)
 
     def batch_loss(step: int) -> torch.Tensor:
         x, y = windows(data, block, batch_size, gen)

@@ -13,7 +13,7 @@ import pytest
 
 from harness import VARIANTS, load_variants, run_grade_cell
 
-NOTEBOOKS = ["01_embeddings", "02_cosine_similarity", "05_positional_encoding"]
+NOTEBOOKS = ["01_embeddings", "02_cosine_similarity", "05_positional_encoding", "06_encoder", "09_gpt"]
 
 
 def _cases():

@@ -3,7 +3,7 @@
 They add, to the visible checks of ``course_utils.checks.gpt``: other sizes (three heads, three
 blocks), float64, batches of three, caches cut at other places (after one position, just before
 max_len), a past the check builds itself (the contract's layout, not only the learner's own
-present), the default sizes, dropout in eval mode, devices; for ``generate``: prompts of
+present), the default sizes, dropout in eval and training mode, devices; for ``generate``: prompts of
 different lengths (1, 4 and 8 tokens) in batches, top-p, a real GPT with random weights in
 float64 and the trained Shakespeare model, cached against uncached and against the reference.
 """
@@ -63,6 +63,22 @@ def check_gpt_block(GPTBlock) -> None:
     load(c, dropped, parts, BLOCK_NAMES)  # load_by_name puts it in eval mode
     block_case(c, dropped, tb, x, 3, tuple(tb.kv(x[:, :3])[:2]), "dropout=0.2 in eval mode",
                passed="dropout=0.2 changes nothing in eval mode")
+    # as 04 teaches: dropout acts in training mode (on the attention weights and the residual
+    # branches), and training mode without dropout is the eval computation
+    past3 = tuple(tb.kv(x[:, :3])[:2])
+    dropped.train()
+    with torch.random.fork_rng(devices=[]):
+        noisy, _ = pair(c, c.call_on("dropout=0.2 in training mode", dropped, x[:, 3:], past3),
+                        "GPTBlock(...)(x, past)")
+    dropped.eval()
+    c.that(not near(noisy, tb.run(x, causal(8))[:, 3:], 1e-6, 1e-6), "GPTBlock(..., "
+           "dropout=0.2) in training mode gives the output without dropout: while training, "
+           "the block drops as 04's MultiHeadAttention does (the attention weights) and on its "
+           "two residual branches.", "dropout=0.2 acts in training mode")
+    plain = c.build(GPTBlock, d, h, d_ff).double()
+    load(c, plain, parts, BLOCK_NAMES)
+    block_case(c, plain.train(), tb, x, 3, past3, "dropout=0.0 in training mode",
+               passed="training mode with dropout=0.0 computes what eval mode does")
     # on a second device: a mask or an index made without device= stays on the CPU and fails
     # there, as on a GPU (float64, a past of 5, 3 new positions)
     past5 = tuple(tb.kv(x[:, :5])[:2])

@@ -99,12 +99,30 @@ def check_softmax(softmax) -> None:
     c.done()
 
 
+def simple_mistakes(c: Check, out, X) -> None:
+    """Fail naming the mistake when ``out`` is a known wrong form of softmax(X Xᵀ) X."""
+    if not isinstance(out, torch.Tensor) or out.shape != X.shape:
+        return
+    scores = X @ X.transpose(-2, -1)
+    for candidate, message in (
+            (scores @ X, "there is no softmax: the raw scores weigh the tokens. The weights are "
+             "the softmax of the scores, so that each token's weights are positive and sum to 1."),
+            (_sdpa(X, X, X, scale=1 / math.sqrt(X.shape[-1])), "the scores are divided by √d: "
+             "this parameter-free form has no scaling (it comes with Q, K and V in section 6)."),
+            (F.softmax(scores, dim=-2) @ X, "the weights are transposed: each token's weights "
+             "(one row of the scores' softmax over the LAST dim) should mix the rows of X. A "
+             "softmax over dim -2, or the weights applied from the other side, give this.")):
+        if torch_allclose(out.detach().cpu(), candidate, atol=1e-5, rtol=1e-4):
+            c.fail(message)
+
+
 def check_simple_self_attention(simple_self_attention) -> None:
     c = Check("simple_self_attention", ATTENTION_BUILTINS, ops=ATTENTION_OPS)
     X = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]) * 0.5
     out = c.call(simple_self_attention, X)
     c.shape(out, (3, 2), "simple_self_attention(X) for X of shape (3, 2)",
             "Each token gets a new vector of the same size: softmax(X Xᵀ) X.")
+    simple_mistakes(c, out, X)
     c.close(out, _sdpa(X, X, X, scale=1.0),
             "expected softmax(X Xᵀ) X with the softmax over the LAST dim (each row of scores "
             "is one token's weights over all tokens). No scaling in this parameter-free form.",
@@ -113,7 +131,7 @@ def check_simple_self_attention(simple_self_attention) -> None:
     got = c.call_on("a batch of shape (2, 4, 3): transpose only the last two dims",
                     simple_self_attention, Xb)
     c.shape(got, (2, 4, 3), "a batch (2, 4, 3)",
-            "Transpose the last two dims only (X.transpose(-2, -1)), not X.T.")
+            "Transpose the last two dims only: X.T reverses every dim, the batch's too.")
     c.close(got, _sdpa(Xb, Xb, Xb, scale=1.0),
             "wrong values for a batch: each sequence attends within itself "
             "(transpose(-2, -1), softmax over dim=-1).", passed="batched input")
@@ -169,6 +187,8 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
     unscaled = builtin_attention(Q, K, V, scale=1.0)[1]
     if torch_allclose(w, unscaled, atol=1e-5):
         c.fail("the weights are softmax(Q Kᵀ) without the 1/√d_k scaling.")
+    if torch_allclose(w, builtin_attention(Q, K, V, scale=1 / Q.shape[-1])[1], atol=1e-5):
+        c.fail("the scores are divided by d_k: the scaling is by its square root, √d_k.")
     c.close(w, want_w, "weights should be softmax(Q Kᵀ / √d_k) with d_k = Q.shape[-1].",
             passed="weights = softmax(Q Kᵀ / √d_k)")
     c.close(out, want_out, "output should be weights @ V.", passed="output = weights @ V")
@@ -184,9 +204,17 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
                                  Qb, Kb, Vb))
     c.shape(out, (2, 3, 3, 5), "output for Q (2, 3, 3, 8), K (2, 3, 4, 8), V (2, 3, 4, 5)",
             "The leading (batch, head) dims pass through: swap only K's last two dims "
-            "(K.transpose(-2, -1)), not all of them as K.T does.")
+            "(counted from the end, they are the same whatever comes before), not all of them "
+            "as K.T does.")
+    for dim, size in enumerate(Qb.shape[:-1]):
+        if size != Qb.shape[-1] and isinstance(out, torch.Tensor) and torch_allclose(
+                out.detach().cpu(), builtin_attention(Qb, Kb, Vb, scale=1 / math.sqrt(size))[0],
+                atol=1e-5, rtol=1e-4):
+            c.fail(f"on a batch the scores are divided by √{size}, the size of Q's dim {dim}: "
+                   "d_k is the size of Q's LAST dim, whatever dims come before it.")
     c.close(out, builtin_attention(Qb, Kb, Vb)[0], "on a batch, each (q, d_k) slice should "
-            "attend over its own keys: K.transpose(-2, -1), not K.T.",
+            "attend over its own keys: swap only K's last two dims, not all of them as K.T "
+            "does.",
             passed="works on batches (2, 3, q, d_k)")
     Ql, Kl, Vl = qkv(g, q=2, k=3, d_k=4, d_v=3)
     Ql, Kl = Ql.abs() * 100.0, Kl.abs()  # positive scores in the hundreds: exp() overflows

@@ -295,8 +295,8 @@ def check_transformer(Transformer) -> None:
     got = c.call(model.decode, tgt, outs["memory"], tm, sm)
     c.shape(got, (2, 5, 13), "decode(tgt, memory, ...) for tgt of shape (2, 5)",
             "decode returns logits over the target vocabulary: apply self.generator.")
-    compare(c, got, outs["logits"], "decode should be generator(decoder(tgt, memory, tgt_mask, "
-            "memory_mask)).", outs["mistakes"][4:], passed="decode returns logits")
+    compare(c, got, outs["logits"], "decode should run the decoder on tgt, memory and both "
+            "masks, then the generator on the decoder's output.", outs["mistakes"][4:], passed="decode returns logits")
     got = c.call(model, src, tgt, sm, tm)
     c.shape(got, (2, 5, 13), "model(src, tgt, ...) for tgt of shape (2, 5)",
             "forward returns logits (b, t, tgt_vocab_size).")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Check, np_all, np_array_equal, np_unique, to_numpy
+from ._core import Check, np_all, np_allclose, np_array_equal, np_unique, to_numpy
 
 # What each exercise asks the learner to build, as PyTorch ships it.
 ONE_HOT_BUILTINS = ["torch.nn.functional.one_hot"]
@@ -48,6 +48,10 @@ def check_embed(embed) -> None:
     out = c.call(embed, ids, E)
     c.shape(out, (4, 3), "embed(ids, E) with 4 ids and E of shape (6, 3)",
             "Expected one row of E per id: (len(ids), d).")
+    unit = np.take(E / np.linalg.norm(E, axis=1, keepdims=True), ids, axis=0)
+    if np.shape(out) == unit.shape and np_allclose(to_numpy(out), unit, atol=1e-6):
+        c.fail("the rows come out scaled to length 1: an embedding is the row of E as it is, "
+               "not normalised (cosine similarity normalises, in notebook 02).")
     c.close(out, np.take(E, ids, axis=0),
             "Row i of the result should be the embedding of ids[i], i.e. a row of E "
             "(not a column: E has one row per word).", passed="picks the rows of E")

@@ -208,15 +208,21 @@ def layer_norm_mistakes(ln: nn.LayerNorm, x: torch.Tensor):
             (w * centred / (x.std(-1, keepdim=True) + eps) + b,
              "you use torch.std (unbiased, d-1) and add eps outside the square root: use the "
              "biased variance and sqrt(var + eps)."),
-            (w * across + b if x.size(-2) == d else None,
+            (w * across + b,
              "you normalise over the wrong axis: each token's vector is normalised on its own, "
              "so take the mean and variance over the LAST dim (the features), keepdim=True."),
+            (w * F.layer_norm(x, tuple(x.shape), eps=eps) + b, "you normalise the whole tensor "
+             "with one mean and one variance: each token's vector has its own, taken over the "
+             "LAST dim (the features)."),
             (plain, "the learned scale and shift are missing: multiply by self.weight and add "
              "self.bias."),
             (w * plain, "the shift β is missing: add self.bias at the end."),
             (plain + b, "the scale γ is missing: multiply by self.weight."),
             (b * plain + w, "weight and bias are swapped: weight (γ) multiplies, bias (β) is added."),
-        ]
+        ] + [(F.layer_norm(x, (d,), w, b, other), f"these are the values for eps = {other:g}, not "
+              f"{eps:g}: the default eps is 1e-5, as in the signature (and nn.LayerNorm); keep "
+              "the eps argument as self.eps and use it.")
+             for other in (1e-6, 1e-8, 1e-12, 0.0) if other != eps]
 
 
 def layer_norm_case(c: Check, ln, ln_torch: nn.LayerNorm, x, generic: str, passed=None, **tol):

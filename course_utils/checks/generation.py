@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..toy_task import LookupModel
-from ._core import Check, generator, stored
+from ._core import Check, generator, stored, torch_equal
 
 ASSIGNMENT = "08_generation"
 BOS, EOS = 1, 2
@@ -60,8 +60,8 @@ def greedy_ok(c: Check, greedy_decode, model, src, max_len, want, src_mask=None,
     if uncausal is not None and rows == uncausal:
         c.fail(f"wrong tokens{what}: your output is exactly what decoding gives when "
                "model.decode gets no causal mask. A decoder of two or more layers needs it "
-               "even though only the last position is read: pass causal_mask(L) (L = ys.size(1), "
-               "on src.device) as tgt_mask at every step.")
+               "even though only the last position is read: at every step its tgt_mask is a "
+               "causal mask as long as ys is then, on the source's device.")
     if unmasked is not None and rows == unmasked:
         c.fail(f"wrong tokens{what}: your output is exactly what decoding gives when the "
                "<pad> positions are NOT masked, so the model read the padding as part of "
@@ -71,9 +71,9 @@ def greedy_ok(c: Check, greedy_decode, model, src, max_len, want, src_mask=None,
     wrong = [j for j in range(n) if any(r[j] != w[j] for r, w in zip(rows, want))]
     if wrong:
         c.fail(f"wrong token in column {wrong[0]}{what}. Each step should take the argmax of the "
-               "logits at the LAST position (logits[:, -1]) of model.decode(ys, memory, "
-               "causal_mask(L), src_mask), with memory = model.encode(src, src_mask) computed "
-               "once; the causal mask is True where attention is allowed (on and below the "
+               "logits at the LAST position of decoding all of ys so far against the memory "
+               "(the source encoded once, with its mask), under a causal mask as long as ys; "
+               "the causal mask is True where attention is allowed (on and below the "
                "diagonal).")
     if len(rows[0]) > len(want[0]):
         c.fail(f"returned length {len(rows[0])}, expected {len(want[0])}{what}: stop as soon "
@@ -230,6 +230,15 @@ def check_sample_next_token(sample_next_token) -> None:
     sampling_case(c, sample_next_token, logits, expected("sample/top_k_over_vocab"), what, rule,
                   on=f"{what}. {rule} torch.topk refuses a k larger than the row", **kwargs)
     c.ok("top_k larger than the vocabulary keeps every token")
+    logits = torch.randn(16, 8, generator=generator(5))
+    before = logits.clone()
+    draws = [c.call(sample_next_token, logits, 0.7, 5, 0.9, generator(11)) for _ in range(2)]
+    c.that(torch_equal(logits, before), "sample_next_token changed the logits it was given (an "
+           "in-place operation on them): the caller's logits must stay as they were.",
+           "leaves the caller's logits unchanged")
+    c.that(torch_equal(draws[0], draws[1]), "two calls with generators seeded alike drew "
+           "different tokens: every random draw must come from the generator given.",
+           "draws from the generator given: the same seed, the same tokens")
     c.done()
 
 

@@ -83,6 +83,19 @@ class TorchBlock:
             h = new + attend(L.self_attn, L.norm1(new), L.norm1(x), mask)
             return h + feed_forward(L, L.norm2(h)) if ffn else h
 
+    def with_past(self, new, past):
+        """The block on the new positions ``new`` (b, t, d) attending over a given ``past``
+        (K, V) and their own keys and values, causally: a cached step with that past."""
+        L, (b, t, d) = self.layer, new.shape
+        K, V, other = self.kv(new)
+        K, V = torch.cat([past[0], K], 2), torch.cat([past[1], V], 2)
+        with computing():
+            o = F.scaled_dot_product_attention(other["q"], K, V,
+                                               attn_mask=shifted(t, K.size(2)))
+            h = new + F.linear(o.transpose(1, 2).reshape(b, t, d),
+                               L.self_attn.out_proj.weight, L.self_attn.out_proj.bias)
+            return h + feed_forward(L, L.norm2(h))
+
     def kv(self, x):
         """(K, V) of x: split_heads(k_proj(ln1(x))) and the same with v_proj, (b, H, T, d_head)."""
         L, b, T, d = self.layer, x.size(0), x.size(1), x.size(2)
@@ -120,26 +133,45 @@ def kv_pair(c: Check, present, what: str):
     return present
 
 
-def cache_ok(c: Check, present, tb: TorchBlock, x, what: str, past_len: int = 0) -> None:
-    """The block's present against the keys and values of every position of x."""
-    K, V = kv_pair(c, present, what)
+def cache_mistake(c: Check, present, tb: TorchBlock, x, past_len: int, what: str) -> None:
+    """Fail naming the mistake when present is a known wrong cache (keys and values swapped,
+    the queries, keys of x instead of ln1(x), the cached positions after the new ones)."""
+    if not (isinstance(present, (tuple, list)) and len(present) == 2
+            and all(isinstance(p, torch.Tensor) for p in present)):
+        return
+    K, V = present
     want_k, want_v, other = tb.kv(x)
-    b, T, dh = x.size(0), x.size(1), x.size(2) // tb.heads
-    shape = (b, tb.heads, T, dh)
-    if tuple(K.shape) != shape and past_len and tuple(K.shape) == (b, tb.heads, T - past_len, dh):
-        c.fail(f"{what}: present holds only this call's {T - past_len} positions. It should be "
-               f"the past extended by them: torch.cat([past_K, K], dim=2), the same for V, so "
-               f"that it covers all {T} positions.")
-    c.shape(K, shape, f"{what}: present's K", "K and V are (b, num_heads, positions so far, "
-            "d_head): the keys after k_proj and split_heads, cached positions first.")
-    c.shape(V, shape, f"{what}: present's V")
+    if K.shape != want_k.shape or V.shape != want_v.shape:
+        return
+    K, V = K.detach().cpu(), V.detach().cpu()
     if near(K, want_v, 1e-4, 1e-3) and near(V, want_k, 1e-4, 1e-3):
         c.fail(f"{what}: present's K and V are swapped: the pair is (K, V).")
     if near(K, other["q"], 1e-4, 1e-3):
         c.fail(f"{what}: present's K holds the queries; cache the keys (attn.k_proj).")
     if near(K, other["unnormed"], 1e-4, 1e-3):
-        c.fail(f"{what}: present's K is k_proj of x; the keys are projections of ln1(x), the "
-               "normed input the attention reads.")
+        c.fail(f"{what}: the keys are projections of x itself. They are projections of ln1(x), "
+               "the normed input the queries and values are made from too.")
+    if past_len and near(K, torch.cat([want_k[:, :, past_len:], want_k[:, :, :past_len]], 2),
+                         1e-4, 1e-3):
+        c.fail(f"{what}: the cached positions come after the new ones in K and V. Keys and "
+               "values are kept in the order of their positions: the cached (earlier) positions "
+               "first, then this call's. In the wrong order the mask lets each new position "
+               "see the wrong keys.")
+
+
+def cache_ok(c: Check, present, tb: TorchBlock, x, what: str, past_len: int = 0) -> None:
+    """The block's present against the keys and values of every position of x."""
+    K, V = kv_pair(c, present, what)
+    want_k, want_v, _ = tb.kv(x)
+    b, T, dh = x.size(0), x.size(1), x.size(2) // tb.heads
+    shape = (b, tb.heads, T, dh)
+    if tuple(K.shape) != shape and past_len and tuple(K.shape) == (b, tb.heads, T - past_len, dh):
+        c.fail(f"{what}: present holds only this call's {T - past_len} positions. It should be "
+               f"the past extended by them, K and V alike, so that it covers all {T} positions.")
+    c.shape(K, shape, f"{what}: present's K", "K and V are (b, num_heads, positions so far, "
+            "d_head): the keys after k_proj and split_heads, cached positions first.")
+    c.shape(V, shape, f"{what}: present's V")
+    cache_mistake(c, present, tb, x, past_len, what)
     c.close(K, want_k, f"{what}: present's K should be split_heads(attn.k_proj(ln1(x))) of every "
             "position so far, the cached ones first.", atol=ATOL, rtol=RTOL)
     c.close(V, want_v, f"{what}: present's V should be split_heads(attn.v_proj(ln1(x))) of every "
@@ -154,15 +186,15 @@ def block_mistakes(tb: TorchBlock, x, t: int):
             (tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool).tril()),
              "the new positions see too little: the mask is not shifted by the cached positions. "
              "New position i sits at T - t + i and sees every cached position and the new ones "
-             "up to itself: torch.ones(t, T).tril(diagonal=T - t), the LAST t rows of a causal "
-             "mask of size T, not its first t rows."),
+             "up to itself: its row of the mask is row T - t + i of a causal mask of size T. "
+             "The new positions' rows are the LAST t rows of that mask, not its first t."),
             (tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool)) if t > 1 else None,
              "the new positions attend to later new positions: with a cache, the new "
              "positions still need a causal mask among themselves (their rows of a causal mask "
              "of size T = cached + new)."),
             (tb.run(x[:, -t:], causal(t)), "the past is ignored: the new positions attend only "
-             "to each other. Put the cached K and V before the new ones (torch.cat on dim=2) "
-             "and attend over all of them."),
+             "to each other. They should attend over the cached keys and values too, which "
+             "come first in K and V (the positions dim)."),
             (tb.new_positions(x, t, shifted(t, T), ffn=False), "the feed-forward half is "
              "missing: x = x + ffn(ln2(x)) after the attention."),
         ]
@@ -181,8 +213,14 @@ def block_case(c: Check, block, tb: TorchBlock, x, t_past: int, past, what: str,
         with computing():
             post = tb.post(x, src_mask=~causal(T))[:, t_past:]
             no_mask = tb.run(x, None)[:, t_past:]
-        mistakes = [(post, "this is post-norm (norm(x + attn(x))); GPT-2's block is pre-norm: "
-                     "x = x + attn(ln1(x)), then x = x + ffn(ln2(x))."),
+            L = tb.layer
+            h = L.norm1(x + attend(L.self_attn, x, x, causal(T)))
+            half_post = (h + feed_forward(L, L.norm2(h)))[:, t_past:]
+        norm_after = ("GPT-2's block is pre-norm: each sub-layer reads the normed x, and its "
+                      "output is added to x itself, unnormed.")
+        mistakes = [(post, f"this is post-norm (norm(x + attn(x))); {norm_after}"),
+                    (half_post, "the attention half is post-norm: ln1 is applied to the sum "
+                     f"x + attn(x) instead of to the attention's input. {norm_after}"),
                     (no_mask, "the attention is not causal: position i must not see the "
                      "positions after it. (A mask made for one new token, the last row of a "
                      "causal mask, lets every position of a longer input see everything.)"),
@@ -196,6 +234,7 @@ def block_case(c: Check, block, tb: TorchBlock, x, t_past: int, past, what: str,
         for candidate, message in mistakes:
             if candidate is not None and near(out, candidate, 1e-4, 1e-3):
                 c.fail(f"{what}: {message}")
+        cache_mistake(c, present, tb, x, t_past, what)  # a wrong cache explains a wrong output
     c.close(out, want, f"{what}: wrong output. x = x + attn(ln1(x)) with a causal mask over "
             "the cached and new positions, then x = x + ffn(ln2(x)).", atol=ATOL, rtol=RTOL,
             passed=passed)
@@ -257,6 +296,28 @@ class TorchGPT:
                                  ln.bias.to(self.dtype), ln.eps)
             return F.linear(x, p.lm_head.weight.to(self.dtype))
 
+    def unshifted_blocks(self, ids, t_past: int):
+        """The logits of the last T - t_past positions when every block's mask is the causal
+        mask of the new positions alone, not shifted by the t_past cached ones."""
+        T = ids.size(1)
+        t = T - t_past
+        good = self.embed(ids)  # the cached positions' states stay right, block after block
+        new = good[:, t_past:]
+        for tb in self.blocks:
+            new = tb.new_positions(torch.cat([good[:, :t_past], new], 1), t,
+                                   torch.ones(t, T, dtype=torch.bool).tril())
+            good = tb.run(good, causal(T))
+        return self.logits(new, blocks=[], mask=None)
+
+    def first_past_everywhere(self, ids, t_past: int):
+        """The logits of the new positions when every block is given the first block's past."""
+        x = self.embed(ids)
+        first = self.blocks[0].kv(x[:, :t_past])[:2]
+        new = x[:, t_past:]
+        for tb in self.blocks:
+            new = tb.with_past(new, first)
+        return self.logits(new, blocks=[], mask=None)
+
     def mistakes(self, ids, t_past: int = 0):
         """(logits of the last positions, message) for the common mistakes."""
         T = ids.size(1)
@@ -264,10 +325,25 @@ class TorchGPT:
         restart = torch.cat([torch.arange(t_past), torch.arange(T - t_past)])
         d = x.size(-1)
         out = [
+            (torch.cat([self.logits(x)[:, :t_past], self.first_past_everywhere(ids, t_past)], 1)
+             if t_past and len(self.blocks) > 1 else None,
+             "every block gets the first block's past: block i's cached keys and values are "
+             "its own, the i-th entry of past."),
+            (torch.cat([self.logits(x)[:, :t_past], self.unshifted_blocks(ids, t_past)], 1)
+             if t_past else None,
+             "your GPT looks right, but its blocks' mask is not shifted by the cached "
+             "positions: the new positions see too little. Run check_gpt_block(GPTBlock) "
+             "again: it names the block's mistake."),
             (self.logits(self.embed(ids, restart)) if t_past else None,
              "the new positions get position embeddings 0, 1, … again: with a past of t_past "
-             "positions, the positions of ids are t_past … t_past + t - 1 (read t_past from the "
-             "cache: past[0][0].size(2))."),
+             "positions, the positions of ids are t_past … t_past + t - 1 (t_past is the number "
+             "of cached positions, which the cached keys hold)."),
+            (self.logits(self.embed(ids, torch.cat([torch.arange(t_past), torch.arange(
+                len(self.blocks), len(self.blocks) + T - t_past)])))
+             if t_past and t_past != len(self.blocks) else None,
+             f"the new positions start at {len(self.blocks)}, the number of blocks (the length "
+             "of past, a list with one (K, V) per block), instead of the number of cached "
+             "positions."),
             (self.logits(self.embed(ids, torch.zeros(T, dtype=torch.long))),
              "the position embeddings are missing or all the same: add pos_embedding of "
              "positions t_past … t_past + t - 1."),
@@ -297,8 +373,8 @@ def logits_case(c: Check, got, want, mistakes, what: str, passed=None, atol=ATOL
                     got, torch.softmax(want, -1), 1e-4, 1e-3):
                 c.fail(f"{what}: these are (log-)probabilities; return the raw logits of lm_head.")
     c.close(got, want, f"{what}: wrong logits. x = tok_embedding(ids) + pos_embedding(positions) "
-            "with the positions continuing after the cached ones (t_past = past[0][0].size(2), "
-            "the length of a cached key), then block i with past[i], ln_f, lm_head.",
+            "with the positions continuing after the cached ones (as many as a cached key has "
+            "positions), then block i with past[i], ln_f, lm_head.",
             atol=atol, rtol=rtol,
             passed=passed)
 
@@ -435,18 +511,33 @@ def sampling_mistake(c: Check, generate, model, ids, n, rows, want, what: str, k
     start = ids.size(1)  # where the new tokens begin
     if len(rows) > 1 and all(r[start:] == rows[0][start:] for r in rows) and any(
             w[start:] != want[0][start:] for w in want):
-        c.fail(f"{what}: every row got the same new tokens. sample_next_token(logits[:, -1], ...) "
-               "returns one token per row, shape (b,): append it as a column, next_id[:, None].")
+        c.fail(f"{what}: every row got the same new tokens. sample_next_token returns one "
+               "token per row, shape (b,): each row gets its own token, appended as a column.")
     greedy = c.call(generate, model, ids, n, **{**kwargs, "temperature": 0, "generator": None})
     if greedy.cpu().tolist() == rows:
         c.fail(f"{what}: at temperature {kwargs.get('temperature')} your tokens are the argmax "
                "ones: only temperature == 0 takes the argmax; any other temperature draws with "
-               "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator).")
+               "sample_next_token, given the temperature, top_k, top_p and the generator.")
+    hotter = c.call(generate, model, ids, n, **{**kwargs, "temperature": 1.0,
+                                                "generator": generator(kwargs["generator"].initial_seed())})
+    if hotter.cpu().tolist() == rows:
+        c.fail(f"{what}: at temperature {kwargs.get('temperature')} and at temperature 1 your "
+               "tokens are the same: the temperature never reaches sample_next_token.")
     seed = kwargs["generator"].initial_seed()
     again = c.call(generate, model, ids, n, **{**kwargs, "generator": generator(seed)})
     if again.cpu().tolist() != rows:
         c.fail(f"{what}: two calls with generators seeded alike gave different tokens: pass "
                "generator=generator on to sample_next_token.")
+
+
+@torch.no_grad()
+def first_position(model, ids, n: int) -> list:
+    """The greedy tokens of a loop that reads the first position's logits of each cached call."""
+    logits, past = model(ids)
+    for _ in range(n):
+        ids = torch.cat([ids, logits[:, 0].argmax(-1, keepdim=True)], 1)
+        logits, past = model(ids[:, -1:], past)
+    return ids.tolist()
 
 
 def generated(c: Check, generate, model, ids, n, want, what: str, **kwargs):
@@ -467,11 +558,15 @@ def generated(c: Check, generate, model, ids, n, want, what: str, **kwargs):
     rows = got.cpu().tolist()
     if rows != want and kwargs.get("temperature", 1.0) != 0 and kwargs.get("generator") is not None:
         sampling_mistake(c, generate, model, ids, n, rows, want, what, kwargs)
+    if rows != want and kwargs.get("temperature") == 0 and rows == first_position(model, ids, n):
+        c.fail(f"{what}: your tokens are those predicted by the FIRST position's logits of each "
+               "call. The logits of position i predict the token after position i: the next "
+               "token comes from the last position's.")
     if rows != want:
         wrong = next(j for j in range(len(rows[0])) if any(r[j] != w[j] for r, w in zip(rows, want)))
-        how = ("the argmax of the LAST position's logits (logits[:, -1])"
+        how = ("the argmax of the LAST position's logits"
                if kwargs.get("temperature") == 0 else
-               "sample_next_token(logits[:, -1], temperature, top_k, top_p, generator)")
+               "a draw of sample_next_token from the LAST position's logits")
         c.fail(f"{what}: wrong token in column {wrong}. Each step appends {how}"
                + ("; the temperature, top_k and top_p go to sample_next_token as they are."
                   if kwargs.get("temperature") != 0 else "."))

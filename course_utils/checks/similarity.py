@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._core import Check, CheckFailed, stored
+from ._core import Check, CheckFailed, np_allclose, stored
 
 ASSIGNMENT = "02_cosine_similarity"
 # What the exercises ask the learner to build, as PyTorch ships it.
@@ -28,7 +28,17 @@ def check_cosine_similarity(cosine_similarity) -> None:
     c.that(-1.0 - 1e-9 <= float(got) <= 1.0 + 1e-9,
            f"a cosine lies in [-1, 1], got {float(got):.4f}: divide the dot product by BOTH norms.",
            "returns one number in [-1, 1]")
-    c.close(got, stored(ASSIGNMENT, "king_queen"),
+    cos, u, v = float(stored(ASSIGNMENT, "king_queen")), np.array(KING), np.array(QUEEN)
+    nu, nv = np.linalg.norm(u), np.linalg.norm(v)
+    for wrong, message in ((1 - cos, "this is 1 - cosine (a distance): return the cosine "
+                            "itself."),
+                           (cos / (nu * nv), "the dot product is divided by the SQUARED norms "
+                            "(u·u and v·v): a norm is the square root of that."),
+                           (cos * nu * nv / (nu + nv), "the dot product is divided by the SUM of "
+                            "the norms: divide by their product.")):
+        if np_allclose(float(got), wrong, atol=1e-9):
+            c.fail(message)
+    c.close(got, cos,
             "for the toy king/queen vectors: is the formula u·v / (|u| |v|)?",
             atol=1e-6, passed="king vs queen from the toy vectors")
     u = np.array([3.0, 4.0])
@@ -49,7 +59,21 @@ def check_cosine_similarity_matrix(cosine_similarity_matrix) -> None:
     got = c.call(cosine_similarity_matrix, A, B)
     c.shape(got, (3, 5), "cosine_similarity_matrix(A, B) for A (3, 4) and B (5, 4)",
             "Entry [i, j] compares row i of A with row j of B.")
-    c.close(got, stored(ASSIGNMENT, "matrix_expected"),
+    want = stored(ASSIGNMENT, "matrix_expected")
+    rows = lambda M: M / np.linalg.norm(M, axis=1, keepdims=True)  # noqa: E731
+    cols = lambda M: M / np.linalg.norm(M, axis=0, keepdims=True)  # noqa: E731
+    for wrong, message in (
+            (1 - want, "these are 1 - cosine (distances): return the cosines themselves."),
+            (A @ B.T, "the rows are not normalised: these are the raw dot products."),
+            (rows(A) @ B.T, "only A's rows are normalised: B's rows need it too."),
+            (A @ rows(B).T, "only B's rows are normalised: A's rows need it too."),
+            (cols(A) @ cols(B).T, "the COLUMNS are normalised (axis=0): each row is one "
+             "vector, so normalise along axis=1."),
+            (A / np.linalg.norm(A) @ (B / np.linalg.norm(B)).T, "A and B are each divided by "
+             "one norm of the whole matrix: every row needs its own norm.")):
+        if np.shape(got) == want.shape and np_allclose(np.asarray(got, float), wrong, atol=1e-6):
+            c.fail(message)
+    c.close(got, want,
             "entry [i, j] should be the cosine of A[i] and B[j]: normalise every ROW of both "
             "A and B (axis=1) before the matrix product.", passed="matches pairwise cosines")
     c.done()
@@ -123,7 +147,8 @@ def check_analogy(analogy) -> None:
     c.that(len(got) == 1, f"with k=1 return one id (got {len(got)}).", "k=1 gives one id")
     c.that(np.issubdtype(got.dtype, np.integer), "return ids as integers.")
     c.that(int(got[0]) == 3, "'man is to king as woman is to ?' should be queen (id 3) here. "
-           "The target vector is E[b] - E[a] + E[c]; check the signs.", "king - man + woman")
+           "The target vector starts from king (b), takes man (a) away and adds woman (c): "
+           "check the signs.", "king - man + woman")
     got = np.atleast_1d(np.asarray(c.call(analogy, 0, 1, 2, E, k=2))).tolist()
     c.that(len(got) == 2, f"with k=2 return 2 ids (got {len(got)}): pass k on, and exclude "
            "a, b, c before taking the top k, not after.")
@@ -150,7 +175,7 @@ def check_analogy(analogy) -> None:
            "cosine, not by the raw dot product.")
     c.that(answer != 5, "the answer was the row nearest to the target POINT: rank by cosine "
            "(direction), not by Euclidean distance.")
-    c.that(answer == 3, f"expected id 3 here, got {answer}: nearest by cosine to E[b] - E[a] + "
-           "E[c], a, b and c excluded.", "by cosine, not dot product or distance")
+    c.that(answer == 3, f"expected id 3 here, got {answer}: the row nearest by cosine to the "
+           "target vector (king - man + woman), a, b and c excluded.", "by cosine, not dot product or distance")
     c.done()
 

@@ -9,7 +9,8 @@
 - ``plot_new_token_attention``: one row per block, one column per position so far: where the
   newest character looks (mean of the heads).
 - ``plot_generation``: the 09 widget's picture, both of them, redrawn in place.
-- ``cache_bytes(present)`` / ``cache_formula(...)``: the cache's size, measured and predicted.
+- ``cache_bytes(present)`` / ``cache_formula(...)``: the cache's size, measured from its storage
+  and predicted.
 
 The model is any module with the GPT contract (notebook 09's ``GPT``: ``blocks`` of
 ``GPTBlock`` with ``ln1`` and ``attn``). matplotlib is imported inside the functions.
@@ -56,8 +57,13 @@ def cached_step(model, ids: torch.Tensor, past=None):
 
 
 def cache_bytes(present) -> int:
-    """Bytes held by a cache: every K and V of every block."""
-    return sum(t.numel() * t.element_size() for kv in present for t in kv)
+    """Bytes of memory a cache holds, measured: the storage every K and V of every block lives
+    in, each storage counted once (a view into a bigger tensor counts the whole of it)."""
+    storages = {}
+    for kv in present:
+        for t in kv:
+            storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
 
 
 def cache_formula(layers: int, heads: int, d_head: int, tokens: int, bytes_per_number: int,

@@ -34,7 +34,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     text = W.Text(prompt.replace("\n", "\\n"), description="prompt", style=label,
                   continuous_update=False, layout=W.Layout(width="420px"))
     temperature = W.FloatLogSlider(0.8, base=10, min=-1, max=0.5, step=0.05,
-                                   description="temperature", style=label,
+                                   description="temperature", style=label, readout_format=".2f",
                                    continuous_update=False, layout=W.Layout(width="340px"))
     top_k = W.IntSlider(len(tokenizer), 1, len(tokenizer), description="top-k",
                         style={"description_width": "45px"}, continuous_update=False,
@@ -110,7 +110,8 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
         end = " &nbsp; <small>(max_len reached: reset)</small>" if full else ""
         status.value = ("<pre style='margin:0;white-space:pre-wrap;max-height:7em;"
                         f"overflow:auto'>{html.escape(written[-400:])}</pre>{note}{end}")
-        knob_text = (f"T {temperature.value:.2f}, top-k {top_k.value}, top-p {top_p.value:.2f}"
+        k = "off (the whole vocabulary)" if top_k.value >= len(tokenizer) else top_k.value
+        knob_text = (f"T {temperature.value:.2f}, top-k {k}, top-p {top_p.value:.2f}"
                      if mode.value == "sample" else "not used now: greedy takes the tallest grey bar")
         new_text = box.get("heatmap") != len(state.ids)  # a character written, or a new prompt
         # one figure outside pyplot, kept for every redraw (never shown by the notebook's

@@ -126,6 +126,13 @@ BUGGY = {
         "cache_not_extended": _block(present="(K_new, V_new)"),
         "past_ignored": _block(use_past=" and False"),
         "keys_from_x_not_ln1": _block(normed="x"),
+        # only the keys read x: the queries and values are right, the output and cache not
+        "only_keys_from_x": _block().replace("K_new = split_heads(a.k_proj(h), H)",
+                                             "K_new = split_heads(a.k_proj(x), H)"),
+        # the cached keys and values put after the new ones
+        "cache_after_the_new_positions": _block().replace(
+            "torch.cat([past[0], K_new], dim=2)", "torch.cat([K_new, past[0]], dim=2)").replace(
+            "torch.cat([past[1], V_new], dim=2)", "torch.cat([V_new, past[1]], dim=2)"),
         "post_norm": _block(normed="x", residual="self.ln1(x + a.out_proj(merge_heads(out)))"),
         "no_residual_around_attention": _block(residual="a.out_proj(merge_heads(out))"),
         # the mask made on the CPU: right on a CPU, a crash on the first GPU
@@ -141,6 +148,9 @@ BUGGY = {
             raise ValueError(f"{t} positions are more than max_len={self.max_len}")"""),
         "no_final_layer_norm": _gpt(final="x"),
         "every_block_gets_the_first_past": _gpt(block_past="None if past is None else past[0]"),
+        # a right GPT over a block whose mask is not shifted by the cached positions
+        "block_mask_not_shifted": _block(
+            mask="torch.ones(t, T, dtype=torch.bool, device=x.device).tril()") + _gpt(),
         "embeddings_scaled_like_the_encoder": _gpt(
             embed="self.tok_embedding(ids) * math.sqrt(self.d_model) + self.pos_embedding(positions)"),
     },
