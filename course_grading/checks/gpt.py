@@ -15,7 +15,7 @@ from torch import nn
 
 from course_grading.reference import gpt as ref
 from course_utils.checks.kit import Check, devices, generator
-from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS, F64, known, load
+from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS, F64, known, load, near
 from course_utils.checks.gpt import (BLOCK_NAMES, GENERATE_CASES, GPT_NAMES, PrefixLM,
                                      TorchBlock, TorchGPT, block_case, block_parts, causal,
                                      check_gpt as visible_check_gpt,
