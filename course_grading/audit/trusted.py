@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import secrets
 import shutil
 import subprocess
@@ -35,7 +36,7 @@ from ..nbformat_tools import read_untrusted
 from ..red_flags import Flag, scan
 from ..sandbox import warm as warm_sandbox
 from ..sandbox.settings import Settings
-from . import wire
+from . import channel, evidence, wire
 from .exercises import EXERCISES, Exercise, Init
 from .wire import Gen, Lookup, Prefix, T, ToyModel
 
@@ -219,20 +220,48 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, s
             ended = warm_sandbox.run_audit(folder, timeout, settings or Settings())
         else:
             ended = _run_unsandboxed(folder, timeout)
-        return [_judge(gid, ex, plans[gid], folder, ended) for gid, ex in exercises.items()]
+        found = _findings(folder, {gid: (ex.function, len(plans[gid])) for gid, ex in exercises.items()},
+                          ended, required=runner is None)
+        return [_judge(gid, ex, plans[gid], folder, ended, found.get(gid, "")) for gid, ex in exercises.items()]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_unsandboxed(folder: Path, timeout: int) -> str:
-    """The child as a plain Python process (grading without a sandbox); '' or why it ended early."""
-    command = [sys.executable, "-I", "-m", "course_grading.audit.child", str(folder)]
+def _findings(folder: Path, calls: dict, ended: str, required: bool) -> dict[str, str]:
+    """``evidence.findings`` on the record the grader's side wrote into ``folder``; none when a
+    test's runner kept no record (``required`` False)."""
     try:
-        subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=timeout, cwd=folder)
-        return ""
+        record = untrusted.read_in(folder, wire.RECORD, channel.MAX_BYTES + len(channel.OVERFLOW))
+    except FileNotFoundError:
+        if not required:
+            return {}
+        record = b""
+    except OSError:
+        record = b"unreadable\n"
+    return evidence.findings(record, calls, ended)
+
+
+def _run_unsandboxed(folder: Path, timeout: int) -> str:
+    """The child as a plain Python process (grading without a sandbox), its record read from
+    its pipe; '' or why it ended early."""
+    read, write = channel.open_pipe()
+    command = [sys.executable, "-I", "-m", "course_grading.audit.child", str(folder), str(write)]
+    try:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, cwd=folder, pass_fds=(write,))
+    finally:
+        os.close(write)
+    drain = channel.Drain(read)
+    try:
+        process.wait(timeout=timeout)
+        ended = ""
     except subprocess.TimeoutExpired:
-        return f"the audit ran out of time ({timeout} s)"
+        process.kill()
+        process.wait()
+        ended = f"the audit ran out of time ({timeout} s)"
+    channel.write_record(folder, drain.finish())
+    return ended
+
 
 
 class _Outputs:
@@ -282,7 +311,15 @@ def _npy_problem(data: bytes) -> str:
     return ""
 
 
-def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
+def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str, finding: str = "") -> Verdict:
+    """The verdict on the values, unless the record (``finding``) says the outputs do not count."""
+    verdict = _judge_values(gid, ex, plan, folder, ended)
+    if finding and (verdict.agrees or not finding.startswith(evidence.MISSING)):
+        return Verdict(gid, False, finding)
+    return verdict
+
+
+def _judge_values(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
     outputs = _Outputs(folder)
     try:
         data = outputs.load_json(wire.output_name(gid))
