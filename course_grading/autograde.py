@@ -42,7 +42,7 @@ LOCK_RETRIES = 5
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
 OUTPUT_FLAG = "outputs"  # Flag.where of kernel messages built to cost the grader (LimitedExecute)
 INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
-              f". _ - @, at most {untrusted.MAX_NAME} characters): not graded")
+              f". _ - @, not starting with . - or @, at most {untrusted.MAX_NAME} characters): not graded")
 WORKER_FLAG = "grader"  # Flag.where of a submission whose grading worker died
 
 
