@@ -9,6 +9,7 @@ that the audit knows of) ran while its calls ran, or after, on a thread the subm
 from __future__ import annotations
 
 import fnmatch
+from functools import lru_cache
 
 # routes to a native softmax or attention besides the checks' own lists
 SOFTMAX_ROUTES = ["_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*"]
@@ -53,11 +54,13 @@ def matches(op: str, patterns) -> bool:
     return any(fnmatch.fnmatchcase(base, p) for p in patterns)
 
 
+@lru_cache(maxsize=1)
 def recorded_ops() -> dict:
     """{"aten::op.overload": how the child computes it} for every overload of ``RECORDED`` that
     exists: ``COMPUTED``'s plain arithmetic for what honest code calls (softmax, layer norm, an
     embedding: nothing imported, nothing slow), the CompositeImplicitAutograd kernel of an
-    operator that has one, else None (refused: no honest exercise calls it)."""
+    operator that has one, else None (refused: no honest exercise calls it). Looked up once
+    (the warm sandbox does it before it forks any audit)."""
     import torch
 
     found = {}

@@ -133,7 +133,14 @@ def preload(refuse: Refuse) -> None:
         from course_utils.checks._core import prepare_recording
         prepare_recording()
     _step(refuse, recording)
+    _step(refuse, _audit_record)
     _step(refuse, _format_a_traceback)
+
+
+def _audit_record() -> None:
+    """The operators an audit records, looked up once (``audit.forbidden.recorded_ops``)."""
+    from course_grading.audit.forbidden import recorded_ops
+    recorded_ops()
 
 
 def _keep_freed_memory() -> None:
