@@ -352,6 +352,8 @@ class Server:
         try:  # the child: nothing of the server's reaches the code it runs
             self.reader.close()
             self.sock.close()
+            for drain in self.records.values():  # other audits' records: never read by a child
+                os.close(drain.fd)
             os.setsid()
             devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)
@@ -435,8 +437,6 @@ class Server:
 
         def run():
             os.close(read)
-            for drain in self.records.values():
-                os.close(drain.fd)
             if self.isolated:
                 self._isolate_child(self._keep_for(token, kernel=False), hide=self.secret_folders)
             isolate.drop_privileges()
