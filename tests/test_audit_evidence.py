@@ -86,6 +86,35 @@ def softmax(x, dim=-1):
     e = x.exp()
     return e / e.sum(dim, keepdim=True)
 '''
+SIGNAL_FRAMES = '''import signal, torch
+def _loosen(signum, frame):  # a handler sees the frame it interrupts: the hook's, a kernel's
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            for cell in getattr(value, "__closure__", None) or ():
+                try:
+                    cell.cell_contents = None
+                except Exception:
+                    pass
+        frame = frame.f_back
+signal.signal(signal.SIGPROF, _loosen)
+def softmax(x, dim=-1):
+    signal.setitimer(signal.ITIMER_PROF, 0.0001, 0.0001)
+    try:
+        for _ in range(200):
+            y = torch.softmax(x, dim)
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+    return torch.softmax(x, dim)
+'''
+REWRITTEN_MODULES = '''import sys, torch
+hooks = sys.modules["course_grading.audit.hooks"]
+hooks.NATIVE, hooks.MARK, hooks.OP = frozenset(), "nothing", "nothing"
+hooks.ESCAPES.clear()
+child = sys.modules["course_grading.audit.child"]
+child.hooks = None
+def softmax(x, dim=-1):
+    return torch.softmax(x, dim)
+'''
 ATTACKS = {
     "plain": (SOFTMAX_WITH.format("torch.softmax(x, dim)"), "ran aten::_softmax"),
     "functional": (SOFTMAX_WITH.format("torch.nn.functional.softmax(x, dim)"), "ran aten::_softmax"),
@@ -111,6 +140,10 @@ ATTACKS = {
     "new_program": (NEW_PROGRAM, "the program did not run"),  # no audit event: seccomp refuses execve
     "subprocess": ("import subprocess, sys\ndef softmax(x, dim=-1):\n    subprocess.run([sys.executable, '-c', 'pass'])\n"
                    "    return x\n", "subprocess (cell softmax, line 3)"),
+    "signal_frames": (SIGNAL_FRAMES, "ran aten::_softmax"),
+    "rewritten_modules": (REWRITTEN_MODULES, "ran aten::_softmax"),
+    "gc_referrers": ("import gc, sys\ndef softmax(x, dim=-1):\n    gc.get_referrers(sys.audit)\n    return x\n",
+                     "gc.get_referrers (cell softmax, line 3)"),
     "forged_mark": (FORGED_MARK, "the marks around its calls were forged"),
     "record_replaced": (CLOSED_RECORD, "ended before this exercise"),  # the child ends itself
 }
