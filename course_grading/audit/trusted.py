@@ -6,7 +6,9 @@ into a scratch folder (``wire``), and starts ``child.py`` once per submission in
 sandboxed Python process (no Jupyter). The child runs the setup cell and the solution cells
 (taken from the submitted notebook by grade_id), calls every audited function and writes its
 outputs as plain data (JSON and .npy, never pickle). This side reads them back and compares
-them with ``course_grading.reference`` on the same inputs.
+them with ``course_grading.reference`` on the same inputs, and reads the child's record (``hooks``,
+through ``channel``, judged by ``evidence``): an exercise whose calls ran a built-in it forbids,
+or a child that tried an escape or touched its record, disagrees whatever its values.
 
 ``review()`` puts the audit and the static scanner together: an exercise whose autograded
 score gives points that the audit denies is flagged, with the reason; scanner findings are
