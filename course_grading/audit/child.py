@@ -1,10 +1,12 @@
 """The audit's untrusted half: runs a submission's code on given inputs, writes plain data.
 
-    python -I -m course_grading.audit.child FOLDER   (or main(FOLDER) in a fork of the warm sandbox)
+    python -I -m course_grading.audit.child FOLDER RECORD_FD
+    (or main(FOLDER, RECORD_FD) in a fork of the warm sandbox)
 
 It reads the calls and the cells from FOLDER and writes one output file per exercise there, in
-the format of ``wire``. Nothing else of the grader is imported here; this process runs inside
-the sandbox.
+the format of ``wire``. Before the first cell it arms its record on the pipe RECORD_FD
+(``hooks``) and marks every call there. Nothing else of the grader is imported here; this
+process runs inside the sandbox.
 """
 import contextlib
 import importlib.machinery
