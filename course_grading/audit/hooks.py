@@ -107,7 +107,8 @@ def _hook_for(fd: int) -> None:
     mark, op_event = MARK, OP
     stat = fstat(fd)
     pipe = (stat.st_dev, stat.st_ino)
-    trusted = tuple(sorted({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
+    prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix)  # the installed packages, as named and as real
+    trusted = tuple(sorted({os.path.join(f(p), "") for p in prefixes for f in (os.path.abspath, os.path.realpath)}))
     python_source = (".py", ".pyc")
 
     def hook(event, args):  # one function, no nested one: its frame shows nothing to change
