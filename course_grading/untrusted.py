@@ -232,17 +232,19 @@ def open_folder(path, *, dir_fd: int | None = None, label: str | None = None) ->
 
 
 # A student id, an assignment, a file of a submission: ASCII letters, digits and . _ - @, not
-# starting with . or -, at most MAX_NAME characters. Nothing else: such a name is written into
+# starting with . - or @, at most MAX_NAME characters. Nothing else: such a name is written into
 # the gradebook, into paths and into the instructor's pages (Formgrader), where a name holding
-# markup or quotes would be read as markup.
+# markup or quotes would be read as markup; and, verbatim, into the identifier columns of the
+# exports, where a name a spreadsheet reads as a formula (``@...``, ``-...``) would have to be
+# changed (``reports_csv.safe_cell``) and then match no student of the LMS.
 MAX_NAME = 64
-_PLAIN_NAME = re.compile(r"[A-Za-z0-9_@][A-Za-z0-9._@-]*")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._@-]*")
 
 
 def plain_name(name: str) -> bool:
     """Whether ``name`` is a safe name of a folder entry, a student id or an assignment: ASCII
-    letters, digits, ``. _ - @``, not starting with ``.`` or ``-`` (so never ``.`` or ``..``),
-    1 to MAX_NAME characters."""
+    letters, digits, ``. _ - @``, not starting with ``.``, ``-`` or ``@`` (so never ``.`` or ``..``,
+    never what a spreadsheet reads as a formula), 1 to MAX_NAME characters."""
     return (isinstance(name, str) and 0 < len(name) <= MAX_NAME
             and _PLAIN_NAME.fullmatch(name) is not None)
 

@@ -160,6 +160,21 @@ ON_A_TIMER = SERVER + "threading.Timer(0.0, serve).start()\n" + ON_SERVER
 ON_AN_IMPORTED_THREAD = "import numpy as np, torch\nfrom helper import run\n" + ON_SERVER
 
 
+# a forbidden built-in where the checks cannot see it: on a native thread (ctypes imported by a
+# computed name), or after the checks' own record was reset. The audit's record sees both.
+EMBED_ON_A_NATIVE_THREAD = (
+    "import pkgutil, torch\nct = pkgutil.resolve_name('ct' + 'ypes')\ndef embed(ids, E):\n    out = {}\n"
+    "    def work(_):\n        out['y'] = torch.nn.functional.embedding(torch.as_tensor(np.asarray(ids)), "
+    "torch.as_tensor(np.asarray(E))).numpy()\n        return 0\n"
+    "    callback = ct.CFUNCTYPE(ct.c_void_p, ct.c_void_p)(work)\n    libc, tid = ct.CDLL(None), ct.c_ulong()\n"
+    "    libc.pthread_create(ct.byref(tid), None, callback, None)\n    libc.pthread_join(tid, None)\n"
+    "    return out['y']\n")
+EMBED_AFTER_A_RESET = (
+    "import torch\nfrom course_utils.checks import _core, _seal\n_core.Check._verdict = lambda *a, **k: None\n"
+    "_core.Forbidden.held_by = lambda *a, **k: []\n_seal._SEAL = None\ndef embed(ids, E):\n"
+    "    return torch.nn.functional.embedding(torch.as_tensor(np.asarray(ids)), torch.as_tensor(np.asarray(E))).numpy()\n")
+
+
 # kind -> (changes, expected): changes maps a grade_id to new source (or a callable on the
 # cell); expected is "full", "zero:<grade_id>" (that exercise scores 0), "none" (graded, every
 # exercise 0), "flag:<grade_id>" (flagged, whatever it scored) or "error" (an error row: not
@@ -304,6 +319,8 @@ CATALOGUE = {
     # the forbidden built-in computed on another thread, beyond the check's recording
     "thread_pool_does_the_work": ({"one_hot": ON_A_POOL}, "zero:test_one_hot"),
     "timer_thread_does_the_work": ({"one_hot": ON_A_TIMER}, "zero:test_one_hot"),
+    "native_thread_forbidden_built_in": ({"embed": EMBED_ON_A_NATIVE_THREAD}, "flag:test_embed"),
+    "resets_the_checks_record": ({"embed": EMBED_AFTER_A_RESET}, "flag:test_embed"),
     "imported_module_thread_does_the_work": ({"one_hot": ON_AN_IMPORTED_THREAD, EXTRA_FILES: {
         "helper.py": SERVER + "threading.Thread(target=serve, daemon=True).start()\n"}}, "zero:test_one_hot"),
     # what the checks compare with, replaced however it is reached, to hide a bug

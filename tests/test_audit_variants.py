@@ -5,42 +5,25 @@ dropout in training mode, a missing error message, a tensor made on the CPU that
 device shows: ``RIGHT_ON_THE_CPU`` in a variants file); the grade cells catch those, and the
 audit has no reason to.
 
-The audit's child runs in-process here (``runner``): the same code as in the sandbox, on the
-same fresh inputs and with the same trusted comparison, hundreds of times in seconds.
+The audit's child runs in a fork of the test process here (``audit_runner``): the same code as
+in the sandbox, its hooks armed and its record judged, on the same fresh inputs and with the same
+trusted comparison, hundreds of times in seconds. A correct variant raises no finding of the
+record either: no forbidden operator, no escape. Buggy variants, which the values alone must
+catch, run in-process without a record (``audit_runner.in_process``): a third of the time.
 """
 from __future__ import annotations
 
 import tempfile
-import warnings
 from functools import lru_cache
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from course_grading.audit import child as _audit_child, trusted as audit
+from audit_runner import forked, in_process
+from course_grading.audit import trusted as audit
 from course_grading.audit.exercises import EXERCISES
 from harness import ROOT, VARIANTS, load_variants, variants
-
-
-def _in_process(folder: Path) -> str:
-    import ipywidgets  # noqa: F401 - loaded for real first: the child stubs what is not loaded
-    import matplotlib.pyplot  # noqa: F401 - loaded before the test, as the course loads it
-
-    import sys
-
-    # the real child is a fresh process: here, an assignment's building_blocks imported (or put
-    # on the path) by an earlier test must not stand in for this folder's
-    sys.modules.pop("building_blocks", None)
-    path = sys.path[:]
-    sys.path[:] = [p for p in path if not p.startswith(str(ROOT / "solutions"))]
-    try:
-        with warnings.catch_warnings():  # variants that warn on purpose: not this suite's warnings
-            warnings.simplefilter("ignore")
-            _audit_child.main(str(folder))
-    finally:
-        sys.path[:] = path
-    return ""
 
 
 def _cases(kind: str):
@@ -49,14 +32,14 @@ def _cases(kind: str):
             yield pytest.param(assignment, grade_id, name, source, id=f"{assignment}-{grade_id}-{name}")
 
 
-def _verdict(tmp_path: Path, assignment: str, grade_id: str, source: str):
+def _verdict(tmp_path: Path, assignment: str, grade_id: str, source: str, runner=forked):
     nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
     cell = nbformat.v4.new_code_cell(source)
     cell.metadata["nbgrader"] = {"solution": True, "grade_id": "variant", "grade": False, "locked": False}
     nb.cells.append(cell)  # after the solutions: it replaces one of them, as in the grade-cell tests
     path = tmp_path / f"{assignment}.ipynb"
     nbformat.write(nb, str(path))
-    verdicts = {v.grade_id: v for v in audit.audit(path, assignment, seed=1234, runner=_in_process,
+    verdicts = {v.grade_id: v for v in audit.audit(path, assignment, seed=1234, runner=runner,
                                                              blocks=ROOT / "solutions" / assignment / "building_blocks.py")}
     return verdicts[grade_id]
 
@@ -92,7 +75,7 @@ BUGGY = _buggy_by_exercise()
 def _caught(assignment: str, grade_id: str) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory() as tmp:
         return tuple(name for name, source in BUGGY[(assignment, grade_id)]
-                     if not _verdict(Path(tmp), assignment, grade_id, source).agrees)
+                     if not _verdict(Path(tmp), assignment, grade_id, source, in_process).agrees)
 
 
 @pytest.mark.parametrize("assignment,grade_id", sorted(BUGGY), ids=lambda v: str(v))

@@ -273,3 +273,17 @@ def test_no_process_of_the_course_builds_jsonschemas_iri_grammar(module):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False", f"importing {module} built rfc3987_syntax's grammar"
+
+
+def test_autograde_refuses_without_a_sandbox(course, capsys, monkeypatch):
+    """Where bubblewrap does not run, grading a class is refused in one line that says how to fix
+    it; only --no-sandbox grades unsandboxed (and says so)."""
+    from course_grading.sandbox import bubblewrap
+
+    submission = course / "submitted" / "alice" / ASSIGNMENT
+    submission.mkdir(parents=True)
+    write_notebook(tiny_notebook(), submission / f"{ASSIGNMENT}.ipynb")
+    monkeypatch.setattr(bubblewrap, "available", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    line = run_error(capsys, "--root", str(course), "autograde", "--jobs", "1")
+    assert "bubblewrap (bwrap) is not installed" in line and "apt-get install bubblewrap" in line
+    assert "--no-sandbox" in line

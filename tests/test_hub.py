@@ -97,7 +97,7 @@ NAMES = {"ada": ("Ada", "Lovelace"), "ben": ("Ben", "Okafor"), ATTACKER: ("Mallo
 MAX_SCORE = 12  # 8 of tests, 4 of written answers
 # what each student sees under a test cell after running the notebook
 SEEN = {"ada": "scaled_dot_product_attention: all visible checks passed.",
-        "ben": "simple_self_attention: values are off"}
+        "ben": "simple_self_attention: the weights are transposed"}
 # hidden tests' source, and what the hidden checks print
 HIDDEN = ("BEGIN HIDDEN TESTS", "hidden=True", "hidden checks")
 EARLY = "2020-01-01 00:00:00.000000 UTC"  # the time mallory writes everywhere

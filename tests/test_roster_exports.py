@@ -156,6 +156,8 @@ def test_roster_import_names_students_as_nbgrader_does(course, tmp_path, capsys)
     ("id,first_name\nada,A\n../evil,B\n", "line 3: '../evil' is not a valid student id"),
     ("id,first_name\nada,A\n,B\n", "line 3: an empty id is not a valid student id"),
     ("id\nada\nada\n", "line 3: ada is listed twice"),
+    ("id\nada\n@ben\n", "line 3: '@ben' is not a valid student id"),  # a spreadsheet formula
+    ("id\nada\n-1\n", "line 3: '-1' is not a valid student id"),
 ])
 def test_a_roster_with_a_bad_row_imports_nothing(course, tmp_path, text, says):
     path = tmp_path / "roster.csv"
@@ -164,6 +166,15 @@ def test_a_roster_with_a_bad_row_imports_nothing(course, tmp_path, text, says):
         roster.import_roster(course, path)
     with gradebook(course_directory(course)) as gb:
         assert gb.students == []
+
+
+def test_a_huge_field_is_one_error_line(course, tmp_path, capsys):
+    path = tmp_path / "roster.csv"
+    path.write_text("id,first_name\nada," + "A" * 300_000 + "\n", encoding="utf-8")
+    assert main(["--root", str(course), "roster", "import", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("course: error: roster not imported: ")
+    assert "line 2" in err and "field larger than field limit" in err and "Traceback" not in err
 
 
 def test_roster_is_read_as_untrusted(course, tmp_path):

@@ -200,7 +200,7 @@ def test_copy_tree_leaves_out_a_notebook_beyond_a_bound(tmp_path):
 def test_plain_names_are_safe_ids():
     for name in ("ada", "ada.lovelace@uni.edu", "s-123_x", "01_embeddings", "out-test_one_hot.json", "A" * 64):
         assert untrusted.plain_name(name), name
-    for name in ("", ".", "..", ".hidden", "-rf", "a/b", "a\0b", "a b", "<script>", "a\u202eb", "bad\udcff",
+    for name in ("", ".", "..", ".hidden", "-rf", "@ada", "@SUM(A1)", "a/b", "a\0b", "a b", "<script>", "a\u202eb", "bad\udcff",
                  "caf\u00e9", "a\nb", "A" * 65, b"ada", None):
         assert not untrusted.plain_name(name), name
     assert untrusted.shown_name("bad\udcff") == "'bad\\xff'"

@@ -287,12 +287,7 @@ def test_an_audit_is_heard_of_as_soon_as_it_ends(course, tmp_path):
 # --------------------------------------------------------------------------- what a child may write
 
 WRITABLE = """
-import ctypes, glob, json, os, stat
-TMPFS, PROC, DEVPTS = 0x01021994, 0x9FA0, 0x1CD1
-class StatFs(ctypes.Structure):
-    _fields_ = [("f_type", ctypes.c_long), ("f_bsize", ctypes.c_long), ("f_blocks", ctypes.c_ulong),
-                ("rest", ctypes.c_byte * 256)]
-libc = ctypes.CDLL(None, use_errno=True)
+import glob, json, os, stat
 def fill(folder, limit=1 << 30):
     written = 0
     try:
@@ -305,14 +300,14 @@ def fill(folder, limit=1 << 30):
     for i in range(written // (8 << 20)):
         os.unlink(os.path.join(folder, f'fill-{i}'))
     return written >> 20
-mounts = {}
+mounts = {}  # (no ctypes: the audit refuses it) the kernel's own words, in mountinfo and statvfs
 for line in open('/proc/self/mountinfo'):
-    point = line.split()[4].encode().decode('unicode_escape')
+    fields = line.split()
+    point = fields[4].encode().decode('unicode_escape')
     if not os.path.isdir(point) or os.statvfs(point).f_flag & os.ST_RDONLY:
         continue
-    fs = StatFs()
-    libc.statfs(point.encode(), ctypes.byref(fs))
-    mounts[point] = [fs.f_type, fs.f_blocks * fs.f_bsize >> 20]
+    fs = os.statvfs(point)
+    mounts[point] = [fields[fields.index('-') + 1], fs.f_blocks * fs.f_frsize >> 20]
 places = ['/tmp', '/var/tmp', '/dev/shm', os.path.expanduser('~'), os.getcwd(), '/dev',
           *glob.glob('/tmp/course-*/ipc/*'), *glob.glob('/tmp/course-*/spool')]
 RESULT = {'mounts': mounts, 'written': {p: fill(p) for p in places}}
@@ -322,10 +317,9 @@ RESULT = {'mounts': mounts, 'written': {p: fill(p) for p in places}}
 def _check_writable(result: dict, megabytes: int) -> None:
     """Every writable folder a sandboxed process sees is a tmpfs of at most ``megabytes`` (or
     /proc, devpts: no storage), and no place took more."""
-    tmpfs, proc, devpts = 0x01021994, 0x9FA0, 0x1CD1
     for point, (kind, size) in result["mounts"].items():
-        assert kind in (tmpfs, proc, devpts), (point, hex(kind))
-        if kind == tmpfs:
+        assert kind in ("tmpfs", "proc", "devpts"), (point, kind)
+        if kind == "tmpfs":
             assert 0 < size <= megabytes, (point, size)
     written = result["written"]
     assert all(mb <= megabytes for mb in written.values()), written

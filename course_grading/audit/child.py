@@ -1,10 +1,12 @@
 """The audit's untrusted half: runs a submission's code on given inputs, writes plain data.
 
-    python -I -m course_grading.audit.child FOLDER   (or main(FOLDER) in a fork of the warm sandbox)
+    python -I -m course_grading.audit.child FOLDER RECORD_FD
+    (or main(FOLDER, RECORD_FD) in a fork of the warm sandbox)
 
 It reads the calls and the cells from FOLDER and writes one output file per exercise there, in
-the format of ``wire``. Nothing else of the grader is imported here; this process runs inside
-the sandbox.
+the format of ``wire``. Before the first cell it arms its record on the pipe RECORD_FD
+(``hooks``) and marks every call there. Nothing else of the grader is imported here; this
+process runs inside the sandbox.
 """
 import contextlib
 import importlib.machinery
@@ -15,7 +17,7 @@ import signal
 import sys
 import types
 
-from course_grading.audit import wire
+from course_grading.audit import hooks, wire
 
 FOLDER = ""  # set by main()
 _dumps, _open = json.dumps, open  # taken before any student code runs
@@ -111,8 +113,10 @@ def _call(target, args, kwargs, module):
         return target(*args, **kwargs)
 
 
-def main(folder):
+def main(folder, record_fd=None):
+    """Run the cells, then every call; ``record_fd``: the pipe of the record (``hooks``)."""
     global FOLDER
+    mark, MARK = hooks.arm(record_fd), hooks.MARK  # kept in this frame, before any cell runs
     FOLDER = folder
     _stub_matplotlib()
     sys.modules.pop("building_blocks", None)  # the assignment's provided components, beside the cells
@@ -137,30 +141,38 @@ def main(folder):
         counter, outputs = [], []
         function = namespace.get(spec["function"])
         for index, call in enumerate(spec["calls"]):
-            if function is None:
-                outputs.append({"error": f"{spec['function']} is not defined"
-                                + (f" ({cell_errors[spec['function']]})" if spec["function"] in cell_errors else "")})
-                continue
-            try:
-                args = [_decode(a, FOLDER) for a in call["args"]]
-                kwargs = {k: _decode(v, FOLDER) for k, v in call["kwargs"].items()}
-                signal.signal(signal.SIGALRM, _alarm)
-                signal.setitimer(signal.ITIMER_REAL, CALL_SECONDS)
-                try:
-                    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                        target = _built(function, call, counter) if spec.get("module") else function
-                        result = _call(target, args, kwargs, spec.get("module"))
-                finally:
-                    signal.setitimer(signal.ITIMER_REAL, 0)
-                outputs.append({"value": _encode(result, f"out-{grade_id}-{index}", counter, FOLDER)})
-            except BaseException as exc:  # noqa: BLE001 - what the learner's code raised is its output
-                outputs.append({"error": f"{type(exc).__name__}: {exc}"[:300]})
-            sink.seek(0)
-            sink.truncate()
+            mark(MARK, "begin", grade_id, index)
+            _one_call(grade_id, spec, function, index, call, counter, outputs, cell_errors, sink)
+            mark(MARK, "end", grade_id, index)
         with _open(os.path.join(FOLDER, wire.output_name(grade_id)), "w", encoding="utf-8") as fh:
             fh.write(_dumps({"outputs": outputs}))
+    mark(MARK, "done", "", 0)
 
 
-if __name__ == "__main__":
+def _one_call(grade_id, spec, function, index, call, counter, outputs, cell_errors, sink):
+    """One call of an exercise, its output (or error) appended to ``outputs``."""
+    if function is None:
+        outputs.append({"error": f"{spec['function']} is not defined"
+                        + (f" ({cell_errors[spec['function']]})" if spec["function"] in cell_errors else "")})
+        return
+    try:
+        args = [_decode(a, FOLDER) for a in call["args"]]
+        kwargs = {k: _decode(v, FOLDER) for k, v in call["kwargs"].items()}
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.setitimer(signal.ITIMER_REAL, CALL_SECONDS)
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                target = _built(function, call, counter) if spec.get("module") else function
+                result = _call(target, args, kwargs, spec.get("module"))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        outputs.append({"value": _encode(result, f"out-{grade_id}-{index}", counter, FOLDER)})
+    except BaseException as exc:  # noqa: BLE001 - what the learner's code raised is its output
+        outputs.append({"error": f"{type(exc).__name__}: {exc}"[:300]})
+    sink.seek(0)
+    sink.truncate()
+
+
+if __name__ == "__main__":  # FOLDER [RECORD_FD]
     stand_in_unaudited()
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)

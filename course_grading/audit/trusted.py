@@ -6,7 +6,9 @@ into a scratch folder (``wire``), and starts ``child.py`` once per submission in
 sandboxed Python process (no Jupyter). The child runs the setup cell and the solution cells
 (taken from the submitted notebook by grade_id), calls every audited function and writes its
 outputs as plain data (JSON and .npy, never pickle). This side reads them back and compares
-them with ``course_grading.reference`` on the same inputs.
+them with ``course_grading.reference`` on the same inputs, and reads the child's record (``hooks``,
+through ``channel``, judged by ``evidence``): an exercise whose calls ran a built-in it forbids,
+or a child that tried an escape or touched its record, disagrees whatever its values.
 
 ``review()`` puts the audit and the static scanner together: an exercise whose autograded
 score gives points that the audit denies is flagged, with the reason; scanner findings are
@@ -17,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import secrets
 import shutil
 import subprocess
@@ -36,7 +39,7 @@ from course_grading.authoring.nbformat_tools import read_untrusted
 from course_grading.grading.red_flags import Flag, scan
 from ..sandbox import warm as warm_sandbox
 from ..sandbox.settings import Settings
-from . import wire
+from . import channel, evidence, wire
 from .exercises import EXERCISES, Exercise, Init
 from .wire import Gen, Lookup, Prefix, T, ToyModel
 
@@ -220,20 +223,48 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, s
             ended = warm_sandbox.run_audit(folder, timeout, settings or Settings())
         else:
             ended = _run_unsandboxed(folder, timeout)
-        return [_judge(gid, ex, plans[gid], folder, ended) for gid, ex in exercises.items()]
+        found = _findings(folder, {gid: (ex.function, len(plans[gid])) for gid, ex in exercises.items()},
+                          ended, required=runner is None)
+        return [_judge(gid, ex, plans[gid], folder, ended, found.get(gid, "")) for gid, ex in exercises.items()]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run_unsandboxed(folder: Path, timeout: int) -> str:
-    """The child as a plain Python process (grading without a sandbox); '' or why it ended early."""
-    command = [sys.executable, "-I", "-m", "course_grading.audit.child", str(folder)]
+def _findings(folder: Path, calls: dict, ended: str, required: bool) -> dict[str, str]:
+    """``evidence.findings`` on the record the grader's side wrote into ``folder``; none when a
+    test's runner kept no record (``required`` False)."""
     try:
-        subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=timeout, cwd=folder)
-        return ""
+        record = untrusted.read_in(folder, wire.RECORD, channel.MAX_BYTES + len(channel.OVERFLOW))
+    except FileNotFoundError:
+        if not required:
+            return {}
+        record = b""
+    except OSError:
+        record = b"unreadable\n"
+    return evidence.findings(record, calls, ended)
+
+
+def _run_unsandboxed(folder: Path, timeout: int) -> str:
+    """The child as a plain Python process (grading without a sandbox), its record read from
+    its pipe; '' or why it ended early."""
+    read, write = channel.open_pipe()
+    command = [sys.executable, "-I", "-m", "course_grading.audit.child", str(folder), str(write)]
+    try:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, cwd=folder, pass_fds=(write,))
+    finally:
+        os.close(write)
+    drain = channel.Drain(read)
+    try:
+        process.wait(timeout=timeout)
+        ended = ""
     except subprocess.TimeoutExpired:
-        return f"the audit ran out of time ({timeout} s)"
+        process.kill()
+        process.wait()
+        ended = f"the audit ran out of time ({timeout} s)"
+    channel.write_record(folder, drain.finish())
+    return ended
+
 
 
 class _Outputs:
@@ -283,7 +314,15 @@ def _npy_problem(data: bytes) -> str:
     return ""
 
 
-def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
+def _judge(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str, finding: str = "") -> Verdict:
+    """The verdict on the values, unless the record (``finding``) says the outputs do not count."""
+    verdict = _judge_values(gid, ex, plan, folder, ended)
+    if finding and (verdict.agrees or not finding.startswith(evidence.MISSING)):
+        return Verdict(gid, False, finding)
+    return verdict
+
+
+def _judge_values(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended: str) -> Verdict:
     outputs = _Outputs(folder)
     try:
         data = outputs.load_json(wire.output_name(gid))

@@ -9,6 +9,8 @@ Everything crosses as plain data in one folder, never pickle:
   {"t": "in-N.npy"} (a torch tensor), {"tuple": [...]}, {"generator": seed},
   {"toy_model": true}, {"lookup_model": {kwargs}}, {"prefix_model": {kwargs}};
 * ``cells.json``  [[grade_id, source], ...]: the setup cell and the solution cells;
+* ``record.bin``  the lines of the child's record (``hooks``), as the grader's side read them
+  from the child's pipe (never a file the child wrote);
 * ``out-<grade_id>.json``  {"outputs": [{"value": v} or {"error": "Type: message"}, ...]}, one
   per call, a value being {"t": "out-….npy", "dtype", "device"}, {"nd": "out-….npy", "dtype"},
   {"seq": [...], "type": "tuple"|"list"} or {"py": JSON, "type": name}.
@@ -22,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 CALLS, CELLS = "calls.json", "cells.json"
+RECORD = "record.bin"  # the child's record (``hooks``), written here by the grader's side alone
 _SAVE, _LOAD = np.save, np.load  # taken before any submission's code runs in the child
 
 

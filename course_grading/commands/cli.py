@@ -52,7 +52,8 @@ from course_grading.course.course_dir import (HOW_TO_NAME, RootConfigError, cour
 GRADING_MODULES = ("course_grading.grading.autograde", "torch")  # what the workers' fork server imports
 LOGGER = "course_grading.nbgrader"  # nbgrader_setup.LOG: shown with -v
 NO_SANDBOX_HELP = ("run student code WITHOUT the bubblewrap sandbox (it can then read and "
-                   "change the gradebook); a warning says so")
+                   "change the gradebook); a warning says so. Without it, `autograde` refuses to "
+                   "grade where bubblewrap does not run")
 DB_HELP = ("gradebook database URL, e.g. postgresql://user@host/grades (default: "
            "CourseDirectory.db_url in nbgrader_config.py, else sqlite:///<root>/gradebook.db)")
 

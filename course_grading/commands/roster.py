@@ -90,6 +90,17 @@ def _columns(header: list[str], id_column: str | None = None) -> dict[str, int]:
     return found
 
 
+def _rows(text: str, path) -> list[list[str]]:
+    """The non-empty rows of CSV ``text``; GradingError, naming the line, for a row the csv
+    module refuses (a field longer than ``csv.field_size_limit()``, a NUL, ...)."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        return [row for row in reader if any(cell.strip() for cell in row)]
+    except csv.Error as exc:
+        raise GradingError(f"roster not imported: {path}, line {reader.line_num}: {exc} "
+                           f"(a field holds at most {MAX_FIELD} characters)") from None
+
+
 def canvas_gradebook(header: list[str]) -> bool:
     """Whether a header is Canvas's gradebook export's (Student, ID, ..., SIS Login ID)."""
     return len(header) > 3 and "Student" in header[0] and _fold(header[1]) == "id" and \
@@ -115,7 +126,7 @@ def read_roster(path, id_column: str | None = None) -> list[RosterEntry]:
         text = data.decode("utf-8-sig")  # a spreadsheet's export may start with a byte-order mark
     except UnicodeDecodeError:
         raise GradingError(f"{path} is not UTF-8 text: save the roster as CSV UTF-8") from None
-    rows = [row for row in csv.reader(io.StringIO(text, newline="")) if any(cell.strip() for cell in row)]
+    rows = _rows(text, path)
     if not rows:
         raise GradingError(f"{path} is empty")
     columns = _columns(rows[0], id_column)
@@ -132,7 +143,8 @@ def read_roster(path, id_column: str | None = None) -> list[RosterEntry]:
         if not untrusted.plain_name(student):
             shown = untrusted.shown_name(student) if student else "an empty id"
             problems.append(f"line {line}: {shown} is not a valid student id (ASCII letters, "
-                            f"digits and . _ - @, at most {untrusted.MAX_NAME} characters)")
+                            f"digits and . _ - @, not starting with . - or @, at most "
+                            f"{untrusted.MAX_NAME} characters)")
             continue
         if student in seen:
             problems.append(f"line {line}: {student} is listed twice")

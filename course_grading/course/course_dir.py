@@ -84,7 +84,7 @@ def find_submissions(submitted: Path, students=None, assignments=None,
                      refused: list | None = None) -> list[tuple[str, str]]:
     """(student, assignment) for each folder ``submitted/<student>/<assignment>/`` whose
     student folder's name is a valid student id (``untrusted.plain_name``: ASCII letters,
-    digits, ``. _ - @``, at most MAX_NAME characters). The name of each other student folder (not
+    digits, ``. _ - @``, not starting with ``. - @``, at most MAX_NAME characters). The name of each other student folder (not
     UTF-8: with lone surrogates, as ``os.listdir`` gives it) that holds a chosen assignment, or
     any folder when none is chosen, is appended to ``refused`` when given: it is nobody's id."""
     if not Path(submitted).is_dir():

@@ -42,7 +42,7 @@ from course_grading.sandbox.settings import Settings
 LOCK_RETRIES = 5
 OUTPUT_FLAG = "outputs"  # Flag.where of kernel messages built to cost the grader (LimitedExecute)
 INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
-              f". _ - @, at most {untrusted.MAX_NAME} characters): not graded")
+              f". _ - @, not starting with . - or @, at most {untrusted.MAX_NAME} characters): not graded")
 WORKER_FLAG = "grader"  # Flag.where of a submission whose grading worker died
 
 
@@ -67,8 +67,8 @@ def autograde(course, submitted_dir=None, students=None, assignments=None, jobs=
     ``db_url`` (default: the course's gradebook, ``Course.db_url``) may name a shared PostgreSQL
     gradebook, which several graders can fill at once.
 
-    With ``sandboxed`` every kernel runs in bubblewrap (where it is missing, grading goes on
-    unsandboxed after a loud warning on stderr); with ``audit`` each result carries ``flags``:
+    With ``sandboxed`` every kernel runs in bubblewrap (where it is missing: GradingError, saying
+    how to fix it; only ``sandboxed=False`` grades unsandboxed, after a loud warning); with ``audit`` each result carries ``flags``:
     red flags of the scanner and exercises whose points the integrity audit denies.
 
     Each graded submission is recorded as it comes (``ledger``). With ``resume`` a submission
@@ -91,7 +91,7 @@ def autograde(course, submitted_dir=None, students=None, assignments=None, jobs=
         raise GradingError(f"no submissions to grade under {submitted}")
     known = set(course.source_assignments())
     run = GradingRun(course, submitted=str(submitted), db_url=db_url,
-                     sandbox=sandbox_available(sandboxed), audit=audit)
+                     sandbox=sandbox_available(sandboxed, refuse=True), audit=audit)
     tasks = [(run, student, assignment, assignment in known) for student, assignment in pairs]
     earlier: list[SubmissionResult] = []
     if resume:
@@ -414,10 +414,13 @@ def _scan_only(folder: Path, coursedir: CourseDirectory, assignment: str,
     return flags
 
 
-def sandbox_available(sandboxed: bool) -> bool:
+def sandbox_available(sandboxed: bool, refuse: bool = False) -> bool:
     """Whether kernels run sandboxed: asked for, and bubblewrap works here (a loud warning on
-    stderr when it does not)."""
+    stderr when it does not). With ``refuse`` (grading a class), a sandbox asked for that does
+    not run here is an error that says how to fix it, never a warning."""
     ok, why = bubblewrap.available() if sandboxed else (False, "--no-sandbox")
+    if not ok and sandboxed and refuse:
+        raise GradingError(bubblewrap.UNSANDBOXED_REFUSAL.format(why=why))
     if not ok:
         print(bubblewrap.UNSANDBOXED_WARNING.format(why=why), file=sys.stderr, flush=True)
     return ok

@@ -68,6 +68,8 @@ SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-"
 UNSANDBOXED_WARNING = ("WARNING: grading WITHOUT a sandbox ({why}): student code runs with your "
                        "rights and can read or change the gradebook. Install bubblewrap "
                        "(apt-get install bubblewrap) to sandbox it.")
+UNSANDBOXED_REFUSAL = ("grading needs the bubblewrap sandbox, which does not run here ({why}): install "
+                       "it (apt-get install bubblewrap), or grade unsandboxed with --no-sandbox")
 
 
 @functools.lru_cache(maxsize=None)

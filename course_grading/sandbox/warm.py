@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..audit.channel import write_record
 from . import isolate
 from .bubblewrap import (GRADING_PACKAGE, LEARNER_PACKAGE, SECRET_FOLDERS, SECRET_MODULES,
                          available, inside, private_folders, sandbox_home, wrap)
@@ -214,11 +215,14 @@ class SandboxServer:
     def spawn_audit(self, job: Job, cpu_seconds: int) -> int:
         return int(self.request(op="audit", token=job.token, cpu=cpu_seconds)["pid"])
 
-    def collect(self, job: Job) -> dict[str, bytes]:
-        """The ``out-*`` files the job left in its working folder (regular files, bounded)."""
-        files = self.request(op="collect", token=job.token, timeout=60).get("files") or {}
-        return {name: base64.b64decode(data) for name, data in files.items()
-                if isinstance(name, str) and OUT_NAME.fullmatch(name) and isinstance(data, str)}
+    def collect(self, job: Job) -> tuple[dict[str, bytes], bytes]:
+        """The ``out-*`` files the job left in its working folder (regular files, bounded), and
+        the audit's record as the server read it from the audit's pipe."""
+        reply = self.request(op="collect", token=job.token, timeout=60)
+        files, record = reply.get("files") or {}, reply.get("record")
+        return ({name: base64.b64decode(data) for name, data in files.items()
+                 if isinstance(name, str) and OUT_NAME.fullmatch(name) and isinstance(data, str)},
+                base64.b64decode(record) if isinstance(record, str) else b"")
 
     def poll(self, pid: int):
         return self.request(op="poll", pid=pid)["returncode"]
@@ -432,7 +436,9 @@ def run_audit(folder: Path, timeout: int, settings: Settings) -> str:
         return f"the audit's sandbox failed before the audit started ({exc})"
     try:
         ended = _wait(server, pid, timeout)
-        _write_outputs(folder, server.collect(job))
+        files, record = server.collect(job)
+        _write_outputs(folder, files)
+        write_record(folder, record)
         return ended
     except SandboxError:
         if server.warm:

@@ -39,7 +39,8 @@ in the sandbox can signal, stop or trace it. Requests and replies are JSON lines
     {"op": "kernel", "token": t, "args": [...], "connection": {...}, "env": {...}}
                                        -> {"pid": n}   an IPython kernel on its folder's sockets
     {"op": "audit", "token": t, "cpu": s}  -> {"pid": n}   course_grading.audit.child on the job
-    {"op": "collect", "token": t}      -> {"files": {name: base64}}  the audit's out-* files
+    {"op": "collect", "token": t}      -> {"files": {name: base64}, "record": base64}  the audit's
+                                          out-* files, and its record as read from its pipe
     {"op": "poll", "pid": n}           -> {"returncode": n or null}
     {"op": "wait", "pid": n, "seconds": s} -> {"returncode": n or null}  once it ended, or after s
                                           seconds (at most WAIT_SECONDS)
@@ -132,7 +133,14 @@ def preload(refuse: Refuse) -> None:
         from course_utils.checks.kit import prepare_recording
         prepare_recording()
     _step(refuse, recording)
+    _step(refuse, _audit_record)
     _step(refuse, _format_a_traceback)
+
+
+def _audit_record() -> None:
+    """The operators an audit records, looked up once (``audit.forbidden.recorded_ops``)."""
+    from course_grading.audit.forbidden import recorded_ops
+    recorded_ops()
 
 
 def _keep_freed_memory() -> None:
@@ -196,6 +204,7 @@ class Server:
         self.isolated, self.why = False, ""
         self.jobs: dict[str, str] = {}
         self.ipcs: dict[str, str] = {}  # a kernel job's socket folder
+        self.records: dict = {}  # an audit job's record, read from its pipe (audit.channel.Drain)
         self.used = False
         self.me = os.getpid()
         self.ended: dict[int, int] = {}  # children reaped before anyone asked
@@ -343,6 +352,8 @@ class Server:
         try:  # the child: nothing of the server's reaches the code it runs
             self.reader.close()
             self.sock.close()
+            for drain in self.records.values():  # other audits' records: never read by a child
+                os.close(drain.fd)
             os.setsid()
             devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)
@@ -421,8 +432,11 @@ class Server:
 
     def audit(self, token: str, cpu: int) -> int:
         job = self.jobs[token]
+        from course_grading.audit import channel  # the record's pipe: its read end stays here
+        read, write = channel.open_pipe()
 
         def run():
+            os.close(read)
             if self.isolated:
                 self._isolate_child(self._keep_for(token, kernel=False), hide=self.secret_folders)
             isolate.drop_privileges()
@@ -433,8 +447,12 @@ class Server:
             child.stand_in_unaudited()
             self._quiet()
             self._student_code_next()
-            child.main(job)
-        return self.fork(run)
+            child.main(job, write)
+        try:
+            return self.fork(run)
+        finally:
+            os.close(write)
+            self.records[token] = channel.Drain(read)
 
     # ------------------------------------------------------------------ jobs
 
@@ -475,7 +493,10 @@ class Server:
             found = isolate.read_regular_files(folder, OUT_NAME.fullmatch, max_bytes=COLLECT_BYTES)
         finally:
             os.close(folder)
-        return {"files": {name: base64.b64encode(data).decode("ascii") for name, data in found.items()}}
+        drain = self.records.pop(token, None)
+        record = drain.finish() if drain is not None else b""
+        return {"files": {name: base64.b64encode(data).decode("ascii") for name, data in found.items()},
+                "record": base64.b64encode(record).decode("ascii")}
 
     def poll(self, pid: int):
         if pid in self.ended:
@@ -562,6 +583,9 @@ class Server:
                     pass
         self.jobs.clear()
         self.ipcs.clear()
+        for drain in self.records.values():
+            drain.finish(0)
+        self.records.clear()
         why = self._unclean()
         return {"ok": not why, "why": why} if why else {"ok": True}
 

@@ -1,0 +1,143 @@
+"""Which torch operators the audit records, and which of them each audited exercise may not run.
+
+The child records every operator of ``RECORDED`` (``hooks``: a kernel at the dispatcher, on any
+thread), computing it through torch's own decomposition where honest code may call it, and
+refusing the rest. The grader's side then fails an exercise when one of the operators it may
+not run (``forbidden_ops``: the checks' own lists, and the other routes to the same arithmetic
+that the audit knows of) ran while its calls ran, or after, on a thread the submission left.
+"""
+from __future__ import annotations
+
+import fnmatch
+from functools import lru_cache
+
+# routes to a native softmax or attention besides the checks' own lists
+SOFTMAX_ROUTES = ["_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*"]
+EXTRA = {"softmax": SOFTMAX_ROUTES + ["_scaled_dot_product*", "_native_multi_head_attention",
+                                      "_transformer_encoder_layer_fwd"],
+         "one_hot": ["one_hot"]}
+# every operator any exercise forbids: the child records them all (patterns as in the checks)
+RECORDED = ("_softmax", "_softmax.out", "_log_softmax", "_log_softmax.out", "_safe_softmax",
+            "_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*", "_scaled_dot_product*",
+            "_native_multi_head_attention*", "_transformer_encoder_layer_fwd*", "native_layer_norm",
+            "native_layer_norm.out", "embedding", "embedding.out", "_embedding_bag*", "cosine_similarity",
+            "one_hot")
+
+
+def _check_ops() -> dict[str, list[str]]:
+    """The checks' operator lists, by the function or class they check (grader's side only:
+    in the child ``course_utils.checks`` is a stand-in)."""
+    from course_utils.checks import attention, embeddings, encoder, multi_head, similarity
+
+    ops = {"softmax": attention.SOFTMAX_OPS, "embed": embeddings.EMBED_OPS, "LayerNorm": encoder.LAYER_NORM_OPS}
+    for name in ("simple_self_attention", "scaled_dot_product_attention"):
+        ops[name] = attention.ATTENTION_OPS
+    for name in ("cosine_similarity", "cosine_similarity_matrix", "most_similar", "analogy"):
+        ops[name] = similarity.COSINE_OPS
+    for name in ("split_heads", "merge_heads", "MultiHeadAttention"):
+        ops[name] = multi_head.MHA_OPS
+    for name in ("FeedForward", "EncoderLayer", "Encoder", "DecoderLayer", "Decoder", "Transformer",
+                 "GPTBlock", "GPT"):
+        ops[name] = encoder.EVERYWHERE_OPS
+    return ops
+
+
+def forbidden_ops(function: str) -> tuple[str, ...]:
+    """The operator patterns ("_softmax", "_scaled_dot_product*") that ``function`` may not run."""
+    return tuple(_check_ops().get(function, [])) + tuple(EXTRA.get(function, []))
+
+
+def matches(op: str, patterns) -> bool:
+    """Whether a recorded operator ("aten::_softmax.out") is one of ``patterns`` (its name
+    without namespace and overload, as the checks write them; "name*" a prefix)."""
+    base = op.split("::", 1)[-1].split(".", 1)[0]
+    return any(fnmatch.fnmatchcase(base, p) for p in patterns)
+
+
+@lru_cache(maxsize=1)
+def recorded_ops() -> dict:
+    """{"aten::op.overload": how the child computes it} for every overload of ``RECORDED`` that
+    exists: ``COMPUTED``'s plain arithmetic for what honest code calls (softmax, layer norm, an
+    embedding: nothing imported, nothing slow), the CompositeImplicitAutograd kernel of an
+    operator that has one, else None (refused: no honest exercise calls it). Looked up once
+    (the warm sandbox does it before it forks any audit)."""
+    import torch
+
+    found = {}
+    names = set(dir(torch.ops.aten)) | {p.split(".")[0].rstrip("*") for p in RECORDED}
+    for name in sorted(names):
+        if not any(fnmatch.fnmatchcase(name, p.split(".")[0]) for p in RECORDED):
+            continue
+        try:
+            packet = getattr(torch.ops.aten, name)
+        except (AttributeError, RuntimeError):
+            continue
+        for overload in packet.overloads():
+            op = getattr(packet, overload)
+            if overload == "default" or f"{name}.{overload}" in RECORDED or any(
+                    p.endswith("*") and fnmatch.fnmatchcase(name, p) for p in RECORDED):
+                found[op.name()] = _compute(name, op)
+    return found
+
+
+def _compute(name: str, op):
+    import torch
+
+    if name in COMPUTED:
+        return COMPUTED[name]
+    if torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd"):
+        return op.decompose
+    return None
+
+
+def _out(compute):
+    """The ``.out`` overload of ``compute``: the result written into ``out``."""
+    def with_out(*args, out=None, **kwargs):
+        result = compute(*args, **kwargs)
+        if out is None:
+            return result
+        out.resize_(result.shape).copy_(result)
+        return out
+    return with_out
+
+
+@_out
+def _softmax(x, dim, half_to_float=False):
+    x = x.float() if half_to_float else x
+    if x.numel() == 0:
+        return x.clone()
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+@_out
+def _log_softmax(x, dim, half_to_float=False):
+    x = x.float() if half_to_float else x
+    if x.numel() == 0:
+        return x.clone()
+    shifted = x - x.amax(dim, keepdim=True)
+    return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+
+def _safe_softmax(x, dim, dtype=None):
+    x = x if dtype is None else x.to(dtype)
+    return _softmax(x, dim).masked_fill((x == float("-inf")).all(dim, keepdim=True), 0)
+
+
+@_out
+def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    dims = tuple(range(x.dim() - len(normalized_shape), x.dim()))
+    mean = x.mean(dims, keepdim=True)
+    rstd = (x.var(dims, unbiased=False, keepdim=True) + eps).rsqrt()
+    out = (x - mean) * rstd
+    out = out if weight is None else out * weight
+    return (out if bias is None else out + bias), mean, rstd
+
+
+@_out
+def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    return weight.index_select(0, indices.reshape(-1)).reshape(*indices.shape, *weight.shape[1:])
+
+
+COMPUTED = {"_softmax": _softmax, "_log_softmax": _log_softmax, "_safe_softmax": _safe_softmax,
+            "native_layer_norm": _layer_norm, "embedding": _embedding}
