@@ -6,7 +6,8 @@ built-in computes what an exercise should return, it compares with outputs store
 implementations, by the function ``expected_outputs()`` of the assignment's hidden-check
 module (``course_grading.checks.<module>``), and written with
 
-    python -m course_grading.expected            # every assignment that is out of date
+    python -m course_grading.expected            # every assignment that is out of date (values
+                                                 # within noise are kept; the record is renewed)
     python -m course_grading.expected --check    # exit 1 if a stored file is out of date
 
 Beside them, ``provenance.json`` records, per assignment, every source file of the course that
@@ -151,11 +152,13 @@ def main(argv=None) -> int:
             continue
         stale[assignment] = why
         if not args.check:
-            path = FOLDER / f"{assignment}.npz"
-            FOLDER.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(render(make))
+            path, data = FOLDER / f"{assignment}.npz", render(make)
+            if value_differences(path, data):  # else the stored values stand: no churn of bits
+                FOLDER.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+                print(f"wrote {path} ({why[0]})")
             provenance[assignment] = sources_of(make)
-            print(f"wrote {path} ({why[0]})")
+            print(f"recorded the sources of {path.name}")
     if args.check:
         for assignment, why in stale.items():
             print(f"out of date: {assignment}.npz", *why, sep="\n  ")
