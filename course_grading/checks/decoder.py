@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from course_grading.checks.encoder import exact_table
 from course_grading.reference import decoder as ref
 from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.decoder import (
@@ -20,8 +19,9 @@ from course_utils.checks.decoder import (
 from course_utils.checks.encoder import (D, EVERYWHERE, EVERYWHERE_OPS, F64, FF, H,
                                          POSITIONS_HINT, compare, known, load, near)
 
-from ._common import gradients_reach
+from ._common import forbidding, gradients_reach
 from ._device import second_devices
+from .positional import exact as exact_table
 
 ASSIGNMENT = "07_decoder"
 _REF = "course_grading.reference.decoder"
@@ -35,7 +35,7 @@ def expected_outputs() -> dict[str, np.ndarray]:
 
 
 def _forbidding(*names: str) -> list[str]:
-    return [f"{_REF}.{name}" for name in names] + [f"{_REF}.{name}.forward" for name in names]
+    return forbidding(_REF, *names)
 
 
 # -- DecoderLayer --------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from course_grading.reference import positional as ref_positional
 from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
 from course_utils.checks.encoder import (
     D, EVERYWHERE, EVERYWHERE_OPS, ENCODER_LAYER_NAMES, ENCODER_NAMES, F64, FF, H,
@@ -22,21 +21,12 @@ from course_utils.checks.encoder import (
     encoder_layer_parts, encoder_outputs, encoder_parts, feed_forward, feed_forward_case, ffn_parts,
     known, layer_norm_case, load, near, run_encoder_layers, torch_encoder_layer)
 
-from ._common import gradients_reach
+from ._common import forbidding, gradients_reach
 from ._device import second_devices
+from .positional import exact as exact_table
 
 ASSIGNMENT = "06_encoder"
 _REF = "course_grading.reference.encoder"
-
-
-def exact_table(max_len: int, d_model: int) -> torch.Tensor:
-    """The sinusoidal table computed, and returned, in float64."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        return ref_positional.sinusoidal_positional_encoding(max_len, d_model)
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def expected_outputs() -> dict[str, np.ndarray]:
@@ -45,7 +35,7 @@ def expected_outputs() -> dict[str, np.ndarray]:
 
 
 def _forbidding(*names: str) -> list[str]:
-    return [f"{_REF}.{name}" for name in names] + [f"{_REF}.{name}.forward" for name in names]
+    return forbidding(_REF, *names)
 
 
 # -- LayerNorm -----------------------------------------------------------------------------------
