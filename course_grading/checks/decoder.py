@@ -34,13 +34,9 @@ def expected_outputs() -> dict[str, np.ndarray]:
             "padding_mask": ref.make_padding_mask(ids, 0).numpy()}
 
 
-def _forbidding(*names: str) -> list[str]:
-    return forbidding(_REF, *names)
-
-
 # -- DecoderLayer --------------------------------------------------------------------------------
 def check_decoder_layer(DecoderLayer) -> None:
-    c = Check("DecoderLayer", EVERYWHERE + _forbidding("DecoderLayer"), hidden=True,
+    c = Check("DecoderLayer", EVERYWHERE + forbidding(_REF, "DecoderLayer"), hidden=True,
               ops=EVERYWHERE_OPS)
     g = generator(41)
     x = torch.randn(2, 5, D, generator=g)
@@ -87,7 +83,7 @@ def check_decoder_layer(DecoderLayer) -> None:
 
 # -- Decoder -------------------------------------------------------------------------------------
 def check_decoder(Decoder) -> None:
-    c = Check("Decoder", EVERYWHERE + _forbidding("Decoder"), hidden=True, ops=EVERYWHERE_OPS)
+    c = Check("Decoder", EVERYWHERE + forbidding(_REF, "Decoder"), hidden=True, ops=EVERYWHERE_OPS)
     g = generator(51)
     tgt = torch.tensor([[1, 7, 3, 9, 4], [1, 2, 5, 0, 0]])
     memory = torch.randn(2, 6, D, generator=g)
@@ -128,7 +124,7 @@ def check_decoder(Decoder) -> None:
 
 # -- Transformer ---------------------------------------------------------------------------------
 def check_transformer(Transformer) -> None:
-    c = Check("Transformer", EVERYWHERE + _forbidding("Transformer") + [
+    c = Check("Transformer", EVERYWHERE + forbidding(_REF, "Transformer") + [
         f"{_REF}.Transformer.encode", f"{_REF}.Transformer.decode"], hidden=True,
         ops=EVERYWHERE_OPS)
     src = torch.tensor([[3, 4, 5, 6, 0, 0], [3, 9, 8, 7, 6, 5]])

@@ -34,13 +34,9 @@ def expected_outputs() -> dict[str, np.ndarray]:
     return {"table": exact_table(16, D).numpy()}
 
 
-def _forbidding(*names: str) -> list[str]:
-    return forbidding(_REF, *names)
-
-
 # -- LayerNorm -----------------------------------------------------------------------------------
 def check_layer_norm(LayerNorm) -> None:
-    c = Check("LayerNorm", LAYER_NORM_BUILTINS + _forbidding("LayerNorm"), hidden=True,
+    c = Check("LayerNorm", LAYER_NORM_BUILTINS + forbidding(_REF, "LayerNorm"), hidden=True,
               ops=LAYER_NORM_OPS)
     g = generator(11)
     ln2 = c.build(LayerNorm, 6, eps=0.1)
@@ -88,7 +84,7 @@ def check_layer_norm(LayerNorm) -> None:
 
 # -- FeedForward ---------------------------------------------------------------------------------
 def check_feed_forward(FeedForward) -> None:
-    c = Check("FeedForward", EVERYWHERE + _forbidding("FeedForward"), hidden=True,
+    c = Check("FeedForward", EVERYWHERE + forbidding(_REF, "FeedForward"), hidden=True,
               ops=EVERYWHERE_OPS)
     g = generator(21)
     f = c.build(FeedForward, D, FF)
@@ -146,7 +142,7 @@ def check_feed_forward(FeedForward) -> None:
 
 # -- EncoderLayer --------------------------------------------------------------------------------
 def check_encoder_layer(EncoderLayer) -> None:
-    c = Check("EncoderLayer", EVERYWHERE + _forbidding("EncoderLayer"), hidden=True,
+    c = Check("EncoderLayer", EVERYWHERE + forbidding(_REF, "EncoderLayer"), hidden=True,
               ops=EVERYWHERE_OPS)
     g = generator(31)
     x = torch.randn(2, 6, D, generator=g)
@@ -194,7 +190,7 @@ def check_encoder_layer(EncoderLayer) -> None:
 
 # -- Encoder -------------------------------------------------------------------------------------
 def check_encoder(Encoder) -> None:
-    c = Check("Encoder", EVERYWHERE + _forbidding("Encoder"), hidden=True, ops=EVERYWHERE_OPS)
+    c = Check("Encoder", EVERYWHERE + forbidding(_REF, "Encoder"), hidden=True, ops=EVERYWHERE_OPS)
     enc3 = c.build(Encoder, 12, D, H, FF, 3, max_len=40)
     parts3 = known(lambda: encoder_parts(12, D, FF, 3), seed=7)
     load(c, enc3, parts3, ENCODER_NAMES, POSITIONS_HINT)
