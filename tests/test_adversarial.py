@@ -26,7 +26,7 @@ import pytest
 from nbgrader.utils import compute_checksum
 
 from conftest import ROOT
-from course_grading.grading import autograde
+from course_grading.grading import autograde, recorded
 from course_grading.reports import class_report, feedback
 from course_grading import untrusted
 from course_grading.reports import results as results_module
@@ -557,8 +557,8 @@ def graded(tmp_path_factory):
         _submit(alone, kind, _variant(source, CATALOGUE[kind][0], constants))
     alone_scores = {r.student: _scores(r) for r in autograde.autograde(alone, jobs=2, progress=False)}
 
-    autograde._prepare_gradebook(GradingRun(Course(course), str(course / "submitted")), [A],
-                                 sorted(CATALOGUE))
+    recorded.prepare_gradebook(GradingRun(Course(course), str(course / "submitted")), [A],
+                               sorted(CATALOGUE))
     digest = _grade_cells_digest(course / "gradebook.db")
     try:
         renamed = {untrusted.shown_name(os.fsdecode(name)): kind for kind, name in RENAMED.items()}

@@ -21,7 +21,6 @@ import hashlib
 import shutil
 import tomllib
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import course_utils
@@ -31,6 +30,7 @@ from course_grading.authoring.nbformat_tools import read_notebook
 from course_grading.errors import GradingError
 from course_grading.course.course import Course
 from course_grading.authoring.release import release, secret_lines
+from course_grading.grading.red_flags import Flag
 
 DISTRIBUTION = "attention-course-learner"
 PACKAGE = "course_utils"
@@ -38,13 +38,8 @@ DATA_SUFFIXES = (".npz", ".md", ".pt", ".json", ".txt")
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the same wheel
 
 
-@dataclass(frozen=True)
-class LearnerLeak:
-    where: str
-    what: str
-
-    def __str__(self) -> str:
-        return f"{self.where}: {self.what}"
+class LearnerLeak(Flag):
+    """Something of the instructor side that the student side would hold: where, and what."""
 
 
 # --------------------------------------------------------------------------- what goes in

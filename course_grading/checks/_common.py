@@ -26,6 +26,13 @@ def visible_first(check, fn) -> None:
         check(fn)
 
 
+def forbidding(reference: str, *names: str) -> list[str]:
+    """The dotted names of ``names`` in the module ``reference`` and of their ``forward``: what a
+    hidden check forbids a submission to call (the reference it is compared with)."""
+    return [f"{reference}.{name}" for name in names] + [f"{reference}.{name}.forward"
+                                                        for name in names]
+
+
 def check_modules() -> list:
     """Every module of the checks, visible and hidden (importing them, and the reference)."""
     import course_grading.checks as hidden

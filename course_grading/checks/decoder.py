@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from course_grading.checks.encoder import exact_table
 from course_grading.reference import decoder as ref
 from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.decoder import (
@@ -20,8 +19,9 @@ from course_utils.checks.decoder import (
 from course_utils.checks.encoder import (D, EVERYWHERE, EVERYWHERE_OPS, F64, FF, H,
                                          POSITIONS_HINT, compare, known, load, near)
 
-from ._common import gradients_reach
+from ._common import forbidding, gradients_reach
 from ._device import second_devices
+from .positional import exact as exact_table
 
 ASSIGNMENT = "07_decoder"
 _REF = "course_grading.reference.decoder"
@@ -34,13 +34,9 @@ def expected_outputs() -> dict[str, np.ndarray]:
             "padding_mask": ref.make_padding_mask(ids, 0).numpy()}
 
 
-def _forbidding(*names: str) -> list[str]:
-    return [f"{_REF}.{name}" for name in names] + [f"{_REF}.{name}.forward" for name in names]
-
-
 # -- DecoderLayer --------------------------------------------------------------------------------
 def check_decoder_layer(DecoderLayer) -> None:
-    c = Check("DecoderLayer", EVERYWHERE + _forbidding("DecoderLayer"), hidden=True,
+    c = Check("DecoderLayer", EVERYWHERE + forbidding(_REF, "DecoderLayer"), hidden=True,
               ops=EVERYWHERE_OPS)
     g = generator(41)
     x = torch.randn(2, 5, D, generator=g)
@@ -87,7 +83,7 @@ def check_decoder_layer(DecoderLayer) -> None:
 
 # -- Decoder -------------------------------------------------------------------------------------
 def check_decoder(Decoder) -> None:
-    c = Check("Decoder", EVERYWHERE + _forbidding("Decoder"), hidden=True, ops=EVERYWHERE_OPS)
+    c = Check("Decoder", EVERYWHERE + forbidding(_REF, "Decoder"), hidden=True, ops=EVERYWHERE_OPS)
     g = generator(51)
     tgt = torch.tensor([[1, 7, 3, 9, 4], [1, 2, 5, 0, 0]])
     memory = torch.randn(2, 6, D, generator=g)
@@ -128,7 +124,7 @@ def check_decoder(Decoder) -> None:
 
 # -- Transformer ---------------------------------------------------------------------------------
 def check_transformer(Transformer) -> None:
-    c = Check("Transformer", EVERYWHERE + _forbidding("Transformer") + [
+    c = Check("Transformer", EVERYWHERE + forbidding(_REF, "Transformer") + [
         f"{_REF}.Transformer.encode", f"{_REF}.Transformer.decode"], hidden=True,
         ops=EVERYWHERE_OPS)
     src = torch.tensor([[3, 4, 5, 6, 0, 0], [3, 9, 8, 7, 6, 5]])

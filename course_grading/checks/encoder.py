@@ -14,7 +14,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from course_grading.reference import positional as ref_positional
 from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
 from course_utils.checks.encoder import (
     D, EVERYWHERE, EVERYWHERE_OPS, ENCODER_LAYER_NAMES, ENCODER_NAMES, F64, FF, H,
@@ -22,21 +21,12 @@ from course_utils.checks.encoder import (
     encoder_layer_parts, encoder_outputs, encoder_parts, feed_forward, feed_forward_case, ffn_parts,
     known, layer_norm_case, load, near, run_encoder_layers, torch_encoder_layer)
 
-from ._common import gradients_reach
+from ._common import forbidding, gradients_reach
 from ._device import second_devices
+from .positional import exact as exact_table
 
 ASSIGNMENT = "06_encoder"
 _REF = "course_grading.reference.encoder"
-
-
-def exact_table(max_len: int, d_model: int) -> torch.Tensor:
-    """The sinusoidal table computed, and returned, in float64."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    try:
-        return ref_positional.sinusoidal_positional_encoding(max_len, d_model)
-    finally:
-        torch.set_default_dtype(previous)
 
 
 def expected_outputs() -> dict[str, np.ndarray]:
@@ -44,13 +34,9 @@ def expected_outputs() -> dict[str, np.ndarray]:
     return {"table": exact_table(16, D).numpy()}
 
 
-def _forbidding(*names: str) -> list[str]:
-    return [f"{_REF}.{name}" for name in names] + [f"{_REF}.{name}.forward" for name in names]
-
-
 # -- LayerNorm -----------------------------------------------------------------------------------
 def check_layer_norm(LayerNorm) -> None:
-    c = Check("LayerNorm", LAYER_NORM_BUILTINS + _forbidding("LayerNorm"), hidden=True,
+    c = Check("LayerNorm", LAYER_NORM_BUILTINS + forbidding(_REF, "LayerNorm"), hidden=True,
               ops=LAYER_NORM_OPS)
     g = generator(11)
     ln2 = c.build(LayerNorm, 6, eps=0.1)
@@ -98,7 +84,7 @@ def check_layer_norm(LayerNorm) -> None:
 
 # -- FeedForward ---------------------------------------------------------------------------------
 def check_feed_forward(FeedForward) -> None:
-    c = Check("FeedForward", EVERYWHERE + _forbidding("FeedForward"), hidden=True,
+    c = Check("FeedForward", EVERYWHERE + forbidding(_REF, "FeedForward"), hidden=True,
               ops=EVERYWHERE_OPS)
     g = generator(21)
     f = c.build(FeedForward, D, FF)
@@ -156,7 +142,7 @@ def check_feed_forward(FeedForward) -> None:
 
 # -- EncoderLayer --------------------------------------------------------------------------------
 def check_encoder_layer(EncoderLayer) -> None:
-    c = Check("EncoderLayer", EVERYWHERE + _forbidding("EncoderLayer"), hidden=True,
+    c = Check("EncoderLayer", EVERYWHERE + forbidding(_REF, "EncoderLayer"), hidden=True,
               ops=EVERYWHERE_OPS)
     g = generator(31)
     x = torch.randn(2, 6, D, generator=g)
@@ -204,7 +190,7 @@ def check_encoder_layer(EncoderLayer) -> None:
 
 # -- Encoder -------------------------------------------------------------------------------------
 def check_encoder(Encoder) -> None:
-    c = Check("Encoder", EVERYWHERE + _forbidding("Encoder"), hidden=True, ops=EVERYWHERE_OPS)
+    c = Check("Encoder", EVERYWHERE + forbidding(_REF, "Encoder"), hidden=True, ops=EVERYWHERE_OPS)
     enc3 = c.build(Encoder, 12, D, H, FF, 3, max_len=40)
     parts3 = known(lambda: encoder_parts(12, D, FF, 3), seed=7)
     load(c, enc3, parts3, ENCODER_NAMES, POSITIONS_HINT)

@@ -16,13 +16,14 @@ from torch import nn
 from course_grading.reference import gpt as ref
 from course_utils.checks.kit import Check, devices, generator
 from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS, F64, known, load, near
-from course_utils.checks.gpt import (BLOCK_NAMES, GENERATE_CASES, GPT_NAMES, PrefixLM,
-                                     TorchBlock, TorchGPT, block_case, block_parts, causal,
+from course_utils.checks.gpt import (BLOCK_NAMES, GPT_NAMES, PrefixLM, TorchBlock, TorchGPT,
+                                     block_case, block_parts, causal,
                                      check_gpt as visible_check_gpt,
-                                     check_gpt_block as visible_check_gpt_block,
-                                     check_generate as visible_check_generate, generate_case,
-                                     generated, gpt_parts, logits_case, pair, present_list,
-                                     raises_value_error)
+                                     check_gpt_block as visible_check_gpt_block, gpt_parts,
+                                     logits_case, pair, present_list, raises_value_error)
+from course_utils.checks.gpt_generate import (GENERATE_CASES,
+                                              check_generate as visible_check_generate,
+                                              generate_case, generated)
 
 from ._common import visible_first
 from ._device import second_devices

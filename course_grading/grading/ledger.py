@@ -18,7 +18,7 @@ of three things:
 record is there or not, never half). A submission whose grading failed (an error row) has
 none: an error is not a grade, it is tried again. ``course autograde --resume`` takes a
 submission as done only when its record's key is the key of the submission as it is now and
-the gradebook still holds the same computed scores for it (``autograde._still_recorded``);
+the gradebook still holds the same computed scores for it (``recorded._still_recorded``);
 anything else is graded again. An interrupted submission never has a record: a run forgets
 the record of every submission it is about to grade, and writes it again once the grade has
 come back (so a run that regrades the class, interrupted, resumes regrading what it had not

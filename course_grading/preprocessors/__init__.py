@@ -9,7 +9,9 @@ nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenO
 long lines wrap). ``SanitizeNotebook`` last among the
 autograding steps, in feedback, and in every HTMLExporter (the Formgrader's pages).
 ``GraderRubric`` before it in every HTMLExporter: the model answer and rubric beside each
-written answer, on the Formgrader's submission page only.
+written answer, on the Formgrader's submission page only. ``kernel_messages`` (reading a
+kernel's messages) and ``hidden_split`` (running a cell's hidden tests apart) are parts of
+``LimitedExecute``.
 """
 from .feedback_style import FeedbackStyle
 from .grader_rubric import GraderRubric

@@ -29,7 +29,7 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from course_grading.authoring.cells import Markers, hidden_lines, text
-from .limited_execute import is_hidden_marker
+from .hidden_split import is_hidden_marker
 
 GRADING_FILES = (Path(__file__).resolve().parents[1],  # course_grading
                  Path(__file__).resolve().parents[2] / "course_utils" / "checks")

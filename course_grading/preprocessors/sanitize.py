@@ -37,7 +37,7 @@ from traitlets import Any, Bool, Integer, List, Set, Unicode
 
 from .. import untrusted
 from course_grading.authoring.cells import text
-from .limited_execute import HIDDEN_MIME
+from .hidden_split import HIDDEN_MIME
 
 HEADINGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
 # bleach's tags, and what nbconvert's markdown renderer and a table or a formula need

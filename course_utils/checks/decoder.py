@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from ._core import Check, CheckFailed, generator, stored, torch_equal
-from .encoder import (D, EVERYWHERE, EVERYWHERE_OPS, FF, H, POSITIONS_HINT, Parts, _copy,
-                      _copy_attention, _fresh, attend, attention_parts, compare, computing,
-                      embedded, encoder_parts, feed_forward, ffn_parts, known, load,
-                      run_encoder_layers, torch_encoder_layer, torch_mask)
+from .encoder import (D, EVERYWHERE, EVERYWHERE_OPS, FF, H, POSITIONS_HINT, Parts, _torch_layer,
+                      attend, attention_parts, compare, computing, embedded, encoder_parts,
+                      feed_forward, ffn_parts, known, load, run_encoder_layers,
+                      torch_encoder_layer, torch_mask)
 
 ASSIGNMENT = "07_decoder"
 
@@ -54,16 +54,9 @@ def transformer_parts(src_vocab: int, tgt_vocab: int, d: int = D, d_ff: int = FF
 def torch_decoder_layer(parts: Parts, num_heads: int, norm_first: bool = False,
                         dtype=torch.float32) -> nn.TransformerDecoderLayer:
     """PyTorch's decoder layer holding ``parts``' weights."""
-    d, d_ff = parts.norm1.weight.numel(), parts.ffn.linear1.out_features
-    layer = _fresh(lambda: nn.TransformerDecoderLayer(d, num_heads, d_ff, dropout=0.0,
-                                                      batch_first=True, norm_first=norm_first))
-    _copy_attention(layer.self_attn, parts.self_attn)
-    _copy_attention(layer.multihead_attn, parts.cross_attn)
-    _copy(layer.linear1, parts.ffn.linear1)
-    _copy(layer.linear2, parts.ffn.linear2)
-    for name in ("norm1", "norm2", "norm3"):
-        _copy(getattr(layer, name), getattr(parts, name))
-    return layer.to(dtype).train()  # dropout is 0; training mode avoids the fused inference path
+    return _torch_layer(nn.TransformerDecoderLayer, parts, num_heads, norm_first, dtype,
+                        {"self_attn": "self_attn", "multihead_attn": "cross_attn"},
+                        ("norm1", "norm2", "norm3"))
 
 
 def run_decoder_layers(layers, x, memory, tgt_mask=None, memory_mask=None):

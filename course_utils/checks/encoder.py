@@ -109,19 +109,28 @@ def _copy_attention(dst: nn.MultiheadAttention, src: Parts) -> None:
     _copy(dst.out_proj, src.out_proj)
 
 
+def _torch_layer(make, parts: Parts, num_heads: int, norm_first: bool, dtype,
+                 attentions: dict[str, str], norms: tuple[str, ...]) -> nn.Module:
+    """PyTorch's layer ``make`` (encoder or decoder layer class) holding ``parts``' weights:
+    ``attentions`` maps its attention attributes to the parts', ``norms`` names the norms."""
+    d, d_ff = parts.norm1.weight.numel(), parts.ffn.linear1.out_features
+    layer = _fresh(lambda: make(d, num_heads, d_ff, dropout=0.0, batch_first=True,
+                                norm_first=norm_first))
+    for theirs, mine in attentions.items():
+        _copy_attention(getattr(layer, theirs), getattr(parts, mine))
+    _copy(layer.linear1, parts.ffn.linear1)
+    _copy(layer.linear2, parts.ffn.linear2)
+    for name in norms:
+        _copy(getattr(layer, name), getattr(parts, name))
+    # training mode with dropout 0: the same numbers, without PyTorch's fused inference path
+    return layer.to(dtype).train()
+
+
 def torch_encoder_layer(parts: Parts, num_heads: int, norm_first: bool = False,
                         dtype=torch.float32) -> nn.TransformerEncoderLayer:
     """PyTorch's encoder layer holding ``parts``' weights."""
-    d, d_ff = parts.norm1.weight.numel(), parts.ffn.linear1.out_features
-    layer = _fresh(lambda: nn.TransformerEncoderLayer(d, num_heads, d_ff, dropout=0.0,
-                                                      batch_first=True, norm_first=norm_first))
-    _copy_attention(layer.self_attn, parts.self_attn)
-    _copy(layer.linear1, parts.ffn.linear1)
-    _copy(layer.linear2, parts.ffn.linear2)
-    _copy(layer.norm1, parts.norm1)
-    _copy(layer.norm2, parts.norm2)
-    # training mode with dropout 0: the same numbers, without PyTorch's fused inference path
-    return layer.to(dtype).train()
+    return _torch_layer(nn.TransformerEncoderLayer, parts, num_heads, norm_first, dtype,
+                        {"self_attn": "self_attn"}, ("norm1", "norm2"))
 
 
 @contextlib.contextmanager

@@ -21,6 +21,8 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from .similarity import labelled_heatmap
+
 _TOKEN = re.compile(r"[a-z0-9]+(?:['.-][a-z0-9]+)*|[^\sa-z0-9]")
 
 
@@ -65,7 +67,6 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
     attend, broadcastable to (q, k)) greys out the forbidden cells.
     Returns ``AttentionPlot(fig, ax, weights)`` with the weights as a float64 array.
     """
-    import matplotlib.pyplot as plt
 
     w = _as_numpy(weights)
     if w.ndim != 2:
@@ -76,13 +77,8 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
     if w.shape != (len(query_tokens), len(key_tokens)):
         raise ValueError(f"weights have shape {w.shape} but there are {len(query_tokens)} query "
                          f"and {len(key_tokens)} key tokens")
-    if ax is None:
-        side = max(3.0, 0.55 * max(w.shape) + 1.5)
-        fig, ax = plt.subplots(figsize=(side + (1.0 if colorbar else 0.0), side))
-    fig = ax.figure
-    image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
-    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=45, ha="right")
-    ax.set_yticks(range(len(query_tokens)), query_tokens)
+    fig, ax, image = labelled_heatmap(ax, w, query_tokens, key_tokens, colorbar, 3.0, 0.55,
+                                      cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xlabel(KEY_LABEL)
     ax.set_ylabel("query (attending)")
     if title:

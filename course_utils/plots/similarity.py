@@ -91,25 +91,35 @@ class MatrixPlot(NamedTuple):
     values: np.ndarray   # (n, m) the numbers drawn
 
 
+def labelled_heatmap(ax, values: np.ndarray, row_labels: list, col_labels: list, colorbar: bool,
+                     min_side: float, per_cell: float, **imshow):
+    """``values`` drawn with ``imshow`` on ``ax`` (None: a new figure, square, ``per_cell``
+    inches a cell and at least ``min_side``, an inch wider for a colour bar), the columns
+    labelled slanted, the rows level. Returns (figure, axes, image)."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        side = max(min_side, per_cell * max(values.shape) + 1.5)
+        _, ax = plt.subplots(figsize=(side + (1.0 if colorbar else 0.0), side))
+    image = ax.imshow(values, **imshow)
+    ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(row_labels)), row_labels)
+    return ax.figure, ax, image
+
+
 def plot_similarity_matrix(S, row_labels: Sequence[str], col_labels: Sequence[str] | None = None,
                            ax=None, title: str | None = None, annotate: bool | None = None,
                            colorbar: bool = True) -> MatrixPlot:
     """Heatmap of a (n, m) matrix of cosines, colours fixed to [-1, 1] (red = same direction,
     blue = opposite), each value written in its cell when the matrix is at most 12 × 12."""
-    import matplotlib.pyplot as plt
 
     S = np.asarray(S, dtype=np.float64)
     col_labels = list(row_labels) if col_labels is None else list(col_labels)
     if S.shape != (len(row_labels), len(col_labels)):
         raise ValueError(f"matrix of shape {S.shape} but {len(row_labels)} row and "
                          f"{len(col_labels)} column labels")
-    if ax is None:
-        side = max(3.5, 0.6 * max(S.shape) + 1.5)
-        _, ax = plt.subplots(figsize=(side + (1.0 if colorbar else 0.0), side))
-    fig = ax.figure
-    image = ax.imshow(S, cmap="RdBu_r", vmin=-1.0, vmax=1.0)
-    ax.set_xticks(range(len(col_labels)), col_labels, rotation=45, ha="right")
-    ax.set_yticks(range(len(row_labels)), list(row_labels))
+    fig, ax, image = labelled_heatmap(ax, S, list(row_labels), col_labels, colorbar, 3.5, 0.6,
+                                      cmap="RdBu_r", vmin=-1.0, vmax=1.0)
     if annotate is None:
         annotate = max(S.shape) <= 12
     if annotate:

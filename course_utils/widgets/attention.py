@@ -48,18 +48,13 @@ def attention_explorer(attention_fn: Callable, causal_mask_fn: Callable | None =
     kept = {}  # causal -> the SentencePlot drawn last with (True) or without the causal mask
 
     def redraw(*_):
-        try:
-            result = sentence_attention(text.value, attention_fn, slider.value, mask_box.value,
-                                        causal_mask_fn)
-        except NotImplementedError:
-            status.value = ""
-            which = "causal_mask" if mask_box.value else "scaled_dot_product_attention"
-            picture.fail(f"Your {which} is not written yet: write it above, run its cell, "
-                         "then run this cell again.")
-            return
-        except Exception as exc:  # a typo in the box, or a bug in the learner's function
-            status.value = ""
-            picture.fail(exc)
+        which = "causal_mask" if mask_box.value else "scaled_dot_product_attention"
+        result = picture.attempt(
+            lambda: sentence_attention(text.value, attention_fn, slider.value, mask_box.value,
+                                       causal_mask_fn),
+            status, f"Your {which} is not written yet: write it above, run its cell, then run "
+                    "this cell again.")
+        if result is None:
             return
         before = kept.get(result.causal)
         try:

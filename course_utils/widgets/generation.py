@@ -14,6 +14,39 @@ from ..plots.attention import plot_attention
 from ..plots.generation import next_token_step, plot_next_token
 
 
+def cut_off_knobs(W, vocab_size: int, width: str):
+    """The top-k and top-p sliders of a sampler (09's widget has them too): top-k starts off
+    (the whole vocabulary), top-p at 1."""
+    top_k = W.IntSlider(vocab_size, 1, vocab_size, description="top-k",
+                        style={"description_width": "45px"}, continuous_update=False,
+                        layout=W.Layout(width=width))
+    top_p = W.FloatSlider(1.0, min=0.05, max=1.0, step=0.05, description="top-p",
+                          style={"description_width": "45px"}, continuous_update=False,
+                          layout=W.Layout(width=width))
+    return top_k, top_p
+
+
+def greedy_only(state: dict, mode) -> None:
+    """The learner's sampler is not written yet: forget it, say so (``state["note"]``) and offer
+    greedy decoding only."""
+    state["sample_fn"] = None
+    state["note"] = "your <code>sample_next_token</code> is not written yet: greedy only"
+    with mode.hold_trait_notifications():
+        mode.value, mode.disabled = "greedy", True
+
+
+def stepper_layout(W, top, knobs: list, buttons: list, status, picture, controls: dict):
+    """A stepper's container (09's widget is one too): ``top`` (what is decoded), the sampler's
+    ``knobs`` in a row, the ``buttons`` in a row, the status line and the picture; its
+    ``controls`` are ``controls`` with the status line and the picture's parts."""
+    ui = W.VBox([top, W.HBox(knobs), W.HBox(buttons, layout=W.Layout(align_items="center")),
+                 status, picture.message, picture.image])
+    ui.add_class("course-widget")
+    ui.controls = {**controls, "status": status, "image": picture.image,
+                   "message": picture.message}
+    return ui
+
+
 def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
                      sample_fn: Callable | None = None, src_tok=None, tgt_tok=None,
                      max_len: int = 12, seed: int = 0):
@@ -42,12 +75,7 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
     temperature = W.FloatLogSlider(1.0, base=10, min=-1, max=1, step=0.05,
                                    description="temperature", style=label,
                                    continuous_update=False, layout=W.Layout(width="360px"))
-    top_k = W.IntSlider(len(tgt_tok), 1, len(tgt_tok), description="top-k",
-                        style={"description_width": "45px"}, continuous_update=False,
-                        layout=W.Layout(width="270px"))
-    top_p = W.FloatSlider(1.0, min=0.05, max=1.0, step=0.05, description="top-p",
-                          style={"description_width": "45px"}, continuous_update=False,
-                          layout=W.Layout(width="270px"))
+    top_k, top_p = cut_off_knobs(W, len(tgt_tok), "270px")
     # the label "pick" is a widget of its own: as the menu's description it takes a line
     pick = W.Label("pick", layout=W.Layout(width="100px", justify_content="flex-end",
                                            margin="0 8px 0 0"))
@@ -58,13 +86,10 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
     reset_btn = W.Button(description="reset", layout=W.Layout(width="80px"))
     status = W.HTML()
     picture = Picture()
-    ui = W.VBox([source, W.HBox([temperature, top_k, top_p]),
-                 W.HBox([pick, mode, step_btn, reset_btn], layout=W.Layout(align_items="center")),
-                 status, picture.message, picture.image])
-    ui.add_class("course-widget")
-    ui.controls = {"source": source, "temperature": temperature, "top_k": top_k,
-                   "top_p": top_p, "mode": mode, "next": step_btn, "reset": reset_btn,
-                   "status": status, "image": picture.image, "message": picture.message}
+    ui = stepper_layout(W, source, [temperature, top_k, top_p], [pick, mode, step_btn, reset_btn],
+                        status, picture, {"source": source, "temperature": temperature,
+                                          "top_k": top_k, "top_p": top_p, "mode": mode,
+                                          "next": step_btn, "reset": reset_btn})
     state = {"prefix": [tgt_tok.bos_id], "gen": torch.Generator().manual_seed(seed),
              "sample_fn": sample_fn, "note": ""}
     if sample_fn is None:
@@ -81,10 +106,7 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
             return next_token_step(*args, state["sample_fn"], mode.value == "sample",
                                    state["gen"], src_tok=src_tok, tgt_tok=tgt_tok)
         except NotImplementedError:  # sample_next_token is not written yet: greedy only
-            state["sample_fn"] = None
-            state["note"] = "your <code>sample_next_token</code> is not written yet: greedy only"
-            with mode.hold_trait_notifications():
-                mode.value, mode.disabled = "greedy", True
+            greedy_only(state, mode)
             return next_token_step(*args, None, False, src_tok=src_tok, tgt_tok=tgt_tok)
 
     def draw(*_):

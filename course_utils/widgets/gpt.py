@@ -12,6 +12,7 @@ from typing import Callable
 
 from ..device import grading
 from ..plots.gpt import advance, plot_generation, sampler_share, start
+from .generation import cut_off_knobs, greedy_only, stepper_layout
 
 
 def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
@@ -36,12 +37,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     temperature = W.FloatLogSlider(0.8, base=10, min=-1, max=0.5, step=0.05,
                                    description="temperature", style=label, readout_format=".2f",
                                    continuous_update=False, layout=W.Layout(width="340px"))
-    top_k = W.IntSlider(len(tokenizer), 1, len(tokenizer), description="top-k",
-                        style={"description_width": "45px"}, continuous_update=False,
-                        layout=W.Layout(width="260px"))
-    top_p = W.FloatSlider(1.0, min=0.05, max=1.0, step=0.05, description="top-p",
-                          style={"description_width": "45px"}, continuous_update=False,
-                          layout=W.Layout(width="260px"))
+    top_k, top_p = cut_off_knobs(W, len(tokenizer), "260px")
     mode = W.ToggleButtons(options=["greedy", "sample"], value="sample" if sample_fn else "greedy",
                            layout=W.Layout(width="auto"))
     mode.style.button_width = "80px"
@@ -50,13 +46,10 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     reset = W.Button(description="reset", layout=W.Layout(width="80px"))
     status = W.HTML()
     picture = Picture()
-    ui = W.VBox([text, W.HBox([temperature, top_k, top_p]),
-                 W.HBox([mode, one, ten, reset], layout=W.Layout(align_items="center")),
-                 status, picture.message, picture.image])
-    ui.add_class("course-widget")
-    ui.controls = {"prompt": text, "temperature": temperature, "top_k": top_k, "top_p": top_p,
-                   "mode": mode, "next": one, "next10": ten, "reset": reset, "status": status,
-                   "image": picture.image, "message": picture.message}
+    ui = stepper_layout(W, text, [temperature, top_k, top_p], [mode, one, ten, reset], status,
+                        picture, {"prompt": text, "temperature": temperature, "top_k": top_k,
+                                  "top_p": top_p, "mode": mode, "next": one, "next10": ten,
+                                  "reset": reset})
     limit = getattr(model, "max_len", None) or model.pos_embedding.num_embeddings  # positions
     box = {"state": None, "gen": torch.Generator().manual_seed(seed), "sample_fn": sample_fn,
            "note": "" if sample_fn else "sampling needs your <code>sample_next_token</code>"}
@@ -95,10 +88,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
                 share = sampler_share(state.logits, box["sample_fn"], draws,
                                       torch.Generator().manual_seed(seed + 1), **knobs())
             except NotImplementedError:
-                box["sample_fn"], box["note"] = None, ("your <code>sample_next_token</code> is "
-                                                       "not written yet: greedy only")
-                with mode.hold_trait_notifications():
-                    mode.value, mode.disabled = "greedy", True
+                greedy_only(box, mode)
             except Exception as exc:
                 status.value = ""
                 picture.fail(exc)

@@ -57,16 +57,11 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
     def redraw(*_):
         if state["busy"]:
             return
-        try:
-            result = head_attention(text.value, num_heads, mha_class)
-        except NotImplementedError:
-            status.value = ""
-            picture.fail("Your MultiHeadAttention is not written yet: write it above, run its "
-                         "cell, then run this cell again.")
-            return
-        except Exception as exc:  # a typo in the box, or a bug in the learner's class
-            status.value = ""
-            picture.fail(exc)
+        result = picture.attempt(
+            lambda: head_attention(text.value, num_heads, mha_class), status,
+            "Your MultiHeadAttention is not written yet: write it above, run its cell, then run "
+            "this cell again.")
+        if result is None:
             return
         new_tokens = result.tokens != state["tokens"]
         query = keep_query(result.tokens) if new_tokens else query_box.value

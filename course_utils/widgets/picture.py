@@ -349,6 +349,19 @@ class Picture:
         self.image.layout.display = "none"
         self.message.value = error_html(exc_or_text)
 
+    def attempt(self, compute, status, unwritten: str):
+        """``compute()``, or None when it raised: then the status line is cleared and the picture
+        says why (``unwritten`` for a NotImplementedError: the learner's function is a stub)."""
+        try:
+            return compute()
+        except NotImplementedError:
+            status.value = ""
+            self.fail(unwritten)
+        except Exception as exc:  # a typo in a box, or a bug in the learner's code
+            status.value = ""
+            self.fail(exc)
+        return None
+
     def note(self, text_html: str) -> None:
         """A message that does not hide the picture (e.g. "not written yet" with a fallback)."""
         self.message.value = text_html
