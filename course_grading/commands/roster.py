@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from course_grading import untrusted
 from course_grading.errors import GradingError
 from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.reports.lms.canvas import posting_cell
 from course_grading.reports.reports_csv import clean
 
 MAX_ROSTER_BYTES = 8 * 2**20
@@ -110,7 +110,7 @@ def canvas_gradebook(header: list[str]) -> bool:
 def _not_a_student(row: list[str], canvas: bool) -> bool:
     """Canvas's rows that are no student: Points Possible, the posting row, its test student."""
     return canvas and bool(row) and ("Points Possible" in row[0] or row[0].strip() == CANVAS_TEST_STUDENT
-                                     or all(re.match(r"^\s*(Muted|Manual Posting.*)?\s*$", c, re.I) for c in row))
+                                     or all(posting_cell(c) for c in row))
 
 
 def read_roster(path, id_column: str | None = None) -> list[RosterEntry]:

@@ -45,8 +45,23 @@ POINTS_ROW = "Points Possible"
 NOT_ASSIGNMENTS = re.compile(r"Current Score|Current Points|Current Grade|Final Score|Final Points|"
                              r"Final Grade|Override Score|Override Grade|Override Status")
 STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Integration ID", "Root Account", "Section")
-TITLE_AND_ID = re.compile(r"^(?P<title>.*?)\s*\((?P<id>\d+)\)\s*$")
-POSTING_ROW = re.compile(r"^\s*(Muted|Manual Posting.*)?\s*$", re.IGNORECASE)
+
+
+def title_and_id(header: str) -> tuple[str, str | None]:
+    """A column's title and Canvas's assignment id: ``"03_attention (12345)"`` gives
+    ``("03_attention", "12345")``, a title without ``(id)`` gives ``(title, None)``. Parsed
+    from the end, without a pattern (a header is the file's: linear in its length)."""
+    text = header.strip()
+    opening = text.rfind("(")
+    if text.endswith(")") and opening >= 0 and text[opening + 1:-1].isdecimal():
+        return text[:opening].strip(), text[opening + 1:-1]
+    return text, None
+
+
+def posting_cell(cell: str) -> bool:
+    """A cell of Canvas's posting row ("Manual Posting", "Muted") or an empty one."""
+    text = cell.strip().lower()
+    return text in ("", "muted") or text.startswith("manual posting")
 
 
 @dataclass
@@ -119,10 +134,9 @@ def assignment_columns(download: Download, assignments: list[str], ids: dict[str
     for index, title in enumerate(download.rows[0][download.first_assignment:], download.first_assignment):
         if NOT_ASSIGNMENTS.search(title):
             continue
-        match = TITLE_AND_ID.match(title)
-        name = (match.group("title") if match else title).strip()
-        if match and match.group("id") in by_id:
-            found[by_id[match.group("id")]].append(index)
+        name, canvas_id = title_and_id(title)
+        if canvas_id is not None and canvas_id in by_id:
+            found[by_id[canvas_id]].append(index)
         elif name in found and name not in ids:
             found[name].append(index)
     columns, problems = {}, []
@@ -152,7 +166,7 @@ def fill(course, download_path, out, db_url=None) -> Filled:
         row = list(row) + [""] * (len(rows[0]) - len(row))
         if POINTS_ROW in row[0]:
             notes += _points(row, columns, maxima, problems)
-        elif all(POSTING_ROW.match(cell) for cell in row):
+        elif all(posting_cell(cell) for cell in row):
             pass
         else:
             student = _student(row, download, by_id, by_folded, by_canvas)
