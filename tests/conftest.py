@@ -32,6 +32,17 @@ def _not_grading(monkeypatch):
     import sys
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+@pytest.fixture(autouse=True, scope="module")
+def _no_warm_sandbox_outlives_its_module():
+    """A warm sandbox a test module started (an audit, a command run in this process) is this
+    process's child: the checks of a later module would see it as a process the learner started."""
+    yield
+    import sys
+    warm = sys.modules.get("course_grading.sandbox.warm")
+    if warm is not None:
+        warm.stop_warm()
+
+
 ASSIGNMENT = "01_tiny"
 
 SOLUTION_CELL = '''def double(x):

@@ -40,7 +40,7 @@ STUDENTS = {
     "02_cosine_similarity": {
         "correct": {"test_cosine_similarity": ("CORRECT", "warns_and_prints_to_stderr", None),
                     "test_most_similar": ("CORRECT", "argpartition_then_sort", None)},
-        "buggy": {"test_cosine_similarity": ("BUGGY", "sum_of_norms", "u·v / (|u| |v|)"),
+        "buggy": {"test_cosine_similarity": ("BUGGY", "sum_of_norms", "divided by the SUM of the norms"),
                   "test_analogy": ("BUGGY", "excludes_after_top_k", "before taking the top k")},
         "buggy_2": {"test_most_similar": ("BUGGY", "excluded_set_to_zero", "0 is not enough"),
                     "test_analogy": ("CORRECT", "own_cosine_loop", None)},
@@ -56,7 +56,7 @@ STUDENTS = {
             "test_causal_mask": ("CORRECT", "annotated_transformer_subsequent_mask", None)},
         "buggy": {
             "test_softmax": ("BUGGY", "one_global_max_for_all_rows", "its own maximum"),
-            "test_simple_self_attention": ("BUGGY", "scaled_by_sqrt_d", "No scaling"),
+            "test_simple_self_attention": ("BUGGY", "scaled_by_sqrt_d", "has no scaling"),
             "test_scaled_dot_product_attention": ("BUGGY", "mask_applied_after_softmax",
                                                   "the mask is applied after the softmax"),
             "test_causal_mask": ("BUGGY", "diagonal_excluded", "diagonal is True")},

@@ -104,6 +104,9 @@ def main(argv=None, exiting=False) -> int:
                 if importer is not None and not exiting:  # its imports end under this filter
                     importer.join()
                     importer = None
+                if early is not None:  # the sandbox started early ends with the command, even
+                    from course_grading.sandbox import warm  # one refused before grading began
+                    warm.stop_warm()
     except (UsageError, OSError) as exc:
         print(f"course: error: {_one_line(exc)}", file=sys.stderr)
         return 2
@@ -191,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     autograde.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     autograde.add_argument("--student", nargs="+", action="extend", metavar="S", help="only these students")
     autograde.add_argument("--jobs", type=_positive_int, help="worker processes (default: CPU count)")
-    autograde.add_argument("--csv", help=f"grades file (default: {GRADES_CSV})")
+    autograde.add_argument("--csv", help=f"grades file (default: {GRADES_CSV}, which a partial run keeps whole "
+                                           "for the class; a file named here holds this run's grades only)")
     autograde.add_argument("--db", help=DB_HELP)
     autograde.add_argument("--no-report", action="store_true",
                            help="skip the class report (one job per submission: run `course report` at the end)")

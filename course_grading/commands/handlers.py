@@ -175,9 +175,11 @@ def cmd_autograde(args, course: Course) -> int:
               "error row is tried again)", file=sys.stderr)
         return 130
     print(out.format_table(results))
-    # a run that graded part of the class reports the whole class (the rest from the gradebook)
-    reported = (class_report.whole_class(results, course, db_url=args.db)
-                if args.student or args.assignments else results)
+    # a run that graded part of the class keeps the class's reports whole (the rest from the
+    # gradebook); a file of its own (--csv) holds what this run graded, nothing a grader beside it
+    # is writing at the same time
+    partial = (args.student or args.assignments) and not args.csv
+    reported = class_report.whole_class(results, course, db_url=args.db) if partial else results
     csv_path = out.write_csv(reported, args.csv or course.root / GRADES_CSV)
     print(f"\ngrades: {csv_path}")
     if not args.no_audit or any(r.flags for r in results):  # files left out are flagged anyway

@@ -40,10 +40,12 @@ from course_grading.authoring.cells import text
 from .hidden_split import HIDDEN_MIME
 
 HEADINGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
-# bleach's tags, and what nbconvert's markdown renderer and a table or a formula need
+# bleach's tags, and what nbconvert's markdown renderer, a table, a formula and a folded hint
+# (<details><summary>: no script, no attribute beyond class) need
 TAGS = sorted({*bleach.ALLOWED_TAGS, *HEADINGS, "p", "br", "hr", "pre", "span", "div", "table",
                "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "img", "sup", "sub", "del",
-               "s", "dl", "dt", "dd", "kbd", "var", "samp", "small", "mark", "u", "q", "cite"})
+               "s", "dl", "dt", "dd", "kbd", "var", "samp", "small", "mark", "u", "q", "cite",
+               "details", "summary"})
 ATTRIBUTES = {
     "*": ["class"],
     **{h: ["class", "id"] for h in HEADINGS},  # the renderer's heading anchors
