@@ -3,26 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from course_grading.audit import trusted as audit
 from course_grading.audit.exercises import EXERCISES
 from course_grading.sandbox import bubblewrap
-from course_grading.authoring.nbformat_tools import write_notebook
+from harness import solution_with
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _with(assignment: str, tmp_path: Path, **sources) -> Path:
-    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in sources:
-            cell.source = sources[gid]
-    path = tmp_path / f"{assignment}.ipynb"
-    write_notebook(nb, path)
-    return path
 
 
 def _verdicts(path, assignment, **kw):
@@ -37,7 +25,7 @@ def test_solutions_agree(assignment):
 
 
 def test_wrong_dtype_nan_crash_and_patches_disagree(tmp_path):
-    path = _with("03_attention", tmp_path,
+    path = solution_with(tmp_path, "03_attention",
                  softmax="def softmax(x, dim=-1):\n    return (x.exp() / x.exp().sum(dim, keepdim=True)).double()\n",
                  simple_self_attention="def simple_self_attention(X):\n    return X * float('nan')\n",
                  causal_mask="def causal_mask(size, device=None):\n    while True:\n        pass\n")
@@ -45,12 +33,12 @@ def test_wrong_dtype_nan_crash_and_patches_disagree(tmp_path):
     assert found["test_softmax"] == (False, "softmax on fresh input 1: dtype torch.float64, expected torch.float32")
     assert "NaN" in found["test_simple_self_attention"][1]
     assert not found["test_causal_mask"][0] and "longer than 5 s" in found["test_causal_mask"][1]
-    exits = _with("03_attention", tmp_path, causal_mask="import os\nos._exit(1)\n")
+    exits = solution_with(tmp_path, "03_attention", causal_mask="import os\nos._exit(1)\n")
     assert all(not ok and "ended" in why for ok, why in _verdicts(exits, "03_attention").values())
 
 
 def test_patched_checker_is_flagged_by_review(tmp_path):
-    path = _with("01_embeddings", tmp_path, one_hot=(
+    path = solution_with(tmp_path, "01_embeddings", one_hot=(
         "def one_hot(ids, vocab_size):\n    return np.zeros((1,))\ncheck_one_hot = lambda *a, **k: None\n"))
     source = ROOT / "solutions" / "01_embeddings" / "01_embeddings.ipynb"
     flags = audit.review(path, source, "01_embeddings", {"test_one_hot": 2.0, "test_embed": 2.0})

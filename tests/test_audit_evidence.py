@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from audit_runner import forked
 from course_grading.audit import evidence, trusted as audit
 from course_grading.sandbox import bubblewrap
-from harness import ROOT
+from harness import ROOT, solution_with
 
 SOFTMAX_WITH = "import torch\n\ndef softmax(x, dim=-1):\n    return {}\n"
 NATIVE_THREAD = '''import pkgutil, torch
@@ -149,17 +148,6 @@ ATTACKS = {
 }
 
 
-def _notebook(tmp_path: Path, assignment: str, **sources) -> Path:
-    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in sources:
-            cell.source = sources[gid]
-    path = tmp_path / f"{assignment}.ipynb"
-    nbformat.write(nb, str(path))
-    return path
-
-
 def _verdicts(path: Path, assignment: str, **kw) -> dict:
     return {v.grade_id: v for v in audit.audit(path, assignment, seed=7, blocks=ROOT / "solutions" / assignment
                                                / "building_blocks.py", **kw)}
@@ -168,13 +156,13 @@ def _verdicts(path: Path, assignment: str, **kw) -> dict:
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_softmax_attack_is_a_disagreement(tmp_path, name):
     source, said = ATTACKS[name]
-    verdict = _verdicts(_notebook(tmp_path, "03_attention", softmax=source), "03_attention",
+    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
                         runner=forked)["test_softmax"]
     assert not verdict.agrees and said in verdict.reason, verdict.reason
 
 
 def test_honest_softmax_and_the_rest_agree(tmp_path):
-    found = _verdicts(_notebook(tmp_path, "03_attention"), "03_attention", runner=forked)
+    found = _verdicts(solution_with(tmp_path, "03_attention"), "03_attention", runner=forked)
     assert all(v.agrees for v in found.values()), found
 
 
@@ -185,7 +173,7 @@ def test_gpt_block_on_the_built_in_attention(tmp_path):
     source = source.replace("out, weights = scaled_dot_product_attention(Q, K, V, mask)",
                             "out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask)\n"
                             "        weights = None")
-    found = _verdicts(_notebook(tmp_path, "09_gpt", gpt_block=source), "09_gpt", runner=forked)
+    found = _verdicts(solution_with(tmp_path, "09_gpt", gpt_block=source), "09_gpt", runner=forked)
     assert not found["test_gpt_block"].agrees and "GPTBlock ran aten::_s" in found["test_gpt_block"].reason
     assert found["test_generate"].agrees  # generate does not forbid attention
 
@@ -197,7 +185,7 @@ def test_a_thread_left_running_is_seen_after_the_calls(tmp_path):
               'threading.Thread(target=_spin, daemon=True).start()\n'
               'def softmax(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n'
               '    return e / e.sum(dim, keepdim=True)\n')
-    verdict = _verdicts(_notebook(tmp_path, "03_attention", softmax=source), "03_attention",
+    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
                         runner=forked)["test_softmax"]
     assert not verdict.agrees and "aten::_softmax" in verdict.reason, verdict.reason
 
@@ -219,13 +207,13 @@ def test_evidence_reads_a_record_line_by_line():
 @pytest.mark.slow
 @pytest.mark.skipif(not bubblewrap.available()[0], reason="needs bubblewrap")
 def test_in_the_sandbox(tmp_path):
-    path = _notebook(tmp_path, "03_attention", softmax=NATIVE_THREAD,
+    path = solution_with(tmp_path, "03_attention", softmax=NATIVE_THREAD,
                      causal_mask=RECORD_RESET.replace("def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n",
                                                       "def causal_mask(size, device=None):\n"
                                                       "    return torch.ones(size, size).softmax(0) > 0\n"))
     found = _verdicts(path, "03_attention")
     assert "import:_ctypes (cell softmax, line 2)" in found["test_softmax"].reason
-    plain = _notebook(tmp_path, "03_attention", softmax=SOFTMAX_WITH.format("torch.softmax(x, dim)"))
+    plain = solution_with(tmp_path, "03_attention", softmax=SOFTMAX_WITH.format("torch.softmax(x, dim)"))
     found = _verdicts(plain, "03_attention")
     assert "softmax ran aten::_softmax" in found["test_softmax"].reason
     assert found["test_causal_mask"].agrees and found["test_scaled_dot_product_attention"].agrees

@@ -100,6 +100,16 @@ def test_canvas_fill_refuses_a_file_that_is_not_canvas_s(course, tmp_path):
     assert not (tmp_path / "upload.csv").exists()
 
 
+def test_a_huge_field_in_a_canvas_download_is_one_error_line(course, tmp_path, capsys):
+    path = tmp_path / "huge.csv"
+    path.write_text(CANVAS.read_text(encoding="utf-8-sig").replace("Lovelace", "x" * 300_000, 1))
+    out = tmp_path / "upload.csv"
+    code = main(["--root", str(course), "export", "--format", "canvas", "--fill", str(path), "--to", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith("course: error: not read: ")
+    assert "field larger than field limit" in err and not out.exists()
+
+
 def test_a_canvas_gradebook_export_reads_as_a_roster(course):
     entries = roster.read_roster(CANVAS)
     assert [(e.id, e.first_name, e.last_name, e.lms_id) for e in entries] == [

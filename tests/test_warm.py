@@ -23,6 +23,7 @@ from course_grading.sandbox import warm as warm_sandbox
 from course_grading.sandbox import warm_server
 from course_grading.sandbox.sandbox_kernel_manager import SandboxKernelManager
 from course_grading.sandbox.settings import Settings
+from harness import solution_with
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.slow,
@@ -362,24 +363,13 @@ def test_an_audit_writes_only_to_small_private_tmpfs(course, tmp_path, monkeypat
     monkeypatch.setattr(warm_sandbox, "_write_outputs",
                         lambda folder, files: collected.update(files) or original(folder, files))
     spy = WRITABLE + "\nopen('out-spy.json', 'w').write(json.dumps(RESULT))\n"
-    path = _notebook_with(tmp_path, "03_attention", softmax=spy + SOFTMAX)
+    path = solution_with(tmp_path, "03_attention", softmax=spy + SOFTMAX)
     verdicts = {v.grade_id: v for v in audit.audit(path, "03_attention", settings=settings)}
     assert verdicts["test_softmax"].agrees  # the audit itself went on
     _check_writable(json.loads(collected["out-spy.json"]), 24)
 
 
 SOFTMAX = "def softmax(x, dim=-1):\n    e = (x - x.max(dim, keepdim=True).values).exp()\n    return e / e.sum(dim, keepdim=True)\n"
-
-
-def _notebook_with(tmp_path: Path, assignment: str, **sources) -> Path:
-    nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
-    for cell in nb.cells:
-        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-        if gid in sources:
-            cell.source = sources[gid]
-    path = tmp_path / f"{assignment}.ipynb"
-    nbformat.write(nb, str(path))
-    return path
 
 
 # --------------------------------------------------------------------------- the instructor's secrets
@@ -417,7 +407,7 @@ def softmax(x, dim=-1):
 
 def test_an_audit_cannot_reach_the_reference(course, tmp_path, mode):
     source = REACH_REFERENCE.format(grading=str(bubblewrap.GRADING_PACKAGE))
-    path = _notebook_with(tmp_path, "03_attention", softmax=source)
+    path = solution_with(tmp_path, "03_attention", softmax=source)
     # the same code does reach it where the reference is there to be reached: in-process
     in_process = {v.grade_id: v for v in audit.audit(path, "03_attention", runner=_in_process)}
     assert in_process["test_softmax"].agrees

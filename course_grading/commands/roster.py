@@ -28,16 +28,13 @@ are written through ``reports_csv.clean`` (control and invisible characters esca
 """
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
-from pathlib import Path
 
 from course_grading import untrusted
 from course_grading.errors import GradingError
 from course_grading.course.nbgrader_setup import course_directory, gradebook
 from course_grading.reports.lms.canvas import posting_cell
-from course_grading.reports.reports_csv import clean
+from course_grading.reports.reports_csv import clean, read_rows
 
 MAX_ROSTER_BYTES = 8 * 2**20
 MAX_FIELD = 200
@@ -90,17 +87,6 @@ def _columns(header: list[str], id_column: str | None = None) -> dict[str, int]:
     return found
 
 
-def _rows(text: str, path) -> list[list[str]]:
-    """The non-empty rows of CSV ``text``; GradingError, naming the line, for a row the csv
-    module refuses (a field longer than ``csv.field_size_limit()``, a NUL, ...)."""
-    reader = csv.reader(io.StringIO(text, newline=""))
-    try:
-        return [row for row in reader if any(cell.strip() for cell in row)]
-    except csv.Error as exc:
-        raise GradingError(f"roster not imported: {path}, line {reader.line_num}: {exc} "
-                           f"(a field holds at most {MAX_FIELD} characters)") from None
-
-
 def canvas_gradebook(header: list[str]) -> bool:
     """Whether a header is Canvas's gradebook export's (Student, ID, ..., SIS Login ID)."""
     return len(header) > 3 and "Student" in header[0] and _fold(header[1]) == "id" and \
@@ -116,17 +102,9 @@ def _not_a_student(row: list[str], canvas: bool) -> bool:
 def read_roster(path, id_column: str | None = None) -> list[RosterEntry]:
     """The rows of roster CSV file ``path``; GradingError (nothing imported) naming each row
     whose id is not a plain name, is empty, or repeats an earlier row's."""
-    try:
-        data = untrusted.read_bytes(Path(path), MAX_ROSTER_BYTES)
-    except untrusted.UntrustedFileError as exc:
-        raise GradingError(f"{exc}: not imported") from None
-    except FileNotFoundError:
-        raise GradingError(f"{path}: no such file") from None
-    try:
-        text = data.decode("utf-8-sig")  # a spreadsheet's export may start with a byte-order mark
-    except UnicodeDecodeError:
-        raise GradingError(f"{path} is not UTF-8 text: save the roster as CSV UTF-8") from None
-    rows = _rows(text, path)
+    rows, _ = read_rows(path, MAX_ROSTER_BYTES, fix="save the roster as CSV UTF-8",
+                        what="roster not imported")
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
     if not rows:
         raise GradingError(f"{path} is empty")
     columns = _columns(rows[0], id_column)

@@ -1,5 +1,6 @@
 """Writing the course's reports (grades, flags, the class report, the export, the printed
-table) so that any text can be written and none of it is taken for something else.
+table) so that any text can be written and none of it is taken for something else; and reading
+the CSV files an instructor gives the course (``read_rows``: bounded, no link followed).
 
 A student controls much of what lands in them: their folder name (the student id), the messages
 of exceptions their code raised, the reasons of red flags (their tags, their cells' ids). Every
@@ -14,10 +15,14 @@ stay numbers.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 import unicodedata
 from pathlib import Path
+
+from course_grading import untrusted
+from course_grading.errors import GradingError
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
 MAX_TEXT = 2000  # characters of one text in a report (messages are cut to 1000 before)
@@ -87,3 +92,29 @@ def write_rows(path, rows, *, atomic: bool = False) -> Path:
     if atomic:
         os.replace(target, path)
     return path
+
+
+def read_rows(path, limit: int, *, fix: str, what: str = "not read") -> tuple[list[list[str]], str]:
+    """The rows and the delimiter of the CSV file at ``path`` (a roster, an LMS's download): at most ``limit``
+    bytes of a regular file, no link followed, UTF-8 with or without a byte-order mark, the
+    delimiter ``;`` where the first line holds more of them than commas (as Canvas's importer
+    decides). GradingError, in one line, for a file that is missing, too large, not UTF-8 (with
+    ``fix``) or holds a row the csv module refuses (a field over ``csv.field_size_limit()``, a
+    NUL), naming the line; ``what`` says what came of the file ("roster not imported")."""
+    try:
+        data = untrusted.read_bytes(Path(path), limit)
+    except untrusted.UntrustedFileError as exc:
+        raise GradingError(f"{exc}: {what}") from None
+    except FileNotFoundError:
+        raise GradingError(f"{path}: no such file") from None
+    try:
+        text = data.decode("utf-8-sig")  # a spreadsheet's export may start with a byte-order mark
+    except UnicodeDecodeError:
+        raise GradingError(f"{path} is not UTF-8 text: {fix}") from None
+    first = text.split("\n", 1)[0]
+    delimiter = ";" if first.count(";") > first.count(",") else ","
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        return list(reader), delimiter
+    except csv.Error as exc:
+        raise GradingError(f"{what}: {path}, line {reader.line_num}: {exc}") from None

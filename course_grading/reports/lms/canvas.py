@@ -28,15 +28,13 @@ Canvas's test student included), every grade left as it was, points that differ.
 from __future__ import annotations
 
 import csv
-import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_grading import untrusted
 from course_grading.errors import GradingError
 from course_grading.reports.grade_exports import collect
-from course_grading.reports.reports_csv import clean
+from course_grading.reports.reports_csv import clean, read_rows
 
 MAX_DOWNLOAD_BYTES = 32 * 2**20
 POINTS_ROW = "Points Possible"
@@ -85,19 +83,7 @@ class Download:
 def read_download(path) -> Download:
     """The Canvas gradebook export at ``path`` (bounded, no link followed); GradingError when
     it is not one (Canvas's own test: the header's first cell holds "Student", its second "ID")."""
-    try:
-        data = untrusted.read_bytes(Path(path), MAX_DOWNLOAD_BYTES)
-    except untrusted.UntrustedFileError as exc:
-        raise GradingError(f"{exc}: not read") from None
-    except FileNotFoundError:
-        raise GradingError(f"{path}: no such file") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise GradingError(f"{path} is not UTF-8 text: download the gradebook from Canvas again") from None
-    first = text.split("\n", 1)[0]
-    delimiter = ";" if first.count(";") > first.count(",") else ","  # Canvas's identify_delimiter
-    rows = list(csv.reader(io.StringIO(text, newline=""), delimiter=delimiter))
+    rows, delimiter = read_rows(path, MAX_DOWNLOAD_BYTES, fix="download the gradebook from Canvas again")
     header = rows[0] if rows else []
     if not (len(header) > 3 and "Student" in header[0] and "ID" in header[1]):
         raise GradingError(f"{path} is not a Canvas gradebook export (its header starts "
