@@ -179,11 +179,17 @@ def test_gpt_block_on_the_built_in_attention(tmp_path):
 
 
 def test_a_thread_left_running_is_seen_after_the_calls(tmp_path):
-    source = ('import threading, time, torch\nSEEN = []\n'
-              'def _spin():\n    end = time.time() + 20\n    while time.time() < end and not SEEN:\n'
-              '        torch.softmax(torch.ones(2), 0)\n        time.sleep(0.01)\n'
+    # each call asks the thread for a built-in softmax after it, and the next call waits for it:
+    # the thread's work lands between the calls whatever the machine's load
+    source = ('import threading, time, torch\nASKED = []\n'
+              'def _spin():\n    served = 0\n    while True:\n'
+              '        if len(ASKED) > served:\n'
+              '            torch.softmax(torch.ones(2), 0)\n            ASKED[served].set()\n'
+              '            served += 1\n        time.sleep(0.001)\n'
               'threading.Thread(target=_spin, daemon=True).start()\n'
-              'def softmax(x, dim=-1):\n    e = (x - x.amax(dim, keepdim=True)).exp()\n'
+              'def softmax(x, dim=-1):\n    for asked in list(ASKED):\n        asked.wait(5)\n'
+              '    ASKED.append(threading.Event())\n'
+              '    e = (x - x.amax(dim, keepdim=True)).exp()\n'
               '    return e / e.sum(dim, keepdim=True)\n')
     verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
                         runner=forked)["test_softmax"]
