@@ -1,5 +1,6 @@
 """Rules of the packages' layout, read from the source: no private name crosses a package
-(the hidden checks build on the public check kit, ``course_utils.checks.kit``)."""
+(the hidden checks build on the public check kit, ``course_utils.checks.kit``), and the sandbox
+imports nothing of the audit."""
 from __future__ import annotations
 
 import ast
@@ -13,10 +14,10 @@ def _private(part: str) -> bool:
     return part.startswith("_") and not part.startswith("__")
 
 
-def _imports(path: Path):
+def _imports(path: Path, root: Path = ROOT):
     """(module of the file, line, dotted name imported) for each import of the two packages,
     relative ones resolved."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(root).with_suffix("").parts)
     package = parts[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
@@ -52,3 +53,39 @@ def test_the_kit_names_what_the_checks_use():
 
     for name in kit.__all__:
         assert getattr(kit, name) is getattr(_core, name, None) or getattr(kit, name) is getattr(_seal, name)
+
+
+def _strings(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value
+
+
+def _audit_names(root: Path) -> list[str]:
+    """Where a module of ``root``'s ``course_grading/sandbox`` imports ``course_grading.audit``,
+    relatively or not, or names it in a string (an ``importlib`` name, a ``-m`` module)."""
+    found = []
+    for path in sorted((root / "course_grading" / "sandbox").rglob("*.py")):
+        where = path.relative_to(root)
+        found += [f"{where}:{line}: import {'.'.join(name)}"
+                  for _, line, name in _imports(path, root) if name[:2] == ["course_grading", "audit"]]
+        found += [f"{where}:{line}: names {text[:60]!r}"
+                  for line, text in _strings(ast.parse(path.read_text(encoding="utf-8")))
+                  if "course_grading.audit" in text]
+    return found
+
+
+def test_the_sandbox_imports_nothing_of_the_audit():
+    """The grader hands the audit's entry point to the sandbox (``sandbox.warm.hand_audit``)."""
+    assert _audit_names(ROOT) == []
+
+
+def test_the_audit_rule_sees_each_way_of_naming_it(tmp_path):
+    folder = tmp_path / "course_grading" / "sandbox"
+    folder.mkdir(parents=True)
+    (folder / "a.py").write_text("from ..audit import channel\n"
+                                 "import course_grading.audit.child\n"
+                                 "X = 'course_grading.audit.child:main'\n", encoding="utf-8")
+    assert _audit_names(tmp_path) == ["course_grading/sandbox/a.py:1: import course_grading.audit.channel",
+                                      "course_grading/sandbox/a.py:2: import course_grading.audit.child",
+                                      "course_grading/sandbox/a.py:3: names 'course_grading.audit.child:main'"]

@@ -10,3 +10,15 @@ process, on fresh inputs drawn from a secret seed, and compared with the referen
     evidence    the grader's reading of the record: escapes, tampering, forbidden operators
     forbidden   which operators the child records, and which each exercise may not run
 """
+
+# The audit as a sandbox server runs it, handed to the sandbox by name (``sandbox.warm.hand_audit``,
+# called by ``trusted``): the sandbox imports nothing of the audit. "module" names are imported,
+# "module:function" names called; every name here stays plain data, loaded in the sandbox too.
+SANDBOX_ENTRY = {
+    "preload": ["course_grading.audit.child"],  # imported by a warm server before it forks
+    "warm_up": ["course_grading.audit.forbidden:recorded_ops"],  # the operators, looked up once
+    "prepare": "course_grading.audit.child:stand_in_unaudited",  # in the child, before main
+    "main": "course_grading.audit.child:main",  # main(FOLDER, RECORD_FD)
+    "pipe": "course_grading.audit.channel:open_pipe",  # the record's pipe: (read end, write end)
+    "drain": "course_grading.audit.channel:Drain",  # Drain(read end): the server keeps it
+}

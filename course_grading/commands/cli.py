@@ -356,8 +356,10 @@ def _start_early(args, course: Course):
             return _import_report_side
         if not _grades_here(args, course):
             return None
+        from course_grading.audit import SANDBOX_ENTRY
         from course_grading.sandbox import warm
 
+        warm.hand_audit(SANDBOX_ENTRY)  # the audit's entry point, for the warm sandbox to pre-load
         return _import_trusted_side if warm.ensure_warm(course.sandbox_settings()) is not None else None
     except Exception:  # noqa: BLE001 - only an optimisation: any doubt starts nothing
         return None

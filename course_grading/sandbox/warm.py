@@ -11,6 +11,9 @@ when nothing runs in the sandbox; the sandbox sees it read-only and the server c
 the job's private working folder. An audit's outputs come back over the server's socket
 (``collect``: its ``out-*`` files only, bounded) into the grader's folder. Nothing is ever
 copied into a folder a sandbox could write.
+
+The audit is the grader's: it hands its entry point here by name (``hand_audit``), and every
+server started after is given it, so that nothing of the sandbox imports the audit.
 """
 from __future__ import annotations
 
@@ -30,7 +33,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..audit.channel import write_record
 from . import isolate
 from .bubblewrap import (GRADING_PACKAGE, LEARNER_PACKAGE, SECRET_FOLDERS, SECRET_MODULES,
                          available, inside, private_folders, sandbox_home, wrap)
@@ -72,7 +74,7 @@ class SandboxServer:
                 "tmpfs_mb": settings.tmpfs_mb, "home": str(sandbox_home()),
                 "private": [str(p) for p in private_folders()],
                 "secret_folders": [str(p) for p in SECRET_FOLDERS],
-                "secret_modules": list(SECRET_MODULES)}
+                "secret_modules": list(SECRET_MODULES), "audit": dict(_AUDIT) or None}
         command = [sys.executable, "-I", "-m", "course_grading.sandbox.warm_server",
                    str(theirs.fileno()), json.dumps(spec)]
         argv, self.groups = wrap(command, settings, self.folder, single=not warm,
@@ -331,7 +333,15 @@ class RemoteProcess:
 # --------------------------------------------------------------------------- this process's servers
 
 _WARM: list[SandboxServer] = []  # at most one per process
+_AUDIT: dict = {}  # the audit's entry point, by name, as the grader handed it (hand_audit)
 _NO_WARM: list[str] = []  # why a warm server cannot work here (its probe said so): never again
+
+
+def hand_audit(entry: dict) -> None:
+    """The audit's entry point, by name (``warm_server`` says what it holds), for every server
+    started from now on: a warm one pre-loads it, and any runs it on an audit's job."""
+    _AUDIT.clear()
+    _AUDIT.update(entry)
 
 
 def covers(server: Settings, wanted: Settings) -> bool:
@@ -413,10 +423,11 @@ def release_job(server: SandboxServer, job: Job) -> None:
         server.close()
 
 
-def run_audit(folder: Path, timeout: int, settings: Settings) -> str:
-    """The audit's child (``course_grading.audit.child``) on the inputs in ``folder``, in a
-    sandbox; the ``out-*`` files it wrote are put back into ``folder``. Returns '' or why the
-    audit ended early."""
+def run_audit(folder: Path, timeout: int, settings: Settings) -> tuple[str, bytes | None]:
+    """The audit's entry point (``hand_audit``) on the inputs in ``folder``, in a sandbox; the
+    ``out-*`` files it wrote are put back into ``folder``. Returns '' or why the audit ended
+    early, and its record as the server read it from its pipe (None where the sandbox failed
+    before the record could be collected)."""
     try:
         server, job = open_job(settings, folder, kernel=False)
         try:
@@ -433,17 +444,16 @@ def run_audit(folder: Path, timeout: int, settings: Settings) -> str:
                 release_job(server, job)
                 raise
     except SandboxError as exc:
-        return f"the audit's sandbox failed before the audit started ({exc})"
+        return f"the audit's sandbox failed before the audit started ({exc})", None
     try:
         ended = _wait(server, pid, timeout)
         files, record = server.collect(job)
         _write_outputs(folder, files)
-        write_record(folder, record)
-        return ended
+        return ended, record
     except SandboxError:
         if server.warm:
             discard_warm(server)
-        return "the audit's sandbox ended before the audit did"
+        return "the audit's sandbox ended before the audit did", None
     finally:
         release_job(server, job)
 

@@ -38,9 +38,15 @@ in the sandbox can signal, stop or trace it. Requests and replies are JSON lines
                                           it); a kernel's job has a new socket folder BASE/ipc/i
     {"op": "kernel", "token": t, "args": [...], "connection": {...}, "env": {...}}
                                        -> {"pid": n}   an IPython kernel on its folder's sockets
-    {"op": "audit", "token": t, "cpu": s}  -> {"pid": n}   course_grading.audit.child on the job
+    {"op": "audit", "token": t, "cpu": s}  -> {"pid": n}   the audit's entry point on the job
     {"op": "collect", "token": t}      -> {"files": {name: base64}, "record": base64}  the audit's
                                           out-* files, and its record as read from its pipe
+
+The audit is the grader's, handed by name in SPEC_JSON's ``audit`` (``sandbox.warm.hand_audit``):
+modules a warm server imports (``preload``) and functions it calls once (``warm_up``); in the
+child, ``prepare()`` then ``main(FOLDER, RECORD_FD)``; the record's pipe, ``pipe()`` giving
+(read end, write end), whose read end this server keeps and reads with ``drain(read end)``
+(``.finish(timeout)`` gives the bytes, ``.fd`` is the end). This module names none of it.
     {"op": "poll", "pid": n}           -> {"returncode": n or null}
     {"op": "wait", "pid": n, "seconds": s} -> {"returncode": n or null}  once it ended, or after s
                                           seconds (at most WAIT_SECONDS)
@@ -48,7 +54,6 @@ in the sandbox can signal, stop or trace it. Requests and replies are JSON lines
     {"op": "reset"}                    -> {"ok": true}  or {"ok": false, "why": s}
 """
 import base64
-import importlib
 import json
 import os
 import random
@@ -61,130 +66,16 @@ import sys
 import time
 import traceback
 
-from course_grading.sandbox import isolate
+from course_grading.sandbox import children, isolate
+from course_grading.sandbox.preload import (Refuse, fix_paths, keep_freed_memory, named, package_folders,
+                                            preload, trusted_imports)
 
 ALLOWED_ENV = ("NBGRADER_EXECUTION",)  # what a kernel request may set in the kernel's environment
-PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "matplotlib", "matplotlib.pyplot",
-           "matplotlib_inline.backend_inline", "ipywidgets", "IPython", "ipykernel.kernelapp",
-           "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger", "course_utils",
-           "course_utils.toy_task", "course_utils.training", "course_utils.minilm",
-           "course_grading.audit.child")
-PACKAGES = ("course_utils.checks", "course_utils.plots", "course_utils.widgets")
 TOKEN = re.compile(r"[0-9a-f]{32}")
 IPC_NAME = re.compile(r"[0-9a-f]{6}")
 OUT_NAME = re.compile(r"out-[A-Za-z0-9_.-]{1,200}\.(json|npy)")
 COLLECT_BYTES = 64 << 20
-SOCKET_SECONDS = 20  # for a kernel to bind its sockets
 WAIT_SECONDS = 5  # the longest one "wait" request holds the server
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
-MMAP_BELOW_MB, TRIM_ABOVE_MB = 32, 64
-PROFILE_DIRS = (("startup", 0o755), ("log", 0o755), ("security", 0o700), ("pid", 0o700))
-
-
-class Refuse:
-    """A meta path finder that refuses the instructor's secret modules (``names``)."""
-
-    def __init__(self, names):
-        self.names = tuple(names)
-        self.refused: list[str] = []
-
-    def find_spec(self, name, path=None, target=None):
-        if any(name == n or name.startswith(n + ".") for n in self.names):
-            self.refused.append(name)
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return None
-
-
-def _step(refuse: Refuse, action) -> None:
-    """Run one preload ``action``; if it reached for a refused module, forget every module it
-    imported (it is then imported afresh, whole, by a kernel that needs it)."""
-    before, refused = set(sys.modules), len(refuse.refused)
-    try:
-        action()
-    except Exception:  # noqa: BLE001 - a missing optional module only costs its child time
-        pass
-    if len(refuse.refused) == refused:
-        return
-    for name in set(sys.modules) - before:
-        module = sys.modules.pop(name, None)
-        parent, _, attr = name.rpartition(".")
-        if parent in sys.modules and getattr(sys.modules[parent], attr, None) is module:
-            delattr(sys.modules[parent], attr)
-
-
-def preload(refuse: Refuse) -> None:
-    """Import what every kernel and audit would import, and load the GloVe vectors once."""
-    import pkgutil
-
-    for name in PRELOAD:
-        _step(refuse, lambda name=name: importlib.import_module(name))
-    for package in PACKAGES:
-        paths = []
-        _step(refuse, lambda package=package: paths.extend(importlib.import_module(package).__path__))
-        for info in pkgutil.iter_modules(paths, package + "."):
-            _step(refuse, lambda name=info.name: importlib.import_module(name))
-
-    def glove():
-        import course_utils
-        course_utils.load_glove()
-    _step(refuse, glove)
-
-    def recording():  # what torch imports the first time a check records operators
-        from course_utils.checks.kit import prepare_recording
-        prepare_recording()
-    _step(refuse, recording)
-    _step(refuse, _audit_record)
-    _step(refuse, _format_a_traceback)
-
-
-def _audit_record() -> None:
-    """The operators an audit records, looked up once (``audit.forbidden.recorded_ops``)."""
-    from course_grading.audit.forbidden import recorded_ops
-    recorded_ops()
-
-
-def _keep_freed_memory() -> None:
-    """The C allocator's settings every forked child inherits: blocks up to MMAP_BELOW_MB come
-    from the heap, and the heap keeps up to TRIM_ABOVE_MB of freed memory. Otherwise a large
-    block (a few-megabyte array: 20,000 GloVe rows at a time) is a new mapping whose pages
-    fault in one by one, and freed memory goes back to the system to fault in again. Measured
-    on 40 kernels of 03: 1.6 million page faults instead of 2.9 million, 4.5 CPU-seconds of
-    system time instead of 6.7; their peak resident memory the same (about 400 MB)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        libc.mallopt(M_MMAP_THRESHOLD, MMAP_BELOW_MB << 20)
-        libc.mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE_MB << 20)
-    except (OSError, AttributeError):  # not glibc: its defaults stay
-        pass
-
-
-def _format_a_traceback() -> None:
-    """What IPython imports the first time a cell raises (stack_data, executing, pygments'
-    formatters: about 30 ms of a kernel's CPU), imported once here."""
-    from IPython.core import ultratb
-
-    try:
-        raise NotImplementedError("a traceback formatted at the warm sandbox's start")
-    except NotImplementedError:
-        ultratb.VerboseTB().structured_traceback(*sys.exc_info())
-
-
-def _decode_mount_path(text: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
-
-
-def mount_points() -> list[str]:
-    found = []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
-        for line in fh:
-            found.append(_decode_mount_path(line.split()[4]))
-    return found
-
-
-def _under(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 class Server:
@@ -204,7 +95,8 @@ class Server:
         self.isolated, self.why = False, ""
         self.jobs: dict[str, str] = {}
         self.ipcs: dict[str, str] = {}  # a kernel job's socket folder
-        self.records: dict = {}  # an audit job's record, read from its pipe (audit.channel.Drain)
+        self.audit_entry = spec.get("audit") or None  # the audit's entry point, by name
+        self.records: dict = {}  # an audit job's record, read from its pipe (the entry's drain)
         self.used = False
         self.me = os.getpid()
         self.ended: dict[int, int] = {}  # children reaped before anyone asked
@@ -217,63 +109,34 @@ class Server:
         started = time.monotonic()
         sys.meta_path.insert(0, self.refuse)
         if isolate_children:
-            self.isolated, self.why = self._probe()
+            self.isolated, self.why = children.probe(
+                self.jobs_root, lambda: self._isolate_child([], hide=self.secret_folders))
             if self.isolated:
                 isolate.enter_namespaces(network=False, ipc=False)
                 isolate.tmpfs(self.jobs_root, 1, mode=0o755)
         import course_grading
         import course_utils
         if warm:
-            preload(self.refuse)
-            _keep_freed_memory()
+            preload(self.refuse, self.audit_entry)
+            keep_freed_memory()
         self.snapshot = self._private_listing()
         secrets = sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".")
                                                        for n in self.refuse.names))
         secrets += sorted(getattr(m, "__file__", "") for m in list(sys.modules.values())
-                          if any(_under(getattr(m, "__file__", None) or "", f) for f in self.secret_folders))
+                          if any(children.under(getattr(m, "__file__", None) or "", f) for f in self.secret_folders))
         return {"ready": True, "isolated": self.isolated, "why": self.why, "secrets": secrets,
                 "packages": {"course_utils": package_folders(course_utils),
                              "course_grading": package_folders(course_grading)},
                 "seconds": round(time.monotonic() - started, 3)}
 
-    def _probe(self) -> tuple[bool, str]:
-        """Whether a child can get namespaces of its own here: a throw-away child tries every
-        step (this server's namespace, then a child's, then dropping privileges)."""
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                isolate.enter_namespaces(network=False, ipc=False)
-                isolate.tmpfs(self.jobs_root, 1, mode=0o755)
-                inner = os.fork()
-                if inner == 0:
-                    try:
-                        self._isolate_child([], hide=self.secret_folders)
-                        isolate.drop_privileges()
-                        os._exit(0)
-                    except BaseException as exc:  # noqa: BLE001 - whatever failed, the parent reads it from the pipe
-                        os.write(write, f"{type(exc).__name__}: {exc}".encode()[:500])
-                        os._exit(1)
-                _, status = os.waitpid(inner, 0)
-                os._exit(0 if status == 0 else 1)
-            except BaseException as exc:  # noqa: BLE001 - whatever failed, the parent reads it from the pipe
-                os.write(write, f"{type(exc).__name__}: {exc}".encode()[:500])
-                os._exit(1)
-        os.close(write)
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(read, "rb") as fh:
-            why = fh.read().decode(errors="replace")
-        return status == 0, why or ("" if status == 0 else f"the probe ended with status {status}")
-
     def _private_listing(self) -> set:
         """Every path under this server's own private folders (the jobs and the grader's
         folders aside): a child never changes them, the reset checks it."""
-        found, points = set(), set(mount_points())
+        found, points = set(), set(children.mount_points())
         for root in self.private:
             for folder, dirs, files in os.walk(root):
                 dirs[:] = [d for d in dirs if os.path.join(folder, d) not in points
-                           and not _under(os.path.join(folder, d), self.base)]
+                           and not children.under(os.path.join(folder, d), self.base)]
                 found.update(os.path.join(folder, n) for n in (*dirs, *files))
                 if len(found) > 50_000:
                     return found
@@ -282,45 +145,10 @@ class Server:
     # ------------------------------------------------------------------ children
 
     def _isolate_child(self, keep: list, hide=()) -> None:
-        """Fresh namespaces for this (forked, single-threaded) child; see the module's doc.
-        ``keep``: (source, target, "ro" or "rw") folders to mount in the covered BASE."""
-        covered = list(self.private)
-        points = mount_points()
-        carried = [m for m in points
-                   if any(_under(m, c) and m != c for c in covered) and not _under(m, self.base)]
-        carried = [m for m in dict.fromkeys(carried)
-                   if not any(_under(m, o) and m != o for o in carried)]
-        isolate.enter_namespaces()
-        stage_root = "/dev/shm"
-        isolate.tmpfs(stage_root, self.megabytes, mode=0o1777)  # the staging area, then /dev/shm
-        stage = os.path.join(stage_root, ".stage")
-        os.mkdir(stage, 0o700)
-        moves = []
-        for index, (source, target, mode) in enumerate([*((m, m, "ro") for m in carried), *keep]):
-            staged = os.path.join(stage, str(index))
-            os.mkdir(staged)
-            isolate.mount(source, staged, None, isolate.MS_BIND | isolate.MS_REC)
-            moves.append((staged, target, mode))
-        for folder in covered:
-            if folder != stage_root:
-                isolate.tmpfs(folder, self.megabytes, mode=0o700 if folder == self.home else 0o1777)
-        os.makedirs(self.base, exist_ok=True)
-        isolate.tmpfs(self.base, 1, mode=0o755)
-        for staged, target, mode in moves:
-            os.makedirs(target, exist_ok=True)
-            isolate.mount(staged, target, None, isolate.MS_BIND | isolate.MS_REC)
-            if mode == "ro":
-                isolate.remount_readonly(target)
-        isolate.remount_readonly(self.base)
-        for staged, _, _ in moves:
-            isolate.unmount(staged)
-            os.rmdir(staged)
-        os.rmdir(stage)
-        for folder in hide:
-            if os.path.isdir(folder):
-                isolate.tmpfs(folder, 0.0625, mode=0o555, readonly=True)
-        isolate.loopback_up()
-        isolate.new_session_keyring()
+        """Fresh namespaces for this child (``children.fresh_namespaces``); ``keep``: (source,
+        target, "ro" or "rw") folders to mount in the covered BASE."""
+        children.fresh_namespaces(keep, hide, private=self.private, base=self.base,
+                                  megabytes=self.megabytes, home=self.home)
 
     def _seed_home(self) -> None:
         """The grader's seed files (matplotlib's font cache) copied into the fresh $HOME."""
@@ -405,9 +233,9 @@ class Server:
             helper = None
             if self.isolated:
                 self._isolate_child(self._keep_for(token, kernel=True))
-                helper = _Helper(ipc)  # keeps the privilege to make the socket folder read-only
+                helper = children.ReadOnlyLater(ipc)  # keeps the privilege to make the socket folder read-only
             self._seed_home()
-            profile = _ipython_profile(self.home, readonly=self.isolated)
+            profile = children.ipython_profile(self.home, readonly=self.isolated)
             isolate.drop_privileges()
             isolate.set_dumpable(True)
             conn_file = os.path.join("/tmp", "kernel-connection.json")
@@ -416,13 +244,13 @@ class Server:
             os.environ.update(env)
             os.environ["IPYTHONDIR"] = os.path.dirname(profile)
             os.chdir(job)
-            _trusted_imports(self.refuse)
+            trusted_imports(self.refuse)
             from ipykernel.kernelapp import IPKernelApp
             self._quiet()  # before the kernel takes its own copies of stdout and stderr
             app = IPKernelApp.instance()
             app.initialize(["-f", conn_file, *args, "--IPKernelApp.ignore_cwd=True",
                             "--HistoryManager.enabled=False"])
-            _wait_for_sockets(app)
+            children.wait_for_sockets(app)
             if helper is not None:
                 helper.finish()
             sys.path.append(job)  # after the installed packages: building_blocks.py and the like
@@ -432,8 +260,11 @@ class Server:
 
     def audit(self, token: str, cpu: int) -> int:
         job = self.jobs[token]
-        from course_grading.audit import channel  # the record's pipe: its read end stays here
-        read, write = channel.open_pipe()
+        entry = self.audit_entry
+        if not entry:
+            raise ValueError("this sandbox was handed no audit")
+        drain = named(entry["drain"])
+        read, write = named(entry["pipe"])()  # the record's pipe: its read end stays here
 
         def run():
             os.close(read)
@@ -442,17 +273,17 @@ class Server:
             isolate.drop_privileges()
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
             os.chdir(job)
-            from course_grading.audit import child  # the refusal of the secrets stays in place
-            _fix_paths()
-            child.stand_in_unaudited()
+            prepare, main = named(entry["prepare"]), named(entry["main"])  # the refusal of the secrets stays in place
+            fix_paths()
+            prepare()
             self._quiet()
             self._student_code_next()
-            child.main(job, write)
+            main(job, write)
         try:
             return self.fork(run)
         finally:
             os.close(write)
-            self.records[token] = channel.Drain(read)
+            self.records[token] = drain(read)
 
     # ------------------------------------------------------------------ jobs
 
@@ -593,7 +424,7 @@ class Server:
         if self.others():
             return "processes left"
         if self.isolated and not self.single:
-            if any(_under(m, self.jobs_root) and m != self.jobs_root for m in mount_points()):
+            if any(children.under(m, self.jobs_root) and m != self.jobs_root for m in children.mount_points()):
                 return "a job's folder is still mounted"
             if os.listdir(self.jobs_root):
                 return "a job's folder is left"
@@ -643,86 +474,6 @@ class Server:
             except Exception as exc:  # noqa: BLE001 - a bad request gets an answer, not a crash
                 answer = {"error": f"{type(exc).__name__}: {exc}"}
             self.reply(answer)
-
-
-class _Helper:
-    """A process that keeps the child's privileges (in the child's own namespace) for one
-    step after the child has dropped them: the socket folder made read-only once the kernel
-    has bound its sockets. Not dumpable, it cannot be traced by the kernel."""
-
-    def __init__(self, folder: str):
-        self.go_r, self.go_w = os.pipe()
-        self.done_r, self.done_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            os.close(self.go_w)
-            os.close(self.done_r)
-            code = 1
-            try:
-                if os.read(self.go_r, 1) == b"1":
-                    isolate.remount_readonly(folder)
-                    os.write(self.done_w, b"1")
-                    code = 0
-            finally:
-                os._exit(code)
-        os.close(self.go_r)
-        os.close(self.done_w)
-
-    def finish(self) -> None:
-        os.write(self.go_w, b"1")
-        ready, _, _ = select.select([self.done_r], [], [], SOCKET_SECONDS)
-        if not ready or os.read(self.done_r, 1) != b"1":
-            raise isolate.IsolationError(1, "the socket folder could not be made read-only")
-        os.waitpid(self.pid, 0)
-        os.close(self.go_w)
-        os.close(self.done_r)
-
-
-def _ipython_profile(home: str, readonly: bool) -> str:
-    """An empty IPython profile in $HOME (read-only when it can be): no startup file, no
-    configuration, wherever the kernel looks. Returns its folder."""
-    profile = os.path.join(home, ".ipython", "profile_default")
-    for name, mode in PROFILE_DIRS:
-        os.makedirs(os.path.join(profile, name), mode=mode, exist_ok=True)
-        os.chmod(os.path.join(profile, name), mode)
-    if readonly:
-        isolate.mount(profile, profile, None, isolate.MS_BIND | isolate.MS_REC)
-        isolate.remount_readonly(profile)
-    return profile
-
-
-def package_folders(module) -> list[str]:
-    """The folders a package is imported from (a namespace package may have several)."""
-    if getattr(module, "__file__", None):
-        return [os.path.dirname(os.path.realpath(module.__file__))]
-    return sorted({os.path.realpath(p) for p in getattr(module, "__path__", []) if os.path.isdir(p)})
-
-
-def _trusted_imports(refuse: Refuse) -> None:
-    """A kernel may import the hidden checks (and the reference they use): the refusal goes.
-    The course's packages are imported now, before the kernel's own folder is on sys.path, and
-    their search paths fixed (a namespace package would take a folder of the same name from
-    any later entry of sys.path)."""
-    sys.meta_path[:] = [f for f in sys.meta_path if f is not refuse]
-    _fix_paths()
-    sys.path[:] = [p for p in sys.path if p and os.path.isabs(p)]
-
-
-def _fix_paths() -> None:
-    import course_grading
-    import course_utils
-    for package in (course_grading, course_utils):
-        package.__path__ = package_folders(package)
-
-
-def _wait_for_sockets(app) -> None:
-    ports = (app.shell_port, app.iopub_port, app.stdin_port, app.control_port, app.hb_port)
-    paths = [f"{app.ip}-{port}" for port in ports]
-    deadline = time.monotonic() + SOCKET_SECONDS
-    while not all(os.path.exists(p) for p in paths):
-        if time.monotonic() > deadline:
-            raise isolate.IsolationError(1, "the kernel did not bind its sockets")
-        time.sleep(0.002)
 
 
 def main(argv: list[str]) -> None:
