@@ -125,7 +125,7 @@ import sys
 import numpy as np
 import torch
 
-from course_utils.checks import _seal, attention, embeddings
+from course_utils.checks import _record, _seal, attention, embeddings
 from course_utils.checks._core import CheckFailed
 
 TOOLS_MESSAGE = "the check cannot trust its tools"
@@ -216,8 +216,8 @@ def _closure_function():
     for record in _seal._SEAL.records:
         for name, (value, inner, _) in record.entries.items():
             if (inner is not None and inner[3] and record.label.startswith("torch")
-                    and all(contents is not _seal._EMPTY for _, contents in inner[3])):
-                return record.label, name, _seal._function(value).__closure__[0]
+                    and all(contents is not _record._EMPTY for _, contents in inner[3])):
+                return record.label, name, _record._function(value).__closure__[0]
     raise AssertionError("no recorded torch function with a closure")
 
 
@@ -342,26 +342,26 @@ def test_contents_are_compared_by_identity_to_any_depth():
     """A container's snapshot holds what it held, nested containers' contents too: an object
     that prints, or compares, as the one it replaced is still another object."""
     tolerances = {"atol": 1e-6, "names": ["torch.softmax"], "pair": (1, [2])}
-    then = _seal._contents(tolerances)
-    assert _seal._same_objects(_seal._contents(tolerances), then)
+    then = _record._contents(tolerances)
+    assert _record._same_objects(_record._contents(tolerances), then)
     for change in (lambda d: d.__setitem__("atol", _SaysEqual(1e9)),
                    lambda d: d["names"].append("torch.special.softmax"),
                    lambda d: d["pair"][1].clear(),
                    lambda d: d.__setitem__("names", list(d["names"]))):
         changed = {"atol": tolerances["atol"], "names": tolerances["names"], "pair": tolerances["pair"]}
-        snapshot = _seal._contents(changed)
+        snapshot = _record._contents(changed)
         kept = (changed["names"][:], changed["pair"][1][:])
         change(changed)
-        assert not _seal._same_objects(_seal._contents(changed), snapshot)
+        assert not _record._same_objects(_record._contents(changed), snapshot)
         tolerances["names"][:], tolerances["pair"][1][:] = kept
     # nested the other way round is not the same either ([[a], b] against [[a, b]])
     inner, a, b = [], object(), object()
     outer = [inner, b]
     inner.append(a)
-    snapshot = _seal._contents(outer)
+    snapshot = _record._contents(outer)
     outer.remove(b)
     inner.append(b)
-    assert not _seal._same_objects(_seal._contents(outer), snapshot)
+    assert not _record._same_objects(_record._contents(outer), snapshot)
 
 
 @pytest.mark.parametrize("where", ["sys.modules", "torch"])

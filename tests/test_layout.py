@@ -1,6 +1,6 @@
 """Rules of the packages' layout, read from the source: no private name crosses a package
-(the hidden checks build on the public check kit, ``course_utils.checks.kit``), and the sandbox
-imports nothing of the audit."""
+(the hidden checks build on the public check kit, ``course_utils.checks.kit``), the sandbox
+imports nothing of the audit, and no module is over MAX_LINES without a reason at its top."""
 from __future__ import annotations
 
 import ast
@@ -49,10 +49,11 @@ def test_no_private_name_crosses_a_package():
 
 
 def test_the_kit_names_what_the_checks_use():
-    from course_utils.checks import _core, _seal, kit
+    from course_utils.checks import _core, _recording, _seal, kit
 
     for name in kit.__all__:
-        assert getattr(kit, name) is getattr(_core, name, None) or getattr(kit, name) is getattr(_seal, name)
+        assert any(getattr(kit, name) is getattr(module, name, None)
+                   for module in (_core, _recording, _seal)), name
 
 
 def _strings(tree: ast.AST):
@@ -86,6 +87,29 @@ def test_the_audit_rule_sees_each_way_of_naming_it(tmp_path):
     (folder / "a.py").write_text("from ..audit import channel\n"
                                  "import course_grading.audit.child\n"
                                  "X = 'course_grading.audit.child:main'\n", encoding="utf-8")
-    assert _audit_names(tmp_path) == ["course_grading/sandbox/a.py:1: import course_grading.audit.channel",
-                                      "course_grading/sandbox/a.py:2: import course_grading.audit.child",
-                                      "course_grading/sandbox/a.py:3: names 'course_grading.audit.child:main'"]
+    where = "course_grading/sandbox/a.py"
+    assert _audit_names(tmp_path) == [f"{where}:1: import course_grading.audit.channel",
+                                      f"{where}:2: import course_grading.audit.child",
+                                      f"{where}:3: names 'course_grading.audit.child:main'"]
+
+
+MAX_LINES = 500
+SOURCES = ("course_grading", "course_utils", "tools", "scripts")
+
+
+def _reason(path: Path) -> str:
+    """The first line of the module's docstring when it says why the module is long: it
+    starts "Over 500 lines: "."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    first = doc.splitlines()[0] if doc else ""
+    return first if first.startswith(f"Over {MAX_LINES} lines: ") else ""
+
+
+def test_no_module_is_over_500_lines_without_a_reason():
+    long = []
+    for top in SOURCES:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            lines = len(path.read_text(encoding="utf-8").splitlines())
+            if lines > MAX_LINES and not _reason(path):
+                long.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert long == []

@@ -11,6 +11,11 @@ so a Transformer's state_dict has keys such as ``encoder.embedding.weight``,
 ``encoder.layers.0.self_attn.q_proj.weight``, ``decoder.layers.1.cross_attn.k_proj.bias``,
 ``decoder.layers.0.norm3.weight``, ``generator.weight``. The positional tables are
 non-persistent buffers: they are rebuilt on construction and are not in the state_dict.
+
+``DecoderLayer`` and ``Decoder`` repeat the shape of 06's ``EncoderLayer`` and ``Encoder`` on
+purpose: each is copied verbatim into the students' ``building_blocks.py``
+(``course_grading.authoring.building_blocks``), where it must read whole, as the notebook
+teaches it, not as a subclass of the other.
 """
 from __future__ import annotations
 

@@ -273,7 +273,8 @@ class Server:
             isolate.drop_privileges()
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
             os.chdir(job)
-            prepare, main = named(entry["prepare"]), named(entry["main"])  # the refusal of the secrets stays in place
+            # imported here, the refusal of the secrets still in place
+            prepare, main = named(entry["prepare"]), named(entry["main"])
             fix_paths()
             prepare()
             self._quiet()

@@ -14,11 +14,12 @@ instructor's side (``course_grading.checks``), as public names.
                                 kernel's own threads, before the first cell runs (outside
                                 grading: the threads alive when the setup cell runs)
 
-The implementation stays in ``_core`` and ``_seal``; this module only names what other
-packages may use.
+The implementation stays in ``_core``, ``_recording`` and ``_seal``; this module only names
+what other packages may use.
 """
-from ._core import (Check, CheckFailed, devices, generator, np_array_equal, prepare_recording,
-                    stored, to_numpy, torch_equal, torch_isfinite)
+from ._core import (Check, CheckFailed, devices, generator, np_array_equal, stored, to_numpy, torch_equal,
+                    torch_isfinite)
+from ._recording import prepare_recording
 from ._seal import kernel_started, load_libraries, own_threads_now, protect
 
 __all__ = ["Check", "CheckFailed", "devices", "generator", "kernel_started", "load_libraries",
