@@ -47,6 +47,16 @@ def stepper_layout(W, top, knobs: list, buttons: list, status, picture, controls
     return ui
 
 
+def wire_stepper(clicks: dict, text, restart: Callable, knobs: list, draw: Callable) -> None:
+    """A stepper's events (09's widget is one too): each button of ``clicks`` runs its handler,
+    a new ``text`` runs ``restart``, a change of a sampler's knob runs ``draw``."""
+    for button, handler in clicks.items():
+        button.on_click(handler)
+    text.observe(restart, names="value")
+    for control in knobs:
+        control.observe(draw, names="value")
+
+
 def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
                      sample_fn: Callable | None = None, src_tok=None, tgt_tok=None,
                      max_len: int = 12, seed: int = 0):
@@ -153,10 +163,7 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
         state["gen"] = torch.Generator(device=state["gen"].device).manual_seed(seed)
         draw()
 
-    step_btn.on_click(on_step)
-    reset_btn.on_click(on_reset)
-    source.observe(on_reset, names="value")
-    for control in (temperature, top_k, top_p, mode):
-        control.observe(draw, names="value")
+    wire_stepper({step_btn: on_step, reset_btn: on_reset}, source, on_reset,
+                 [temperature, top_k, top_p, mode], draw)
     draw()
     return ui

@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..device import grading
 from ..plots.gpt import advance, plot_generation, sampler_share, start
-from .generation import cut_off_knobs, greedy_only, stepper_layout
+from .generation import cut_off_knobs, greedy_only, stepper_layout, wire_stepper
 
 
 def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
@@ -132,11 +132,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
             return
         draw()
 
-    one.on_click(lambda _: write(1))
-    ten.on_click(lambda _: write(10))
-    reset.on_click(restart)
-    text.observe(restart, names="value")
-    for control in (temperature, top_k, top_p, mode):
-        control.observe(draw, names="value")
+    wire_stepper({one: lambda _: write(1), ten: lambda _: write(10), reset: restart}, text, restart,
+                 [temperature, top_k, top_p, mode], draw)
     restart()
     return ui
