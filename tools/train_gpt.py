@@ -9,8 +9,6 @@ course_utils.language_model.GPTConfig; the model is the course's reference GPT.
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -21,29 +19,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch
 
 from course_grading.reference.gpt import GPT, generate
-from course_utils.device import get_device
 from provenance import write_record  # noqa: E402 - tools/, this script's folder
+from training_cli import training_parser, training_run  # noqa: E402 - tools/, this script's folder
 from course_utils.language_model import (CHECKPOINT, CharTokenizer, GPTConfig,
                                          build_gpt, load_text, perplexity, save_gpt, split,
                                          train_lm)
 
 
 def main(argv=None) -> int:
-    defaults = GPTConfig()
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(GPTConfig):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
-                       default=getattr(defaults, f.name))
-    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: get_device())")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads (0: torch's default); on a busy machine 1 is faster")
-    p.add_argument("--save", action="store_true", help="write the checkpoint and its JSON")
-    p.add_argument("--out", type=Path, default=CHECKPOINT)
-    args = p.parse_args(argv)
-    config = GPTConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(GPTConfig)})
-    device = torch.device(args.device) if args.device else get_device()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = training_parser(__doc__.splitlines()[0], GPTConfig, CHECKPOINT).parse_args(argv)
+    config, device = training_run(args, GPTConfig)
 
     text = load_text()
     tok = CharTokenizer(text)

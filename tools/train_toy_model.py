@@ -8,8 +8,6 @@ on a GPU the numbers may differ in the last digits. Defaults are course_utils.tr
 """
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import os
 import sys
 import time
@@ -22,31 +20,18 @@ import torch
 from course_grading.reference.attention import causal_mask
 from course_grading.reference.decoder import Transformer, make_padding_mask
 from course_grading.reference.generation import greedy_decode
-from course_utils.device import get_device
 from provenance import write_record  # noqa: E402 - tools/, this script's folder
+from training_cli import training_parser, training_run  # noqa: E402 - tools/, this script's folder
 from course_utils.toy_task import HELD_OUT_DATES, make_pairs
 from course_utils.training import (CHECKPOINT, ToyConfig, build_model, exact_match,
                                    save_checkpoint, train)
 
 
 def main(argv=None) -> int:
-    defaults = ToyConfig()
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for f in dataclasses.fields(ToyConfig):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
-                       default=getattr(defaults, f.name))
-    p.add_argument("--device", default=None, help="cpu, cuda, mps (default: get_device())")
+    p = training_parser(__doc__.splitlines()[0], ToyConfig, CHECKPOINT)
     p.add_argument("--eval", type=int, default=HELD_OUT_DATES, help="held-out pairs to score")
-    p.add_argument("--threads", type=int, default=0,
-                   help="torch CPU threads (0: torch's default). On a busy machine 1 is "
-                        "much faster than 2")
-    p.add_argument("--save", action="store_true", help="write the checkpoint and its JSON")
-    p.add_argument("--out", type=Path, default=CHECKPOINT)
     args = p.parse_args(argv)
-    config = ToyConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ToyConfig)})
-    device = torch.device(args.device) if args.device else get_device()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    config, device = training_run(args, ToyConfig)
 
     t0 = time.perf_counter()
     pairs = make_pairs(config.train_pairs, "train", seed=config.seed)

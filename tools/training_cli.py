@@ -1,0 +1,40 @@
+"""The command line that the training tools share (``tools/train_toy_model.py``,
+``tools/train_gpt.py``): an option a field of the tool's configuration (a dataclass: ``--d-model``
+for ``d_model``, of the field's type, its default the field's), then ``--device``,
+``--threads``, ``--save`` and ``--out``; and the configuration, device and thread count the
+parsed options give."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from course_utils.device import get_device
+
+
+def training_parser(description: str, config_cls, checkpoint: Path) -> argparse.ArgumentParser:
+    """The tool's parser: the options of ``config_cls`` and of a training run writing
+    ``checkpoint``; a tool adds its own."""
+    parser = argparse.ArgumentParser(description=description)
+    defaults = config_cls()
+    for f in dataclasses.fields(config_cls):
+        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
+                            default=getattr(defaults, f.name))
+    parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: get_device())")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads (0: torch's default); on a busy machine 1 is "
+                             "much faster than 2")
+    parser.add_argument("--save", action="store_true", help="write the checkpoint and its JSON")
+    parser.add_argument("--out", type=Path, default=checkpoint)
+    return parser
+
+
+def training_run(args: argparse.Namespace, config_cls):
+    """(configuration, device) the parsed ``args`` give; torch's CPU threads set as asked."""
+    config = config_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)})
+    device = torch.device(args.device) if args.device else get_device()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return config, device
