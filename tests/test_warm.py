@@ -257,6 +257,24 @@ def test_audit_runs_in_the_warm_sandbox(course, tmp_path):
     assert not found["test_causal_mask"].agrees
 
 
+def test_the_audit_is_handed_to_the_sandbox_by_name():
+    """The grader hands the audit's entry point to the sandbox (its server imports nothing of
+    the audit): every name resolves, and what is not a dotted name is refused."""
+    from course_grading.audit import SANDBOX_ENTRY
+    from course_grading.audit import channel, child
+    from course_grading.sandbox.preload import named
+
+    assert warm_sandbox._AUDIT == SANDBOX_ENTRY  # handed when the audit's trusted side is imported
+    assert named(SANDBOX_ENTRY["main"]) is child.main
+    assert named(SANDBOX_ENTRY["prepare"]) is child.stand_in_unaudited
+    assert named(SANDBOX_ENTRY["pipe"]) is channel.open_pipe and named(SANDBOX_ENTRY["drain"]) is channel.Drain
+    assert all(callable(named(name)) for name in SANDBOX_ENTRY["warm_up"])
+    assert [named(name).__name__ for name in SANDBOX_ENTRY["preload"]] == SANDBOX_ENTRY["preload"]
+    for bad in ("os; import x", "os:system()", "../x", "", ".relative"):
+        with pytest.raises(ValueError):
+            named(bad)
+
+
 def test_a_wait_ends_when_the_child_does_or_after_its_time():
     """The server's "wait": answered as soon as the child ends (the grader's audit waited for
     its next look, 20 ms apart), or after its seconds when it has not."""
