@@ -195,12 +195,39 @@ def test_exchange_modes_and_owner_are_made_ok_by_their_fixes(tmp_path):
     assert stat.S_IMODE((exchange / "attention-course" / "inbound").stat().st_mode) == 0o3733
 
 
-def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix():
-    from course_grading.commands import doctor_instructor as di
+def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix(tmp_path):
+    """On another machine, no command from here starts its server: the line says so. (Each
+    failure of a gradebook on this machine is broken and fixed in test_postgres.py.)"""
+    from course_grading.commands import doctor_gradebook as dg
 
-    line = di.check_gradebook("postgresql://grader:secret@127.0.0.1:1/grades")
-    assert line.status == doctor.FAIL and "secret" not in line.detail and "createdb" in line.fix
-    assert di.check_gradebook("sqlite:///gradebook.db") is None
+    line = dg.check_gradebook("postgresql+psycopg2://grader:secret@192.0.2.1:1/grades", tmp_path)
+    assert line.status == doctor.FAIL and "secret" not in line.detail + line.fix
+    assert line.fix.startswith("none from here: the server at 192.0.2.1:1 runs on another machine")
+    assert dg.check_gradebook("sqlite:///gradebook.db", tmp_path) is None
+
+
+def test_a_gradebook_driver_that_does_not_import_is_installed_by_its_fix(tmp_path, monkeypatch):
+    """The fix names the driver's package (the course's pin for psycopg2). Not run here: it
+    would change this environment's packages."""
+    from course_grading.commands import doctor_gradebook as dg
+
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # `import psycopg2` raises ImportError
+    line = dg.check_gradebook("postgresql+psycopg2://grader@localhost/gradebook", tmp_path)
+    assert line.status == doctor.FAIL and "its driver does not import" in line.detail
+    assert line.fix == f"{sys.executable} -m pip install 'psycopg2-binary>=2.9'"
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    line = dg.check_gradebook("postgresql+psycopg://grader@localhost/gradebook", tmp_path)
+    assert line.fix == f"{sys.executable} -m pip install 'psycopg[binary]'"
+
+
+def test_the_gradebook_sql_quotes_what_the_url_holds():
+    """The role, its password and the database, quoted for SQL and for psql."""
+    from course_grading.commands import doctor_gradebook as dg
+
+    sql = dg.sql("postgresql+psycopg2://o'neil:it%27s%20%5C%3Asecret@localhost/grade'book")
+    assert "WHERE rolname = 'o''neil'" in sql and "PASSWORD %L', 'o''neil', 'it''s \\:secret')" in sql
+    assert "\\connect 'grade\\'book'" in sql and sql.count("\\gexec") == 4
+    assert "PASSWORD" not in dg.sql("postgresql://grader@localhost/gradebook")
 
 
 def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path, monkeypatch, capsys):
@@ -222,8 +249,7 @@ def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path,
     if di.check_csp_extension(jupyter_server_config()).status == doctor.OK:
         pytest.skip("this machine's system-wide Jupyter configuration already enables it")
     for what in ("formgrader CSP", "exchange"):  # the first fix makes both server lines OK
-        fix = lines[what].fix.replace("sudo ", "")  # the test owns the folder
-        assert subprocess.run(fix, shell=True, env={**os.environ}, timeout=300).returncode == 0
+        _run_fix(lines[what], {**os.environ})
     assert all(line.status == doctor.OK for line in di.diagnose(course)), di.diagnose(course)
     assert main(["--root", str(course), "doctor", "--instructor", "--quiet"]) in (0, 1)
     out = capsys.readouterr().out
