@@ -69,7 +69,8 @@ def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
     assert "bwrap is installed, but not on PATH" in text and 'fix: export PATH="$PATH:/' in fix
     text, fix = line("FAIL", "nbgrader extensions")
     assert "nbgrader.server_extensions.formgrader" in text
-    assert "jupyter server extension enable --sys-prefix nbgrader.server_extensions.formgrader" in fix
+    assert fix.strip() == (f"fix: {sys.executable} -m course_grading.commands.server_config enable "
+                           "nbgrader.server_extensions.formgrader")
     text, fix = line("WARN", "chromium")  # only the tests need it ...
     assert "chromium" in text and ('fix: export PATH="$PATH:/' in fix or "install" in fix)
     line("OK", "torch device")
@@ -81,6 +82,14 @@ def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
     assert not any(ln.startswith("OK") for ln in quiet.stdout.splitlines())  # only what is wrong
     assert any(ln.startswith("FAIL  chromium") for ln in quiet.stdout.splitlines())  # ... unless --test
     assert "4 problems found" in quiet.stdout
+
+    # the fixes of nbgrader's extensions and of bubblewrap, run as printed (in one shell: the
+    # PATH it sets is that shell's), make their lines OK
+    fixes = [lines[lines.index(found) + 1].split("fix: ", 1)[1] for found in lines
+             if found.startswith(("FAIL  nbgrader extensions", "FAIL  bubblewrap"))]
+    after = subprocess.run(" && ".join([*fixes, f'"{COURSE}" --root "{ROOT}" doctor']), shell=True,
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert "OK    nbgrader extensions" in after.stdout and "OK    bubblewrap" in after.stdout, after.stdout
 
 
 def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
@@ -362,3 +371,57 @@ def test_bubblewrap_without_user_namespaces_is_fixed_by_its_sysctl():
     assert "does not run a sandbox here" in found["before"]["detail"]
     assert found["before"]["fix"] == "sysctl -w user.max_user_namespaces=15000"
     assert found["after"]["status"] == doctor.OK, found
+
+
+SERVER_SEES = """
+import json
+from jupyter_server.serverapp import ServerApp
+from course_grading.course.config import jupyter_server_config
+app = ServerApp()
+app.load_config_file()
+app.find_server_extensions()
+ours = jupyter_server_config().ServerApp
+keys = ("course_grading.instructor_server", "nbgrader.server_extensions.formgrader")
+print(json.dumps([[{k: app.jpserver_extensions.get(k) for k in keys}, (app.tornado_settings.get("headers") or {})],
+                  [{k: ours.jpserver_extensions.get(k) for k in keys},
+                   (ours.get("tornado_settings", {}) or {}).get("headers") or {}]]))
+"""
+
+
+def _server_and_doctor_see(env) -> list:
+    import json
+    done = subprocess.run([sys.executable, "-c", SERVER_SEES], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_server_settings_fixed_where_they_win(tmp_path):
+    """A folder before the user's (JUPYTER_CONFIG_PATH, or the environment's in a virtual
+    environment) turns the Formgrader off, its CSP extension too, and sets frame-ancestors
+    'none'; a .py in the user's sets other things. The doctor reads what Jupyter's server
+    reads, and the printed fixes, run, make the server itself see them right."""
+    first, user = tmp_path / "first", tmp_path / "user"
+    (user / "jupyter_server_config.d").mkdir(parents=True)
+    first.mkdir()
+    (first / "jupyter_server_config.json").write_text(
+        '{"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": false, '
+        '"course_grading.instructor_server": false}, "tornado_settings": {"xsrf_cookies": true, '
+        '"headers": {"Content-Security-Policy": "default-src \'self\'; frame-ancestors \'none\'"}}}}')
+    (user / "jupyter_server_config.d" / "course.json").write_text(
+        '{"ServerApp": {"jpserver_extensions": {"course_grading.instructor_server": true}}}')
+    (user / "jupyter_server_config.py").write_text(
+        "c.ServerApp.tornado_settings = {'headers': {'X-Frame-Options': 'DENY'}}\n")
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(first), "JUPYTER_CONFIG_DIR": str(user),
+           "JUPYTER_PREFER_ENV_PATH": "0"}
+    server, ours = _server_and_doctor_see(env)
+    assert server == ours and server[0] == {"course_grading.instructor_server": False,
+                                            "nbgrader.server_extensions.formgrader": False}
+    from course_grading.commands import doctor_instructor as di
+    from course_grading.commands import server_config
+    for fix in (di.CONFIGURE, server_config.command("nbgrader.server_extensions.formgrader")):
+        done = subprocess.run(fix, shell=True, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and str(first) in done.stdout, done.stdout + done.stderr
+    server, ours = _server_and_doctor_see(env)
+    assert server == ours and server[0] == {"course_grading.instructor_server": True,
+                                            "nbgrader.server_extensions.formgrader": True}
+    assert server[1] == {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'self'"}

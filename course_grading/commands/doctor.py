@@ -191,23 +191,12 @@ def check_widgets() -> Line:
 
 
 def _server_extensions() -> dict[str, bool]:
-    """``ServerApp.jpserver_extensions`` as Jupyter's configuration folders set it (the
-    later folder in Jupyter's order loses: the user's own comes first)."""
-    from jupyter_core.paths import jupyter_config_path
+    """``ServerApp.jpserver_extensions`` as the server merges them from Jupyter's configuration
+    folders."""
+    from course_grading.course.config import jupyter_server_config
 
-    merged: dict[str, bool] = {}
-    for folder in reversed(jupyter_config_path()):
-        files = sorted(Path(folder, "jupyter_server_config.d").glob("*.json"))
-        files.append(Path(folder, "jupyter_server_config.json"))
-        for path in files:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            extensions = data.get("ServerApp", {}).get("jpserver_extensions", {}) if isinstance(data, dict) else {}
-            if isinstance(extensions, dict):
-                merged.update({str(k): bool(v) for k, v in extensions.items()})
-    return merged
+    named = jupyter_server_config().ServerApp.get("jpserver_extensions", {}) or {}
+    return {str(k): bool(v) for k, v in dict(named).items()}
 
 
 def check_nbgrader_extensions() -> Line:
@@ -222,8 +211,9 @@ def check_nbgrader_extensions() -> Line:
         return Line(FAIL, what, f"JupyterLab has no {NBGRADER_EXTENSION} (the Assignments tab, "
                     "Formgrader menu)", reinstall("nbgrader"), blocks_start=False)
     if off:
-        return Line(FAIL, what, f"server extensions not enabled: {', '.join(off)}",
-                    " && ".join(f"jupyter server extension enable --sys-prefix {n}" for n in off),
+        from .server_config import command
+
+        return Line(FAIL, what, f"server extensions not enabled: {', '.join(off)}", command(*off),
                     blocks_start=False)
     return Line(OK, what, f"{NBGRADER_EXTENSION} {lab[1]}, and its {len(NBGRADER_SERVER_EXTENSIONS)} "
                 "server extensions enabled")

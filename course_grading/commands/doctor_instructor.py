@@ -10,17 +10,13 @@
   instructor's with 3733 (students drop in, cannot list or move another's);
 * the PostgreSQL gradebook, when ``CourseDirectory.db_url`` names one (``doctor_gradebook``).
 
-The server's configuration is read as Jupyter reads it: every folder of Jupyter's
-configuration path, its ``jupyter_server_config.d/*.json``, ``jupyter_server_config.py`` and
-``jupyter_server_config.json`` (the instructor's own files, which the server runs anyway).
-``python -m course_grading.commands.doctor_instructor configure-server`` (the fix of both server lines)
-writes both settings into the user's ``jupyter_server_config.json``, keeping what else it
-holds (``jupyter server extension enable`` only enables an extension whose package ships its
-own configuration, which this course's does not).
+The server's configuration is read as Jupyter reads it (``course.config.jupyter_server_config``:
+the instructor's own files, which the server runs anyway).
+``python -m course_grading.commands.doctor_instructor configure-server`` (the fix of both server
+lines) writes both settings where they win (``server_config``).
 """
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shlex
@@ -30,6 +26,7 @@ from pathlib import Path
 
 from course_grading import system
 
+from . import server_config
 from .doctor import FAIL, OK, Line
 from .doctor_gradebook import check_gradebook
 
@@ -62,21 +59,22 @@ def check_framing(config) -> Line:
 
 def configure_server(folder=None) -> Path:
     """Enable the Formgrader's CSP extension and add ``frame-ancestors 'self'`` to the
-    Content-Security-Policy header, in the user's ``jupyter_server_config.json`` (the rest of
-    the file kept)."""
-    from jupyter_core.paths import jupyter_config_dir
+    Content-Security-Policy header where they win (``server_config``), the server's other
+    ``tornado_settings`` and CSP directives kept as the server had them."""
+    from course_grading.course.config import jupyter_server_config
 
-    path = Path(folder or jupyter_config_dir(), "jupyter_server_config.json")
-    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    server = data.setdefault("ServerApp", {})
-    server.setdefault("jpserver_extensions", {})[EXTENSION] = True
-    headers = server.setdefault("tornado_settings", {}).setdefault("headers", {})
-    policy = [p.strip() for p in str(headers.get("Content-Security-Policy", "")).split(";")
-              if p.strip() and not p.strip().startswith("frame-ancestors")]
-    headers["Content-Security-Policy"] = "; ".join(policy + [FRAMING])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    return path
+    effective = jupyter_server_config().ServerApp.get("tornado_settings", {}) or {}
+
+    def change(server: dict) -> None:
+        server.setdefault("jpserver_extensions", {})[EXTENSION] = True
+        settings = {**server_config.json_only(effective), **server.get("tornado_settings", {})}
+        headers = settings["headers"] = {**(effective.get("headers") or {}), **settings.get("headers", {})}
+        policy = [p.strip() for p in str(headers.get("Content-Security-Policy", "")).split(";")
+                  if p.strip() and not p.strip().startswith("frame-ancestors")]
+        headers["Content-Security-Policy"] = "; ".join(policy + [FRAMING])
+        server["tornado_settings"] = settings
+
+    return server_config.update(change, folder)
 
 
 def _mode_line(what: str, path: Path, mode: int, owner: int | None, sudo: bool) -> Line | None:
