@@ -10,10 +10,12 @@ WARN lines (they fail nothing) unless ``--test`` asks for them; a WARN line also
 optional (the all-MiniLM-L6-v2 weights of notebook 06's last section). The exit status is 1
 when a line is FAIL.
 
-Every fix is one that makes its line OK when run (each was tried: the thing broken, the
-printed fix run, the line OK again). A package installed whose JupyterLab extension files are
-gone is reinstalled by itself (``pip install --force-reinstall --no-deps``: ``setup.sh`` would
-find the package installed and change nothing). A FAIL that stops the course from working
+Every fix is one that makes its line OK when run (the tests break each thing and run the
+printed fix), written for this machine (``course_grading.system``: root's commands plainly as
+root, else through sudo; its package manager). A package installed whose JupyterLab extension
+files are gone is reinstalled by itself (``pip install --force-reinstall --no-deps``:
+``setup.sh`` would find the package installed and change nothing); server extensions are
+enabled where the server reads them (``server_config``). A FAIL that stops the course from working
 (``Line.blocks_start``: Python, the course, its packages, torch, jupyter, the widget
 extension) keeps ``scripts/start.sh`` from starting (``course doctor --start``); one that
 does not (nbgrader's extensions, bubblewrap: ``course check`` then warns and runs unsandboxed)

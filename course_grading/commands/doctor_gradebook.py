@@ -16,8 +16,10 @@ Each FAIL's fix is a command for this machine where one can be known:
 """
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -65,8 +67,10 @@ def check_gradebook(db_url: str, root: Path) -> Line | None:
 def _unconnected(shown: str, exc: Exception, url, root: Path) -> Line:
     """The line of a connection that did not open, with the fix for why."""
     first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    if "FATAL" not in first:  # no server answered
+    if not _answers(url):
         return Line(FAIL, WHAT, f"{shown}: {first}", _start(url))
+    # libpq gives a refused connection no SQLSTATE: its message is all there is to tell the
+    # server's rules (pg_hba.conf, the administrator's) from a role or database missing
     if "pg_hba.conf" in first:
         return Line(FAIL, WHAT, f"{shown}: {first}", "the server refuses this host: add a line for "
                     f"it to the server's pg_hba.conf (database {url.database}, user {url.username}), "
@@ -81,6 +85,23 @@ def _driver(module: str | None) -> str:
         pinned = [f"{r.name}{r.specifier}" for r in _requirements("postgres") if r.name.startswith("psycopg2")]
         return shlex.quote(pinned[0] if pinned else "psycopg2-binary")
     return shlex.quote(DRIVERS.get(str(module), str(module)))
+
+
+def _answers(url) -> bool:
+    """Whether something listens where the URL points (a server, however it then answers)."""
+    host, port = str(url.host or url.query.get("host") or ""), url.port or 5432
+    if host.startswith("/") or not host:  # a socket folder; libpq's default ones for none
+        for folder in ([host] if host else ["/var/run/postgresql", "/tmp"]):
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.settimeout(5)
+                if probe.connect_ex(os.path.join(folder, f".s.PGSQL.{port}")) == 0:
+                    return True
+        return False
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError:
+        return False
+    return True
 
 
 def _local(url) -> bool:
