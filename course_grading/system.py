@@ -93,13 +93,13 @@ def _installed(query: list[str], package: str) -> bool:
     return done.returncode == 0
 
 
-def userns_setting() -> tuple[str, str] | None:
+def userns_setting(proc: str = "/proc/sys") -> tuple[str, str] | None:
     """The kernel setting that keeps this process from making user namespaces, and the value
     that allows them; None when none of them does (a container's seccomp filter, say)."""
     root = os.geteuid() == 0
     for name, forbids, allows, binds_root in USERNS_SETTINGS:
         try:
-            value = Path("/proc/sys", *name.split(".")).read_text(encoding="ascii").strip()
+            value = Path(proc, *name.split(".")).read_text(encoding="ascii").strip()
         except OSError:
             continue
         if value == forbids and (binds_root or not root):
@@ -107,7 +107,7 @@ def userns_setting() -> tuple[str, str] | None:
     return None
 
 
-def userns_fix() -> str | None:
+def userns_fix(proc: str = "/proc/sys") -> str | None:
     """The command that allows user namespaces here (until the next boot), or None."""
-    found = userns_setting()
+    found = userns_setting(proc)
     return as_root(f"sysctl -w {found[0]}={found[1]}") if found else None

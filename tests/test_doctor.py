@@ -270,12 +270,24 @@ FIX_DRIVER = """
 import json, subprocess, sys
 from course_grading.commands import doctor
 from course_grading.sandbox import bubblewrap
-before = doctor.check_bubblewrap()
+from course_grading.errors import GradingError
+from course_grading.grading.autograde import sandbox_available
+
+
+def refusal():
+    try:
+        return "" if sandbox_available(True, refuse=True) else "not refused"
+    except GradingError as exc:
+        return str(exc)
+
+
+before, refused = doctor.check_bubblewrap(), refusal()
 fixed = subprocess.run(before.fix, shell=True, capture_output=True, text=True, timeout=600)
 bubblewrap.available.cache_clear()
 after = doctor.check_bubblewrap()
-print(json.dumps({"before": before.__dict__, "rc": fixed.returncode,
-                  "output": (fixed.stdout + fixed.stderr)[-3000:], "after": after.__dict__}))
+print(json.dumps({"before": before.__dict__, "refused": refused, "rc": fixed.returncode,
+                  "output": (fixed.stdout + fixed.stderr)[-3000:], "after": after.__dict__,
+                  "refused_after": refusal()}))
 """
 
 
@@ -295,7 +307,10 @@ def _break_and_fix(prefix: list[str], breaking: str) -> dict:
     import json
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["before"]["status"] == doctor.FAIL, found
+    # `course autograde` refuses to grade, with the doctor's fix; once it is run, it grades
+    assert f"To fix it: {found['before']['fix']};" in found["refused"], found
     assert found["rc"] == 0, found  # the fix, run as printed
+    assert found["refused_after"] == "" or found["after"]["status"] != doctor.OK, found
     return found
 
 
@@ -323,7 +338,8 @@ def _throwaway_system(tmp_path) -> tuple[list[str], str]:
 
 def test_missing_bubblewrap_is_installed_by_its_fix(tmp_path):
     """bubblewrap removed (dpkg), or its bwrap gone with the package still installed: each
-    time the printed fix, run as root, makes the line OK. In a throw-away system: the machine's
+    time `course autograde` refuses with the doctor's fix, and the printed fix, run as root,
+    makes the line OK and grading possible. In a throw-away system: the machine's
     own bwrap, which other processes use, is never touched."""
     prefix, mount = _throwaway_system(tmp_path)
     started = time.perf_counter()
@@ -425,3 +441,31 @@ def test_server_settings_fixed_where_they_win(tmp_path):
     assert server == ours and server[0] == {"course_grading.instructor_server": True,
                                             "nbgrader.server_extensions.formgrader": True}
     assert server[1] == {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'self'"}
+
+
+def test_fixes_are_written_for_root_for_sudo_and_for_su(tmp_path, monkeypatch):
+    """The same fix as root (run plainly), as a user with sudo, and without it (su); the
+    kernel setting that forbids user namespaces, which root's bwrap ignores but for
+    user.max_user_namespaces."""
+    from course_grading import system
+
+    which = {"sudo": "/usr/bin/sudo", "runuser": "/usr/sbin/runuser"}
+    monkeypatch.setattr(system.shutil, "which", lambda name: which.get(name))
+    proc = tmp_path / "sys"
+    (proc / "kernel").mkdir(parents=True)
+    (proc / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("1\n")
+    for uid, chmod, pipe, userns in (
+            (0, "chmod 1777 /x", "runuser -u postgres -- psql", None),
+            (1000, "sudo chmod 1777 /x", "sudo -u postgres psql",
+             "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")):
+        monkeypatch.setattr(system.os, "geteuid", lambda uid=uid: uid)
+        assert system.as_root("chmod 1777 /x") == chmod
+        assert system.as_user("postgres", "psql") == pipe
+        assert system.userns_fix(str(proc)) == userns
+    assert system.as_root("a && b") == "sudo sh -c 'a && b'"
+    which.pop("sudo")
+    assert system.as_root("chmod 1777 /x") == "su root -c 'chmod 1777 /x'"
+    (proc / "user").mkdir()
+    (proc / "user" / "max_user_namespaces").write_text("0\n")
+    monkeypatch.setattr(system.os, "geteuid", lambda: 0)
+    assert system.userns_fix(str(proc)) == "sysctl -w user.max_user_namespaces=15000"

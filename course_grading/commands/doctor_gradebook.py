@@ -16,6 +16,7 @@ Each FAIL's fix is a command for this machine where one can be known:
 """
 from __future__ import annotations
 
+import getpass
 import os
 import shlex
 import shutil
@@ -162,14 +163,15 @@ def sql(db_url: str) -> str:
     from sqlalchemy.engine import make_url
 
     url = make_url(db_url)
-    role, database = _literal(url.username or "postgres"), _literal(url.database or "postgres")
+    user = url.username or getpass.getuser()  # libpq's defaults: the user's name for both
+    role, database = _literal(user), _literal(url.database or user)
     lines = [f"SELECT format('CREATE ROLE %I LOGIN', {role}) "
              f"WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {role})\\gexec"]
     if url.password is not None:
         lines.append(f"SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', {role}, {_literal(url.password)})\\gexec")
     lines += [f"SELECT format('CREATE DATABASE %I OWNER %I', {database}, {role}) "
               f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = {database})\\gexec",
-              f"\\connect {_psql_word(url.database or 'postgres')}",
+              f"\\connect {_psql_word(url.database or user)}",
               f"SELECT format('GRANT ALL ON SCHEMA public TO %I', {role})\\gexec"]
     return "\n".join(lines) + "\n"
 
