@@ -469,3 +469,21 @@ def test_fixes_are_written_for_root_for_sudo_and_for_su(tmp_path, monkeypatch):
     (proc / "user" / "max_user_namespaces").write_text("0\n")
     monkeypatch.setattr(system.os, "geteuid", lambda: 0)
     assert system.userns_fix(str(proc)) == "sysctl -w user.max_user_namespaces=15000"
+
+
+def test_a_gradebook_on_another_machine_is_made_by_a_runnable_command(tmp_path, monkeypatch):
+    """A server that answers but refuses the role: the fix pipes the SQL to psql on that host,
+    as its superuser; a line the shell parses."""
+    import shlex
+
+    from course_grading.commands import doctor_gradebook as dg
+    from sqlalchemy.engine import make_url
+
+    monkeypatch.setattr(dg, "_answers", lambda url: True)
+    line = dg.check_gradebook("postgresql+psycopg2://grader:pw@192.0.2.1:1/grades", tmp_path)
+    assert line.status == doctor.FAIL and "as the server's superuser" in line.detail
+    assert line.fix == dg._create(make_url("postgresql://grader@192.0.2.1:1/grades"), tmp_path)
+    producer, consumer = line.fix.split(" | ")
+    assert shlex.split(consumer) == ["psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-h",
+                                     "192.0.2.1", "-p", "1", "-U", "postgres"]
+    assert shlex.split(producer)[-2:] == ["sql", str(tmp_path)]

@@ -77,7 +77,7 @@ def _unconnected(shown: str, exc: Exception, url, root: Path) -> Line:
                     f"it to the server's pg_hba.conf (database {url.database}, user {url.username}), "
                     "then reload the server (its configuration is the server's administrator's)")
     return Line(FAIL, WHAT, f"{shown}: {first} (the fix makes the role, its password and the "
-                "database as the URL says)", _create(url, root))
+                "database as the URL says, as the server's superuser)", _create(url, root))
 
 
 def _driver(module: str | None) -> str:
@@ -147,7 +147,7 @@ def _create(url, root: Path) -> str:
     psql = "psql -v ON_ERROR_STOP=1 -q -d postgres"
     port = url.port or 5432
     if not _local(url):
-        return f"{produce} | {psql} -h {shlex.quote(url.host)} -p {port} -U postgres (a superuser of that server)"
+        return f"{produce} | {psql} -h {shlex.quote(url.host)} -p {port} -U postgres"  # its superuser
     cluster = _cluster(port)
     if cluster:
         return f"{produce} | {system.as_user(cluster[3], f'{psql} --cluster {cluster[0]}/{cluster[1]}')}"
