@@ -14,8 +14,9 @@
 
 At the top, the modules whose dotted path is named outside the code (a configuration or a
 command line): ``exchange`` (``nbgrader_config.py``), ``instructor_server`` (the Jupyter
-server's extension), ``expected`` (``python -m course_grading.expected``); and the two that
-every part uses: ``errors`` and ``untrusted``. None of it is installed on a student's machine:
+server's extension), ``expected`` (``python -m course_grading.expected``); the two that
+every part uses: ``errors`` and ``untrusted``; and ``system``, the commands that fix this
+machine (the doctor's fixes, the sandbox's). None of it is installed on a student's machine:
 ``course build-student`` builds the learner side, ``course_utils``, alone.
 """
 import sys as _sys

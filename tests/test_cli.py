@@ -278,12 +278,16 @@ def test_no_process_of_the_course_builds_jsonschemas_iri_grammar(module):
 def test_autograde_refuses_without_a_sandbox(course, capsys, monkeypatch):
     """Where bubblewrap does not run, grading a class is refused in one line that says how to fix
     it; only --no-sandbox grades unsandboxed (and says so)."""
+    from course_grading.commands import doctor
     from course_grading.sandbox import bubblewrap
 
     submission = course / "submitted" / "alice" / ASSIGNMENT
     submission.mkdir(parents=True)
     write_notebook(tiny_notebook(), submission / f"{ASSIGNMENT}.ipynb")
     monkeypatch.setattr(bubblewrap, "available", lambda: (False, "bubblewrap (bwrap) is not installed"))
+    monkeypatch.setenv("PATH", str(course))  # no bwrap on it
     line = run_error(capsys, "--root", str(course), "autograde", "--jobs", "1")
-    assert "bubblewrap (bwrap) is not installed" in line and "apt-get install bubblewrap" in line
+    # the fix `course doctor` prints, for this machine (test_doctor runs it)
+    assert "bubblewrap (bwrap) is not installed" in line and f"To fix it: {bubblewrap.fix()};" in line
+    assert bubblewrap.fix() == doctor.check_bubblewrap().fix != ""
     assert "--no-sandbox" in line

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -39,8 +41,8 @@ def test_this_environment(capsys):
 
 
 def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
-    """ipywidgets too old (an older distribution first on the path), no bubblewrap nor Chromium
-    on PATH, nbgrader's Formgrader switched off in the user's Jupyter configuration."""
+    """ipywidgets too old (an older distribution first on the path), bubblewrap and Chromium
+    not on PATH, nbgrader's Formgrader switched off in the user's Jupyter configuration."""
     old = tmp_path / "site" / "ipywidgets-7.0.0.dist-info"
     old.mkdir(parents=True)
     (old / "METADATA").write_text("Metadata-Version: 2.1\nName: ipywidgets\nVersion: 7.0.0\n")
@@ -63,13 +65,14 @@ def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
 
     text, fix = line("FAIL", "ipywidgets")
     assert "7.0.0 installed, the course needs >=8.1" in text and "fix: bash scripts/setup.sh" in fix
-    text, fix = line("FAIL", "bubblewrap")
-    assert "bwrap is not on PATH" in text and "apt-get install bubblewrap" in fix
+    text, fix = line("FAIL", "bubblewrap")  # installed, not on this PATH: the fix puts it there
+    assert "bwrap is installed, but not on PATH" in text and 'fix: export PATH="$PATH:/' in fix
     text, fix = line("FAIL", "nbgrader extensions")
     assert "nbgrader.server_extensions.formgrader" in text
-    assert "jupyter server extension enable --sys-prefix nbgrader.server_extensions.formgrader" in fix
+    assert fix.strip() == (f"fix: {sys.executable} -m course_grading.commands.server_config enable "
+                           "nbgrader.server_extensions.formgrader")
     text, fix = line("WARN", "chromium")  # only the tests need it ...
-    assert "apt-get install chromium" in fix
+    assert "chromium" in text and ('fix: export PATH="$PATH:/' in fix or "install" in fix)
     line("OK", "torch device")
     assert "3 problems found" in run.stdout
 
@@ -79,6 +82,14 @@ def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
     assert not any(ln.startswith("OK") for ln in quiet.stdout.splitlines())  # only what is wrong
     assert any(ln.startswith("FAIL  chromium") for ln in quiet.stdout.splitlines())  # ... unless --test
     assert "4 problems found" in quiet.stdout
+
+    # the fixes of nbgrader's extensions and of bubblewrap, run as printed (in one shell: the
+    # PATH it sets is that shell's), make their lines OK
+    fixes = [lines[lines.index(found) + 1].split("fix: ", 1)[1] for found in lines
+             if found.startswith(("FAIL  nbgrader extensions", "FAIL  bubblewrap"))]
+    after = subprocess.run(" && ".join([*fixes, f'"{COURSE}" --root "{ROOT}" doctor']), shell=True,
+                           capture_output=True, text=True, env=env, timeout=300)
+    assert "OK    nbgrader extensions" in after.stdout and "OK    bubblewrap" in after.stdout, after.stdout
 
 
 def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
@@ -193,12 +204,39 @@ def test_exchange_modes_and_owner_are_made_ok_by_their_fixes(tmp_path):
     assert stat.S_IMODE((exchange / "attention-course" / "inbound").stat().st_mode) == 0o3733
 
 
-def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix():
-    from course_grading.commands import doctor_instructor as di
+def test_a_postgresql_gradebook_that_cannot_be_reached_fails_with_its_fix(tmp_path):
+    """On another machine, no command from here starts its server: the line says so. (Each
+    failure of a gradebook on this machine is broken and fixed in test_postgres.py.)"""
+    from course_grading.commands import doctor_gradebook as dg
 
-    line = di.check_gradebook("postgresql://grader:secret@127.0.0.1:1/grades")
-    assert line.status == doctor.FAIL and "secret" not in line.detail and "createdb" in line.fix
-    assert di.check_gradebook("sqlite:///gradebook.db") is None
+    line = dg.check_gradebook("postgresql+psycopg2://grader:secret@192.0.2.1:1/grades", tmp_path)
+    assert line.status == doctor.FAIL and "secret" not in line.detail + line.fix
+    assert line.fix.startswith("none from here: the server at 192.0.2.1:1 runs on another machine")
+    assert dg.check_gradebook("sqlite:///gradebook.db", tmp_path) is None
+
+
+def test_a_gradebook_driver_that_does_not_import_is_installed_by_its_fix(tmp_path, monkeypatch):
+    """The fix names the driver's package (the course's pin for psycopg2). Not run here: it
+    would change this environment's packages."""
+    from course_grading.commands import doctor_gradebook as dg
+
+    monkeypatch.setitem(sys.modules, "psycopg2", None)  # `import psycopg2` raises ImportError
+    line = dg.check_gradebook("postgresql+psycopg2://grader@localhost/gradebook", tmp_path)
+    assert line.status == doctor.FAIL and "its driver does not import" in line.detail
+    assert line.fix == f"{sys.executable} -m pip install 'psycopg2-binary>=2.9'"
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    line = dg.check_gradebook("postgresql+psycopg://grader@localhost/gradebook", tmp_path)
+    assert line.fix == f"{sys.executable} -m pip install 'psycopg[binary]'"
+
+
+def test_the_gradebook_sql_quotes_what_the_url_holds():
+    """The role, its password and the database, quoted for SQL and for psql."""
+    from course_grading.commands import doctor_gradebook as dg
+
+    sql = dg.sql("postgresql+psycopg2://o'neil:it%27s%20%5C%3Asecret@localhost/grade'book")
+    assert "WHERE rolname = 'o''neil'" in sql and "PASSWORD %L', 'o''neil', 'it''s \\:secret')" in sql
+    assert "\\connect 'grade\\'book'" in sql and sql.count("\\gexec") == 4
+    assert "PASSWORD" not in dg.sql("postgresql://grader@localhost/gradebook")
 
 
 def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path, monkeypatch, capsys):
@@ -220,9 +258,232 @@ def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path,
     if di.check_csp_extension(jupyter_server_config()).status == doctor.OK:
         pytest.skip("this machine's system-wide Jupyter configuration already enables it")
     for what in ("formgrader CSP", "exchange"):  # the first fix makes both server lines OK
-        fix = lines[what].fix.replace("sudo ", "")  # the test owns the folder
-        assert subprocess.run(fix, shell=True, env={**os.environ}, timeout=300).returncode == 0
+        _run_fix(lines[what], {**os.environ})
     assert all(line.status == doctor.OK for line in di.diagnose(course)), di.diagnose(course)
     assert main(["--root", str(course), "doctor", "--instructor", "--quiet"]) in (0, 1)
     out = capsys.readouterr().out
     assert not any(ln.startswith(("FAIL  formgrader", "FAIL  frame", "FAIL  exchange")) for ln in out.splitlines())
+
+
+# What a fix run in a throw-away system returns: the line before, the fix's own output, the line after.
+FIX_DRIVER = """
+import json, subprocess, sys
+from course_grading.commands import doctor
+from course_grading.sandbox import bubblewrap
+from course_grading.errors import GradingError
+from course_grading.grading.autograde import sandbox_available
+
+
+def refusal():
+    try:
+        return "" if sandbox_available(True, refuse=True) else "not refused"
+    except GradingError as exc:
+        return str(exc)
+
+
+before, refused = doctor.check_bubblewrap(), refusal()
+fixed = subprocess.run(before.fix, shell=True, capture_output=True, text=True, timeout=600)
+bubblewrap.available.cache_clear()
+after = doctor.check_bubblewrap()
+print(json.dumps({"before": before.__dict__, "refused": refused, "rc": fixed.returncode,
+                  "output": (fixed.stdout + fixed.stderr)[-3000:], "after": after.__dict__,
+                  "refused_after": refusal()}))
+"""
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason}: under CI (root on Debian) the test must run")
+    pytest.skip(reason)
+
+
+def _break_and_fix(prefix: list[str], breaking: str) -> dict:
+    """Run ``breaking`` (a shell script) then FIX_DRIVER under ``prefix`` (a namespace of
+    their own), and return what FIX_DRIVER found."""
+    script = f'set -e\n{breaking}\nexec "{sys.executable}" -c "$0"'
+    done = subprocess.run([*prefix, "sh", "-c", script, FIX_DRIVER], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    import json
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["before"]["status"] == doctor.FAIL, found
+    # `course autograde` refuses to grade, with the doctor's fix; once it is run, it grades
+    assert f"To fix it: {found['before']['fix']};" in found["refused"], found
+    assert found["rc"] == 0, found  # the fix, run as printed
+    assert found["refused_after"] == "" or found["after"]["status"] != doctor.OK, found
+    return found
+
+
+def _throwaway_system(tmp_path) -> tuple[list[str], str]:
+    """A mount namespace whose /usr, /etc and /var are overlays on a tmpfs (what a package
+    manager changes there is seen by no other process, and gone at its end), and the shell
+    that mounts them. Skipped where it cannot be made: not root, no apt, no overlayfs."""
+    if not sys.platform.startswith("linux") or os.geteuid() != 0:
+        _unavailable("removing and reinstalling a package needs root on Linux")
+    if not (shutil.which("apt-get") and shutil.which("dpkg") and shutil.which("unshare")):
+        _unavailable("no apt-get, dpkg or unshare: not a Debian system")
+    layers = tmp_path / "layers"
+    layers.mkdir()
+    mount = f'mount -t tmpfs tmpfs "{layers}"\n' + "".join(
+        f'mkdir "{layers}/{d}" "{layers}/{d}.work"\nmount -t overlay overlay -o '
+        f'lowerdir=/{d},upperdir="{layers}/{d}",workdir="{layers}/{d}.work" /{d}\n' for d in ("usr", "etc", "var"))
+    prefix = ["unshare", "--mount", "--propagation", "private"]
+    probe = subprocess.run([*prefix, "sh", "-c", f"set -e\n{mount}test -x /usr/bin/bwrap"],
+                           capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        _unavailable(f"no overlay mount in a mount namespace here: {probe.stderr.strip()[:200]}")
+    # dpkg's manual-page trigger (tens of seconds) is off in the throw-away system only
+    return prefix, mount + "rm -f /var/lib/man-db/auto-update\n"
+
+
+def test_missing_bubblewrap_is_installed_by_its_fix(tmp_path):
+    """bubblewrap removed (dpkg), or its bwrap gone with the package still installed: each
+    time `course autograde` refuses with the doctor's fix, and the printed fix, run as root,
+    makes the line OK and grading possible. In a throw-away system: the machine's
+    own bwrap, which other processes use, is never touched."""
+    prefix, mount = _throwaway_system(tmp_path)
+    started = time.perf_counter()
+    found = _break_and_fix(prefix, mount + "dpkg --remove --force-depends bubblewrap >/dev/null\n"
+                           "! command -v bwrap")
+    assert "bwrap is not installed" in found["before"]["detail"]
+    assert found["before"]["fix"] == "apt-get install -y bubblewrap"
+    assert found["after"]["status"] == doctor.OK, found
+    removed = time.perf_counter() - started
+    found = _break_and_fix(prefix, mount + "rm /usr/bin/bwrap")
+    assert found["before"]["fix"] == "apt-get install -y --reinstall bubblewrap"
+    assert found["after"]["status"] == doctor.OK, found
+    assert Path("/usr/bin/bwrap").is_file()
+    print(f"bubblewrap removed, then fixed: {removed:.1f} s; its bwrap deleted, then fixed: "
+          f"{time.perf_counter() - started - removed:.1f} s")
+
+
+def test_bwrap_off_path_is_put_on_it_by_its_fix(tmp_path):
+    """bwrap installed, PATH without its folder: the fix puts the folder on PATH (the sandbox
+    finds bwrap on PATH), in the shell that then grades."""
+    if not sys.platform.startswith("linux") or shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed here")
+    env = {**os.environ, "PATH": str(COURSE.parent)}
+    line = subprocess.run([sys.executable, "-c", "from course_grading.commands import doctor; "
+                           "print(doctor.check_bubblewrap().fix)"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    fix = line.stdout.strip()
+    assert fix.startswith('export PATH="$PATH:'), line.stdout + line.stderr
+    after = subprocess.run(f'{fix} && "{sys.executable}" -c "from course_grading.commands import doctor; '
+                           f'print(doctor.check_bubblewrap().status)"', shell=True, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert after.stdout.strip() == doctor.OK, after.stdout + after.stderr
+
+
+def test_bubblewrap_without_user_namespaces_is_fixed_by_its_sysctl():
+    """No user namespace allowed (``user.max_user_namespaces`` 0, set in a user namespace of
+    the test's own: its limits are its own, the machine's stay as they are): bwrap runs no
+    sandbox, the line names the setting, and its fix (run as root there) makes it OK."""
+    if not sys.platform.startswith("linux") or shutil.which("bwrap") is None or not shutil.which("unshare"):
+        pytest.skip("bubblewrap or unshare is not installed here")
+    prefix = ["unshare", "--user", "--map-root-user"]
+    if subprocess.run([*prefix, "true"], capture_output=True, timeout=60).returncode != 0:
+        _unavailable("this machine makes no user namespace (`course doctor` says why)")
+    found = _break_and_fix(prefix, "echo 0 > /proc/sys/user/max_user_namespaces")
+    assert "does not run a sandbox here" in found["before"]["detail"]
+    assert found["before"]["fix"] == "sysctl -w user.max_user_namespaces=15000"
+    assert found["after"]["status"] == doctor.OK, found
+
+
+SERVER_SEES = """
+import json
+from jupyter_server.serverapp import ServerApp
+from course_grading.course.config import jupyter_server_config
+app = ServerApp()
+app.load_config_file()
+app.find_server_extensions()
+ours = jupyter_server_config().ServerApp
+keys = ("course_grading.instructor_server", "nbgrader.server_extensions.formgrader")
+print(json.dumps([[{k: app.jpserver_extensions.get(k) for k in keys}, (app.tornado_settings.get("headers") or {})],
+                  [{k: ours.jpserver_extensions.get(k) for k in keys},
+                   (ours.get("tornado_settings", {}) or {}).get("headers") or {}]]))
+"""
+
+
+def _server_and_doctor_see(env) -> list:
+    import json
+    done = subprocess.run([sys.executable, "-c", SERVER_SEES], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_server_settings_fixed_where_they_win(tmp_path):
+    """A folder before the user's (JUPYTER_CONFIG_PATH, or the environment's in a virtual
+    environment) turns the Formgrader off, its CSP extension too, and sets frame-ancestors
+    'none'; a .py in the user's sets other things. The doctor reads what Jupyter's server
+    reads, and the printed fixes, run, make the server itself see them right."""
+    first, user = tmp_path / "first", tmp_path / "user"
+    (user / "jupyter_server_config.d").mkdir(parents=True)
+    first.mkdir()
+    (first / "jupyter_server_config.json").write_text(
+        '{"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": false, '
+        '"course_grading.instructor_server": false}, "tornado_settings": {"xsrf_cookies": true, '
+        '"headers": {"Content-Security-Policy": "default-src \'self\'; frame-ancestors \'none\'"}}}}')
+    (user / "jupyter_server_config.d" / "course.json").write_text(
+        '{"ServerApp": {"jpserver_extensions": {"course_grading.instructor_server": true}}}')
+    (user / "jupyter_server_config.py").write_text(
+        "c.ServerApp.tornado_settings = {'headers': {'X-Frame-Options': 'DENY'}}\n")
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(first), "JUPYTER_CONFIG_DIR": str(user),
+           "JUPYTER_PREFER_ENV_PATH": "0"}
+    server, ours = _server_and_doctor_see(env)
+    assert server == ours and server[0] == {"course_grading.instructor_server": False,
+                                            "nbgrader.server_extensions.formgrader": False}
+    from course_grading.commands import doctor_instructor as di
+    from course_grading.commands import server_config
+    for fix in (di.CONFIGURE, server_config.command("nbgrader.server_extensions.formgrader")):
+        done = subprocess.run(fix, shell=True, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and str(first) in done.stdout, done.stdout + done.stderr
+    server, ours = _server_and_doctor_see(env)
+    assert server == ours and server[0] == {"course_grading.instructor_server": True,
+                                            "nbgrader.server_extensions.formgrader": True}
+    assert server[1] == {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'self'"}
+
+
+def test_fixes_are_written_for_root_for_sudo_and_for_su(tmp_path, monkeypatch):
+    """The same fix as root (run plainly), as a user with sudo, and without it (su); the
+    kernel setting that forbids user namespaces, which root's bwrap ignores but for
+    user.max_user_namespaces."""
+    from course_grading import system
+
+    which = {"sudo": "/usr/bin/sudo", "runuser": "/usr/sbin/runuser"}
+    monkeypatch.setattr(system.shutil, "which", lambda name: which.get(name))
+    proc = tmp_path / "sys"
+    (proc / "kernel").mkdir(parents=True)
+    (proc / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("1\n")
+    for uid, chmod, pipe, userns in (
+            (0, "chmod 1777 /x", "runuser -u postgres -- psql", None),
+            (1000, "sudo chmod 1777 /x", "sudo -u postgres psql",
+             "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")):
+        monkeypatch.setattr(system.os, "geteuid", lambda uid=uid: uid)
+        assert system.as_root("chmod 1777 /x") == chmod
+        assert system.as_user("postgres", "psql") == pipe
+        assert system.userns_fix(str(proc)) == userns
+    assert system.as_root("a && b") == "sudo sh -c 'a && b'"
+    which.pop("sudo")
+    assert system.as_root("chmod 1777 /x") == "su root -c 'chmod 1777 /x'"
+    (proc / "user").mkdir()
+    (proc / "user" / "max_user_namespaces").write_text("0\n")
+    monkeypatch.setattr(system.os, "geteuid", lambda: 0)
+    assert system.userns_fix(str(proc)) == "sysctl -w user.max_user_namespaces=15000"
+
+
+def test_a_gradebook_on_another_machine_is_made_by_a_runnable_command(tmp_path, monkeypatch):
+    """A server that answers but refuses the role: the fix pipes the SQL to psql on that host,
+    as its superuser; a line the shell parses."""
+    import shlex
+
+    from course_grading.commands import doctor_gradebook as dg
+    from sqlalchemy.engine import make_url
+
+    monkeypatch.setattr(dg, "_answers", lambda url: True)
+    line = dg.check_gradebook("postgresql+psycopg2://grader:pw@192.0.2.1:1/grades", tmp_path)
+    assert line.status == doctor.FAIL and "as the server's superuser" in line.detail
+    assert line.fix == dg._create(make_url("postgresql://grader@192.0.2.1:1/grades"), tmp_path)
+    producer, consumer = line.fix.split(" | ")
+    assert shlex.split(consumer) == ["psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-h",
+                                     "192.0.2.1", "-p", "1", "-U", "postgres"]
+    assert shlex.split(producer)[-2:] == ["sql", str(tmp_path)]

@@ -4,8 +4,11 @@ A throw-away PostgreSQL server (Debian's `postgresql` package) is started on loo
 socket in a temporary folder, and stopped at the end. Two `course autograde` processes grade
 disjoint halves of a class at the same moment into it, one finding the database in
 nbgrader_config.py, the other given `--db`; every grade must land exactly once and be right.
-Skipped (with the reason) where no PostgreSQL server binaries or no psycopg2 exist, except under
-CI, where it must run.
+Then `course doctor --instructor` on a gradebook of a Debian cluster of the test's own: each
+thing it checks broken in turn, and the fix it printed run as it is.
+
+Skipped (with the reason) where no PostgreSQL server binaries (for the doctor's test: Debian's,
+and root) or no psycopg2 exist, except under CI, where it must run.
 """
 from __future__ import annotations
 
@@ -167,3 +170,90 @@ def test_two_graders_at_once_share_one_postgres_gradebook(tmp_path, postgres_url
     assert main(["--root", str(course), "report", "--db", f"sqlite:///{other}"]) == 2
     assert other.is_file()
     print(f"two graders, {len(SOLVED | BLANK)} submissions, one PostgreSQL gradebook: {seconds:.1f} s")
+
+
+@pytest.fixture
+def debian_cluster(monkeypatch):
+    """A PostgreSQL cluster of Debian's (postgresql-common), created stopped, its configuration
+    in a folder of the test's own (``PG_CLUSTER_CONF_ROOT``: pg_lsclusters and pg_ctlcluster
+    see it, and no cluster of the machine's); (version, name, port). Dropped at the end."""
+    if not shutil.which("pg_createcluster") or _pg_bin() is None:
+        _unavailable("no Debian PostgreSQL (apt-get install postgresql)")
+    if os.geteuid() != 0:
+        _unavailable("the gradebook's fixes run PostgreSQL's commands as its user: root is needed")
+    import pwd
+    account = pwd.getpwnam("postgres")
+    folder = Path(tempfile.mkdtemp(prefix="course-pg-"))  # not under tmp_path: postgres must reach it
+    (folder / "socket").mkdir()
+    for path in (folder, folder / "socket"):
+        os.chown(path, account.pw_uid, account.pw_gid)
+    monkeypatch.setenv("PG_CLUSTER_CONF_ROOT", str(folder / "conf"))
+    version, name, port = Path(_pg_bin()).parent.name, "coursetest", _free_port()
+    made = subprocess.run(["pg_createcluster", version, name, "-p", str(port), "-d", str(folder / "data"),
+                    "-s", str(folder / "socket"), "-l", str(folder / "log"),
+                    "-o", f"external_pid_file='{folder / 'pid'}'",
+                    "-o", "fsync=off", "--", "--no-sync"], capture_output=True, text=True, timeout=120)
+    try:
+        if made.returncode != 0:
+            pytest.fail(f"pg_createcluster: {made.stdout}{made.stderr}")
+        yield version, name, port
+    finally:
+        for action in (["pg_ctlcluster", version, name, "stop", "-m", "fast"],  # (dropcluster's
+                       ["pg_dropcluster", version, name]):  # --stop leaves it running here)
+            subprocess.run(action, capture_output=True, timeout=120)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_cluster, capsys, monkeypatch):
+    """`course doctor --instructor` on a PostgreSQL gradebook: the server stopped, then no role,
+    a wrong password, no database, no right to create tables. Each time the fix printed is run
+    as it is, in a shell, and the line is then OK (or, the server started, names the next thing)."""
+    from sqlalchemy.engine import URL
+
+    from course_grading.commands.cli import main
+    from course_grading.commands.doctor_gradebook import check_gradebook
+
+    version, name, port = debian_cluster
+    password = "it's a s3cret"  # quoted through the URL, the SQL and psql
+    url = URL.create("postgresql+psycopg2", username="grader", password=password, host="127.0.0.1",
+                     port=port, database=DB_NAME).render_as_string(hide_password=False)
+    course = make_course(tmp_path / "course", {})
+    with (course / "nbgrader_config.py").open("a") as fh:
+        fh.write(f"\nc.CourseDirectory.db_url = {url!r}\nc.Exchange.root = {str(tmp_path / 'exchange')!r}\n")
+
+    def superuser(statement: str, database: str = "postgres") -> None:
+        subprocess.run(["runuser", "-u", "postgres", "--", "psql", "--cluster", f"{version}/{name}",
+                        "-v", "ON_ERROR_STOP=1", "-d", database, "-c", statement], check=True,
+                       capture_output=True, text=True, timeout=60)
+
+    def fix(line, expect: str):
+        assert line.status == "FAIL" and expect in line.detail, line
+        assert password not in line.detail + line.fix
+        done = subprocess.run(line.fix, shell=True, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"{line.fix}\n{done.stdout}{done.stderr}"
+        return check_gradebook(url, course)
+
+    started = time.perf_counter()
+    main(["--root", str(course), "doctor", "--instructor"])  # the server is down: as printed
+    printed = capsys.readouterr().out.splitlines()
+    at = next(i for i, ln in enumerate(printed) if ln.startswith("FAIL  gradebook"))
+    line = check_gradebook(url, course)
+    assert printed[at + 1].strip() == f"fix: {line.fix}" == f"fix: pg_ctlcluster {version} {name} start"
+    line = fix(line, "Connection refused")
+    line = fix(line, 'password authentication failed for user "grader"')  # no such role yet
+    assert line.status == "OK" and line.detail.endswith("connected (nbgrader makes its tables when it first grades)")
+
+    superuser("ALTER ROLE grader PASSWORD 'another'")
+    assert fix(check_gradebook(url, course), "password authentication failed").status == "OK"
+    superuser(f"DROP DATABASE {DB_NAME}")
+    assert fix(check_gradebook(url, course), f'database "{DB_NAME}" does not exist').status == "OK"
+    superuser(f"ALTER DATABASE {DB_NAME} OWNER TO postgres")  # made by another: no CREATE in public
+    superuser("REVOKE ALL ON SCHEMA public FROM grader, PUBLIC", DB_NAME)
+    assert fix(check_gradebook(url, course), "may not create nbgrader's tables").status == "OK"
+    from nbgrader.api import Gradebook
+    monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # its alembic
+    with Gradebook(url, "attention-course") as gb:  # nbgrader makes its tables
+        assert gb.students == []
+    line = check_gradebook(url, course)
+    assert line.status == "OK" and "nbgrader's tables there" in line.detail
+    print(f"five gradebook failures broken and fixed: {time.perf_counter() - started:.1f} s")

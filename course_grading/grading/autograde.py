@@ -295,9 +295,10 @@ def sandbox_available(sandboxed: bool, refuse: bool = False) -> bool:
     not run here is an error that says how to fix it, never a warning."""
     ok, why = bubblewrap.available() if sandboxed else (False, "--no-sandbox")
     if not ok and sandboxed and refuse:
-        raise GradingError(bubblewrap.UNSANDBOXED_REFUSAL.format(why=why))
+        raise GradingError(bubblewrap.UNSANDBOXED_REFUSAL.format(why=why, fix=bubblewrap.fix()))
     if not ok:
-        print(bubblewrap.UNSANDBOXED_WARNING.format(why=why), file=sys.stderr, flush=True)
+        fix = bubblewrap.fix() if sandboxed else "grade without --no-sandbox"
+        print(bubblewrap.UNSANDBOXED_WARNING.format(why=why, fix=fix), file=sys.stderr, flush=True)
     return ok
 
 

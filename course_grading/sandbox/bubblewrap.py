@@ -24,8 +24,9 @@ runs ``bwrap``, which gives the code:
 
 Inside, each kernel or audit the server forks gets fresh namespaces of its own (see
 ``warm_server`` and ``isolate``). Where bubblewrap is missing or does not work (macOS, a
-container without user namespaces), ``available()`` says why and the grader runs the kernel
-unsandboxed, loudly.
+container without user namespaces), ``available()`` says why, ``fix()`` what makes it run on
+this machine, and the grader refuses to grade a class (or, for one notebook, runs the kernel
+unsandboxed, loudly).
 """
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import course_utils
 
+from .. import system
 from .settings import Settings
 
 LEARNER_PACKAGE = Path(course_utils.__file__).resolve().parent
@@ -66,10 +68,9 @@ SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-"
                   "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/var/backups", "/var/cache",
                   "/var/lib", "/var/log", "/var/mail", "/var/spool")
 UNSANDBOXED_WARNING = ("WARNING: grading WITHOUT a sandbox ({why}): student code runs with your "
-                       "rights and can read or change the gradebook. Install bubblewrap "
-                       "(apt-get install bubblewrap) to sandbox it.")
-UNSANDBOXED_REFUSAL = ("grading needs the bubblewrap sandbox, which does not run here ({why}): install "
-                       "it (apt-get install bubblewrap), or grade unsandboxed with --no-sandbox")
+                       "rights and can read or change the gradebook. To sandbox it: {fix}")
+UNSANDBOXED_REFUSAL = ("grading needs the bubblewrap sandbox, which does not run here ({why}). "
+                       "To fix it: {fix}; or grade unsandboxed with --no-sandbox")
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,6 +88,18 @@ def available() -> tuple[bool, str]:
     if probe.returncode != 0:
         return False, f"bubblewrap does not work here: {probe.stderr.strip()[:200]}"
     return True, ""
+
+
+def fix() -> str:
+    """What makes bubblewrap run here, as a command for this machine where one can (install it,
+    put it on PATH, allow user namespaces), else what to do instead."""
+    if shutil.which("bwrap") is None:
+        return system.provide("bwrap", "bubblewrap")
+    return system.userns_fix() or (
+        "none here: this system forbids the user namespaces bubblewrap needs, and no kernel "
+        "setting of it is to blame (a container's seccomp or AppArmor profile is): grade on a "
+        "machine or VM, or in a container started with --security-opt seccomp=unconfined "
+        "--security-opt apparmor=unconfined")
 
 
 def sandbox_ids() -> tuple[int, int]:
