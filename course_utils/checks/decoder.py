@@ -99,6 +99,11 @@ def decoder_layer_outputs(parts: Parts, x, memory, tm, mm, norm_first: bool) -> 
         h = h + C(N2(h), memory, mm)
         return h + ffn(N3(h))
 
+    def pre_with_memory_normalised():
+        h = x + S(N1(x), tm)
+        h = h + C(N2(h), N2(memory), mm)
+        return h + ffn(N3(h))
+
     def masked_self(h):
         return S(h, tm)
 
@@ -115,6 +120,9 @@ def decoder_layer_outputs(parts: Parts, x, memory, tm, mm, norm_first: bool) -> 
             (post(lambda h: S(h, None), cross), "tgt_mask is ignored: the decoder's "
              "self-attention would see future tokens. Pass tgt_mask to self_attn."),
             (pre_without_tgt_mask(), "tgt_mask is ignored (and this is pre-norm)."),
+            (pre_with_memory_normalised(), "norm2 normalises the memory too. In pre-norm it "
+             "normalises the cross-attention's queries only (the decoder's state); the keys and "
+             "values take the memory as the encoder gave it."),
             (post(masked_self, lambda h: C(h, memory, None)), "memory_mask is ignored: pass it "
              "to cross_attn so that padded source positions get no attention."),
             (post(lambda h: S(h, None), lambda h: C(h, memory, None)), "both masks are ignored."),
@@ -296,6 +304,12 @@ def check_transformer(Transformer) -> None:
     compare(c, got, outs["logits"], "forward should encode the source and decode the target "
             "with it.", outs["mistakes"], passed="forward: src_mask for encoder and "
             "cross-attention, tgt_mask for the decoder")
+    unmasked = transformer_outputs(parts, src, tgt, sm, None, table)["logits"]
+    compare(c, c.call(model, src, tgt, sm), unmasked, "with tgt_mask=None (no mask at all) the "
+            "decoder should see every target position.", [(outs["logits"], "with tgt_mask=None "
+            "forward still hides the future: it should pass on the masks it is given and make "
+            "none of its own (the caller makes the causal mask).")],
+            passed="tgt_mask=None: no target mask")
     c.done()
 
 

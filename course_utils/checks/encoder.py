@@ -324,6 +324,9 @@ def check_feed_forward(FeedForward) -> None:
            "gives the same output as without dropout: keep an nn.Dropout(dropout) and apply it "
            "to the wide (d_ff) vector, between the ReLU and linear2.",
            "dropout=0.5 acts in training mode")
+    c.that((to_numpy(noisy) == 0).mean() < 0.2, "FeedForward(..., dropout=0.5) in training "
+           "mode zeroes whole entries of the output: the dropout comes after linear2. It belongs "
+           "on the wide (d_ff) vector, between the ReLU and linear2.")
     c.done()
 
 
@@ -355,6 +358,8 @@ def encoder_layer_outputs(parts: Parts, x, mask, norm_first: bool) -> dict:
         pre_no_res_attn = h + ffn(N2(h))
         h = x + A(N1(x))
         pre_no_res_ffn = ffn(N2(h))
+        h = N1(x) + A(N1(x))
+        pre_res_on_h = N2(h) + ffn(N2(h))
         h = N1(x + ffn(x))
         ffn_first = N2(h + A(h))
         mistakes = [
@@ -366,6 +371,8 @@ def encoder_layer_outputs(parts: Parts, x, mask, norm_first: bool) -> dict:
             (pre_no_res_attn, "pre-norm without the residual around attention: x + attn(norm(x)), "
              "not attn(norm(x))."),
             (pre_no_res_ffn, "pre-norm without the residual around the feed-forward network."),
+            (pre_res_on_h, "pre-norm adds each sub-layer's output to the normalised h; the "
+             "residual adds it to x itself, x + attn(norm1(x)), so that x passes unnormalised."),
             (ffn_first, "the feed-forward network runs before self-attention; attention comes "
              "first."),
         ]

@@ -58,6 +58,12 @@ def diagnose_table(c: Check, got, want, mistakes: dict, max_len: int, what: str)
     for key, wrong in mistakes.items():
         if near(got, wrong, 1e-4 + 3e-7 * max_len, 1e-4):
             c.fail(f"{what}: {TABLE_MISTAKES[key]}")
+    sines, cosines = got[:, 0::2], got[:, 1::2]  # (max_len, d_model / 2) each, one per pair
+    if sines.shape[1] > 1 and near(sines, sines[:, :1].expand_as(sines), 1e-6, 1e-6) \
+            and near(cosines, cosines[:, :1].expand_as(cosines), 1e-6, 1e-6):
+        c.fail(f"{what}: every sin/cos pair turns at the same rate, as if the exponent 2i/d_model "
+               "were 0 for every pair: integer division (//) or integer arithmetic drops its "
+               "fraction. Keep it in floating point.")
     c.fail(f"{what}: wrong values (tolerance {tolerance(max_len):.1g}). PE[pos, 2i] = "
            "sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model)), "
            "positions 0 … max_len-1.")

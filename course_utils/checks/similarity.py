@@ -88,6 +88,11 @@ def check_most_similar(most_similar) -> None:
     c.that(np.issubdtype(got.dtype, np.integer),
            "should return row ids (integers), not similarities.", "returns k integer ids")
     want = stored(ASSIGNMENT, "similar_ids").tolist()
+    if set(got.tolist()) != set(want):  # right with a list? Then the empty tuple was the index
+        with_list = np.asarray(c.call(most_similar, q, E, k=3, exclude=[])).tolist()
+        c.that(with_list != want, "wrong rows with the default exclude=(), right ones with "
+               "exclude=[]: indexing with an empty tuple, scores[()], selects EVERY score, so "
+               "all of them were excluded. Turn exclude into a list first.")
     c.that(set(got.tolist()) == set(want),
            "these are not the k most cosine-similar rows: rank by cosine (not the raw dot "
            "product, which favours long vectors), highest first.", "finds the k nearest rows")

@@ -157,6 +157,12 @@ def most_similar(query, E, k=5, exclude=()):
         s[exclude] = -np.inf
     return np.argsort(-s)[:k]
 ''',
+        "empty_tuple_index_for_exclude": '''
+def most_similar(query, E, k=5, exclude=()):
+    s = cosine_similarity_matrix(np.asarray(query)[None], E)[0]
+    s[exclude] = -np.inf  # with exclude=(), s[()] is every score
+    return np.argsort(-s)[:k]
+''',
         "excludes_only_first_id": '''
 def most_similar(query, E, k=5, exclude=()):
     s = cosine_similarity_matrix(np.asarray(query)[None], E)[0]

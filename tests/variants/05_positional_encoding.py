@@ -45,6 +45,7 @@ BUGGY = {
     return pe
 '''),
         "exponent_i_over_d": _table("angle = pos / 10000 ** ((two_i / 2) / d_model)"),
+        "exponent_floor_divided": _table("angle = pos / 10000 ** (two_i // d_model)"),
         "positions_start_at_1": _table(_OK_ANGLE, pos="torch.arange(1, max_len + 1, dtype=torch.float32)[:, None]"),
         "base_1000": _table("angle = pos / 1000 ** (two_i / d_model)"),
         "own_exponent_per_column": '''

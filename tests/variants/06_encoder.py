@@ -179,6 +179,8 @@ class LayerNorm(nn.Module):
         return self.linear2(h)'''),
         "relu_after_linear2": _ff('''\
         return torch.relu(self.linear2(self.dropout(self.linear1(x))))'''),
+        "dropout_after_linear2": _ff('''\
+        return self.dropout(self.linear2(torch.relu(self.linear1(x))))'''),
         "no_relu": _ff('''\
         return self.linear2(self.dropout(self.linear1(x)))'''),
         "gelu": _ff('''\
@@ -234,6 +236,13 @@ class FeedForward(nn.Module):
 ''' + PRE.replace("        ", "            ") + '''
         x = self.norm1(x + self.attn(x, mask))
         return self.norm2(self.dropout(self.ffn(x)))'''),
+        "pre_norm_residual_on_h": _el('''\
+        if self.norm_first:
+            h = self.norm1(x)
+            x = h + self.attn(h, mask)
+            h = self.norm2(x)
+            return h + self.dropout(self.ffn(h))
+''' + POST),
         "norm_before_add": _el('''\
         if self.norm_first:
 ''' + PRE.replace("        ", "            ") + '''

@@ -118,6 +118,9 @@ BUGGY = {
             t = x.shape[1]
             tgt_mask = tgt_mask & torch.ones(t, t, dtype=torch.bool).tril()
 ''' + PRE + POST),
+        "pre_norm_normalises_memory": _dl(PRE.replace("self.norm2(x), memory, memory",
+                                                      "self.norm2(x), self.norm2(memory), "
+                                                      "self.norm2(memory)") + POST),
         "cross_kv_from_decoder": _dl(PRE + '''\
         x = self.norm1(x + self.self_attn(x, x, x, tgt_mask)[0])
         x = self.norm2(x + self.cross_attn(x, x, x)[0])
@@ -237,6 +240,9 @@ def make_padding_mask(ids, pad_id):
         "default_masks_made_on_the_cpu": _tr('''\
         if src_mask is None:
             src_mask = torch.ones(src.shape[0], 1, 1, src.shape[1], dtype=torch.bool)
+        return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)'''),
+        "makes_its_own_causal_mask": _tr('''\
+        tgt_mask = causal_mask(tgt.size(1), device=tgt.device)
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask, src_mask)'''),
         "src_mask_not_in_cross_attention": _tr('''\
         return self.decode(tgt, self.encode(src, src_mask), tgt_mask)'''),
