@@ -317,7 +317,8 @@ def _break_and_fix(prefix: list[str], breaking: str) -> dict:
 def _throwaway_system(tmp_path) -> tuple[list[str], str]:
     """A mount namespace whose /usr, /etc and /var are overlays on a tmpfs (what a package
     manager changes there is seen by no other process, and gone at its end), and the shell
-    that mounts them. Skipped where it cannot be made: not root, no apt, no overlayfs."""
+    that mounts them. Skipped where it cannot be made: not root, no apt (a failure under CI),
+    no overlayfs in a mount namespace (a skip, even under CI: the runner's limit)."""
     if not sys.platform.startswith("linux") or os.geteuid() != 0:
         _unavailable("removing and reinstalling a package needs root on Linux")
     if not (shutil.which("apt-get") and shutil.which("dpkg") and shutil.which("unshare")):
@@ -330,8 +331,8 @@ def _throwaway_system(tmp_path) -> tuple[list[str], str]:
     prefix = ["unshare", "--mount", "--propagation", "private"]
     probe = subprocess.run([*prefix, "sh", "-c", f"set -e\n{mount}test -x /usr/bin/bwrap"],
                            capture_output=True, text=True, timeout=60)
-    if probe.returncode != 0:
-        _unavailable(f"no overlay mount in a mount namespace here: {probe.stderr.strip()[:200]}")
+    if probe.returncode != 0:  # the runner's limit (a container without overlayfs), not the course's
+        pytest.skip(f"no overlay mount in a mount namespace here: {probe.stderr.strip()[:200]}")
     # dpkg's manual-page trigger (tens of seconds) is off in the throw-away system only
     return prefix, mount + "rm -f /var/lib/man-db/auto-update\n"
 
