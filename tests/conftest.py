@@ -109,3 +109,13 @@ def one_torch_thread():
     yield
     torch.set_num_threads(before)
     plt.close("all")
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(session, config, items):
+    """The other-CPU verdicts (tests/test_any_cpu.py) run in a process beside the suite: start
+    it now, and check it last."""
+    beside = [item for item in items if item.path.name == "test_any_cpu.py"]
+    if beside and not config.getoption("collectonly"):
+        items[:] = [item for item in items if item not in beside] + beside
+        beside[0].module.Beside.start()
