@@ -35,7 +35,13 @@ def _not_grading(monkeypatch):
 @pytest.fixture(autouse=True, scope="module")
 def _no_warm_sandbox_outlives_its_module():
     """A warm sandbox a test module started (an audit, a command run in this process) is this
-    process's child: the checks of a later module would see it as a process the learner started."""
+    process's child: the checks of a later module would see it as a process the learner started.
+    What an earlier module left running for good (the grading workers' fork server) is taken as
+    this process's own when a module starts, as a notebook's setup cell takes the kernel's: which
+    modules ran before in this process must not change a check's verdict."""
+    import sys
+    if "course_utils.checks.kit" in sys.modules:
+        sys.modules["course_utils.checks.kit"].own_threads_now()
     yield
     import sys
     warm = sys.modules.get("course_grading.sandbox.warm")
@@ -110,12 +116,3 @@ def one_torch_thread():
     torch.set_num_threads(before)
     plt.close("all")
 
-
-@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
-def pytest_collection_modifyitems(session, config, items):
-    """The other-CPU verdicts (tests/test_any_cpu.py) run in a process beside the suite: start
-    it now, and check it last."""
-    beside = [item for item in items if item.path.name == "test_any_cpu.py"]
-    if beside and not config.getoption("collectonly"):
-        items[:] = [item for item in items if item not in beside] + beside
-        beside[0].module.Beside.start()

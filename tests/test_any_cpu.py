@@ -7,17 +7,12 @@ furthest from this machine's: the stored expected outputs still match the refere
 solution and correct variant still passes, and every buggy variant the visible checks must
 catch still fails. (The whole suite under such settings: ``ATEN_CPU_CAPABILITY=default
 OMP_NUM_THREADS=1 bash scripts/test.sh``.)
-
-That interpreter uses one core at a low priority, so it starts as soon as the test is collected
-(conftest.py) and runs beside the rest of the suite; the test, moved to the end of the run,
-waits for it and reads its verdict.
 """
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -32,37 +27,11 @@ RUN = ("import sys, torch, pytest\n"
        "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT', torch.backends.cpu.get_cpu_capability()\n"
        "assert torch.get_num_threads() == 1, torch.get_num_threads()\n"
        "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))\n")
-TIMEOUT = 1800  # beside the suite, on one core at low priority
-
-
-class Beside:
-    """The checks under OTHER_CPU, running in a process of their own from ``start()`` on."""
-
-    run: subprocess.Popen | None = None
-    log = None
-
-    @classmethod
-    def start(cls) -> None:
-        if cls.run is None:
-            cls.log = tempfile.TemporaryFile(mode="w+")
-            cls.run = subprocess.Popen([sys.executable, "-c", RUN, *CHECKS], cwd=ROOT,
-                                       env={**os.environ, **OTHER_CPU}, stdout=cls.log,
-                                       stderr=subprocess.STDOUT, text=True,
-                                       preexec_fn=lambda: os.nice(10))
-
-    @classmethod
-    def result(cls) -> tuple[int, str]:
-        cls.start()
-        try:
-            code = cls.run.wait(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            cls.run.kill()
-            code = cls.run.wait()
-        cls.log.seek(0)
-        return code, cls.log.read()
 
 
 @pytest.mark.slow
 def test_verdicts_hold_with_plain_kernels_on_one_thread():
-    code, output = Beside.result()
-    assert code == 0, f"under {OTHER_CPU}:\n{output[-8000:]}"
+    env = {**os.environ, **OTHER_CPU}
+    run = subprocess.run([sys.executable, "-c", RUN, *CHECKS], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, f"under {OTHER_CPU}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
