@@ -114,6 +114,35 @@ child.hooks = None
 def softmax(x, dim=-1):
     return torch.softmax(x, dim)
 '''
+BY_HAND = "    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)\n"
+CT = "import torch\nct = torch.ctypes  # imported by torch: no import event\ndef softmax(x, dim=-1):\n"
+SUBCLASSES = '''import torch
+def _all(cls):
+    for sub in type.__subclasses__(cls):
+        yield sub
+        yield from _all(sub)
+def softmax(x, dim=-1):
+    c_char = next(c for c in _all(object) if c.__name__ == "c_char" and c.__module__ == "ctypes")
+    c_char(b"x")
+''' + BY_HAND
+# every route from an already imported ctypes to an address, and the event the seal raises
+CTYPES_ROUTES = {
+    "memmove": "    ct.memmove(id(x), id(x), 0)\n",
+    "memset": "    ct.memset(id(x) + 64, 0, 0)\n",
+    "cast": "    ct.cast(id(x), ct.POINTER(ct.c_char))\n",
+    "string_at": "    ct.string_at(id(x), 8)\n",
+    "pointer_index": "    p = ct.pointer(ct.c_long(0))\n    p[1] = 0\n",
+    "union_overlay": "    class U(ct.Union):\n        _fields_ = [('a', ct.c_void_p), ('b', ct.POINTER(ct.c_char))]\n    U()\n",
+    "function_from_address": "    ct.CFUNCTYPE(ct.c_void_p, ct.c_void_p, ct.c_void_p, ct.c_size_t)(ct._memmove_addr)\n",
+    "new_function_type": "    ct.CFUNCTYPE(ct.c_double, ct.c_char, ct.c_float)(lambda *a: 0)\n",
+    "constructor_by_new": "    ct.c_char.__new__(ct.c_char)\n",
+    "unpickle": "    ct.addressof.__self__._unpickle(ct.c_int, ({}, b'1234'))\n",
+    "pythonapi": "    ct.pythonapi.Py_IncRef(ct.py_object(x))\n",
+    "reference_counts": "    ct.addressof.__self__.Py_DECREF(x)\n",
+    "slot_wrapper": "    ct.CFUNCTYPE(ct.c_void_p).__mro__[1].__call__(ct.memset, 0, 0, 0)\n",
+}
+
+
 ATTACKS = {
     "plain": (SOFTMAX_WITH.format("torch.softmax(x, dim)"), "ran aten::_softmax"),
     "functional": (SOFTMAX_WITH.format("torch.nn.functional.softmax(x, dim)"), "ran aten::_softmax"),
@@ -126,7 +155,7 @@ ATTACKS = {
                              "    out = F.scaled_dot_product_attention(x.reshape(-1, 1, n), eye, eye, scale=1.0)\n"
                              "    return out.reshape(x.shape).movedim(-1, dim)\n", "ran aten::_s"),
     "native_thread": (NATIVE_THREAD, "leave Python's reach: import:_ctypes (cell softmax, line 2)"),
-    "ctypes_by_attribute": (BY_ATTRIBUTE, "ctypes.dlopen (cell softmax, line 3)"),
+    "ctypes_by_attribute": (BY_ATTRIBUTE, "ctypes.object (cell softmax, line 3)"),  # the library's class
     "import_builtin": ("def softmax(x, dim=-1):\n    __import__('ct' + 'ypes')\n    return x\n",
                        "ctypes (cell softmax, line 2)"),
     "cffi": ("import importlib\ndef softmax(x, dim=-1):\n    importlib.import_module('cf' + 'fi')\n    return x\n",
@@ -143,6 +172,33 @@ ATTACKS = {
     "rewritten_modules": (REWRITTEN_MODULES, "ran aten::_softmax"),
     "gc_referrers": ("import gc, sys\ndef softmax(x, dim=-1):\n    gc.get_referrers(sys.audit)\n    return x\n",
                      "gc.get_referrers (cell softmax, line 3)"),
+    "ctypes_from_address": (CT + "    ct.c_long.from_address(id(x))\n" + BY_HAND, "ctypes.cdata (cell softmax, line 4)"),
+    "ctypes_call_function": (CT + "    ct.addressof.__self__.call_function(ct._memset_addr, (0, 0, 0))\n" + BY_HAND,
+                             "ctypes.call_function (cell softmax, line 4)"),
+    "ctypes_loaded_again": ("import _imp, torch\nfrom importlib.machinery import ModuleSpec\ndef softmax(x, dim=-1):\n"
+                            "    origin = torch.ctypes.addressof.__self__.__file__\n"
+                            "    _imp.create_dynamic(ModuleSpec('_ctypes', None, origin=origin)).Py_DECREF(x)\n" + BY_HAND,
+                            "ctypes.object (cell softmax, line 5)"),
+    "ctypes_from_subclasses": (SUBCLASSES, "ctypes.object (cell softmax, line 8)"),
+    **{f"ctypes_{name}": (CT + body + BY_HAND, "ctypes.object (cell softmax, line 4)")
+       for name, body in CTYPES_ROUTES.items()},
+    "special_softmax": (SOFTMAX_WITH.format("torch.special.softmax(x, dim)"), "ran aten::_softmax"),
+    "softmin": (SOFTMAX_WITH.format("torch.nn.functional.softmin(-x, dim)"), "ran aten::_softmax"),
+    "softmax_module": (SOFTMAX_WITH.format("torch.nn.Softmax(dim)(x)"), "ran aten::_softmax"),
+    "private_softmax": (SOFTMAX_WITH.format("torch._softmax(x, dim, False)"), "ran aten::_softmax"),
+    "softmax_out": ("import torch\ndef softmax(x, dim=-1):\n    out = torch.empty(0)\n"
+                    "    return torch.ops.aten._softmax.out(x, dim, False, out=out)\n", "ran aten::_softmax.out"),
+    "safe_softmax": (SOFTMAX_WITH.format("torch.ops.aten._safe_softmax(x, dim)"), "ran aten::_safe_softmax"),
+    "masked_softmax": (SOFTMAX_WITH.format("torch._masked_softmax(x, torch.zeros_like(x, dtype=torch.bool), dim)"),
+                       "ran aten::_masked_softmax"),
+    "attention_math": ("import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
+                       "    eye = torch.eye(n, dtype=x.dtype)\n"
+                       "    out = torch.ops.aten._scaled_dot_product_attention_math(x.reshape(-1, 1, n), eye, eye, scale=1.0)[0]\n"
+                       "    return out.reshape(x.shape).movedim(-1, dim)\n", "ran aten::_s"),
+    "attention_module": ("import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
+                         "    layer = torch.nn.MultiheadAttention(n, 1, bias=False, batch_first=True).eval()\n"
+                         "    out = layer(x.reshape(-1, 1, n), x.reshape(-1, 1, n), x.reshape(-1, 1, n))[1]\n"
+                         "    return x", "ran aten::_softmax"),
     "forged_mark": (FORGED_MARK, "the marks around its calls were forged"),
     "record_replaced": (CLOSED_RECORD, "ended before this exercise"),  # the child ends itself
 }
@@ -223,3 +279,53 @@ def test_in_the_sandbox(tmp_path):
     found = _verdicts(plain, "03_attention")
     assert "softmax ran aten::_softmax" in found["test_softmax"].reason
     assert found["test_causal_mask"].agrees and found["test_scaled_dot_product_attention"].agrees
+
+
+# -- the operators each forbidden built-in reaches, derived by running it --------------------------
+# calls that reach no operator only the built-in reaches: nn.MultiheadAttention returning its
+# weights computes softmax and matrix products, as honest attention does (docs/guides/security.md)
+UNSEEN = {"torch.nn.MultiheadAttention.forward", "torch.nn.functional.multi_head_attention_forward"}
+GENERAL = {"exp", "sum", "amax", "max", "mm", "bmm", "matmul", "div", "mul", "add", "sub", "where", "masked_fill",
+           "transpose", "view", "reshape", "empty", "empty_like", "copy_", "_to_copy", "_unsafe_view", "tanh",
+           "scatter_", "aminmax", "linalg_vector_norm", "clamp_min", "index_select", "index", "_local_scalar_dense"}
+
+
+def test_every_forbidden_built_in_is_probed():
+    from course_grading.audit import derive, forbidden
+    named = {b for builtins, _ in forbidden._checks().values() for b in builtins}
+    assert named <= set(derive._probes()), sorted(named - set(derive._probes()))
+    for builtins, _ in forbidden._checks().values():  # an elementary group is forbidden whole or not at all
+        assert all(set(g) <= set(builtins) or not set(g) & set(builtins) for g in derive.ELEMENTARY.values())
+
+
+def test_derived_operators_are_the_built_ins_own():
+    from course_grading.audit import derive, forbidden
+    _, honest = derive._reached_by()
+    recorded = derive.recorded()
+    assert not recorded & ({derive.base(op) for op in honest} | GENERAL), sorted(recorded)
+    assert all(op.startswith("_") or op in derive.own_names(derive._probes()) for op in recorded)
+    for function, (builtins, _) in forbidden._checks().items():
+        derived = derive.specific(builtins, derive.allowed_for(builtins))
+        assert derived <= recorded and set(derived) <= set(forbidden.forbidden_ops(function)), function
+        assert set(derive.uncovered(builtins, derive.allowed_for(builtins))) <= UNSEEN, function
+    assert {"_softmax", "_log_softmax"} <= derive.specific(derive.SOFTMAX)
+    assert "_softmax" not in derive.specific(["torch.nn.functional.scaled_dot_product_attention"],
+                                             derive.allowed_for(["torch.nn.functional.scaled_dot_product_attention"]))
+
+
+def test_the_child_records_every_operator_of_every_exercise():
+    from course_grading.audit import forbidden
+    recorded = forbidden.recorded_ops()
+    for function in forbidden._checks():
+        for pattern in forbidden.forbidden_ops(function):
+            assert any(forbidden.matches(op, [pattern]) for op in recorded), (function, pattern)
+
+
+def test_ctypes_is_sealed_on_this_interpreter():
+    import subprocess
+    import sys
+    code = ("import torch, sys\nfrom course_grading.audit import hooks\nassert hooks.seal_ctypes()\n"
+            "events = []\nsys.addaudithook(lambda e, a: events.append(e))\n"
+            "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1:] == ["1"], out.stderr[-2000:]

@@ -49,6 +49,7 @@ def arm(fd):
         return lambda *args: None
     from .forbidden import recorded_ops
     no_new_programs()
+    seal_ctypes()
     install(fd, recorded_ops())  # (torch imports ctypes: forgotten after)
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
@@ -88,6 +89,77 @@ def no_new_programs() -> bool:
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         return False
     return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
+
+
+# CPython 3.11 on a 64-bit machine: where a type keeps its size, flags, constructor and call, a
+# slot wrapper the function it wraps, a builtin function its C side (each checked before use)
+LAYOUT = {"tp_basicsize": 32, "tp_call": 128, "tp_flags": 168, "tp_new": 312, "d_wrapped": 48, "m_ml": 16}
+SEALED = "ctypes.object"  # raised by a sealed constructor or call: the hook writes it as an escape
+
+
+def seal_ctypes() -> bool:
+    """Before the hook: every ctypes type (and every type of ctypes types) is made to construct
+    nothing, and every foreign function to call nothing; each try raises ``SEALED`` instead.
+
+    torch imports ctypes, and ``torch.ctypes``, ``object.__subclasses__()`` or a ctypes object's
+    methods reach it without an import. Its ready-made helpers (``memmove``, ``memset``,
+    ``cast``), a pointer's index, a union of an address and a pointer, a function made from an
+    address: none raises an audit event (measured), and each writes to any address. Sealed, they
+    cannot run: the constructor and call slots of the types, and the slot wrapper of
+    ``CFuncPtr.__call__``, point at one native callback that raises ``SEALED`` (the thread's
+    cell and line: the hook writes them) and returns no object; so do the reference counts'
+    functions of ``_ctypes`` (``Py_DECREF``: no event either), which come back as the same objects
+    if ``_imp.create_dynamic`` loads the module again. False, nothing changed: another
+    interpreter, whose layout this does not know."""
+    import ctypes
+
+    import _ctypes
+
+    if sys.version_info[:2] != (3, 11) or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return False
+    word = ctypes.c_ssize_t.from_address
+    roots = [_ctypes._SimpleCData.__base__] + [type(t) for t in (
+        _ctypes._SimpleCData, _ctypes._Pointer, _ctypes.Array, _ctypes.Structure, _ctypes.Union, _ctypes.CFuncPtr)]
+    types, todo = [], roots
+    while todo:
+        cls = todo.pop()
+        if cls not in types:
+            types.append(cls)
+            todo.extend(type.__subclasses__(cls))
+    wrapper = vars(_ctypes.CFuncPtr)["__call__"]
+    if any(word(id(t) + LAYOUT["tp_basicsize"]).value != t.__basicsize__
+           or word(id(t) + LAYOUT["tp_flags"]).value != t.__flags__ for t in types) \
+            or word(id(wrapper) + LAYOUT["d_wrapped"]).value != word(id(_ctypes.CFuncPtr) + LAYOUT["tp_call"]).value:
+        return False
+
+    class MethodDef(ctypes.Structure):  # a builtin function's C side (made before the seal)
+        _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
+                    ("doc", ctypes.c_char_p)]
+
+    counts = [vars(_ctypes)[name] for name in ("Py_INCREF", "Py_DECREF")]
+    if any(ctypes.cast(word(id(f) + LAYOUT["m_ml"]).value, ctypes.POINTER(MethodDef)).contents.name
+           != f.__name__.encode() for f in counts):
+        return False
+
+    def sealed(*args, _audit=sys.audit, _event=SEALED, _any=BaseException):  # returns NULL, raises nothing:
+        try:  # what a callback raises is printed and its return value left undefined
+            _audit(_event)
+        except _any:
+            pass
+    slots = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
+    one_arg = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
+    method = MethodDef(b"sealed", ctypes.cast(one_arg, ctypes.c_void_p).value, 0x0008, None)  # METH_O
+    for kept in (slots, one_arg, method):  # held by nothing Python can reach
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
+    address = ctypes.cast(slots, ctypes.c_void_p).value
+    for cls in types:
+        word(id(cls) + LAYOUT["tp_new"]).value = address
+        if issubclass(cls, _ctypes.CFuncPtr):
+            word(id(cls) + LAYOUT["tp_call"]).value = address
+    word(id(wrapper) + LAYOUT["d_wrapped"]).value = address
+    for function in counts:  # the same objects come back if _ctypes is loaded again
+        word(id(function) + LAYOUT["m_ml"]).value = ctypes.addressof(method)
+    return True
 
 
 def install(fd: int, ops: dict) -> None:
