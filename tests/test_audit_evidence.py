@@ -144,7 +144,7 @@ CTYPES_ROUTES = {
 
 
 ATTACKS = {
-    "plain": (SOFTMAX_WITH.format("torch.softmax(x, dim)"), "ran aten::_softmax"),
+    "plain": (SOFTMAX_WITH.format("torch.softmax(x, dim)"), "ran aten::_softmax on fresh input 1 (cell softmax, line 4)"),
     "functional": (SOFTMAX_WITH.format("torch.nn.functional.softmax(x, dim)"), "ran aten::_softmax"),
     "aten_directly": (SOFTMAX_WITH.format("torch.ops.aten._softmax.default(x, dim, False)"), "ran aten::_softmax"),
     "inference_mode": ("import torch\ndef softmax(x, dim=-1):\n    with torch.inference_mode():\n"
@@ -254,16 +254,17 @@ def test_a_thread_left_running_is_seen_after_the_calls(tmp_path):
 
 def test_evidence_reads_a_record_line_by_line():
     calls = {"test_softmax": ("softmax", 2), "test_causal_mask": ("causal_mask", 1)}
-    honest = (b"op aten::_softmax\nbegin test_softmax 0\nend test_softmax 0\nbegin test_softmax 1\n"
-              b"end test_softmax 1\nbegin test_causal_mask 0\nop aten::_softmax\nend test_causal_mask 0\ndone\n")
+    honest = (b"op aten::_softmax -\nbegin test_softmax 0\nend test_softmax 0\nbegin test_softmax 1\n"
+              b"end test_softmax 1\nbegin test_causal_mask 0\nop aten::_softmax cell+c,+line+2\nend test_causal_mask 0\ndone\n")
     assert evidence.findings(honest, calls, "") == {"test_softmax": "", "test_causal_mask": ""}
     cut = honest[:honest.index(b"begin test_causal_mask")]
     assert evidence.findings(cut, calls, "")["test_causal_mask"].startswith(evidence.MISSING)
     assert "no end" in evidence.findings(honest[:-5], calls, "")["test_softmax"]
     assert "never writes" in evidence.findings(honest + b"garbage\n", calls, "")["test_softmax"]
     assert "never writes" in evidence.findings(honest + b"done\n", calls, "")["test_softmax"]
-    stray = honest.replace(b"begin test_softmax 1\n", b"op aten::_softmax.out\nbegin test_softmax 1\n")
-    assert "outside the audited calls" in evidence.findings(stray, calls, "")["test_softmax"]
+    stray = honest.replace(b"begin test_softmax 1\n", b"op aten::_softmax.out cell+t,+line+9\nbegin test_softmax 1\n")
+    assert "_softmax.out (cell t, line 9) ran outside the audited calls" in evidence.findings(stray, calls, "")["test_softmax"]
+    assert "never writes" in evidence.findings(honest.replace(b"_softmax -", b"_softmax"), calls, "")["test_softmax"]
 
 
 @pytest.mark.slow

@@ -6,12 +6,14 @@ submission runs.
 it). A line written there has left the process: code that runs later can add lines, never
 take one back. The lines:
 
-    op NAME                 a recorded torch operator ran, on whatever thread: its kernel is the
+    op NAME WHERE           a recorded torch operator ran, on whatever thread: its kernel is the
                             dispatcher's own for the CPU and every other backend that has one, so
                             no mode, guard or thread of the submission's runs it without this line
+                            (WHERE: the cell and line that called it, "-" on a native thread)
     escape WHAT WHERE       a route out of Python's reach was tried, and refused: ctypes or cffi
                             (an import however its name was computed, a library, a symbol, a
-                            pointer), a native module from anywhere but the installed packages,
+                            pointer; any ctypes object made or foreign function called: sealed,
+                            ``seal_ctypes``), a native module from anywhere but the installed packages,
                             tracing or profiling, the collector's lists of objects, another process
                             or program, another audit hook, /proc/*/mem
     begin GID N, end GID N  the child's marks around each call, and ``done`` its last line: audit
@@ -184,10 +186,10 @@ def _hook_for(fd: int) -> None:
     python_source = (".py", ".pyc")
 
     def hook(event, args):  # one function, no nested one: its frame shows nothing to change
-        line = what = ""
+        line = what = ran = ""
         if event == op_event:
             if length(args) == 1 and type_of(args[0]) is is_str:
-                line = "op " + args[0]
+                ran = args[0]
         elif event == mark:
             if length(args) == 3 and type_of(args[0]) is is_str and type_of(args[1]) is is_str \
                     and type_of(args[2]) is is_int:
@@ -207,7 +209,7 @@ def _hook_for(fd: int) -> None:
             for name, said in escapes:
                 if event == name:
                     what = said
-        if what:  # where: the innermost frame of a submission's cell
+        if what or ran:  # where: the innermost frame of a submission's cell
             place, frame = "-", getframe(1)
             while frame is not None:
                 file = frame.f_code.co_filename
@@ -215,7 +217,8 @@ def _hook_for(fd: int) -> None:
                     place = f"{file[1:-1]}, line {frame.f_lineno}"
                     break
                 frame = frame.f_back
-            line = f"escape {what.replace(' ', '+')} {place.replace(' ', '+')}"  # one word each
+            place = place.replace(" ", "+")  # one word each
+            line = f"escape {what.replace(' ', '+')} {place}" if what else f"op {ran} {place}"
         if not line:
             return
         try:
