@@ -50,9 +50,10 @@ def arm(fd):
     if fd is None:
         return lambda *args: None
     from .forbidden import recorded_ops
+    ops = recorded_ops()  # torch imported (it makes ctypes types as it loads), then ctypes sealed
     no_new_programs()
     seal_ctypes()
-    install(fd, recorded_ops())  # (torch imports ctypes: forgotten after)
+    install(fd, ops)  # (torch imports ctypes: forgotten after)
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
     return sys.audit
