@@ -66,16 +66,20 @@ def recorded_names() -> tuple[str, ...]:
     return ROUTES + tuple(sorted(derive.recorded()))
 
 
-@lru_cache(maxsize=1)
-def recorded_ops() -> dict:
+def recorded_ops(names=None) -> dict:
+    """``ops_for(names)``, by default for ``recorded_names()``."""
+    return ops_for(tuple(names) if names is not None else recorded_names())
+
+
+@lru_cache(maxsize=2)
+def ops_for(patterns: tuple[str, ...]) -> dict:
     """{"aten::op.overload": how the child computes it} for every overload of every operator
-    ``recorded_names`` names: ``COMPUTED``'s plain arithmetic for what honest code calls (softmax,
+    ``patterns`` names: ``COMPUTED``'s plain arithmetic for what honest code calls (softmax,
     layer norm, an embedding: nothing imported, nothing slow), the CompositeImplicitAutograd
     kernel of an operator that has one, else None (refused: no honest exercise calls it). Looked
     up once (the warm sandbox does it before it forks any audit)."""
     import torch
 
-    patterns = recorded_names()
     found = {}
     for name in sorted(set(dir(torch.ops.aten)) | {p.rstrip("*") for p in patterns}):
         if not any(fnmatch.fnmatchcase(name, p) for p in patterns):

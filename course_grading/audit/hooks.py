@@ -42,15 +42,16 @@ ESCAPES = {"sys.settrace": "tracing", "sys.setprofile": "profiling", "gc.get_obj
 BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU")
 
 
-def arm(fd):
+def arm(fd, names=None):
     """Before the first cell: the audit event that marks the child's calls (``sys.audit``, for
-    the child to keep), every hook installed on ``fd``; ctypes and cffi forgotten by the import
-    system (an import by any name then raises an event). ``fd`` None: nothing recorded (a
-    child run in-process by the tests' runner), and a mark that does nothing."""
+    the child to keep), every hook installed on ``fd`` (recording the operators ``names``, by
+    default ``forbidden.recorded_names``); ctypes and cffi forgotten by the import system (an
+    import by any name then raises an event). ``fd`` None: nothing recorded (a child run
+    in-process by the tests' runner), and a mark that does nothing."""
     if fd is None:
         return lambda *args: None
     from .forbidden import recorded_ops
-    ops = recorded_ops()  # torch imported (it makes ctypes types as it loads), then ctypes sealed
+    ops = recorded_ops(names)  # torch imported (it makes ctypes types as it loads), then ctypes sealed
     no_new_programs()
     seal_ctypes()
     install(fd, ops)  # (torch imports ctypes: forgotten after)
