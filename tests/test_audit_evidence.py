@@ -255,6 +255,39 @@ def test_gpt_block_on_the_built_in_attention(tmp_path):
     assert found["test_generate"].agrees  # generate does not forbid attention
 
 
+MHA_WEIGHTS = '''import math, torch
+import torch.nn.functional as F
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    d = Q.shape[-1]
+    eye, zero = torch.eye(d), torch.zeros(3 * d)
+    q = Q.reshape(-1, 1, d)
+    F.multi_head_attention_forward(q, q, q, d, 1, torch.cat([eye] * 3), zero, None, None, False, 0.0, eye, zero[:d],
+                                   training=False)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(d)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    return weights @ V, weights
+'''
+
+
+def test_attention_through_a_multihead_layers_weights(tmp_path):
+    # softmax and matrix products only, as honest attention runs them: seen by its Python code
+    path = solution_with(tmp_path, "03_attention", scaled_dot_product_attention=MHA_WEIGHTS)
+    verdict = _verdicts(path, "03_attention", runner=forked)["test_scaled_dot_product_attention"]
+    assert not verdict.agrees, verdict.reason
+    assert "ran python::multi_head_attention_forward on fresh input 1 (cell scaled_dot_product_attention, line 7)" \
+        in verdict.reason, verdict.reason
+
+
+def test_replacing_a_functions_code_is_an_escape(tmp_path):
+    source = ("import torch\nimport torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
+              "    F.multi_head_attention_forward.__code__ = (lambda *a, **k: None).__code__\n" + BY_HAND)
+    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
+                        runner=forked)["test_softmax"]
+    assert "a function's code replaced (cell softmax, line 4)" in verdict.reason, verdict.reason
+
+
 def test_a_thread_left_running_is_seen_after_the_calls(tmp_path):
     # each call asks the thread for a built-in softmax after it, and the next call waits for it:
     # the thread's work lands between the calls whatever the machine's load
@@ -304,9 +337,6 @@ def test_in_the_sandbox(tmp_path):
 
 
 # -- the operators each forbidden built-in reaches, derived by running it --------------------------
-# calls that reach no operator only the built-in reaches: nn.MultiheadAttention returning its
-# weights computes softmax and matrix products, as honest attention does (docs/guides/security.md)
-UNSEEN = {"torch.nn.MultiheadAttention.forward", "torch.nn.functional.multi_head_attention_forward"}
 GENERAL = {"exp", "sum", "amax", "max", "mm", "bmm", "matmul", "div", "mul", "add", "sub", "where", "masked_fill",
            "transpose", "view", "reshape", "empty", "empty_like", "copy_", "_to_copy", "_unsafe_view", "tanh",
            "scatter_", "aminmax", "linalg_vector_norm", "clamp_min", "index_select", "index", "_local_scalar_dense"}
@@ -325,22 +355,24 @@ def test_derived_operators_are_the_built_ins_own():
     _, honest = derive._reached_by()
     recorded = derive.recorded()
     assert not recorded & ({derive.base(op) for op in honest} | GENERAL), sorted(recorded)
-    assert all(op.startswith("_") or op in derive.own_names(derive._probes()) for op in recorded)
+    assert all(op.startswith("_") or op in derive.own_names(derive._probes()) or op in derive.PYTHON
+               for op in recorded)
     for function, (builtins, _) in forbidden._checks().items():
         derived = derive.specific(builtins, derive.allowed_for(builtins))
         assert derived <= recorded and set(derived) <= set(forbidden.forbidden_ops(function)), function
-        assert set(derive.uncovered(builtins, derive.allowed_for(builtins))) <= UNSEEN, function
+        assert not derive.uncovered(builtins, derive.allowed_for(builtins)), function
     assert {"_softmax", "_log_softmax"} <= derive.specific(derive.SOFTMAX)
     assert "_softmax" not in derive.specific(["torch.nn.functional.scaled_dot_product_attention"],
                                              derive.allowed_for(["torch.nn.functional.scaled_dot_product_attention"]))
 
 
 def test_the_child_records_every_operator_of_every_exercise():
-    from course_grading.audit import forbidden
+    from course_grading.audit import derive, forbidden
     recorded = forbidden.recorded_ops()
     for function in forbidden._checks():
-        for pattern in forbidden.forbidden_ops(function):
-            assert any(forbidden.matches(op, [pattern]) for op in recorded), (function, pattern)
+        for pattern in forbidden.forbidden_ops(function):  # a Python function's: its code records it
+            assert any(forbidden.matches(op, [pattern]) for op in recorded) or pattern in derive.PYTHON, \
+                (function, pattern)
 
 
 def test_ctypes_is_sealed_on_this_interpreter():

@@ -14,9 +14,10 @@ it is either private (``aten::_softmax``) or named after the built-in itself
 (``aten::embedding``): a public operator such as ``aten::aminmax`` is left out even where no
 honest probe reaches it, since a student may call it by name. Where a built-in's call reaches
 no specific operator, the operator named after it is recorded instead (``aten::cosine_similarity``
-and ``aten::one_hot`` decompose into public arithmetic alone); ``uncovered`` lists the calls that
-leave no evidence at all (``torch.nn.MultiheadAttention`` returning its weights: softmax and
-matrix products, which honest attention runs too).
+and ``aten::one_hot`` decompose into public arithmetic alone), or, for a Python function
+(``PYTHON``: ``torch.nn.MultiheadAttention`` returning its weights computes softmax and matrix
+products, as honest attention does), the audit event its code is prefixed with in the child;
+``uncovered`` lists the calls that would leave no evidence at all.
 """
 from __future__ import annotations
 
@@ -101,6 +102,13 @@ ELEMENTARY = {"softmax": SOFTMAX,
               "cosine_similarity": ("torch.nn.functional.cosine_similarity", "torch.cosine_similarity"),
               "embedding": ("torch.nn.functional.embedding", "torch.embedding"),
               "one_hot": ("torch.nn.functional.one_hot",)}
+
+
+# Python functions that reach no specific operator: the child prefixes their code with an audit
+# event ("python::NAME", ``hooks.mark_python``), recorded under NAME; by the built-ins that call them
+PYTHON = {"multi_head_attention_forward": "torch.nn.functional.multi_head_attention_forward"}
+CALLS_PYTHON = {"torch.nn.MultiheadAttention.forward": "multi_head_attention_forward",
+                "torch.nn.functional.multi_head_attention_forward": "multi_head_attention_forward"}
 
 
 def allowed_for(builtins) -> tuple[str, ...]:
@@ -253,7 +261,8 @@ def specific(builtins, allowed=()) -> frozenset:
             hits = {base(op) for op in ops} - shared
             hits = {op for op in hits if op.startswith("_") or op in own}
             if not hits:
-                hits = {name for name in own if hasattr(torch.ops.aten, name)}
+                hits = {name for name in own if hasattr(torch.ops.aten, name)} | (
+                    {CALLS_PYTHON[builtin]} if builtin in CALLS_PYTHON else set())
             names |= hits
     return frozenset(names)
 
@@ -273,4 +282,4 @@ def uncovered(builtins, allowed=()) -> list[str]:
     found, _ = _reached_by()
     spot = specific(builtins, allowed)
     return sorted({b for b in builtins for ops in found.get(b, ()) if not {base(op) for op in ops} & spot
-                   and not own_names([b]) & spot})
+                   and not own_names([b]) & spot and CALLS_PYTHON.get(b) not in spot})

@@ -54,6 +54,7 @@ def arm(fd, names=None):
     ops = recorded_ops(names)  # torch imported (it makes ctypes types as it loads), then ctypes sealed
     no_new_programs()
     seal_ctypes()
+    mark_python()
     install(fd, ops)  # (torch imports ctypes: forgotten after)
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
@@ -166,6 +167,36 @@ def seal_ctypes() -> bool:
     return True
 
 
+def mark_python() -> None:
+    """Before the hook: each Python function of ``derive.PYTHON`` gets code that first raises
+    ``OP`` ("python::NAME") with ``sys.audit`` itself as a constant of the code (no name that
+    code could rebind), compiled from its own source. Its code object is replaced in place, so
+    every reference to the function runs it; replacing it again is an escape (the hook)."""
+    import ast
+    import inspect
+    import pkgutil
+    import textwrap
+    import types
+    import warnings
+
+    from .derive import PYTHON
+
+    stand_in = "course.audit.stand-in"
+    for name, dotted in PYTHON.items():
+        function = pkgutil.resolve_name(dotted)
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        body = tree.body[0].body
+        call = ast.parse(f"{stand_in!r}({OP!r}, 'python::{name}')").body[0]
+        body.insert(0, ast.copy_location(call, body[0]))
+        ast.increment_lineno(tree, first - 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "'str' object is not callable": it will be
+            module = compile(tree, function.__code__.co_filename, "exec")
+        code = next(c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == function.__name__)
+        function.__code__ = code.replace(co_consts=tuple(sys.audit if c == stand_in else c for c in code.co_consts))
+
+
 def install(fd: int, ops: dict) -> None:
     """Arm this process for good: every recorded operator (``ops``: {"ns::op.overload": the
     function that computes it, or None to refuse it}) and every escape writes a line to ``fd``.
@@ -204,6 +235,8 @@ def _hook_for(fd: int) -> None:
                 what = "native-module:" + args[1]
         elif event.startswith(("ctypes.", "cffi")):
             what = event
+        elif event == "object.__setattr__" and length(args) > 1 and args[1] == "__code__":
+            what = "a function's code replaced"
         elif event == "open" and length(args) > 0 and type_of(args[0]) is is_str \
                 and args[0].startswith("/proc/") and args[0].endswith(("/mem", "/pagemap")):
             what = "open:" + args[0]
