@@ -9,13 +9,15 @@ take one back. The lines:
     op NAME WHERE           a recorded torch operator ran, on whatever thread: its kernel is the
                             dispatcher's own for the CPU and every other backend that has one, so
                             no mode, guard or thread of the submission's runs it without this line
-                            (WHERE: the cell and line that called it, "-" on a native thread)
+                            (WHERE: the cell and line that called it, "-" on a native thread);
+                            NAME "python::F" for a Python function ``mark_python`` prefixed
     escape WHAT WHERE       a route out of Python's reach was tried, and refused: ctypes or cffi
                             (an import however its name was computed, a library, a symbol, a
                             pointer; any ctypes object made or foreign function called: sealed,
-                            ``seal_ctypes``), a native module from anywhere but the installed packages,
-                            tracing or profiling, the collector's lists of objects, another process
-                            or program, another audit hook, /proc/*/mem
+                            ``seal_ctypes``), a native module from anywhere but the installed
+                            packages, tracing or profiling, the collector's lists of objects,
+                            another process or program, another audit hook, /proc/*/mem, a
+                            function's code replaced
     begin GID N, end GID N  the child's marks around each call, and ``done`` its last line: audit
                             events (``MARK``) it raises through a reference taken before any cell ran
 
