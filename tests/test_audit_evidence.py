@@ -114,8 +114,37 @@ child.hooks = None
 def softmax(x, dim=-1):
     return torch.softmax(x, dim)
 '''
+BY_HAND = "    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)\n"
+CT = "import torch\nct = torch.ctypes  # imported by torch: no import event\ndef softmax(x, dim=-1):\n"
+SUBCLASSES = '''import torch
+def _all(cls):
+    for sub in type.__subclasses__(cls):
+        yield sub
+        yield from _all(sub)
+def softmax(x, dim=-1):
+    c_char = next(c for c in _all(object) if c.__name__ == "c_char" and c.__module__ == "ctypes")
+    c_char(b"x")
+''' + BY_HAND
+# every route from an already imported ctypes to an address, and the event the seal raises
+CTYPES_ROUTES = {
+    "memmove": "    ct.memmove(id(x), id(x), 0)\n",
+    "memset": "    ct.memset(id(x) + 64, 0, 0)\n",
+    "cast": "    ct.cast(id(x), ct.POINTER(ct.c_char))\n",
+    "string_at": "    ct.string_at(id(x), 8)\n",
+    "pointer_index": "    p = ct.pointer(ct.c_long(0))\n    p[1] = 0\n",
+    "union_overlay": "    class U(ct.Union):\n        _fields_ = [('a', ct.c_void_p), ('b', ct.POINTER(ct.c_char))]\n    U()\n",
+    "function_from_address": "    ct.CFUNCTYPE(ct.c_void_p, ct.c_void_p, ct.c_void_p, ct.c_size_t)(ct._memmove_addr)\n",
+    "new_function_type": "    ct.CFUNCTYPE(ct.c_double, ct.c_char, ct.c_float)(lambda *a: 0)\n",
+    "constructor_by_new": "    ct.c_char.__new__(ct.c_char)\n",
+    "unpickle": "    ct.addressof.__self__._unpickle(ct.c_int, ({}, b'1234'))\n",
+    "pythonapi": "    ct.pythonapi.Py_IncRef(ct.py_object(x))\n",
+    "reference_counts": "    ct.addressof.__self__.Py_DECREF(x)\n",
+    "slot_wrapper": "    ct.CFUNCTYPE(ct.c_void_p).__mro__[1].__call__(ct.memset, 0, 0, 0)\n",
+}
+
+
 ATTACKS = {
-    "plain": (SOFTMAX_WITH.format("torch.softmax(x, dim)"), "ran aten::_softmax"),
+    "plain": (SOFTMAX_WITH.format("torch.softmax(x, dim)"), "ran aten::_softmax on fresh input 1 (cell softmax, line 4)"),
     "functional": (SOFTMAX_WITH.format("torch.nn.functional.softmax(x, dim)"), "ran aten::_softmax"),
     "aten_directly": (SOFTMAX_WITH.format("torch.ops.aten._softmax.default(x, dim, False)"), "ran aten::_softmax"),
     "inference_mode": ("import torch\ndef softmax(x, dim=-1):\n    with torch.inference_mode():\n"
@@ -126,7 +155,7 @@ ATTACKS = {
                              "    out = F.scaled_dot_product_attention(x.reshape(-1, 1, n), eye, eye, scale=1.0)\n"
                              "    return out.reshape(x.shape).movedim(-1, dim)\n", "ran aten::_s"),
     "native_thread": (NATIVE_THREAD, "leave Python's reach: import:_ctypes (cell softmax, line 2)"),
-    "ctypes_by_attribute": (BY_ATTRIBUTE, "ctypes.dlopen (cell softmax, line 3)"),
+    "ctypes_by_attribute": (BY_ATTRIBUTE, "ctypes.object (cell softmax, line 3)"),  # the library's class
     "import_builtin": ("def softmax(x, dim=-1):\n    __import__('ct' + 'ypes')\n    return x\n",
                        "ctypes (cell softmax, line 2)"),
     "cffi": ("import importlib\ndef softmax(x, dim=-1):\n    importlib.import_module('cf' + 'fi')\n    return x\n",
@@ -143,6 +172,33 @@ ATTACKS = {
     "rewritten_modules": (REWRITTEN_MODULES, "ran aten::_softmax"),
     "gc_referrers": ("import gc, sys\ndef softmax(x, dim=-1):\n    gc.get_referrers(sys.audit)\n    return x\n",
                      "gc.get_referrers (cell softmax, line 3)"),
+    "ctypes_from_address": (CT + "    ct.c_long.from_address(id(x))\n" + BY_HAND, "ctypes.cdata (cell softmax, line 4)"),
+    "ctypes_call_function": (CT + "    ct.addressof.__self__.call_function(ct._memset_addr, (0, 0, 0))\n" + BY_HAND,
+                             "ctypes.call_function (cell softmax, line 4)"),
+    "ctypes_loaded_again": ("import _imp, torch\nfrom importlib.machinery import ModuleSpec\ndef softmax(x, dim=-1):\n"
+                            "    origin = torch.ctypes.addressof.__self__.__file__\n"
+                            "    _imp.create_dynamic(ModuleSpec('_ctypes', None, origin=origin)).Py_DECREF(x)\n" + BY_HAND,
+                            "ctypes.object (cell softmax, line 5)"),
+    "ctypes_from_subclasses": (SUBCLASSES, "ctypes.object (cell softmax, line 8)"),
+    **{f"ctypes_{name}": (CT + body + BY_HAND, "ctypes.object (cell softmax, line 4)")
+       for name, body in CTYPES_ROUTES.items()},
+    "special_softmax": (SOFTMAX_WITH.format("torch.special.softmax(x, dim)"), "ran aten::_softmax"),
+    "softmin": (SOFTMAX_WITH.format("torch.nn.functional.softmin(-x, dim)"), "ran aten::_softmax"),
+    "softmax_module": (SOFTMAX_WITH.format("torch.nn.Softmax(dim)(x)"), "ran aten::_softmax"),
+    "private_softmax": (SOFTMAX_WITH.format("torch._softmax(x, dim, False)"), "ran aten::_softmax"),
+    "softmax_out": ("import torch\ndef softmax(x, dim=-1):\n    out = torch.empty(0)\n"
+                    "    return torch.ops.aten._softmax.out(x, dim, False, out=out)\n", "ran aten::_softmax.out"),
+    "safe_softmax": (SOFTMAX_WITH.format("torch.ops.aten._safe_softmax(x, dim)"), "ran aten::_safe_softmax"),
+    "masked_softmax": (SOFTMAX_WITH.format("torch._masked_softmax(x, torch.zeros_like(x, dtype=torch.bool), dim)"),
+                       "ran aten::_masked_softmax"),
+    "attention_math": ("import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
+                       "    eye = torch.eye(n, dtype=x.dtype)\n"
+                       "    out = torch.ops.aten._scaled_dot_product_attention_math(x.reshape(-1, 1, n), eye, eye, scale=1.0)[0]\n"
+                       "    return out.reshape(x.shape).movedim(-1, dim)\n", "ran aten::_s"),
+    "attention_module": ("import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
+                         "    layer = torch.nn.MultiheadAttention(n, 1, bias=False, batch_first=True).eval()\n"
+                         "    out = layer(x.reshape(-1, 1, n), x.reshape(-1, 1, n), x.reshape(-1, 1, n))[1]\n"
+                         "    return x", "ran aten::_softmax"),
     "forged_mark": (FORGED_MARK, "the marks around its calls were forged"),
     "record_replaced": (CLOSED_RECORD, "ended before this exercise"),  # the child ends itself
 }
@@ -161,6 +217,27 @@ def test_softmax_attack_is_a_disagreement(tmp_path, name):
     assert not verdict.agrees and said in verdict.reason, verdict.reason
 
 
+
+# numpy builds an array on any address its array interface names (or strides past its buffer:
+# ``as_strided``): a write anywhere in the child, with no audit event. 01's solutions use numpy,
+# so it cannot be refused. Such a write could forge the record; docs/guides/security.md.
+NUMPY_WRITE = '''import numpy as np
+class At:
+    def __init__(self, address, size):
+        self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
+def softmax(x, dim=-1):
+    target = bytearray(8)
+    np.asarray(At(np.frombuffer(target, np.uint8).__array_interface__["data"][0], 8))[0] = 1
+    assert target[0] == 1
+''' + BY_HAND
+
+
+@pytest.mark.xfail(strict=True, reason="no audit event sees a memory write through numpy")
+def test_a_memory_write_through_numpy_is_flagged(tmp_path):
+    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=NUMPY_WRITE), "03_attention",
+                        runner=forked)["test_softmax"]
+    assert not verdict.agrees, "the write went unseen"
+
 def test_honest_softmax_and_the_rest_agree(tmp_path):
     found = _verdicts(solution_with(tmp_path, "03_attention"), "03_attention", runner=forked)
     assert all(v.agrees for v in found.values()), found
@@ -176,6 +253,39 @@ def test_gpt_block_on_the_built_in_attention(tmp_path):
     found = _verdicts(solution_with(tmp_path, "09_gpt", gpt_block=source), "09_gpt", runner=forked)
     assert not found["test_gpt_block"].agrees and "GPTBlock ran aten::_s" in found["test_gpt_block"].reason
     assert found["test_generate"].agrees  # generate does not forbid attention
+
+
+MHA_WEIGHTS = '''import math, torch
+import torch.nn.functional as F
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    d = Q.shape[-1]
+    eye, zero = torch.eye(d), torch.zeros(3 * d)
+    q = Q.reshape(-1, 1, d)
+    F.multi_head_attention_forward(q, q, q, d, 1, torch.cat([eye] * 3), zero, None, None, False, 0.0, eye, zero[:d],
+                                   training=False)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(d)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    return weights @ V, weights
+'''
+
+
+def test_attention_through_a_multihead_layers_weights(tmp_path):
+    # softmax and matrix products only, as honest attention runs them: seen by its Python code
+    path = solution_with(tmp_path, "03_attention", scaled_dot_product_attention=MHA_WEIGHTS)
+    verdict = _verdicts(path, "03_attention", runner=forked)["test_scaled_dot_product_attention"]
+    assert not verdict.agrees, verdict.reason
+    assert "ran python::multi_head_attention_forward on fresh input 1 (cell scaled_dot_product_attention, line 7)" \
+        in verdict.reason, verdict.reason
+
+
+def test_replacing_a_functions_code_is_an_escape(tmp_path):
+    source = ("import torch\nimport torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
+              "    F.multi_head_attention_forward.__code__ = (lambda *a, **k: None).__code__\n" + BY_HAND)
+    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
+                        runner=forked)["test_softmax"]
+    assert "a function's code replaced (cell softmax, line 4)" in verdict.reason, verdict.reason
 
 
 def test_a_thread_left_running_is_seen_after_the_calls(tmp_path):
@@ -198,16 +308,17 @@ def test_a_thread_left_running_is_seen_after_the_calls(tmp_path):
 
 def test_evidence_reads_a_record_line_by_line():
     calls = {"test_softmax": ("softmax", 2), "test_causal_mask": ("causal_mask", 1)}
-    honest = (b"op aten::_softmax\nbegin test_softmax 0\nend test_softmax 0\nbegin test_softmax 1\n"
-              b"end test_softmax 1\nbegin test_causal_mask 0\nop aten::_softmax\nend test_causal_mask 0\ndone\n")
+    honest = (b"op aten::_softmax -\nbegin test_softmax 0\nend test_softmax 0\nbegin test_softmax 1\n"
+              b"end test_softmax 1\nbegin test_causal_mask 0\nop aten::_softmax cell+c,+line+2\nend test_causal_mask 0\ndone\n")
     assert evidence.findings(honest, calls, "") == {"test_softmax": "", "test_causal_mask": ""}
     cut = honest[:honest.index(b"begin test_causal_mask")]
     assert evidence.findings(cut, calls, "")["test_causal_mask"].startswith(evidence.MISSING)
     assert "no end" in evidence.findings(honest[:-5], calls, "")["test_softmax"]
     assert "never writes" in evidence.findings(honest + b"garbage\n", calls, "")["test_softmax"]
     assert "never writes" in evidence.findings(honest + b"done\n", calls, "")["test_softmax"]
-    stray = honest.replace(b"begin test_softmax 1\n", b"op aten::_softmax.out\nbegin test_softmax 1\n")
-    assert "outside the audited calls" in evidence.findings(stray, calls, "")["test_softmax"]
+    stray = honest.replace(b"begin test_softmax 1\n", b"op aten::_softmax.out cell+t,+line+9\nbegin test_softmax 1\n")
+    assert "_softmax.out (cell t, line 9) ran outside the audited calls" in evidence.findings(stray, calls, "")["test_softmax"]
+    assert "never writes" in evidence.findings(honest.replace(b"_softmax -", b"_softmax"), calls, "")["test_softmax"]
 
 
 @pytest.mark.slow
@@ -223,3 +334,52 @@ def test_in_the_sandbox(tmp_path):
     found = _verdicts(plain, "03_attention")
     assert "softmax ran aten::_softmax" in found["test_softmax"].reason
     assert found["test_causal_mask"].agrees and found["test_scaled_dot_product_attention"].agrees
+
+
+# -- the operators each forbidden built-in reaches, derived by running it --------------------------
+GENERAL = {"exp", "sum", "amax", "max", "mm", "bmm", "matmul", "div", "mul", "add", "sub", "where", "masked_fill",
+           "transpose", "view", "reshape", "empty", "empty_like", "copy_", "_to_copy", "_unsafe_view", "tanh",
+           "scatter_", "aminmax", "linalg_vector_norm", "clamp_min", "index_select", "index", "_local_scalar_dense"}
+
+
+def test_every_forbidden_built_in_is_probed():
+    from course_grading.audit import derive, forbidden
+    named = {b for builtins, _ in forbidden._checks().values() for b in builtins}
+    assert named <= set(derive._probes()), sorted(named - set(derive._probes()))
+    for builtins, _ in forbidden._checks().values():  # an elementary group is forbidden whole or not at all
+        assert all(set(g) <= set(builtins) or not set(g) & set(builtins) for g in derive.ELEMENTARY.values())
+
+
+def test_derived_operators_are_the_built_ins_own():
+    from course_grading.audit import derive, forbidden
+    _, honest = derive._reached_by()
+    recorded = derive.recorded()
+    assert not recorded & ({derive.base(op) for op in honest} | GENERAL), sorted(recorded)
+    assert all(op.startswith("_") or op in derive.own_names(derive._probes()) or op in derive.PYTHON
+               for op in recorded)
+    for function, (builtins, _) in forbidden._checks().items():
+        derived = derive.specific(builtins, derive.allowed_for(builtins))
+        assert derived <= recorded and set(derived) <= set(forbidden.forbidden_ops(function)), function
+        assert not derive.uncovered(builtins, derive.allowed_for(builtins)), function
+    assert {"_softmax", "_log_softmax"} <= derive.specific(derive.SOFTMAX)
+    assert "_softmax" not in derive.specific(["torch.nn.functional.scaled_dot_product_attention"],
+                                             derive.allowed_for(["torch.nn.functional.scaled_dot_product_attention"]))
+
+
+def test_the_child_records_every_operator_of_every_exercise():
+    from course_grading.audit import derive, forbidden
+    recorded = forbidden.recorded_ops()
+    for function in forbidden._checks():
+        for pattern in forbidden.forbidden_ops(function):  # a Python function's: its code records it
+            assert any(forbidden.matches(op, [pattern]) for op in recorded) or pattern in derive.PYTHON, \
+                (function, pattern)
+
+
+def test_ctypes_is_sealed_on_this_interpreter():
+    import subprocess
+    import sys
+    code = ("import torch, sys\nfrom course_grading.audit import hooks\nassert hooks.seal_ctypes()\n"
+            "events = []\nsys.addaudithook(lambda e, a: events.append(e))\n"
+            "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1:] == ["1"], out.stderr[-2000:]

@@ -175,3 +175,23 @@ def test_reports_are_written_whatever_the_text(tmp_path, capsys):
     grades = list(csv.DictReader((tmp_path / "grades.csv").open(encoding="utf-8")))
     assert grades[-1]["student"] == "accomplice" and grades[-1]["score"] == "2"
     assert [g["student"] for g in grades].count("'=cmd|' /C calc'!A0 \\udcff") == 2  # escaped, and not a formula
+
+
+def test_a_flagged_score_is_marked_where_the_score_is(tmp_path):
+    """A flag changes no score, but the score it is about says so: in the printed table and in
+    grades.csv, beside the points."""
+    from course_grading.grading.red_flags import Flag
+    from course_grading.reports.results import format_table, write_csv
+
+    reason = "audit disagrees with the autograded score: softmax ran aten::_softmax (cell softmax, line 4)"
+    results = [SubmissionResult("mal", "03_attention", [ExerciseResult("test_softmax", 2, 2),
+                                                        ExerciseResult("test_causal_mask", 0, 1, NIE)],
+                                flags=[Flag("test_softmax", reason)]),
+               submission("ann", 2, 1)]
+    table = format_table(results)
+    mal, ann = (next(line for line in table.splitlines() if line.startswith(s)) for s in ("mal", "ann"))
+    assert "2/2 !" in mal and "0/1 !" not in mal and "!" not in ann and "the score is as graded" in table
+    rows = {(r["student"], r["exercise"]): r for r in csv.DictReader(write_csv(results, tmp_path / "g.csv").open())}
+    assert rows[("mal", "test_softmax")]["score"] == "2"
+    assert rows[("mal", "test_softmax")]["message"] == f"flagged: {reason}"
+    assert rows[("mal", "test_causal_mask")]["message"] == NIE and rows[("ann", "test_softmax")]["message"] == ""

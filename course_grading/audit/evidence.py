@@ -11,7 +11,7 @@ import re
 
 from .forbidden import forbidden_ops, matches
 
-LINE = re.compile(r"op (?P<op>[\w:.]{1,200})|escape (?P<what>\S{1,300}) (?P<where>\S{1,300})"
+LINE = re.compile(r"op (?P<op>[\w:.]{1,200}) (?P<at>\S{1,300})|escape (?P<what>\S{1,300}) (?P<where>\S{1,300})"
                   r"|(?P<mark>begin|end) (?P<gid>[\w.-]{1,200}) (?P<index>\d{1,6})|(?P<done>done)|(?P<over>overflow)")
 
 
@@ -28,7 +28,7 @@ def findings(record: bytes, calls: dict[str, tuple[str, int]], ended: str) -> di
     expected = [(kind, gid, i) for gid, (_, n) in calls.items() for i in range(n) for kind in ("begin", "end")]
     problem, marks, window, escape = "", [], None, ""
     ran: dict[str, list[tuple[str, str]]] = {gid: [] for gid in calls}  # gid -> [(op, when)]
-    stray: list[str] = []  # after the first call, outside every call
+    stray: list[tuple[str, str]] = []  # (op, where) after the first call, outside every call
     done = False
     for raw in record.decode("utf-8", "replace").splitlines():
         m = LINE.fullmatch(raw)
@@ -49,9 +49,9 @@ def findings(record: bytes, calls: dict[str, tuple[str, int]], ended: str) -> di
             marks.append(mark)
             window = mark[1:] if mark[0] == "begin" else None
         elif window is not None:
-            ran[window[0]].append((m["op"], f"on fresh input {window[1] + 1}"))
+            ran[window[0]].append((m["op"], f"on fresh input {window[1] + 1}{_where(m['at'])}"))
         elif marks:
-            stray.append(m["op"])
+            stray.append((m["op"], _where(m["at"])))
     if not problem and not done and not ended and len(marks) == len(expected):
         problem = "its record has no end (its channel was closed or replaced)"
     complete = {gid for gid in calls if all(("end", gid, i) in marks for i in range(calls[gid][1]))}
@@ -59,7 +59,7 @@ def findings(record: bytes, calls: dict[str, tuple[str, int]], ended: str) -> di
     for gid, (function, _) in calls.items():
         patterns = forbidden_ops(function)
         hit = next(((op, when) for op, when in ran[gid] if matches(op, patterns)), None)
-        left = next((op for op in stray if matches(op, patterns)), None)
+        left = next((f"{op}{where}" for op, where in stray if matches(op, patterns)), None)
         if escape:
             result[gid] = f"the audited code tried to leave Python's reach: {escape}"
         elif problem:

@@ -1,72 +1,88 @@
 """Which torch operators the audit records, and which of them each audited exercise may not run.
 
-The child records every operator of ``RECORDED`` (``hooks``: a kernel at the dispatcher, on any
-thread), computing it through torch's own decomposition where honest code may call it, and
-refusing the rest. The grader's side then fails an exercise when one of the operators it may
-not run (``forbidden_ops``: the checks' own lists, and the other routes to the same arithmetic
-that the audit knows of) ran while its calls ran, or after, on a thread the submission left.
+The child records every operator of ``recorded_names``: those ``derive`` finds the checks'
+built-ins reaching on the CPU, and ``ROUTES``, the routes the CPU probes cannot take (sparse and
+masked softmax, attention kernels of other devices). Each records through a kernel at the
+dispatcher on any thread (``hooks``), computing it by plain arithmetic or torch's own
+decomposition where honest code may call it, and refusing the rest. The grader's side then
+fails an exercise when one of the operators it may not run (``forbidden_ops``: the checks' own
+lists, the operators derived from their built-ins, and ``EXTRA``) ran while its calls ran, or
+after, on a thread the submission left.
 """
 from __future__ import annotations
 
 import fnmatch
 from functools import lru_cache
 
+from . import derive
+
 # routes to a native softmax or attention besides the checks' own lists
 SOFTMAX_ROUTES = ["_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*"]
 EXTRA = {"softmax": SOFTMAX_ROUTES + ["_scaled_dot_product*", "_native_multi_head_attention",
                                       "_transformer_encoder_layer_fwd"],
          "one_hot": ["one_hot"]}
-# every operator any exercise forbids: the child records them all (patterns as in the checks)
-RECORDED = ("_softmax", "_softmax.out", "_log_softmax", "_log_softmax.out", "_safe_softmax",
-            "_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*", "_scaled_dot_product*",
-            "_native_multi_head_attention*", "_transformer_encoder_layer_fwd*", "native_layer_norm",
-            "native_layer_norm.out", "embedding", "embedding.out", "_embedding_bag*", "cosine_similarity",
-            "one_hot")
+# recorded beyond what the probes reach on the CPU (patterns as in the checks: "name*" a prefix)
+ROUTES = ("_safe_softmax", "_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*", "_scaled_dot_product*",
+          "_native_multi_head_attention*", "_transformer_encoder_layer_fwd*", "_embedding_bag*")
 
 
-def _check_ops() -> dict[str, list[str]]:
-    """The checks' operator lists, by the function or class they check (grader's side only:
-    in the child ``course_utils.checks`` is a stand-in)."""
+def _checks() -> dict[str, tuple[list[str], list[str]]]:
+    """{function or class: (the built-ins its check forbids, the check's operator patterns)}
+    (grader's side only: in the child ``course_utils.checks`` is a stand-in)."""
     from course_utils.checks import attention, embeddings, encoder, multi_head, similarity
 
-    ops = {"softmax": attention.SOFTMAX_OPS, "embed": embeddings.EMBED_OPS, "LayerNorm": encoder.LAYER_NORM_OPS}
+    found = {"softmax": (attention.SOFTMAX_BUILTINS, attention.SOFTMAX_OPS),
+             "embed": (embeddings.EMBED_BUILTINS, embeddings.EMBED_OPS),
+             "one_hot": (embeddings.ONE_HOT_BUILTINS, []),
+             "LayerNorm": (encoder.LAYER_NORM_BUILTINS, encoder.LAYER_NORM_OPS)}
     for name in ("simple_self_attention", "scaled_dot_product_attention"):
-        ops[name] = attention.ATTENTION_OPS
+        found[name] = (attention.ATTENTION_BUILTINS, attention.ATTENTION_OPS)
     for name in ("cosine_similarity", "cosine_similarity_matrix", "most_similar", "analogy"):
-        ops[name] = similarity.COSINE_OPS
+        found[name] = (similarity.COSINE_BUILTINS, similarity.COSINE_OPS)
     for name in ("split_heads", "merge_heads", "MultiHeadAttention"):
-        ops[name] = multi_head.MHA_OPS
+        found[name] = (multi_head.MHA_BUILTINS, multi_head.MHA_OPS)
     for name in ("FeedForward", "EncoderLayer", "Encoder", "DecoderLayer", "Decoder", "Transformer",
                  "GPTBlock", "GPT"):
-        ops[name] = encoder.EVERYWHERE_OPS
-    return ops
+        found[name] = (encoder.EVERYWHERE, encoder.EVERYWHERE_OPS)
+    return found
 
 
+@lru_cache(maxsize=None)
 def forbidden_ops(function: str) -> tuple[str, ...]:
     """The operator patterns ("_softmax", "_scaled_dot_product*") that ``function`` may not run."""
-    return tuple(_check_ops().get(function, [])) + tuple(EXTRA.get(function, []))
+    builtins, ops = _checks().get(function, ([], []))
+    derived = sorted(derive.specific(builtins, derive.allowed_for(builtins))) if builtins else []
+    return tuple(ops) + tuple(EXTRA.get(function, [])) + tuple(derived)
 
 
 def matches(op: str, patterns) -> bool:
     """Whether a recorded operator ("aten::_softmax.out") is one of ``patterns`` (its name
     without namespace and overload, as the checks write them; "name*" a prefix)."""
-    base = op.split("::", 1)[-1].split(".", 1)[0]
-    return any(fnmatch.fnmatchcase(base, p) for p in patterns)
+    return any(fnmatch.fnmatchcase(derive.base(op), p) for p in patterns)
 
 
-@lru_cache(maxsize=1)
-def recorded_ops() -> dict:
-    """{"aten::op.overload": how the child computes it} for every overload of ``RECORDED`` that
-    exists: ``COMPUTED``'s plain arithmetic for what honest code calls (softmax, layer norm, an
-    embedding: nothing imported, nothing slow), the CompositeImplicitAutograd kernel of an
-    operator that has one, else None (refused: no honest exercise calls it). Looked up once
-    (the warm sandbox does it before it forks any audit)."""
+def recorded_names() -> tuple[str, ...]:
+    """The operator names and patterns the child records."""
+    return ROUTES + tuple(sorted(derive.recorded()))
+
+
+def recorded_ops(names=None) -> dict:
+    """``ops_for(names)``, by default for ``recorded_names()``."""
+    return ops_for(tuple(names) if names is not None else recorded_names())
+
+
+@lru_cache(maxsize=2)
+def ops_for(patterns: tuple[str, ...]) -> dict:
+    """{"aten::op.overload": how the child computes it} for every overload of every operator
+    ``patterns`` names: ``COMPUTED``'s plain arithmetic for what honest code calls (softmax,
+    layer norm, an embedding: nothing imported, nothing slow), the CompositeImplicitAutograd
+    kernel of an operator that has one, else None (refused: no honest exercise calls it). Looked
+    up once (the warm sandbox does it before it forks any audit)."""
     import torch
 
     found = {}
-    names = set(dir(torch.ops.aten)) | {p.split(".")[0].rstrip("*") for p in RECORDED}
-    for name in sorted(names):
-        if not any(fnmatch.fnmatchcase(name, p.split(".")[0]) for p in RECORDED):
+    for name in sorted(set(dir(torch.ops.aten)) | {p.rstrip("*") for p in patterns}):
+        if not any(fnmatch.fnmatchcase(name, p) for p in patterns):
             continue
         try:
             packet = getattr(torch.ops.aten, name)
@@ -74,9 +90,7 @@ def recorded_ops() -> dict:
             continue
         for overload in packet.overloads():
             op = getattr(packet, overload)
-            if overload == "default" or f"{name}.{overload}" in RECORDED or any(
-                    p.endswith("*") and fnmatch.fnmatchcase(name, p) for p in RECORDED):
-                found[op.name()] = _compute(name, op)
+            found[op.name()] = _compute(name, op)
     return found
 
 

@@ -6,14 +6,18 @@ submission runs.
 it). A line written there has left the process: code that runs later can add lines, never
 take one back. The lines:
 
-    op NAME                 a recorded torch operator ran, on whatever thread: its kernel is the
+    op NAME WHERE           a recorded torch operator ran, on whatever thread: its kernel is the
                             dispatcher's own for the CPU and every other backend that has one, so
                             no mode, guard or thread of the submission's runs it without this line
+                            (WHERE: the cell and line that called it, "-" on a native thread);
+                            NAME "python::F" for a Python function ``mark_python`` prefixed
     escape WHAT WHERE       a route out of Python's reach was tried, and refused: ctypes or cffi
                             (an import however its name was computed, a library, a symbol, a
-                            pointer), a native module from anywhere but the installed packages,
-                            tracing or profiling, the collector's lists of objects, another process
-                            or program, another audit hook, /proc/*/mem
+                            pointer; any ctypes object made or foreign function called: sealed,
+                            ``seal_ctypes``), a native module from anywhere but the installed
+                            packages, tracing or profiling, the collector's lists of objects,
+                            another process or program, another audit hook, /proc/*/mem, a
+                            function's code replaced
     begin GID N, end GID N  the child's marks around each call, and ``done`` its last line: audit
                             events (``MARK``) it raises through a reference taken before any cell ran
 
@@ -40,16 +44,20 @@ ESCAPES = {"sys.settrace": "tracing", "sys.setprofile": "profiling", "gc.get_obj
 BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU")
 
 
-def arm(fd):
+def arm(fd, names=None):
     """Before the first cell: the audit event that marks the child's calls (``sys.audit``, for
-    the child to keep), every hook installed on ``fd``; ctypes and cffi forgotten by the import
-    system (an import by any name then raises an event). ``fd`` None: nothing recorded (a
-    child run in-process by the tests' runner), and a mark that does nothing."""
+    the child to keep), every hook installed on ``fd`` (recording the operators ``names``, by
+    default ``forbidden.recorded_names``); ctypes and cffi forgotten by the import system (an
+    import by any name then raises an event). ``fd`` None: nothing recorded (a child run
+    in-process by the tests' runner), and a mark that does nothing."""
     if fd is None:
         return lambda *args: None
     from .forbidden import recorded_ops
+    ops = recorded_ops(names)  # torch imported (it makes ctypes types as it loads), then ctypes sealed
     no_new_programs()
-    install(fd, recorded_ops())  # (torch imports ctypes: forgotten after)
+    seal_ctypes()
+    mark_python()
+    install(fd, ops)  # (torch imports ctypes: forgotten after)
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
     return sys.audit
@@ -90,6 +98,107 @@ def no_new_programs() -> bool:
     return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
 
 
+# CPython 3.11 on a 64-bit machine: where a type keeps its size, flags, constructor and call, a
+# slot wrapper the function it wraps, a builtin function its C side (each checked before use)
+LAYOUT = {"tp_basicsize": 32, "tp_call": 128, "tp_flags": 168, "tp_new": 312, "d_wrapped": 48, "m_ml": 16}
+SEALED = "ctypes.object"  # raised by a sealed constructor or call: the hook writes it as an escape
+
+
+def seal_ctypes() -> bool:
+    """Before the hook: every ctypes type (and every type of ctypes types) is made to construct
+    nothing, and every foreign function to call nothing; each try raises ``SEALED`` instead.
+
+    torch imports ctypes, and ``torch.ctypes``, ``object.__subclasses__()`` or a ctypes object's
+    methods reach it without an import. Its ready-made helpers (``memmove``, ``memset``,
+    ``cast``), a pointer's index, a union of an address and a pointer, a function made from an
+    address: none raises an audit event (measured), and each writes to any address. Sealed, they
+    cannot run: the constructor and call slots of the types, and the slot wrapper of
+    ``CFuncPtr.__call__``, point at one native callback that raises ``SEALED`` (the thread's
+    cell and line: the hook writes them) and returns no object; so do the reference counts'
+    functions of ``_ctypes`` (``Py_DECREF``: no event either), which come back as the same objects
+    if ``_imp.create_dynamic`` loads the module again. False, nothing changed: another
+    interpreter, whose layout this does not know."""
+    import ctypes
+
+    import _ctypes
+
+    if sys.version_info[:2] != (3, 11) or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return False
+    word = ctypes.c_ssize_t.from_address
+    roots = [_ctypes._SimpleCData.__base__] + [type(t) for t in (
+        _ctypes._SimpleCData, _ctypes._Pointer, _ctypes.Array, _ctypes.Structure, _ctypes.Union, _ctypes.CFuncPtr)]
+    types, todo = [], roots
+    while todo:
+        cls = todo.pop()
+        if cls not in types:
+            types.append(cls)
+            todo.extend(type.__subclasses__(cls))
+    wrapper = vars(_ctypes.CFuncPtr)["__call__"]
+    if any(word(id(t) + LAYOUT["tp_basicsize"]).value != t.__basicsize__
+           or word(id(t) + LAYOUT["tp_flags"]).value != t.__flags__ for t in types) \
+            or word(id(wrapper) + LAYOUT["d_wrapped"]).value != word(id(_ctypes.CFuncPtr) + LAYOUT["tp_call"]).value:
+        return False
+
+    class MethodDef(ctypes.Structure):  # a builtin function's C side (made before the seal)
+        _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
+                    ("doc", ctypes.c_char_p)]
+
+    counts = [vars(_ctypes)[name] for name in ("Py_INCREF", "Py_DECREF")]
+    if any(ctypes.cast(word(id(f) + LAYOUT["m_ml"]).value, ctypes.POINTER(MethodDef)).contents.name
+           != f.__name__.encode() for f in counts):
+        return False
+
+    def sealed(*args, _audit=sys.audit, _event=SEALED, _any=BaseException):  # returns NULL, raises nothing:
+        try:  # what a callback raises is printed and its return value left undefined
+            _audit(_event)
+        except _any:
+            pass
+    slots = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
+    one_arg = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
+    method = MethodDef(b"sealed", ctypes.cast(one_arg, ctypes.c_void_p).value, 0x0008, None)  # METH_O
+    for kept in (slots, one_arg, method):  # held by nothing Python can reach
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
+    address = ctypes.cast(slots, ctypes.c_void_p).value
+    for cls in types:
+        word(id(cls) + LAYOUT["tp_new"]).value = address
+        if issubclass(cls, _ctypes.CFuncPtr):
+            word(id(cls) + LAYOUT["tp_call"]).value = address
+    word(id(wrapper) + LAYOUT["d_wrapped"]).value = address
+    for function in counts:  # the same objects come back if _ctypes is loaded again
+        word(id(function) + LAYOUT["m_ml"]).value = ctypes.addressof(method)
+    return True
+
+
+def mark_python() -> None:
+    """Before the hook: each Python function of ``derive.PYTHON`` gets code that first raises
+    ``OP`` ("python::NAME") with ``sys.audit`` itself as a constant of the code (no name that
+    code could rebind), compiled from its own source. Its code object is replaced in place, so
+    every reference to the function runs it; replacing it again is an escape (the hook)."""
+    import ast
+    import inspect
+    import pkgutil
+    import textwrap
+    import types
+    import warnings
+
+    from .derive import PYTHON
+
+    stand_in = "course.audit.stand-in"
+    for name, dotted in PYTHON.items():
+        function = pkgutil.resolve_name(dotted)
+        lines, first = inspect.getsourcelines(function)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        body = tree.body[0].body
+        call = ast.parse(f"{stand_in!r}({OP!r}, 'python::{name}')").body[0]
+        body.insert(0, ast.copy_location(call, body[0]))
+        ast.increment_lineno(tree, first - 1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "'str' object is not callable": it will be
+            module = compile(tree, function.__code__.co_filename, "exec")
+        code = next(c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == function.__name__)
+        function.__code__ = code.replace(co_consts=tuple(sys.audit if c == stand_in else c for c in code.co_consts))
+
+
 def install(fd: int, ops: dict) -> None:
     """Arm this process for good: every recorded operator (``ops``: {"ns::op.overload": the
     function that computes it, or None to refuse it}) and every escape writes a line to ``fd``.
@@ -112,10 +221,10 @@ def _hook_for(fd: int) -> None:
     python_source = (".py", ".pyc")
 
     def hook(event, args):  # one function, no nested one: its frame shows nothing to change
-        line = what = ""
+        line = what = ran = ""
         if event == op_event:
             if length(args) == 1 and type_of(args[0]) is is_str:
-                line = "op " + args[0]
+                ran = args[0]
         elif event == mark:
             if length(args) == 3 and type_of(args[0]) is is_str and type_of(args[1]) is is_str \
                     and type_of(args[2]) is is_int:
@@ -128,6 +237,8 @@ def _hook_for(fd: int) -> None:
                 what = "native-module:" + args[1]
         elif event.startswith(("ctypes.", "cffi")):
             what = event
+        elif event == "object.__setattr__" and length(args) > 1 and args[1] == "__code__":
+            what = "a function's code replaced"
         elif event == "open" and length(args) > 0 and type_of(args[0]) is is_str \
                 and args[0].startswith("/proc/") and args[0].endswith(("/mem", "/pagemap")):
             what = "open:" + args[0]
@@ -135,7 +246,7 @@ def _hook_for(fd: int) -> None:
             for name, said in escapes:
                 if event == name:
                     what = said
-        if what:  # where: the innermost frame of a submission's cell
+        if what or ran:  # where: the innermost frame of a submission's cell
             place, frame = "-", getframe(1)
             while frame is not None:
                 file = frame.f_code.co_filename
@@ -143,7 +254,8 @@ def _hook_for(fd: int) -> None:
                     place = f"{file[1:-1]}, line {frame.f_lineno}"
                     break
                 frame = frame.f_back
-            line = f"escape {what.replace(' ', '+')} {place.replace(' ', '+')}"  # one word each
+            place = place.replace(" ", "+")  # one word each
+            line = f"escape {what.replace(' ', '+')} {place}" if what else f"op {ran} {place}"
         if not line:
             return
         try:

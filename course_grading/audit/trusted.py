@@ -39,7 +39,7 @@ from course_grading.authoring.nbformat_tools import read_untrusted
 from course_grading.grading.red_flags import Flag, scan
 from ..sandbox import warm as warm_sandbox
 from ..sandbox.settings import Settings
-from . import SANDBOX_ENTRY, channel, evidence, wire
+from . import SANDBOX_ENTRY, channel, evidence, forbidden, wire
 from .exercises import EXERCISES, Exercise, Init
 from .wire import Gen, Lookup, Prefix, T, ToyModel
 
@@ -217,6 +217,7 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, s
                  for gid, ex in exercises.items()}
         (folder / wire.CALLS).write_text(json.dumps(calls), encoding="utf-8")
         (folder / wire.CELLS).write_text(json.dumps(setup_and_solution_sources(nb)), encoding="utf-8")
+        (folder / wire.RECORDED).write_text(json.dumps(forbidden.recorded_names()), encoding="utf-8")
         if blocks is not None and Path(blocks).is_file():
             shutil.copyfile(blocks, folder / building_blocks.FILE_NAME)
         if runner is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 CALLS, CELLS = "calls.json", "cells.json"
+RECORDED = "recorded.json"  # the operators the child records (``forbidden.recorded_names``)
 RECORD = "record.bin"  # the child's record (``hooks``), written here by the grader's side alone
 _SAVE, _LOAD = np.save, np.load  # taken before any submission's code runs in the child
 

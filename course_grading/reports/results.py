@@ -186,10 +186,23 @@ def write_csv(results: list[SubmissionResult], path) -> Path:
     for r in results:
         if r.error:
             rows.append([r.student, r.assignment, "", "", "", f"grading failed: {r.error}"])
+        flagged = _flagged(r)
         for e in r.exercises:  # a written answer waiting for the instructor has no score yet
+            message = " | ".join(m for m in (flagged.get(e.grade_id, ""), e.message) if m)
             rows.append([r.student, r.assignment, e.grade_id, "" if e.pending else f"{e.score:g}",
-                         f"{e.max_score:g}", e.message])
+                         f"{e.max_score:g}", message])
     return write_rows(path, rows)
+
+
+FLAGGED = "!"  # beside a score in the table: the exercise is flagged
+
+
+def _flagged(result: SubmissionResult) -> dict[str, str]:
+    """{grade_id: "flagged: REASON; ..."} for the exercises of ``result`` that a flag names."""
+    found: dict[str, list[str]] = {}
+    for flag in result.flags:
+        found.setdefault(str(flag.where), []).append(flag.reason)
+    return {e.grade_id: "flagged: " + "; ".join(found[e.grade_id]) for e in result.exercises if e.grade_id in found}
 
 
 def format_table(results: list[SubmissionResult]) -> str:
@@ -205,9 +218,13 @@ def format_table(results: list[SubmissionResult]) -> str:
             if r.error:
                 table.append([clean(r.student), f"ERROR: {clean(r.error)}"])
                 continue
-            scores = {e.grade_id: e.shown() for e in r.exercises}
+            flagged = _flagged(r)
+            scores = {e.grade_id: e.shown() + (f" {FLAGGED}" if e.grade_id in flagged else "") for e in r.exercises}
             table.append([clean(r.student), *(scores.get(x, "-") for x in exercises), r.total()])
         blocks.append(f"{clean(assignment) or NO_ASSIGNMENT}\n{_columns(table)}")
+    if any(_flagged(r) for r in results):
+        blocks.append(f"{FLAGGED}: flagged (the FLAG lines, reports/flags.csv): a reason to look; the score is "
+                      "as graded")
     if any(e.pending for r in results for e in r.exercises):
         blocks.append("manual: a written answer that needs manual grading (the Formgrader's "
                       "\"Manual Grading\"); its points are in no total until then")
