@@ -16,6 +16,7 @@ accuracy of training notebook 08's model from scratch; for 09, the KV cache's sp
 notebook measures. With --class-size: N submissions of
 notebook 03 graded by `course autograde` and by serial `nbgrader autograde`, scores compared.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,19 +51,28 @@ def machine() -> dict:
         mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     except (ValueError, OSError):
         pass
-    info = {"when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
-            "memory_gb": mem_gb, "python": platform.python_version()}
+    info = {
+        "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": mem_gb,
+        "python": platform.python_version(),
+    }
     try:
         import torch
 
         from course_utils import get_device
+
         info["torch"] = torch.__version__
         info["device"] = str(get_device())
         from course_utils.device import available_cpus, threads_for
+
         info["torch_threads"] = torch.get_num_threads()  # torch's own default
         info["usable_cpus"] = available_cpus()  # affinity mask and cgroup CPU quota
-        info["kernel_torch_threads"] = int(os.environ.get("COURSE_NUM_THREADS") or threads_for(info["usable_cpus"]))
+        info["kernel_torch_threads"] = int(
+            os.environ.get("COURSE_NUM_THREADS") or threads_for(info["usable_cpus"])
+        )
     except ImportError:
         pass
     try:
@@ -80,28 +90,39 @@ def execute_one(path: str) -> dict:
     os.environ["MPLBACKEND"] = "Agg"
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(Path(path).parent)}}).execute()
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(Path(path).parent)}}
+    ).execute()
     seconds = time.perf_counter() - start
     errors = sum(1 for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error")
     # The kernel was our child and has exited: RUSAGE_CHILDREN holds its peak RSS (KiB on Linux).
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     peak_mb = peak / 1024 if sys.platform != "darwin" else peak / 2**20
     slowest, index = max((_cell_seconds(c), i) for i, c in enumerate(nb.cells))
-    row = {"seconds": round(seconds, 2), "peak_kernel_mb": round(peak_mb), "errors": errors,
-           "slowest_cell": index, "slowest_cell_s": round(slowest, 2)}
+    row = {
+        "seconds": round(seconds, 2),
+        "peak_kernel_mb": round(peak_mb),
+        "errors": errors,
+        "slowest_cell": index,
+        "slowest_cell_s": round(slowest, 2),
+    }
     for cell in nb.cells:  # 09 measures its KV cache on the machine it runs on: keep what it said
         for out in cell.get("outputs", []):
             found = CACHE_LINE.search(out.get("text", "") if isinstance(out.get("text"), str) else "")
             if found:
-                row["cache"] = {"tokens": int(found.group(1)), "with_cache_tok_s": float(found.group(2).replace(",", "")),
-                                "without_cache_tok_s": float(found.group(3).replace(",", "")),
-                                "speedup": float(found.group(4))}
+                row["cache"] = {
+                    "tokens": int(found.group(1)),
+                    "with_cache_tok_s": float(found.group(2).replace(",", "")),
+                    "without_cache_tok_s": float(found.group(3).replace(",", "")),
+                    "speedup": float(found.group(4)),
+                }
     return row
 
 
 # the line notebook 09 prints after timing generation with and without the KV cache
-CACHE_LINE = re.compile(r"(\d+) tokens: ([\d,.]+) tokens/s with the cache, ([\d,.]+) without: ([\d.]+)x faster")
+CACHE_LINE = re.compile(
+    r"(\d+) tokens: ([\d,.]+) tokens/s with the cache, ([\d,.]+) without: ([\d.]+)x faster"
+)
 
 
 def _cell_seconds(cell) -> float:
@@ -118,8 +139,9 @@ def _cell_seconds(cell) -> float:
 
 
 def bench_notebook(path: Path) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--execute-one", str(path)],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, __file__, "--execute-one", str(path)], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -154,9 +176,12 @@ def bench_notebook_loads(path: Path, busy: int, repeat: int = 1) -> dict:
             finally:
                 stop(load)
         best = min(loaded, key=lambda r: r["seconds"])
-        row.update(busy_seconds=best["seconds"], busy_ratio=round(best["seconds"] / row["seconds"], 2),
-                   busy_peak_kernel_mb=max(r["peak_kernel_mb"] for r in loaded),
-                   busy_errors=best["errors"])
+        row.update(
+            busy_seconds=best["seconds"],
+            busy_ratio=round(best["seconds"] / row["seconds"], 2),
+            busy_peak_kernel_mb=max(r["peak_kernel_mb"] for r in loaded),
+            busy_errors=best["errors"],
+        )
     return row
 
 
@@ -174,15 +199,28 @@ def bench_autograde(assignment: str) -> dict:
             sub = course / "submitted" / "bench" / assignment
             sub.mkdir(parents=True)
             shutil.copy(course / "solutions" / assignment / f"{assignment}.ipynb", sub)
-            env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                   "MPLBACKEND": "Agg"}
+            env = {
+                **os.environ,
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                "MPLBACKEND": "Agg",
+            }
             start = time.perf_counter()
             if how == "course":
-                subprocess.run([str(BIN / "course"), "--root", str(course), "autograde", assignment, "--jobs", "1"],
-                               cwd=course, env=env, check=True, capture_output=True)
+                subprocess.run(
+                    [str(BIN / "course"), "--root", str(course), "autograde", assignment, "--jobs", "1"],
+                    cwd=course,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
             else:
-                subprocess.run([str(BIN / "nbgrader"), "autograde", assignment, "--force"],
-                               cwd=course, env=env, check=True, capture_output=True)
+                subprocess.run(
+                    [str(BIN / "nbgrader"), "autograde", assignment, "--force"],
+                    cwd=course,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
             results[f"{how}_autograde_s"] = round(time.perf_counter() - start, 2)
     return results
 
@@ -200,7 +238,9 @@ BUGGY_VARIANT = ("test_softmax", "no_max_subtraction")
 
 
 def _strip_markers(source: str) -> str:
-    return "\n".join(ln for ln in source.splitlines() if "BEGIN SOLUTION" not in ln and "END SOLUTION" not in ln)
+    return "\n".join(
+        ln for ln in source.splitlines() if "BEGIN SOLUTION" not in ln and "END SOLUTION" not in ln
+    )
 
 
 def student_notebook(root: Path, assignment: str, kind: str):
@@ -211,8 +251,11 @@ def student_notebook(root: Path, assignment: str, kind: str):
 
     release = nbformat.read(str(root / "notebooks" / assignment / f"{assignment}.ipynb"), 4)
     solution = nbformat.read(str(root / "solutions" / assignment / f"{assignment}.ipynb"), 4)
-    answers = {c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source) for c in solution.cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: _strip_markers(c.source)
+        for c in solution.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
     cells = [c for c in release.cells if c.metadata.get("nbgrader", {}).get("solution")]
     solved = {"solution": len(cells), "buggy": len(cells), "partial": len(cells) // 2, "blank": 0}[kind]
     for cell in cells[:solved]:
@@ -243,8 +286,11 @@ def make_class_course(course: Path, assignment: str, size: int, mix=CLASS_MIX) -
     from course_grading.authoring import release as course_release
 
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(
+        ROOT / "solutions" / assignment,
+        course / "solutions" / assignment,
+        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+    )
     course_release.release(course, [assignment])  # writes notebooks/ and records the assignment
     students = []
     for i in range(size):
@@ -268,7 +314,10 @@ def gradebook_scores(course: Path, assignment: str, db_url=None) -> dict:
             for notebook in submission.notebooks:
                 for grade in notebook.grades:
                     scores[(submission.student.id, grade.name)] = (
-                        float(grade.score or 0), float(grade.max_score), bool(grade.needs_manual_grade))
+                        float(grade.score or 0),
+                        float(grade.max_score),
+                        bool(grade.needs_manual_grade),
+                    )
     return scores
 
 
@@ -323,88 +372,139 @@ def _run_measured(command: list[str], cwd: Path, env: dict, name: str):
     return done, wall, cpu.seconds()
 
 
-def bench_class(size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None, mix=CLASS_MIX,
-                graders=GRADERS) -> dict:
+def bench_class(
+    size: int, assignment: str = CLASS_ASSIGNMENT, jobs=None, mix=CLASS_MIX, graders=GRADERS
+) -> dict:
     """`course autograde` vs serial `nbgrader autograde` on the same ``size`` submissions of
     the kinds in ``mix``, taken in turn; ``graders`` picks the rows (nbgrader's always runs)."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "MPLBACKEND": "Agg"}
     timings, scores, cpu = {}, {}, {}
     course_cmd = [str(BIN / "course"), "autograde", assignment] + (["--jobs", str(jobs)] if jobs else [])
-    commands = {"course": course_cmd,
-                "course_no_audit": course_cmd + ["--no-audit"],
-                "course_bare": course_cmd + ["--no-sandbox", "--no-audit"],
-                "nbgrader": [str(BIN / "nbgrader"), "autograde", assignment, "--force"]}
+    commands = {
+        "course": course_cmd,
+        "course_no_audit": course_cmd + ["--no-audit"],
+        "course_bare": course_cmd + ["--no-sandbox", "--no-audit"],
+        "nbgrader": [str(BIN / "nbgrader"), "autograde", assignment, "--force"],
+    }
     commands = {how: command for how, command in commands.items() if how in graders or how == "nbgrader"}
     with tempfile.TemporaryDirectory(prefix="class-bench-") as tmp:
         for how, command in commands.items():
             course = Path(tmp) / how
             course.mkdir()
             make_class_course(course, assignment, size, mix)
-            done, timings[how], cpu[how] = _run_measured(command, course, {**env, "COURSE_ROOT": str(course)}, how)
+            done, timings[how], cpu[how] = _run_measured(
+                command, course, {**env, "COURSE_ROOT": str(course)}, how
+            )
             if done.returncode != 0:
-                raise SystemExit(f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+                raise SystemExit(
+                    f"{' '.join(command[:2])} failed ({done.returncode}):\n{done.stderr[-3000:]}"
+                )
             scores[how] = gradebook_scores(course, assignment)
-            print(f"{how}: {size} submissions in {timings[how]:.1f} s"
-                  + (f" ({cpu[how]} CPU-s)" if cpu[how] is not None else ""), flush=True)
+            print(
+                f"{how}: {size} submissions in {timings[how]:.1f} s"
+                + (f" ({cpu[how]} CPU-s)" if cpu[how] is not None else ""),
+                flush=True,
+            )
     cells = {name for _, name in scores["nbgrader"]}
     for how in commands:
-        mismatches = sorted(k for k in scores[how].keys() | scores["nbgrader"].keys()
-                            if scores[how].get(k) != scores["nbgrader"].get(k))
+        mismatches = sorted(
+            k
+            for k in scores[how].keys() | scores["nbgrader"].keys()
+            if scores[how].get(k) != scores["nbgrader"].get(k)
+        )
         if mismatches or len(scores[how]) != size * len(cells):
             raise SystemExit(f"scores differ between {how} and nbgrader autograde: {mismatches[:10]}")
     per_min = {how: round(60 * size / t, 2) for how, t in timings.items()}
-    return {"assignment": assignment, "class_size": size, "jobs": jobs or os.cpu_count(),
-            "mix": {k: sum(1 for i in range(size) if mix[i % len(mix)] == k) for k in set(mix)},
-            "course_autograde_s": round(timings["course"], 1), "nbgrader_autograde_s": round(timings["nbgrader"], 1),
-            "course_per_min": per_min["course"], "nbgrader_per_min": per_min["nbgrader"],
-            "ratio": round(timings["nbgrader"] / timings["course"], 2),
-            "cpu_s": cpu,  # CPU seconds of each command's whole process tree (None: not measurable here)
-            "course_no_audit_s": round(timings["course_no_audit"], 1) if "course_no_audit" in timings else None,
-            "course_bare_s": round(timings["course_bare"], 1) if "course_bare" in timings else None,
-            "safety_overhead": (round(timings["course"] / timings["course_bare"] - 1, 3)
-                                if "course_bare" in timings else None),
-            "total_score": sum(v[0] for v in scores["course"].values()),
-            "grade_cells_compared": len(scores["course"]), "identical": True}
+    return {
+        "assignment": assignment,
+        "class_size": size,
+        "jobs": jobs or os.cpu_count(),
+        "mix": {k: sum(1 for i in range(size) if mix[i % len(mix)] == k) for k in set(mix)},
+        "course_autograde_s": round(timings["course"], 1),
+        "nbgrader_autograde_s": round(timings["nbgrader"], 1),
+        "course_per_min": per_min["course"],
+        "nbgrader_per_min": per_min["nbgrader"],
+        "ratio": round(timings["nbgrader"] / timings["course"], 2),
+        "cpu_s": cpu,  # CPU seconds of each command's whole process tree (None: not measurable here)
+        "course_no_audit_s": round(timings["course_no_audit"], 1) if "course_no_audit" in timings else None,
+        "course_bare_s": round(timings["course_bare"], 1) if "course_bare" in timings else None,
+        "safety_overhead": (
+            round(timings["course"] / timings["course_bare"] - 1, 3) if "course_bare" in timings else None
+        ),
+        "total_score": sum(v[0] for v in scores["course"].values()),
+        "grade_cells_compared": len(scores["course"]),
+        "identical": True,
+    }
 
 
 def render_class(info: dict, row: dict, command: str = "") -> str:
     size = row["class_size"]
-    lines = ["# Class throughput", "", "Produced by `python benchmarks/run.py --class-size "
-             f"{size}{command}` on:", ""]
+    lines = [
+        "# Class throughput",
+        "",
+        f"Produced by `python benchmarks/run.py --class-size {size}{command}` on:",
+        "",
+    ]
     lines += [f"- {k}: {v}" for k, v in info.items()]
-    lines += ["", f"{size} submissions of {row['assignment']} ({', '.join(f'{v} {k}' for k, v in sorted(row['mix'].items()))}):", "",
-              "| grader | wall time (s) | submissions / minute |", "| --- | ---: | ---: |",
-              f"| `course autograde` ({row['jobs']} jobs) | {row['course_autograde_s']} | {row['course_per_min']} |"]
-    for key, label in (("course_no_audit_s", "`course autograde --no-audit`"),
-                       ("course_bare_s", "`course autograde --no-sandbox --no-audit`")):
+    lines += [
+        "",
+        f"{size} submissions of {row['assignment']} ({', '.join(f'{v} {k}' for k, v in sorted(row['mix'].items()))}):",
+        "",
+        "| grader | wall time (s) | submissions / minute |",
+        "| --- | ---: | ---: |",
+        f"| `course autograde` ({row['jobs']} jobs) | {row['course_autograde_s']} | {row['course_per_min']} |",
+    ]
+    for key, label in (
+        ("course_no_audit_s", "`course autograde --no-audit`"),
+        ("course_bare_s", "`course autograde --no-sandbox --no-audit`"),
+    ):
         if row.get(key):
             lines.append(f"| {label} | {row[key]} | {60 * size / row[key]:.2f} |")
-    lines += [f"| `nbgrader autograde` (serial CLI) | {row['nbgrader_autograde_s']} | {row['nbgrader_per_min']} |",
-              "", f"Throughput ratio (`course autograde` / `nbgrader autograde`): {row['ratio']}x. Scores "
-              f"identical to nbgrader's in all {row['grade_cells_compared']} (student, grade cell) pairs, "
-              f"for every `course autograde` row (total {row['total_score']:g} points).", ""]
+    lines += [
+        f"| `nbgrader autograde` (serial CLI) | {row['nbgrader_autograde_s']} | {row['nbgrader_per_min']} |",
+        "",
+        f"Throughput ratio (`course autograde` / `nbgrader autograde`): {row['ratio']}x. Scores "
+        f"identical to nbgrader's in all {row['grade_cells_compared']} (student, grade cell) pairs, "
+        f"for every `course autograde` row (total {row['total_score']:g} points).",
+        "",
+    ]
     cpu = row.get("cpu_s") or {}
     if cpu.get("course") and cpu.get("nbgrader"):
-        lines += [f"CPU time of each command's whole process tree: `course autograde` {cpu['course']} s, "
-                  f"`nbgrader autograde` {cpu['nbgrader']} s ({cpu['nbgrader'] / cpu['course']:.2f}x "
-                  "as much); the wall-time ratio is higher because the course's workers use every core.", ""]
+        lines += [
+            f"CPU time of each command's whole process tree: `course autograde` {cpu['course']} s, "
+            f"`nbgrader autograde` {cpu['nbgrader']} s ({cpu['nbgrader'] / cpu['course']:.2f}x "
+            "as much); the wall-time ratio is higher because the course's workers use every core.",
+            "",
+        ]
     if row.get("safety_overhead") is not None:
-        lines += [f"Sandbox and audit together vs neither: {row['safety_overhead']:+.1%} wall time "
-                  "(sandboxed kernels are forked from the warm sandbox; unsandboxed ones start cold).", ""]
+        lines += [
+            f"Sandbox and audit together vs neither: {row['safety_overhead']:+.1%} wall time "
+            "(sandboxed kernels are forked from the warm sandbox; unsandboxed ones start cold).",
+            "",
+        ]
     return "\n".join(lines)
 
 
 def bench_training() -> dict:
     """Train notebook 08's toy Transformer from scratch (`tools/train_toy_model.py`, nothing saved)."""
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, str(ROOT / "tools" / "train_toy_model.py")],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "train_toy_model.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     wall = time.perf_counter() - start
     trained = re.search(r"trained (\d+) steps in ([\d.]+)s on (\S+) \((\d+) threads", out)
     accuracy = re.search(r"held-out exact match .*?: ([\d.]+) float32", out)
-    return {"steps": int(trained.group(1)), "train_s": float(trained.group(2)),
-            "device": trained.group(3), "threads": int(trained.group(4)),
-            "held_out_exact_match": float(accuracy.group(1)), "wall_s": round(wall, 1)}
+    return {
+        "steps": int(trained.group(1)),
+        "train_s": float(trained.group(2)),
+        "device": trained.group(3),
+        "threads": int(trained.group(4)),
+        "held_out_exact_match": float(accuracy.group(1)),
+        "wall_s": round(wall, 1),
+    }
 
 
 # What a notebook may cost a learner: seconds to run it all, the kernel's memory, and how much
@@ -432,37 +532,51 @@ def render(info: dict, rows: list[dict], training: dict | None = None, busy: int
     command = "python benchmarks/run.py" + (f" --busy {busy}" if busy else "")
     lines = ["# Benchmark results", "", f"Produced by `{command}` on:", ""]
     lines += [f"- {k}: {v}" for k, v in info.items()]
-    busy_head = (f" with {busy} busy processes (s) | busy / idle |" if busy else "")
-    lines += ["", "| notebook | execute (s) | slowest cell (s) | peak kernel memory (MB) | errors |" + busy_head +
-              " `course autograde` (s) | `nbgrader autograde` (s) | autograde / execute |",
-              "| --- | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if busy else "") + " ---: | ---: | ---: |"]
+    busy_head = f" with {busy} busy processes (s) | busy / idle |" if busy else ""
+    lines += [
+        "",
+        "| notebook | execute (s) | slowest cell (s) | peak kernel memory (MB) | errors |"
+        + busy_head
+        + " `course autograde` (s) | `nbgrader autograde` (s) | autograde / execute |",
+        "| --- | ---: | ---: | ---: | ---: |" + (" ---: | ---: |" if busy else "") + " ---: | ---: | ---: |",
+    ]
     for r in rows:
-        ratio = (f"{r['course_autograde_s'] / r['seconds']:.2f}"
-                 if "course_autograde_s" in r else "")
+        ratio = f"{r['course_autograde_s'] / r['seconds']:.2f}" if "course_autograde_s" in r else ""
         loaded = f" {r.get('busy_seconds', '')} | {r.get('busy_ratio', '')} |" if busy else ""
         slowest = f"{r['slowest_cell_s']} (cell {r['slowest_cell']})" if "slowest_cell" in r else ""
-        lines.append(f"| {r['notebook']} | {r['seconds']} | {slowest} | {r['peak_kernel_mb']} | {r['errors']} |{loaded} "
-                     f"{r.get('course_autograde_s', '')} | {r.get('nbgrader_autograde_s', '')} | {ratio} |")
+        lines.append(
+            f"| {r['notebook']} | {r['seconds']} | {slowest} | {r['peak_kernel_mb']} | {r['errors']} |{loaded} "
+            f"{r.get('course_autograde_s', '')} | {r.get('nbgrader_autograde_s', '')} | {ratio} |"
+        )
     total = sum(r["seconds"] for r in rows)
     lines += ["", f"All {len(rows)} notebooks executed in {total:.1f} s in total.", ""]
     missed = {r["notebook"]: within_targets(r) for r in rows}
     verdict = "; ".join(f"{n}: {', '.join(m)}" for n, m in missed.items() if m) or "all met"
-    lines += [f"Targets (each notebook at most {DEFAULT_TARGET_SECONDS:g} s, 08 and 09 at most "
-              f"{TARGET_SECONDS['08_generation']:g} s, at most {TARGET_MB} MB of kernel memory"
-              + (f", at most {TARGET_BUSY_RATIO:g} times slower beside {busy} busy processes" if busy else "")
-              + f"): {verdict}.", ""]
+    lines += [
+        f"Targets (each notebook at most {DEFAULT_TARGET_SECONDS:g} s, 08 and 09 at most "
+        f"{TARGET_SECONDS['08_generation']:g} s, at most {TARGET_MB} MB of kernel memory"
+        + (f", at most {TARGET_BUSY_RATIO:g} times slower beside {busy} busy processes" if busy else "")
+        + f"): {verdict}.",
+        "",
+    ]
     for r in rows:
         if r.get("cache"):
             k = r["cache"]
-            lines += [f"KV cache ({r['notebook']}, generating {k['tokens']} tokens with the shipped "
-                      f"model, as the notebook measures it): {k['with_cache_tok_s']:,.0f} tokens/s "
-                      f"with the cache, {k['without_cache_tok_s']:,.0f} without: "
-                      f"{k['speedup']:.1f}x.", ""]
+            lines += [
+                f"KV cache ({r['notebook']}, generating {k['tokens']} tokens with the shipped "
+                f"model, as the notebook measures it): {k['with_cache_tok_s']:,.0f} tokens/s "
+                f"with the cache, {k['without_cache_tok_s']:,.0f} without: "
+                f"{k['speedup']:.1f}x.",
+                "",
+            ]
     if training:
-        lines += ["Training notebook 08's model from scratch (`python tools/train_toy_model.py`): "
-                  f"{training['steps']} steps in {training['train_s']} s on {training['device']} "
-                  f"({training['threads']} threads), held-out exact match "
-                  f"{training['held_out_exact_match']:.2%} (whole command {training['wall_s']} s).", ""]
+        lines += [
+            "Training notebook 08's model from scratch (`python tools/train_toy_model.py`): "
+            f"{training['steps']} steps in {training['train_s']} s on {training['device']} "
+            f"({training['threads']} threads), held-out exact match "
+            f"{training['held_out_exact_match']:.2%} (whole command {training['wall_s']} s).",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -471,20 +585,52 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="notebook numbers or names, e.g. 01 03_attention")
     ap.add_argument("--no-autograde", action="store_true", help="skip the grading timings")
     ap.add_argument("--no-train", action="store_true", help="skip training the toy model of 08")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"),
-                    help="results file stem (.md and .json are written)")
-    ap.add_argument("--class-size", type=int, nargs="?", const=40, metavar="N",
-                    help="only the class throughput benchmark, with N submissions (default 40)")
-    ap.add_argument("--mix", choices=sorted(MIXES), default="course",
-                    help="the submissions of --class-size: 'course' (mostly solved, some blank, partial "
-                         "and buggy) or 'thirds' (a third each solved, blank and half-done)")
-    ap.add_argument("--graders", nargs="*", choices=GRADERS, default=list(GRADERS),
-                    help="which graders --class-size times (nbgrader's serial run always)")
-    ap.add_argument("--jobs", type=int, help="`course autograde --jobs` for --class-size (default: one per core)")
-    ap.add_argument("--busy", type=int, nargs="?", const=2, default=0, metavar="N",
-                    help="also execute each notebook beside N busy processes (default 2)")
-    ap.add_argument("--repeat", type=int, default=1, metavar="R",
-                    help="the best of R executions of each notebook (idle and busy)")
+    ap.add_argument(
+        "--out",
+        default=str(ROOT / "benchmarks" / "results"),
+        help="results file stem (.md and .json are written)",
+    )
+    ap.add_argument(
+        "--class-size",
+        type=int,
+        nargs="?",
+        const=40,
+        metavar="N",
+        help="only the class throughput benchmark, with N submissions (default 40)",
+    )
+    ap.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="course",
+        help="the submissions of --class-size: 'course' (mostly solved, some blank, partial "
+        "and buggy) or 'thirds' (a third each solved, blank and half-done)",
+    )
+    ap.add_argument(
+        "--graders",
+        nargs="*",
+        choices=GRADERS,
+        default=list(GRADERS),
+        help="which graders --class-size times (nbgrader's serial run always)",
+    )
+    ap.add_argument(
+        "--jobs", type=int, help="`course autograde --jobs` for --class-size (default: one per core)"
+    )
+    ap.add_argument(
+        "--busy",
+        type=int,
+        nargs="?",
+        const=2,
+        default=0,
+        metavar="N",
+        help="also execute each notebook beside N busy processes (default 2)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="R",
+        help="the best of R executions of each notebook (idle and busy)",
+    )
     ap.add_argument("--execute-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.execute_one:
@@ -495,10 +641,14 @@ def main(argv=None) -> int:
         info = machine()
         row = bench_class(args.class_size, jobs=args.jobs, mix=MIXES[args.mix], graders=args.graders)
         info["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
-        stem = (str(ROOT / "benchmarks" / "class_results") + ("" if args.mix == "course" else f"_{args.mix}")
-                if args.out == ap.get_default("out") else args.out)
+        stem = (
+            str(ROOT / "benchmarks" / "class_results") + ("" if args.mix == "course" else f"_{args.mix}")
+            if args.out == ap.get_default("out")
+            else args.out
+        )
         command = (f" --mix {args.mix}" if args.mix != "course" else "") + (
-            f" --graders {' '.join(args.graders)}" if list(args.graders) != list(GRADERS) else "")
+            f" --graders {' '.join(args.graders)}" if list(args.graders) != list(GRADERS) else ""
+        )
         report = render_class(info, row, command)
         Path(stem + ".md").write_text(report)
         Path(stem + ".json").write_text(json.dumps({"machine": info, "class": row}, indent=1) + "\n")
@@ -520,7 +670,8 @@ def main(argv=None) -> int:
     report = render(info, rows, training, busy=args.busy)
     Path(args.out + ".md").write_text(report)
     Path(args.out + ".json").write_text(
-        json.dumps({"machine": info, "notebooks": rows, "training": training}, indent=1) + "\n")
+        json.dumps({"machine": info, "notebooks": rows, "training": training}, indent=1) + "\n"
+    )
     print(report)
     return 0
 

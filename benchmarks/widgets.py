@@ -13,6 +13,7 @@ kept under its ``--label``; a new run replaces the one of the same label) and
 benchmarks/widget_latency.md (each control's median and 90th percentile, per label, side by
 side). The machine's load average is recorded with each run: compare runs made at similar load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,9 +29,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from jupyter_browser import (ARM_JS, CHROMIUM, FLAGS, PAINTED_JS, PROBE_JS,  # noqa: E402 - from tests/, put on the path above
-                             control_latencies, course_lab, filled_in, open_and_run_all,
-                             other_text, shut_down_kernels, widget_controls)
+from jupyter_browser import (  # noqa: E402 - from tests/, put on the path above
+    ARM_JS,
+    CHROMIUM,
+    FLAGS,
+    PAINTED_JS,
+    PROBE_JS,
+    control_latencies,
+    course_lab,
+    filled_in,
+    open_and_run_all,
+    other_text,
+    shut_down_kernels,
+    widget_controls,
+)
 
 NOTEBOOKS = sorted(p.parent.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 VIEWPORT = {"width": 1280, "height": 900}
@@ -76,24 +88,35 @@ def measure_notebook(page, base: str, token: str, name: str, repeats: int) -> li
                 texts = (other_text(control["name"], first), first)
             step = buttons.get("next token") or buttons.get("next")  # 08's and 09's steppers
             if control["kind"] == "button" and control["name"] == "reset" and step is not None:
+
                 def before_each(i, b=step):  # something to reset
                     _press_and_wait(page, widget, b)
             elif control["kind"] == "button" and "reset" in buttons:
+
                 def before_each(i, b=buttons["reset"], c=control["locator"]):
                     if not c.is_enabled():  # the stepper finished its sentence
                         _press_and_wait(page, widget, b)
+
             if control["disabled"] and before_each is None:  # e.g. 01's runners-up: no analogy yet
                 continue
             started = time.time()
             ms = control_latencies(page, widget, control, repeats, texts=texts, before_each=before_each)
-            row = {"notebook": name, "widget": w, "control": control["name"] or control["kind"],
-                   "kind": control["kind"], "ms": [None if m is None else round(m, 1) for m in ms],
-                   "load": round(os.getloadavg()[0], 1)}  # the machine's, as it was measured
+            row = {
+                "notebook": name,
+                "widget": w,
+                "control": control["name"] or control["kind"],
+                "kind": control["kind"],
+                "ms": [None if m is None else round(m, 1) for m in ms],
+                "load": round(os.getloadavg()[0], 1),
+            }  # the machine's, as it was measured
             rows.append(row)
             got = [m for m in ms if m is not None]
-            print(f"{name} widget {w} {row['control']!r:24} "
-                  + (f"median {statistics.median(got):7.0f} ms" if got else "no picture")
-                  + f"  ({len(got)}/{len(ms)} moves redrew, {time.time() - started:.0f} s)", flush=True)
+            print(
+                f"{name} widget {w} {row['control']!r:24} "
+                + (f"median {statistics.median(got):7.0f} ms" if got else "no picture")
+                + f"  ({len(got)}/{len(ms)} moves redrew, {time.time() - started:.0f} s)",
+                flush=True,
+            )
     return rows
 
 
@@ -108,22 +131,33 @@ def write_markdown(data: dict, path: Path) -> None:
             key = (r["notebook"], r["widget"], r["control"])
             if key not in keys:
                 keys.append(key)
-    lines = ["# Widget latency: input event to new picture painted", "",
-             "Made by `python benchmarks/widgets.py --label LABEL` (headless Chromium, JupyterLab, "
-             "the solutions filled in). Each cell: median / 90th percentile in ms over the moves "
-             "of that control; `—` where a move drew no new picture. Goal: median ≤ 150 ms and "
-             "90th percentile ≤ 250 ms for every control.", ""]
+    lines = [
+        "# Widget latency: input event to new picture painted",
+        "",
+        "Made by `python benchmarks/widgets.py --label LABEL` (headless Chromium, JupyterLab, "
+        "the solutions filled in). Each cell: median / 90th percentile in ms over the moves "
+        "of that control; `—` where a move drew no new picture. Goal: median ≤ 150 ms and "
+        "90th percentile ≤ 250 ms for every control.",
+        "",
+    ]
     for label in labels:
         run = data["runs"][label]
         m = run["machine"]
         loads = [r["load"] for r in run["controls"] if "load" in r]
-        seen = (f"1-minute load average {min(loads):g} to {max(loads):g} while the controls were "
-                f"moved" if loads else f"load average before {m['load_before']} and after "
-                f"{m['load_after']}")
-        lines.append(f"- **{label}**: {run['when']}, {m['cores']} cores, {seen}, "
-                     f"{run['repeats']} moves a control, {run['commit']}")
-    lines += ["", "| notebook | widget | control | " + " | ".join(labels) + " |",
-              "| --- | --- | --- | " + " | ".join("---:" for _ in labels) + " |"]
+        seen = (
+            f"1-minute load average {min(loads):g} to {max(loads):g} while the controls were moved"
+            if loads
+            else f"load average before {m['load_before']} and after {m['load_after']}"
+        )
+        lines.append(
+            f"- **{label}**: {run['when']}, {m['cores']} cores, {seen}, "
+            f"{run['repeats']} moves a control, {run['commit']}"
+        )
+    lines += [
+        "",
+        "| notebook | widget | control | " + " | ".join(labels) + " |",
+        "| --- | --- | --- | " + " | ".join("---:" for _ in labels) + " |",
+    ]
 
     def cell(label, key):
         for r in data["runs"][label]["controls"]:
@@ -138,12 +172,21 @@ def write_markdown(data: dict, path: Path) -> None:
 
     for key in keys:
         name = key[2].replace("\u200b", "").replace("|", "\\|")  # a table cell of its own
-        lines.append(f"| {key[0]} | {key[1]} | {name} | "
-                     + " | ".join(cell(label, key) for label in labels) + " |")
-    lines += ["", "| all moves | " + " | ".join(labels) + " |",
-              "| --- | " + " | ".join("---:" for _ in labels) + " |"]
-    for what in ("median ms", "90th percentile ms", "controls with median > 150 ms",
-                 "controls with 90th percentile > 250 ms", "moves without a new picture"):
+        lines.append(
+            f"| {key[0]} | {key[1]} | {name} | " + " | ".join(cell(label, key) for label in labels) + " |"
+        )
+    lines += [
+        "",
+        "| all moves | " + " | ".join(labels) + " |",
+        "| --- | " + " | ".join("---:" for _ in labels) + " |",
+    ]
+    for what in (
+        "median ms",
+        "90th percentile ms",
+        "controls with median > 150 ms",
+        "controls with 90th percentile > 250 ms",
+        "moves without a new picture",
+    ):
         row = []
         for label in labels:
             controls = data["runs"][label]["controls"]
@@ -162,27 +205,44 @@ def write_markdown(data: dict, path: Path) -> None:
         lines.append(f"| {what} | " + " | ".join(row) + " |")
     kernel = [label for label in data["runs"] if label.endswith(KERNEL)]
     if kernel:
-        lines += ["", "## The kernel's share: CPU time per redraw, in-process", "",
-                  "Made by `python benchmarks/widgets.py --kernel --label LABEL`: each control set "
-                  "in Python on a widget built with the course's reference components, CPU ms "
-                  "(`time.process_time`) from the new value to the new PNG; the first move of each "
-                  "control (cold caches) not counted. CPU time is far less sensitive to a busy "
-                  "machine than the browser's wall-clock times above.", ""]
+        lines += [
+            "",
+            "## The kernel's share: CPU time per redraw, in-process",
+            "",
+            "Made by `python benchmarks/widgets.py --kernel --label LABEL`: each control set "
+            "in Python on a widget built with the course's reference components, CPU ms "
+            "(`time.process_time`) from the new value to the new PNG; the first move of each "
+            "control (cold caches) not counted. CPU time is far less sensitive to a busy "
+            "machine than the browser's wall-clock times above.",
+            "",
+        ]
         for label in kernel:
             run = data["runs"][label]
-            lines.append(f"- **{label}**: {run['when']}, load average {run['machine']['load_before']}, "
-                         f"{run['repeats']} moves a control, {run['commit']}")
-        lines += ["", "| notebook | control | " + " | ".join(kernel) + " |",
-                  "| --- | --- | " + " | ".join("---:" for _ in kernel) + " |"]
-        keys = list(dict.fromkeys((r["notebook"], r["control"]) for label in kernel
-                                  for r in data["runs"][label]["controls"]))
+            lines.append(
+                f"- **{label}**: {run['when']}, load average {run['machine']['load_before']}, "
+                f"{run['repeats']} moves a control, {run['commit']}"
+            )
+        lines += [
+            "",
+            "| notebook | control | " + " | ".join(kernel) + " |",
+            "| --- | --- | " + " | ".join("---:" for _ in kernel) + " |",
+        ]
+        keys = list(
+            dict.fromkeys(
+                (r["notebook"], r["control"]) for label in kernel for r in data["runs"][label]["controls"]
+            )
+        )
         for key in keys:
             cells = []
             for label in kernel:
-                got = [r["ms"] for r in data["runs"][label]["controls"]
-                       if (r["notebook"], r["control"]) == key]
-                cells.append(f"{statistics.median(got[0]):.0f} / {_percentile(got[0], 0.9):.0f}"
-                             if got and got[0] else "")
+                got = [
+                    r["ms"] for r in data["runs"][label]["controls"] if (r["notebook"], r["control"]) == key
+                ]
+                cells.append(
+                    f"{statistics.median(got[0]):.0f} / {_percentile(got[0], 0.9):.0f}"
+                    if got and got[0]
+                    else ""
+                )
             lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
     notes = data.get("notes")
     if notes:
@@ -206,25 +266,43 @@ def _kernel_widgets():
     from course_grading.reference.similarity import analogy
     from course_utils import training
     from course_utils.toy_task import encode_pairs, make_pairs
-    from course_utils.widgets import (attention, embeddings, generation, multi_head, positional,
-                                      similarity, transformer)
+    from course_utils.widgets import (
+        attention,
+        embeddings,
+        generation,
+        multi_head,
+        positional,
+        similarity,
+        transformer,
+    )
 
     model, src_tok, tgt_tok = training.load_toy_model(Transformer, device="cpu")
     pairs = make_pairs(12, "test")
     src, tgt = encode_pairs(pairs[:4], src_tok, tgt_tok)
     tgt_in = tgt[:, :-1]
-    extra = ({"vocab": tgt_tok.itos}
-             if "vocab" in inspect.signature(transformer.attention_viewer).parameters else {})
+    extra = (
+        {"vocab": tgt_tok.itos}
+        if "vocab" in inspect.signature(transformer.attention_viewer).parameters
+        else {}
+    )
 
     def viewer():
         return transformer.attention_viewer(
-            model, src, tgt_in, make_padding_mask(src, src_tok.pad_id), causal_mask(tgt_in.size(1)),
+            model,
+            src,
+            tgt_in,
+            make_padding_mask(src, src_tok.pad_id),
+            causal_mask(tgt_in.size(1)),
             src_tokens=[src_tok.tokens(s) for s in src.tolist()],
-            tgt_tokens=[tgt_tok.tokens(t) for t in tgt_in.tolist()], kind="cross", **extra)
+            tgt_tokens=[tgt_tok.tokens(t) for t in tgt_in.tolist()],
+            kind="cross",
+            **extra,
+        )
 
     def stepper():
-        return generation.decoding_stepper(model, [s for s, _ in pairs], causal_mask,
-                                           G.sample_next_token, src_tok, tgt_tok)
+        return generation.decoding_stepper(
+            model, [s for s, _ in pairs], causal_mask, G.sample_next_token, src_tok, tgt_tok
+        )
 
     def gpt_stepper():
         from course_grading.reference.gpt import GPT
@@ -236,28 +314,85 @@ def _kernel_widgets():
 
     torch.set_num_threads(1)
     return [
-        ("01", lambda: embeddings.embedding_projector(),
-         {"words": ["prince princess boy girl uncle aunt brother sister queen",
-                    embeddings.DEFAULT_WORDS], "c": ["girl", "woman"]}),
-        ("02", lambda: similarity.angle_explorer(40, 1.0, 2.5),
-         {"angle": [45.0, 40.0], "len_u": [1.25, 1.0]}),
-        ("02", lambda: embeddings.embedding_projector(
-            analogy, words="germany berlin italy rome spain madrid", a="france", b="paris",
-            c="japan", neighbours=5), {"neighbours": [6, 5], "c": ["italy", "japan"]}),
-        ("03", lambda: attention.attention_explorer(scaled_dot_product_attention, causal_mask),
-         {"scale": [10.0, 7.07], "causal": [True, False],
-          "sentence": ["we sat by the river bank", "we sat on the bank of the river"]}),
-        ("04", lambda: multi_head.head_viewer(MultiHeadAttention),
-         {"head": [1, 2], "query": [3, 8],
-          "sentence": ["my dog did not eat because it was full", multi_head.DEMO_SENTENCE]}),
-        ("05", lambda: positional.positional_explorer(sinusoidal_positional_encoding),
-         {"position": [21, 20], "d_model": [102, 100], "positions": [1000, 100]}),
-        ("06-08", viewer, {"head": [1, 0], "layer": [1, 0], "example": [1, 0],
-                           "kind": ["decoder self", "cross"]}),
-        ("08", stepper, {"temperature": [1.12, 1.0], "top_k": [14, 15], "mode": ["sample", "greedy"],
-                         "next": ["click"], "reset": ["click"]}),
-        ("09", gpt_stepper, {"temperature": [0.5, 0.8], "top_k": [20, 30], "mode": ["greedy", "sample"],
-                             "next": ["click"], "next10": ["click"], "reset": ["click"]}),
+        (
+            "01",
+            lambda: embeddings.embedding_projector(),
+            {
+                "words": [
+                    "prince princess boy girl uncle aunt brother sister queen",
+                    embeddings.DEFAULT_WORDS,
+                ],
+                "c": ["girl", "woman"],
+            },
+        ),
+        (
+            "02",
+            lambda: similarity.angle_explorer(40, 1.0, 2.5),
+            {"angle": [45.0, 40.0], "len_u": [1.25, 1.0]},
+        ),
+        (
+            "02",
+            lambda: embeddings.embedding_projector(
+                analogy,
+                words="germany berlin italy rome spain madrid",
+                a="france",
+                b="paris",
+                c="japan",
+                neighbours=5,
+            ),
+            {"neighbours": [6, 5], "c": ["italy", "japan"]},
+        ),
+        (
+            "03",
+            lambda: attention.attention_explorer(scaled_dot_product_attention, causal_mask),
+            {
+                "scale": [10.0, 7.07],
+                "causal": [True, False],
+                "sentence": ["we sat by the river bank", "we sat on the bank of the river"],
+            },
+        ),
+        (
+            "04",
+            lambda: multi_head.head_viewer(MultiHeadAttention),
+            {
+                "head": [1, 2],
+                "query": [3, 8],
+                "sentence": ["my dog did not eat because it was full", multi_head.DEMO_SENTENCE],
+            },
+        ),
+        (
+            "05",
+            lambda: positional.positional_explorer(sinusoidal_positional_encoding),
+            {"position": [21, 20], "d_model": [102, 100], "positions": [1000, 100]},
+        ),
+        (
+            "06-08",
+            viewer,
+            {"head": [1, 0], "layer": [1, 0], "example": [1, 0], "kind": ["decoder self", "cross"]},
+        ),
+        (
+            "08",
+            stepper,
+            {
+                "temperature": [1.12, 1.0],
+                "top_k": [14, 15],
+                "mode": ["sample", "greedy"],
+                "next": ["click"],
+                "reset": ["click"],
+            },
+        ),
+        (
+            "09",
+            gpt_stepper,
+            {
+                "temperature": [0.5, 0.8],
+                "top_k": [20, 30],
+                "mode": ["greedy", "sample"],
+                "next": ["click"],
+                "next10": ["click"],
+                "reset": ["click"],
+            },
+        ),
     ]
 
 
@@ -281,8 +416,7 @@ def kernel_cpu(repeats: int) -> list[dict]:
                     ui.controls[control].value = value
                 if i:
                     ms.append(round(1000 * (time.process_time() - started), 1))
-            rows.append({"notebook": notebook, "widget": 0, "control": control, "kind": "kernel",
-                         "ms": ms})
+            rows.append({"notebook": notebook, "widget": 0, "control": control, "kind": "kernel", "ms": ms})
             print(f"{notebook} {control:12} median {statistics.median(ms):6.0f} ms CPU", flush=True)
     return rows
 
@@ -293,13 +427,21 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", help="notebook numbers or names, e.g. 01 03_attention")
     ap.add_argument("--repeats", type=int, default=5, help="moves per control (default 5)")
     ap.add_argument("--out", default=str(OUT), help="path stem of the .json and .md written")
-    ap.add_argument("--kernel", action="store_true",
-                    help="no browser: each control's redraw in-process, CPU ms (the kernel's share;"
-                         " written as LABEL-kernel-cpu)")
+    ap.add_argument(
+        "--kernel",
+        action="store_true",
+        help="no browser: each control's redraw in-process, CPU ms (the kernel's share;"
+        " written as LABEL-kernel-cpu)",
+    )
     args = ap.parse_args()
     if args.kernel:
-        return _write(args, kernel_cpu(args.repeats), f"{args.label}-kernel-cpu", [],
-                      [round(x, 2) for x in os.getloadavg()])
+        return _write(
+            args,
+            kernel_cpu(args.repeats),
+            f"{args.label}-kernel-cpu",
+            [],
+            [round(x, 2) for x in os.getloadavg()],
+        )
     if not CHROMIUM:
         print("no chromium on this machine (scripts/setup.sh --test installs it)", file=sys.stderr)
         return 2
@@ -334,25 +476,40 @@ def _write(args, rows: list[dict], label: str, names: list[str], load_before) ->
     data = json.loads(json_path.read_text()) if json_path.exists() else {"runs": {}}
     import subprocess
 
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "course_utils"],
-                           capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", "course_utils"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # the kernels import course_utils from wherever this environment finds it (PYTHONPATH may
     # point at another checkout, to measure an older version with this harness)
-    found = subprocess.run([sys.executable, "-c", "import course_utils; print(course_utils.__file__)"],
-                           capture_output=True, text=True, cwd="/").stdout.strip()
+    found = subprocess.run(
+        [sys.executable, "-c", "import course_utils; print(course_utils.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    ).stdout.strip()
     origin = Path(found).resolve().parent.parent if found else ROOT
     previous = data["runs"].get(label, {}).get("controls", []) if args.only else []
     kept = [r for r in previous if r["notebook"] not in names]
     data["runs"][label] = {
         "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": (f"commit {commit}" + (" with course_utils changes not committed" if dirty else "")
-                   if origin == ROOT else f"course_utils from {origin}"),
+        "commit": (
+            f"commit {commit}" + (" with course_utils changes not committed" if dirty else "")
+            if origin == ROOT
+            else f"course_utils from {origin}"
+        ),
         "repeats": args.repeats,
-        "machine": {"cores": os.cpu_count(), "load_before": load_before,
-                    "load_after": [round(x, 2) for x in os.getloadavg()]},
-        "controls": sorted(kept + rows, key=lambda r: (r["notebook"], r["widget"]))}
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_before": load_before,
+            "load_after": [round(x, 2) for x in os.getloadavg()],
+        },
+        "controls": sorted(kept + rows, key=lambda r: (r["notebook"], r["widget"])),
+    }
     json_path.write_text(json.dumps(data, indent=1) + "\n")
     write_markdown(data, out.with_suffix(".md"))
     print(f"wrote {json_path} and {out.with_suffix('.md')}")

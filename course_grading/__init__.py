@@ -19,6 +19,7 @@ every part uses: ``errors`` and ``untrusted``; and ``system``, the commands that
 machine (the doctor's fixes, the sandbox's). None of it is installed on a student's machine:
 ``course build-student`` builds the learner side, ``course_utils``, alone.
 """
+
 import sys as _sys
 
 # jsonschema (through nbformat and nbgrader) imports rfc3987_syntax, when installed, for its

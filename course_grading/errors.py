@@ -12,6 +12,7 @@ nbgrader's converters catch what goes wrong inside them and keep only a log line
 ``nbgrader_setup.run_converter`` records the exception objects themselves as they pass
 (``Recorder``) and hands the last one to ``from_converter``.
 """
+
 from __future__ import annotations
 
 import re
@@ -102,7 +103,7 @@ def strip_ansi(text: str) -> str:
 def short(text: str) -> str:
     """One message for a table or a CSV cell: colour codes gone, at most MESSAGE_LENGTH long."""
     text = strip_ansi(text).strip()
-    return text if len(text) <= MESSAGE_LENGTH else text[:MESSAGE_LENGTH - 1] + "…"
+    return text if len(text) <= MESSAGE_LENGTH else text[: MESSAGE_LENGTH - 1] + "…"
 
 
 def gradebook_problem(db_url: str, exc: BaseException) -> str:
@@ -120,7 +121,9 @@ def gradebook_error(db_url: str, exc: BaseException) -> GradebookError:
     return kind(gradebook_problem(db_url, exc))
 
 
-def from_converter(db_url: str, raised: BaseException | None, fallback: BaseException, log: str) -> GradingError:
+def from_converter(
+    db_url: str, raised: BaseException | None, fallback: BaseException, log: str
+) -> GradingError:
     """The typed error for an nbgrader converter that failed: ``raised`` is the last exception
     recorded inside it (None when nbgrader raised before any step), ``fallback`` what
     ``start()`` raised."""
@@ -129,5 +132,6 @@ def from_converter(db_url: str, raised: BaseException | None, fallback: BaseExce
         database = next(e for e in _chain(cause) if isinstance(e, (sa_exc.SQLAlchemyError, sqlite3.Error)))
         return gradebook_error(db_url, database)
     first = next((ln.strip() for ln in strip_ansi(str(cause)).splitlines() if ln.strip()), "")
-    return NbgraderFailure(short(f"{type(cause).__name__}: {first}" if first else type(cause).__name__),
-                           log, cause)
+    return NbgraderFailure(
+        short(f"{type(cause).__name__}: {first}" if first else type(cause).__name__), log, cause
+    )

@@ -32,6 +32,7 @@ user there, such as the course folder, to put a release of their own in its plac
 ``outbound/`` and the course folder are writable by the instructor alone; ``inbound/`` is sticky
 too (no student can rename or remove another's submission).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -63,8 +64,11 @@ def shown(name: str) -> str:
     """A folder name of the exchange as a message may show it: its bytes as UTF-8 where they
     are, escapes for the rest, quoted (no control character, no bidi override)."""
     text = os.fsencode(name).decode("utf-8", "backslashreplace")
-    return "'" + "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                         for c in text) + "'"
+    return (
+        "'"
+        + "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+        + "'"
+    )
 
 
 def student_id_problem(name: str) -> str | None:
@@ -158,8 +162,10 @@ class OwnerCollect(ExchangeCollect):
         if self.coursedir.course_id == "":
             self.fail("No course id specified. Re-run with --course flag.")
         if not self.check_owner:
-            self.fail("OwnerCollect takes each student id from the owner of the submission; it "
-                      "cannot collect with ExchangeCollect.check_owner = False")
+            self.fail(
+                "OwnerCollect takes each student id from the owner of the submission; it "
+                "cannot collect with ExchangeCollect.check_owner = False"
+            )
         self.course_path = os.path.join(self.root, self.coursedir.course_id)
         self.inbound_path = os.path.join(self.course_path, "inbound")
         self.refused: list[str] = []
@@ -217,8 +223,11 @@ class OwnerCollect(ExchangeCollect):
             owner = owner_name(info.st_uid)
             if owner != claimed:
                 who = repr(owner) if owner else f"uid {info.st_uid}, which has no user name"
-                self._refuse(name, f"claims to be submitted by {claimed!r} but belongs to {who} "
-                             "(a student submitting as another?)")
+                self._refuse(
+                    name,
+                    f"claims to be submitted by {claimed!r} but belongs to {who} "
+                    "(a student submitting as another?)",
+                )
                 continue
             try:
                 when = last_change(self.inbound_fd, name, info.st_uid)
@@ -243,11 +252,15 @@ class OwnerCollect(ExchangeCollect):
     def copy_files(self):
         try:
             if not self.src_records:
-                self.log.warning(f"No submissions of '{self.coursedir.assignment_id}' for course "
-                                 f"'{self.coursedir.course_id}' to collect")
+                self.log.warning(
+                    f"No submissions of '{self.coursedir.assignment_id}' for course "
+                    f"'{self.coursedir.course_id}' to collect"
+                )
             else:
-                self.log.info(f"Processing {len(self.src_records)} submissions of "
-                              f"'{self.coursedir.assignment_id}' for course '{self.coursedir.course_id}'")
+                self.log.info(
+                    f"Processing {len(self.src_records)} submissions of "
+                    f"'{self.coursedir.assignment_id}' for course '{self.coursedir.course_id}'"
+                )
             for record in self.src_records:
                 try:
                     self.collect_one(record)
@@ -256,8 +269,10 @@ class OwnerCollect(ExchangeCollect):
         finally:
             os.close(self.inbound_fd)
         if self.refused:
-            self.fail(f"{len(self.refused)} submission(s) of '{self.coursedir.assignment_id}' refused "
-                      "(the others were collected):\n" + "\n".join(self.refused))
+            self.fail(
+                f"{len(self.refused)} submission(s) of '{self.coursedir.assignment_id}' refused "
+                "(the others were collected):\n" + "\n".join(self.refused)
+            )
 
     def collect_one(self, record: Candidate) -> None:
         student, assignment = record.student, self.coursedir.assignment_id
@@ -266,10 +281,15 @@ class OwnerCollect(ExchangeCollect):
         if updating:
             existing = self.existing_time(dest)
             new = self.utc(record.last_change_ns)
-            if not ((self.update and (existing is None or new > existing))
-                    or (self.before_duedate and existing != new)):
-                what = "No newer submission to collect" if self.update else \
-                    "Submission already exists, use --update to update"
+            if not (
+                (self.update and (existing is None or new > existing))
+                or (self.before_duedate and existing != new)
+            ):
+                what = (
+                    "No newer submission to collect"
+                    if self.update
+                    else "Submission already exists, use --update to update"
+                )
                 self.log.info(f"{what}: {student} {assignment}")
                 return
         parent = os.path.dirname(dest)
@@ -278,15 +298,15 @@ class OwnerCollect(ExchangeCollect):
         os.mkdir(staging)
         try:
             try:
-                left = untrusted.copy_tree(record.name, staging, dir_fd=self.inbound_fd,
-                                           label=shown(record.name))
+                left = untrusted.copy_tree(
+                    record.name, staging, dir_fd=self.inbound_fd, label=shown(record.name)
+                )
             except OSError as exc:
                 raise Refused(f"cannot be copied ({exc})") from None
             for item in left:
                 self.log.warning(f"{student} {assignment}: {item}: left out")
             try:  # after the copy: no change to what was copied is later than this
-                when = max(record.last_change_ns,
-                           last_change(self.inbound_fd, record.name, record.uid))
+                when = max(record.last_change_ns, last_change(self.inbound_fd, record.name, record.uid))
             except Refused:  # gone or changed meanwhile: the moment of collecting bounds it
                 when = max(record.last_change_ns, time.time_ns())
             self.prune(staging)
@@ -304,8 +324,10 @@ class OwnerCollect(ExchangeCollect):
             else:
                 self.log.info(f"Collecting submission: {student} {assignment}")
             os.rename(staging, dest)
-            self.log.info(f"{student} {assignment}: last changed in the exchange at "
-                          f"{self.format_time(when)} (written to {TIMESTAMP_FILE})")
+            self.log.info(
+                f"{student} {assignment}: last changed in the exchange at "
+                f"{self.format_time(when)} (written to {TIMESTAMP_FILE})"
+            )
         finally:
             if os.path.lexists(staging):
                 shutil.rmtree(staging)
@@ -331,11 +353,14 @@ class OwnerCollect(ExchangeCollect):
             for name in files:
                 path = os.path.join(here, name)
                 if any(fnmatch.fnmatch(name, g) for g in exclude) or (
-                        include and not any(fnmatch.fnmatch(name, g) for g in include)):
+                    include and not any(fnmatch.fnmatch(name, g) for g in include)
+                ):
                     os.unlink(path)
                 elif limit and os.path.getsize(path) > 1000 * limit:
-                    self.log.warning(f"Ignoring file too large {shown(os.path.relpath(path, folder))} "
-                                     "(see config option CourseDirectory.max_file_size)")
+                    self.log.warning(
+                        f"Ignoring file too large {shown(os.path.relpath(path, folder))} "
+                        "(see config option CourseDirectory.max_file_size)"
+                    )
                     os.unlink(path)
 
 
@@ -350,11 +375,15 @@ class SafeReleaseAssignment(ExchangeReleaseAssignment):
             try:
                 os.chmod(self.root, stat.S_IMODE(mode) | stat.S_ISVTX)
             except PermissionError:
-                self.fail(f"The exchange {self.root} is writable by everyone without the sticky bit: "
-                          "any student could rename the course's folder in it and put a release of "
-                          f"their own in its place. Ask its owner to run: chmod 1777 {self.root}")
-            self.log.warning(f"Made the exchange {self.root} sticky (chmod +t): nobody may rename "
-                             "or remove another user's folder in it")
+                self.fail(
+                    f"The exchange {self.root} is writable by everyone without the sticky bit: "
+                    "any student could rename the course's folder in it and put a release of "
+                    f"their own in its place. Ask its owner to run: chmod 1777 {self.root}"
+                )
+            self.log.warning(
+                f"Made the exchange {self.root} sticky (chmod +t): nobody may rename "
+                "or remove another user's folder in it"
+            )
 
     def init_dest(self):
         super().init_dest()  # each folder created, or owned by this user: nbgrader checks it

@@ -21,6 +21,7 @@ magnitude between torch's AVX2 and default kernels). ``STEPS`` of those steps ar
 about a fifth of what the visible checks allow (``atol=rtol=1e-5`` in float32). Integer and
 boolean arrays (tokens, masks) must be equal. ``tests/test_expected.py`` checks both.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -77,8 +78,13 @@ def sources_of(make) -> dict[str, str]:
     """{path relative to the repository: digest} of the course's modules that ``make`` needs,
     found by running it in a fresh interpreter (so that nothing this process imported earlier
     counts)."""
-    out = subprocess.run([sys.executable, "-m", "course_grading.expected", "--list-sources",
-                          make.__module__], capture_output=True, text=True, check=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-m", "course_grading.expected", "--list-sources", make.__module__],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
     return json.loads(out.stdout)
 
 
@@ -94,8 +100,11 @@ def _list_sources(module: str) -> None:
 
 def changed_sources(recorded: dict[str, str]) -> list[str]:
     """The recorded sources whose text is not what it was (or that are gone)."""
-    return [rel for rel, digest in sorted(recorded.items())
-            if not (REPO / rel).is_file() or source_digest(REPO / rel) != digest]
+    return [
+        rel
+        for rel, digest in sorted(recorded.items())
+        if not (REPO / rel).is_file() or source_digest(REPO / rel) != digest
+    ]
 
 
 def value_differences(path: Path, data: bytes) -> list[str]:

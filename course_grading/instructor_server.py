@@ -25,6 +25,7 @@ CDN, and its configuration block becomes a nonce'd script (MathJax would otherwi
 JupyterLab's own pages are left as they are: Lab renders a notebook's outputs with its own
 sanitizer, and only runs script of a notebook the instructor trusts.
 """
+
 from __future__ import annotations
 
 import base64
@@ -65,7 +66,7 @@ def nonce_scripts(source: str, mathjax_config: bool = False) -> str:
             return match[0]
         kind = re.search(r"""\stype\s*=\s*["']?([^"'\s>]+)""", attrs, re.I)
         if kind and mathjax_config and kind[1].lower() == "text/x-mathjax-config":
-            attrs = attrs[:kind.start()] + attrs[kind.end():].lstrip("\"'")
+            attrs = attrs[: kind.start()] + attrs[kind.end() :].lstrip("\"'")
         elif kind and kind[1].lower() not in ("text/javascript", "application/javascript", "module"):
             return match[0]  # a data block: not run, no nonce needed
         rest = _QUOTED.sub("", body)
@@ -83,7 +84,7 @@ def _as_json(text: str) -> str:
     parts, at = [], 0
     for match in _VALUE.finditer(text):
         if match.start() > at:
-            parts.append(json.dumps(text[at:match.start()]))
+            parts.append(json.dumps(text[at : match.start()]))
         parts.append("{{ (" + match["expr"].strip() + ") | string | tojson }}")
         at = match.end()
     if at < len(text):
@@ -104,6 +105,7 @@ def handler_hashes(folder: Path) -> list[str]:
 
 class _Formgrader:
     """What the extension knows of the Formgrader: its templates and its URL."""
+
     template_path: Path | None = None
     hashes: list[str] = []
     installed = False
@@ -134,8 +136,7 @@ def policy(nonce: str, origin: str, base_url: str) -> str:
     if _Formgrader.hashes:
         sources += ["'unsafe-hashes'", *_Formgrader.hashes]
     sources += [f"{origin}{base_url}formgrader/static/", f"{origin}{base_url}{MATHJAX_PATH}"]
-    return (f"script-src {' '.join(sources)}; object-src 'none'; base-uri 'none'; "
-            f"form-action 'self'")
+    return f"script-src {' '.join(sources)}; object-src 'none'; base-uri 'none'; form-action 'self'"
 
 
 def _transform(serverapp):

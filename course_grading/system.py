@@ -6,6 +6,7 @@ them as fixes; the sandbox names bubblewrap's when it cannot run.
 
 Each returns one command line for a POSIX shell, or ``None`` where no command can be known.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,12 +17,20 @@ from pathlib import Path
 
 # a package manager: its command, how it installs, how it reinstalls, how to ask if installed
 _MANAGERS = (
-    ("apt-get", "apt-get install -y {}", "apt-get install -y --reinstall {}",
-     ["dpkg-query", "-W", "-f=${db:Status-Abbrev}"]),
+    (
+        "apt-get",
+        "apt-get install -y {}",
+        "apt-get install -y --reinstall {}",
+        ["dpkg-query", "-W", "-f=${db:Status-Abbrev}"],
+    ),
     ("dnf", "dnf install -y {}", "dnf reinstall -y {}", ["rpm", "-q"]),
     ("yum", "yum install -y {}", "yum reinstall -y {}", ["rpm", "-q"]),
-    ("zypper", "zypper --non-interactive install {}", "zypper --non-interactive install --force {}",
-     ["rpm", "-q"]),
+    (
+        "zypper",
+        "zypper --non-interactive install {}",
+        "zypper --non-interactive install --force {}",
+        ["rpm", "-q"],
+    ),
     ("pacman", "pacman -S --noconfirm {}", "pacman -S --noconfirm {}", ["pacman", "-Q"]),
     ("apk", "apk add {}", "apk fix {}", ["apk", "info", "-e"]),
 )
@@ -29,9 +38,11 @@ _MANAGERS = (
 SYSTEM_BIN = ("/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin", "/sbin")
 # kernel settings that forbid user namespaces: (name, its forbidding value, the allowing one,
 # whether root is bound by it: the first two bind only processes without CAP_SYS_ADMIN)
-USERNS_SETTINGS = (("kernel.apparmor_restrict_unprivileged_userns", "1", "0", False),  # Ubuntu 23.10+
-                   ("kernel.unprivileged_userns_clone", "0", "1", False),  # Debian before 11
-                   ("user.max_user_namespaces", "0", "15000", True))
+USERNS_SETTINGS = (
+    ("kernel.apparmor_restrict_unprivileged_userns", "1", "0", False),  # Ubuntu 23.10+
+    ("kernel.unprivileged_userns_clone", "0", "1", False),  # Debian before 11
+    ("user.max_user_namespaces", "0", "15000", True),
+)
 
 
 def as_root(command: str) -> str:

@@ -11,6 +11,7 @@ way: regular files and folders only, never through a link, notebooks within thei
 limits; what it leaves out comes back with the reason. Every reader of such files in the grading
 pipeline goes through here.
 """
+
 from __future__ import annotations
 
 import errno
@@ -24,10 +25,10 @@ from pathlib import Path
 from course_grading.reports.reports_csv import clean
 
 MAX_NOTEBOOK_BYTES = 32 * 2**20  # a notebook with its outputs (nbgrader clears them anyway)
-MAX_FILE_BYTES = 16 * 2**20      # any other file of a submission
-MAX_TOTAL_BYTES = 64 * 2**20     # a whole submission
-MAX_ENTRIES = 1000               # files and folders of a submission
-MAX_DEPTH = 8                    # nested folders of a submission
+MAX_FILE_BYTES = 16 * 2**20  # any other file of a submission
+MAX_TOTAL_BYTES = 64 * 2**20  # a whole submission
+MAX_ENTRIES = 1000  # files and folders of a submission
+MAX_DEPTH = 8  # nested folders of a submission
 SKIPPED = (".ipynb_checkpoints", "__pycache__")  # never graded (nbgrader ignores them too)
 
 
@@ -39,9 +40,9 @@ class NotebookBounds:
     notebook, outputs included, stays far inside them."""
 
     max_bytes: int = MAX_NOTEBOOK_BYTES
-    max_containers: int = 100_000         # JSON objects and arrays
-    max_values: int = 1_000_000           # JSON values of any kind
-    max_depth: int = 64                   # objects and arrays nested in one another
+    max_containers: int = 100_000  # JSON objects and arrays
+    max_values: int = 1_000_000  # JSON values of any kind
+    max_depth: int = 64  # objects and arrays nested in one another
     max_cells: int = 2_000
     max_cell_metadata_bytes: int = 64 * 2**10  # one cell's metadata, as JSON
 
@@ -100,8 +101,14 @@ def _open(name: str, flags: int, dir_fd: int | None, label: str) -> int:
                 mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
             except OSError:
                 mode = 0
-            raise UntrustedFileError(label, "is a symbolic link" if stat.S_ISLNK(mode)
-                                     else f"is {what_is(mode)}, not a folder" if mode else "is not a folder") from None
+            raise UntrustedFileError(
+                label,
+                "is a symbolic link"
+                if stat.S_ISLNK(mode)
+                else f"is {what_is(mode)}, not a folder"
+                if mode
+                else "is not a folder",
+            ) from None
         raise
 
 
@@ -195,8 +202,10 @@ def _notebook(data: bytes, bounds: NotebookBounds):
         for index, cell in enumerate(cells):
             metadata = cell.get("metadata") if isinstance(cell, dict) else None
             if metadata and len(json.dumps(metadata)) > bounds.max_cell_metadata_bytes:
-                return (f"has a cell (cell {index}) whose metadata is over "
-                        f"{_megabytes(bounds.max_cell_metadata_bytes)}"), None
+                return (
+                    f"has a cell (cell {index}) whose metadata is over "
+                    f"{_megabytes(bounds.max_cell_metadata_bytes)}"
+                ), None
     return "", value
 
 
@@ -219,8 +228,9 @@ def load_notebook(data: bytes, label: str, bounds: NotebookBounds = NOTEBOOK_BOU
     return value
 
 
-def read_notebook(path, *, dir_fd: int | None = None, label: str | None = None,
-                  bounds: NotebookBounds = NOTEBOOK_BOUNDS):
+def read_notebook(
+    path, *, dir_fd: int | None = None, label: str | None = None, bounds: NotebookBounds = NOTEBOOK_BOUNDS
+):
     """``load_notebook`` of the file ``path`` read as ``read_bytes`` reads it."""
     label = label or os.fspath(path)
     return load_notebook(read_bytes(path, bounds.max_bytes, dir_fd=dir_fd, label=label), label, bounds)
@@ -245,15 +255,18 @@ def plain_name(name: str) -> bool:
     """Whether ``name`` is a safe name of a folder entry, a student id or an assignment: ASCII
     letters, digits, ``. _ - @``, not starting with ``.``, ``-`` or ``@`` (so never ``.`` or ``..``,
     never what a spreadsheet reads as a formula), 1 to MAX_NAME characters."""
-    return (isinstance(name, str) and 0 < len(name) <= MAX_NAME
-            and _PLAIN_NAME.fullmatch(name) is not None)
+    return isinstance(name, str) and 0 < len(name) <= MAX_NAME and _PLAIN_NAME.fullmatch(name) is not None
 
 
 def shown_name(name) -> str:
     """``name`` (a file or folder name, perhaps not UTF-8, perhaps huge) as printable ASCII for
     a message or a report: quoted, every other byte escaped, cut to MAX_NAME characters."""
     try:
-        raw = os.fsencode(name) if isinstance(name, (str, bytes)) else str(name).encode("utf-8", "backslashreplace")
+        raw = (
+            os.fsencode(name)
+            if isinstance(name, (str, bytes))
+            else str(name).encode("utf-8", "backslashreplace")
+        )
     except UnicodeEncodeError:  # a surrogate that no file name decodes to
         raw = name.encode("utf-8", "backslashreplace")
     shown = repr(raw[:MAX_NAME])[1:]
@@ -295,11 +308,19 @@ class _Budget:
     entries: int
 
 
-def copy_tree(source, target, *, dir_fd: int | None = None, label: str | None = None,
-              max_file_bytes: int = MAX_FILE_BYTES, max_notebook_bytes: int = MAX_NOTEBOOK_BYTES,
-              max_total_bytes: int = MAX_TOTAL_BYTES, max_entries: int = MAX_ENTRIES,
-              max_depth: int = MAX_DEPTH,
-              notebook_bounds: NotebookBounds | None = NOTEBOOK_BOUNDS) -> list[LeftOut]:
+def copy_tree(
+    source,
+    target,
+    *,
+    dir_fd: int | None = None,
+    label: str | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_notebook_bytes: int = MAX_NOTEBOOK_BYTES,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+    max_entries: int = MAX_ENTRIES,
+    max_depth: int = MAX_DEPTH,
+    notebook_bounds: NotebookBounds | None = NOTEBOOK_BOUNDS,
+) -> list[LeftOut]:
     """Copy folder ``source`` (relative to ``dir_fd`` when given) into folder ``target``
     (created): regular files and folders only, never following a link, each file within its cap
     (``*.ipynb``: ``max_notebook_bytes``, and ``notebook_bounds`` unless None), all within
@@ -310,15 +331,23 @@ def copy_tree(source, target, *, dir_fd: int | None = None, label: str | None = 
     left: list[LeftOut] = []
     try:
         Path(target).mkdir(parents=True, exist_ok=True)
-        _copy_folder(fd, Path(target), "", 0, left, _Budget(max_total_bytes, max_entries),
-                     (max_file_bytes, max_notebook_bytes, max_depth, notebook_bounds))
+        _copy_folder(
+            fd,
+            Path(target),
+            "",
+            0,
+            left,
+            _Budget(max_total_bytes, max_entries),
+            (max_file_bytes, max_notebook_bytes, max_depth, notebook_bounds),
+        )
     finally:
         os.close(fd)
     return left
 
 
-def _copy_folder(fd: int, target: Path, prefix: str, depth: int, left: list[LeftOut],
-                 budget: _Budget, caps: tuple) -> None:
+def _copy_folder(
+    fd: int, target: Path, prefix: str, depth: int, left: list[LeftOut], budget: _Budget, caps: tuple
+) -> None:
     max_file, max_notebook, max_depth, notebook_bounds = caps
     for name in sorted(os.listdir(fd)):
         shown = prefix + name
@@ -340,8 +369,14 @@ def _copy_folder(fd: int, target: Path, prefix: str, depth: int, left: list[Left
             try:
                 sub = open_folder(name, dir_fd=fd, label=shown)
             except OSError as exc:
-                left.append(LeftOut(shown, exc.reason if isinstance(exc, UntrustedFileError)
-                                    else f"cannot be read ({exc.strerror})"))
+                left.append(
+                    LeftOut(
+                        shown,
+                        exc.reason
+                        if isinstance(exc, UntrustedFileError)
+                        else f"cannot be read ({exc.strerror})",
+                    )
+                )
                 continue
             try:
                 (target / name).mkdir(exist_ok=True)
@@ -365,8 +400,11 @@ def _copy_folder(fd: int, target: Path, prefix: str, depth: int, left: list[Left
             left.append(LeftOut(shown, f"cannot be read ({exc.strerror})"))
             continue
         budget.total -= len(data)
-        problem = notebook_problem(data, notebook_bounds) if (
-            notebook_bounds is not None and name.endswith(".ipynb")) else ""
+        problem = (
+            notebook_problem(data, notebook_bounds)
+            if (notebook_bounds is not None and name.endswith(".ipynb"))
+            else ""
+        )
         if problem:
             left.append(LeftOut(shown, problem))
             continue

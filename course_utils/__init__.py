@@ -17,6 +17,7 @@ Everything that grades (reference implementations, hidden checks, the audit, the
 nbgrader pipeline, the ``course`` command) is the instructor side, ``course_grading``.
 Importing this package is cheap: torch and matplotlib load only when something needs them.
 """
+
 from .device import get_device, grading, seed_everything
 from .glove import load_glove
 from .notebook import setup_notebook

@@ -1,4 +1,5 @@
 """Device choice, seeding and thread count, the same on a laptop, a JupyterHub pod and a GPU box."""
+
 from __future__ import annotations
 
 import math

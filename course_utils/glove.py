@@ -3,6 +3,7 @@
 The file ships inside the package (``data/glove.6B.50d.top20k.npz``, 2 MB, public domain;
 ``data/PROVENANCE.md`` says exactly where it comes from), so nothing is downloaded.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

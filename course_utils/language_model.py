@@ -21,6 +21,7 @@ the shifted target of notebook 07 on one stream of text (cross-entropy, AdamW, l
 then cosine decay, on ``get_device()``). With a ``time_budget`` the run times a few steps and
 then fits its length, and its schedule, to what this machine can do in that time.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -79,13 +80,14 @@ def split(ids, val_fraction: float = VAL_FRACTION) -> tuple[torch.Tensor, torch.
 @dataclass
 class GPTConfig:
     """The model and the training run behind the shipped checkpoint."""
+
     d_model: int = 96
     num_heads: int = 4
     d_ff: int = 384
     num_layers: int = 3
     max_len: int = 128
     dropout: float = 0.0
-    block: int = 128          # characters per training window: every position of max_len trained
+    block: int = 128  # characters per training window: every position of max_len trained
     steps: int = 2400
     batch_size: int = 16
     lr: float = 3e-3
@@ -94,8 +96,14 @@ class GPTConfig:
     seed: int = 0
 
     def model_kwargs(self) -> dict:
-        return dict(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
-                    num_layers=self.num_layers, max_len=self.max_len, dropout=self.dropout)
+        return dict(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_ff=self.d_ff,
+            num_layers=self.num_layers,
+            max_len=self.max_len,
+            dropout=self.dropout,
+        )
 
 
 def build_gpt(gpt_cls, config: GPTConfig | None = None, vocab_size: int | None = None):
@@ -122,11 +130,23 @@ def lm_loss(model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
 
 
-def train_lm(model, data: torch.Tensor, *, steps: int = 1200, block: int = 128,
-             batch_size: int = 16, lr: float = 3e-3, warmup: int = 100,
-             weight_decay: float = 0.1, device=None, seed: int = 0,
-             time_budget: float | None = None, time_limit: float | None = None,
-             show: str | None = None, redraw_every: float = 2.0) -> History:
+def train_lm(
+    model,
+    data: torch.Tensor,
+    *,
+    steps: int = 1200,
+    block: int = 128,
+    batch_size: int = 16,
+    lr: float = 3e-3,
+    warmup: int = 100,
+    weight_decay: float = 0.1,
+    device=None,
+    seed: int = 0,
+    time_budget: float | None = None,
+    time_limit: float | None = None,
+    show: str | None = None,
+    redraw_every: float = 2.0,
+) -> History:
     """Train ``model`` in place on random windows of ``data`` (1-D ids); returns the History.
 
     ``time_budget`` (seconds): after a few steps, set the number of steps (and the warm-up and
@@ -136,23 +156,34 @@ def train_lm(model, data: torch.Tensor, *, steps: int = 1200, block: int = 128,
     if show is None:
         show = "quiet" if grading() else ("notebook" if _in_notebook() else "text")
     model.to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
-                            betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
     probe = min(steps, 5) if time_budget is not None else 0
     if time_limit is None and time_budget is not None:
         time_limit = 1.5 * time_budget
-    history = History(device=str(device), requested=steps, planned=steps, budget=time_budget,
-                      time_limit=time_limit)  # the summary says what the plan was fitted to
+    history = History(
+        device=str(device), requested=steps, planned=steps, budget=time_budget, time_limit=time_limit
+    )  # the summary says what the plan was fitted to
     display = _Display(steps, show, redraw_every)
 
     def batch_loss(step: int) -> torch.Tensor:
         x, y = windows(data, block, batch_size, gen)
         return lm_loss(model, x.to(device), y.to(device))
 
-    return run_steps(model, opt, batch_loss, steps=steps, lr=lr, warmup=warmup, probe=probe,
-                     time_budget=time_budget, time_limit=time_limit, display=display,
-                     history=history, reserve=0.1)
+    return run_steps(
+        model,
+        opt,
+        batch_loss,
+        steps=steps,
+        lr=lr,
+        warmup=warmup,
+        probe=probe,
+        time_budget=time_budget,
+        time_limit=time_limit,
+        display=display,
+        history=history,
+        reserve=0.1,
+    )
 
 
 @torch.no_grad()
@@ -162,13 +193,15 @@ def perplexity(model, data: torch.Tensor, block: int = 128, max_windows: int = 1
     device = next(model.parameters()).device
     n = (len(data) - 1) // block
     picks = torch.linspace(0, n - 1, min(n, max_windows)).long()
-    x = torch.stack([data[i * block:(i + 1) * block] for i in picks.tolist()]).to(device)
-    y = torch.stack([data[i * block + 1:(i + 1) * block + 1] for i in picks.tolist()]).to(device)
+    x = torch.stack([data[i * block : (i + 1) * block] for i in picks.tolist()]).to(device)
+    y = torch.stack([data[i * block + 1 : (i + 1) * block + 1] for i in picks.tolist()]).to(device)
     was_training = model.training
     model.eval()
     total = 0.0
     for start in range(0, len(x), 16):  # 16 windows at a time: the attention maps stay small
-        total += float(lm_loss(model, x[start:start + 16], y[start:start + 16])) * len(x[start:start + 16])
+        total += float(lm_loss(model, x[start : start + 16], y[start : start + 16])) * len(
+            x[start : start + 16]
+        )
     model.train(was_training)
     return math.exp(total / len(x))
 
@@ -183,11 +216,23 @@ class PrefixLM(nn.Module):
     every call.
     """
 
-    def __init__(self, vocab_size: int, seed: int, num_layers: int = 2, num_heads: int = 2,
-                 max_len: int = 64, scale: float = 3.0, device=None):
+    def __init__(
+        self,
+        vocab_size: int,
+        seed: int,
+        num_layers: int = 2,
+        num_heads: int = 2,
+        max_len: int = 64,
+        scale: float = 3.0,
+        device=None,
+    ):
         super().__init__()
-        self.vocab_size, self.seed, self.num_layers, self.num_heads = (vocab_size, seed,
-                                                                      num_layers, num_heads)
+        self.vocab_size, self.seed, self.num_layers, self.num_heads = (
+            vocab_size,
+            seed,
+            num_layers,
+            num_heads,
+        )
         self.max_len, self.scale = max_len, scale
         self.anchor = nn.Parameter(torch.zeros(1, device=device))  # where the model lives
         self.calls: list[tuple[int, int]] = []
@@ -205,8 +250,9 @@ class PrefixLM(nn.Module):
             seen = torch.zeros(b, 0, dtype=torch.long, device=ids.device)
         else:
             if not (isinstance(past, (list, tuple)) and len(past) == self.num_layers):
-                raise ValueError("past should be the list of (K, V) pairs that the previous "
-                                 "call returned as present")
+                raise ValueError(
+                    "past should be the list of (K, V) pairs that the previous call returned as present"
+                )
             seen = past[0][0][:, 0, :, 0].round().long()  # (b, t_past) the tokens cached
         full = torch.cat([seen, ids.long()], dim=1)  # (b, T)
         T = full.size(1)
@@ -214,24 +260,28 @@ class PrefixLM(nn.Module):
             raise ValueError(f"{T} positions pass max_len={self.max_len}")
         self.calls.append((t, T - t))
         rows = full.cpu().tolist()
-        logits = torch.tensor([[self.logits_for(tuple(r[:T - t + i + 1])) for i in range(t)]
-                               for r in rows], device=ids.device)  # (b, t, V)
-        k = full.to(torch.get_default_dtype())[:, None, :, None].expand(
-            b, self.num_heads, T, 1).contiguous()
-        v = torch.arange(T, device=ids.device).to(k)[None, None, :, None].expand(
-            b, self.num_heads, T, 1).contiguous()
+        logits = torch.tensor(
+            [[self.logits_for(tuple(r[: T - t + i + 1])) for i in range(t)] for r in rows], device=ids.device
+        )  # (b, t, V)
+        k = full.to(torch.get_default_dtype())[:, None, :, None].expand(b, self.num_heads, T, 1).contiguous()
+        v = (
+            torch.arange(T, device=ids.device)
+            .to(k)[None, None, :, None]
+            .expand(b, self.num_heads, T, 1)
+            .contiguous()
+        )
         present = [(k, v) for _ in range(self.num_layers)]
         return logits.to(self.anchor.dtype) + self.anchor, present
 
 
 # -- the shipped checkpoint ----------------------------------------------------------------
-def save_gpt(model, config: GPTConfig, tokenizer: CharTokenizer,
-             path: Path | str = CHECKPOINT) -> Path:
+def save_gpt(model, config: GPTConfig, tokenizer: CharTokenizer, path: Path | str = CHECKPOINT) -> Path:
     """The weights in float16 (half the bytes), the config and the vocabulary."""
-    state = {k: v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()
-             for k, v in model.state_dict().items()}
-    torch.save({"config": dataclasses.asdict(config), "itos": tokenizer.itos,
-                "state_dict": state}, path)
+    state = {
+        k: v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()
+        for k, v in model.state_dict().items()
+    }
+    torch.save({"config": dataclasses.asdict(config), "itos": tokenizer.itos, "state_dict": state}, path)
     return Path(path)
 
 
@@ -242,8 +292,9 @@ def load_gpt(gpt_cls, device=None, path: Path | str = CHECKPOINT):
     config = GPTConfig(**blob["config"])
     tok = CharTokenizer(itos=blob["itos"])
     model = build_gpt(gpt_cls, config, len(tok))
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v
-                           for k, v in blob["state_dict"].items()})
+    model.load_state_dict(
+        {k: v.float() if v.is_floating_point() else v for k, v in blob["state_dict"].items()}
+    )
     device = torch.device(device) if device is not None else get_device()
     return model.to(device).eval(), tok
 

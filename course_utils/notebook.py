@@ -16,6 +16,7 @@ the checks' ``CheckFailed``) as lines broken between words: JupyterLab shows err
 ``word-break: break-all``, so a long line would otherwise be cut wherever the pane ends,
 inside a word ("`r eturn").
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,15 +26,36 @@ from .device import seed_everything, use_available_cpus
 
 # The graded exercises of each notebook, by their number in it (the contract's names).
 EXERCISES = {
-    "encode": 1, "one_hot": 2, "embed": 3,
-    "cosine_similarity": 1, "cosine_similarity_matrix": 2, "most_similar": 3, "analogy": 4,
-    "softmax": 1, "simple_self_attention": 2, "scaled_dot_product_attention": 3, "causal_mask": 4,
-    "split_heads": 1, "merge_heads": 2, "MultiHeadAttention": 3,
-    "sinusoidal_positional_encoding": 1, "PositionalEncoding": 2,
-    "LayerNorm": 1, "FeedForward": 2, "EncoderLayer": 3, "Encoder": 4,
-    "DecoderLayer": 1, "Decoder": 2, "make_padding_mask": 3, "Transformer": 4,
-    "greedy_decode": 1, "sample_next_token": 2, "beam_search": 3,
-    "GPTBlock": 1, "GPT": 2, "generate": 3,
+    "encode": 1,
+    "one_hot": 2,
+    "embed": 3,
+    "cosine_similarity": 1,
+    "cosine_similarity_matrix": 2,
+    "most_similar": 3,
+    "analogy": 4,
+    "softmax": 1,
+    "simple_self_attention": 2,
+    "scaled_dot_product_attention": 3,
+    "causal_mask": 4,
+    "split_heads": 1,
+    "merge_heads": 2,
+    "MultiHeadAttention": 3,
+    "sinusoidal_positional_encoding": 1,
+    "PositionalEncoding": 2,
+    "LayerNorm": 1,
+    "FeedForward": 2,
+    "EncoderLayer": 3,
+    "Encoder": 4,
+    "DecoderLayer": 1,
+    "Decoder": 2,
+    "make_padding_mask": 3,
+    "Transformer": 4,
+    "greedy_decode": 1,
+    "sample_next_token": 2,
+    "beam_search": 3,
+    "GPTBlock": 1,
+    "GPT": 2,
+    "generate": 3,
 }
 
 
@@ -93,8 +115,10 @@ def missing_exercise(tb) -> str | None:
 
 def note(exercise: str) -> str:
     """The one line shown instead of a ``NotImplementedError``'s traceback."""
-    return (f"\x1b[1mthis cell needs `{exercise}`, exercise {EXERCISES[exercise]} above — "
-            "not written yet\x1b[0m (write it, then run this cell again)")
+    return (
+        f"\x1b[1mthis cell needs `{exercise}`, exercise {EXERCISES[exercise]} above — "
+        "not written yet\x1b[0m (write it, then run this cell again)"
+    )
 
 
 def cell_that_binds(history: list, name: str, before: int | None = None) -> int | None:
@@ -138,12 +162,15 @@ def _handler(shell, etype, value, tb, tb_offset=None):
         exercise = missing_exercise(tb)
         stb = wrapped(note(exercise)) if exercise else None
     elif not issubclass(etype, UnboundLocalError) and getattr(value, "name", None):
-        count = cell_that_binds(shell.user_ns.get("In", []), value.name,
-                                before=getattr(shell, "execution_count", None))
+        count = cell_that_binds(
+            shell.user_ns.get("In", []), value.name, before=getattr(shell, "execution_count", None)
+        )
         if count is not None:
-            stb = wrapped(f"\x1b[1mthis cell needs `{value.name}`, which cell [{count}] above "
-                          "stopped before defining\x1b[0m (once that cell runs to the end, run "
-                          "this one again)")
+            stb = wrapped(
+                f"\x1b[1mthis cell needs `{value.name}`, which cell [{count}] above "
+                "stopped before defining\x1b[0m (once that cell runs to the end, run "
+                "this one again)"
+            )
     if stb is None:
         shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
         return None

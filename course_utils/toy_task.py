@@ -17,6 +17,7 @@ the target is cut into characters. Both vocabularies are fixed lists written bel
 learned from data, so a checkpoint always matches them. Ids 0-3 are the same in both:
 ``PAD = 0, BOS = 1, EOS = 2, UNK = 3``.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -32,26 +33,86 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 FIRST_YEAR, LAST_YEAR = 1900, 2099
 HELD_OUT_DATES = 2000  # dates kept out of training, drawn once from the whole range
 
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
-          "september", "october", "november", "december")
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 MONTH_ABBR = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-ONES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-        "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
-        "eighteen", "nineteen")
-TENS = {2: "twenty", 3: "thirty", 4: "forty", 5: "fifty", 6: "sixty", 7: "seventy",
-        8: "eighty", 9: "ninety"}
-ORDINAL_ONES = ("zeroth", "first", "second", "third", "fourth", "fifth", "sixth", "seventh",
-                "eighth", "ninth", "tenth", "eleventh", "twelfth", "thirteenth", "fourteenth",
-                "fifteenth", "sixteenth", "seventeenth", "eighteenth", "nineteenth")
+ONES = (
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+)
+TENS = {2: "twenty", 3: "thirty", 4: "forty", 5: "fifty", 6: "sixty", 7: "seventy", 8: "eighty", 9: "ninety"}
+ORDINAL_ONES = (
+    "zeroth",
+    "first",
+    "second",
+    "third",
+    "fourth",
+    "fifth",
+    "sixth",
+    "seventh",
+    "eighth",
+    "ninth",
+    "tenth",
+    "eleventh",
+    "twelfth",
+    "thirteenth",
+    "fourteenth",
+    "fifteenth",
+    "sixteenth",
+    "seventeenth",
+    "eighteenth",
+    "nineteenth",
+)
 ORDINAL_TENS = {2: "twentieth", 3: "thirtieth"}
 SUFFIXES = ("st", "nd", "rd", "th")
 OTHER_WORDS = ("the", "of", "and", "oh", "hundred", "thousand", "on")
 PUNCTUATION = (",", "/", ".")
 
-SOURCE_TOKENS = tuple(dict.fromkeys(
-    SPECIALS + MONTHS + MONTH_ABBR + ONES + tuple(TENS.values()) + ORDINAL_ONES
-    + tuple(ORDINAL_TENS.values()) + SUFFIXES + OTHER_WORDS + PUNCTUATION
-    + tuple("0123456789")))
+SOURCE_TOKENS = tuple(
+    dict.fromkeys(
+        SPECIALS
+        + MONTHS
+        + MONTH_ABBR
+        + ONES
+        + tuple(TENS.values())
+        + ORDINAL_ONES
+        + tuple(ORDINAL_TENS.values())
+        + SUFFIXES
+        + OTHER_WORDS
+        + PUNCTUATION
+        + tuple("0123456789")
+    )
+)
 TARGET_TOKENS = SPECIALS + tuple("0123456789-")
 
 _SOURCE_SPLIT = re.compile(r"\d|[a-z]+|[^\sa-z\d-]")
@@ -143,8 +204,7 @@ def split_dates(seed: int = 0) -> tuple[tuple[_dt.date, ...], tuple[_dt.date, ..
     return tuple(dates[HELD_OUT_DATES:]), tuple(dates[:HELD_OUT_DATES])
 
 
-def make_pairs(n: int, split: str = "train", seed: int = 0,
-               split_seed: int = 0) -> list[tuple[str, str]]:
+def make_pairs(n: int, split: str = "train", seed: int = 0, split_seed: int = 0) -> list[tuple[str, str]]:
     """``n`` (source, target) pairs such as ("march 23, 1991", "1991-03-23").
 
     ``split`` is "train" (dates drawn with replacement from the training dates) or "test"
@@ -229,12 +289,10 @@ def pad_batch(seqs: Sequence[Sequence[int]], pad_id: int = PAD_ID, device=None):
     return out.to(device) if device is not None else out
 
 
-def encode_pairs(pairs: Sequence[tuple[str, str]], src_tok: Tokenizer, tgt_tok: Tokenizer,
-                 device=None):
+def encode_pairs(pairs: Sequence[tuple[str, str]], src_tok: Tokenizer, tgt_tok: Tokenizer, device=None):
     """Pairs -> (src (b, s), tgt (b, t)): sources padded, targets as <bos> … <eos> padded."""
     src = pad_batch([src_tok.encode(s) for s, _ in pairs], src_tok.pad_id, device)
-    tgt = pad_batch([tgt_tok.encode(t, bos=True, eos=True) for _, t in pairs], tgt_tok.pad_id,
-                    device)
+    tgt = pad_batch([tgt_tok.encode(t, bos=True, eos=True) for _, t in pairs], tgt_tok.pad_id, device)
     return src, tgt
 
 
@@ -266,10 +324,19 @@ class LookupModel:
     two or more, no position after the first is.
     """
 
-    def __init__(self, vocab_size: int, seed: int = 0, scale: float = 3.0,
-                 table: dict | None = None, scripts: dict | None = None,
-                 eos_id: int | None = None, eos_bias: float = 0.0, dtype=None, device=None,
-                 layers: int | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        seed: int = 0,
+        scale: float = 3.0,
+        table: dict | None = None,
+        scripts: dict | None = None,
+        eos_id: int | None = None,
+        eos_bias: float = 0.0,
+        dtype=None,
+        device=None,
+        layers: int | None = None,
+    ):
         self.device = device  # where parameters() says the model lives (None: the CPU)
         self.layers = layers
         self.vocab_size, self.seed, self.scale = vocab_size, seed, scale
@@ -288,8 +355,7 @@ class LookupModel:
         logits = [rng.gauss(0.0, 1.0) * self.scale for _ in range(self.vocab_size)]
         script = self.scripts.get(source)
         step = len(prefix) - 1
-        if (saw is None and script is not None and step < len(script)
-                and list(prefix[1:]) == script[:step]):
+        if saw is None and script is not None and step < len(script) and list(prefix[1:]) == script[:step]:
             logits[script[step]] = max(logits) + 2.0
         elif self.eos_id is not None:
             logits[self.eos_id] += -5.0 if self.eos_id in prefix else self.eos_bias
@@ -308,16 +374,20 @@ class LookupModel:
         else:
             mask = tgt_mask.detach().cpu()
             if mask.dtype != torch.bool:
-                raise TypeError(f"tgt_mask should be a bool tensor (True = may attend), as "
-                                f"causal_mask gives; got {mask.dtype}")
+                raise TypeError(
+                    f"tgt_mask should be a bool tensor (True = may attend), as "
+                    f"causal_mask gives; got {mask.dtype}"
+                )
             if mask.dim() < 2 or mask.dim() > 4:
-                raise ValueError(f"tgt_mask of shape {tuple(mask.shape)}: expected (t, t), "
-                                 "(b, t, t) or (b, heads, t, t)")
+                raise ValueError(
+                    f"tgt_mask of shape {tuple(mask.shape)}: expected (t, t), (b, t, t) or (b, heads, t, t)"
+                )
             mask = torch.broadcast_to(mask, (*mask.shape[:-2], t, t))  # raises if sizes clash
             mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (b', heads, t, t)
             if mask.size(0) not in (1, b):
-                raise ValueError(f"tgt_mask of shape {tuple(tgt_mask.shape)} does not "
-                                 f"broadcast over a batch of {b}")
+                raise ValueError(
+                    f"tgt_mask of shape {tuple(tgt_mask.shape)} does not broadcast over a batch of {b}"
+                )
         causal = torch.ones(t, t, dtype=torch.bool).tril()
         patterns = []
         for rows in mask:  # (heads, t, t): one mask per row of the batch, or one for all
@@ -325,8 +395,10 @@ class LookupModel:
             reach = rows.any(0)  # (t, t) whom each position sees, through any head
             clean = right
             for _ in range(self.layers - 1):  # and what it sees must itself be right
-                clean = [right[j] and all(clean[k] for k in reach[j].nonzero().flatten().tolist())
-                         for j in range(t)]
+                clean = [
+                    right[j] and all(clean[k] for k in reach[j].nonzero().flatten().tolist())
+                    for j in range(t)
+                ]
             pattern = tuple(rows.flatten().int().tolist())
             patterns.append([None if clean[j] else (self.layers, j, pattern) for j in range(t)])
         return [patterns[i if len(patterns) > 1 else 0] for i in range(b)]
@@ -344,15 +416,23 @@ class LookupModel:
         b, t = tgt.shape
         keep = torch.ones(b, memory.shape[1], dtype=torch.bool)  # (b, s)
         if memory_mask is not None:
-            keep = memory_mask.detach().cpu().reshape(memory_mask.shape[0], -1)[..., -memory.shape[1]:]
+            keep = memory_mask.detach().cpu().reshape(memory_mask.shape[0], -1)[..., -memory.shape[1] :]
             keep = keep.expand(b, -1)
         ids = memory[..., 0].detach().cpu().round().long()  # (b, s)
         ids = ids.expand(b, -1) if ids.size(0) == 1 else ids  # one memory for all rows broadcasts
         rows = tgt.detach().cpu().tolist()
         sight = self._sight(tgt_mask, b, t)
-        out = [[self.logits_for(tuple(ids[i][keep[i]].tolist()), tuple(rows[i][: j + 1]),
-                                None if sight[i][j] is None else (tuple(rows[i]), sight[i][j]))
-                for j in range(t)] for i in range(b)]
+        out = [
+            [
+                self.logits_for(
+                    tuple(ids[i][keep[i]].tolist()),
+                    tuple(rows[i][: j + 1]),
+                    None if sight[i][j] is None else (tuple(rows[i]), sight[i][j]),
+                )
+                for j in range(t)
+            ]
+            for i in range(b)
+        ]
         return torch.tensor(out, dtype=memory.dtype, device=memory.device)  # (b, t, V)
 
     def __call__(self, src, tgt, src_mask=None, tgt_mask=None):
@@ -367,5 +447,4 @@ class LookupModel:
     def parameters(self):
         import torch
 
-        return iter([torch.zeros(1, dtype=self.dtype or torch.get_default_dtype(),
-                                 device=self.device)])
+        return iter([torch.zeros(1, dtype=self.dtype or torch.get_default_dtype(), device=self.device)])

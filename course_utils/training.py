@@ -22,6 +22,7 @@ learning-rate schedule) to what this machine can do in that time.
 In a notebook it shows a progress bar and a live loss curve (redrawn at most every
 ``redraw_every`` seconds); elsewhere it prints a line now and then; under nbgrader it is silent.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -45,6 +46,7 @@ MAX_TARGET_LEN = 12  # <bos> + "YYYY-MM-DD" + <eos>
 @dataclass
 class ToyConfig:
     """The model and the training run behind the shipped checkpoint."""
+
     d_model: int = 64
     num_heads: int = 4
     d_ff: int = 128
@@ -60,12 +62,21 @@ class ToyConfig:
     seed: int = 0
 
     def model_kwargs(self) -> dict:
-        return dict(d_model=self.d_model, num_heads=self.num_heads, d_ff=self.d_ff,
-                    num_layers=self.num_layers, dropout=self.dropout)
+        return dict(
+            d_model=self.d_model,
+            num_heads=self.num_heads,
+            d_ff=self.d_ff,
+            num_layers=self.num_layers,
+            dropout=self.dropout,
+        )
 
 
-def build_model(transformer_cls, config: ToyConfig | None = None, src_tok: Tokenizer | None = None,
-                tgt_tok: Tokenizer | None = None):
+def build_model(
+    transformer_cls,
+    config: ToyConfig | None = None,
+    src_tok: Tokenizer | None = None,
+    tgt_tok: Tokenizer | None = None,
+):
     """A fresh (untrained) ``transformer_cls`` (07's Transformer contract) sized for the dates task."""
     config = config or ToyConfig()
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
@@ -82,9 +93,15 @@ def lr_at(step: int, peak: float, warmup: int, total: int, floor: float = 0.05) 
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def teacher_forcing_loss(model, src: torch.Tensor, tgt: torch.Tensor, pad_id: int,
-                         causal_mask: Callable, make_padding_mask: Callable,
-                         label_smoothing: float = 0.0) -> torch.Tensor:
+def teacher_forcing_loss(
+    model,
+    src: torch.Tensor,
+    tgt: torch.Tensor,
+    pad_id: int,
+    causal_mask: Callable,
+    make_padding_mask: Callable,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
     """Cross-entropy of predicting tgt[:, 1:] from tgt[:, :-1] (the shifted target).
 
     src (b, s), tgt (b, t) = <bos> y1 … yn <eos> <pad>…; <pad> positions are not scored.
@@ -95,8 +112,12 @@ def teacher_forcing_loss(model, src: torch.Tensor, tgt: torch.Tensor, pad_id: in
     t = tgt_in.size(1)
     tgt_mask = causal_mask(t, device=tgt.device) & make_padding_mask(tgt_in, pad_id)  # (b,1,t,t)
     logits = model(src, tgt_in, src_mask, tgt_mask)  # (b, t-1, V)
-    return nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1),
-                                       ignore_index=pad_id, label_smoothing=label_smoothing)
+    return nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)),
+        tgt_out.reshape(-1),
+        ignore_index=pad_id,
+        label_smoothing=label_smoothing,
+    )
 
 
 @dataclass
@@ -105,9 +126,9 @@ class History:
     lrs: list[float] = field(default_factory=list)
     seconds: float = 0.0
     device: str = "cpu"
-    requested: int = 0   # the steps asked for
-    planned: int = 0     # the steps the run set out to do (fewer when a time budget says so)
-    budget: float | None = None      # the time budget the plan was made for (seconds)
+    requested: int = 0  # the steps asked for
+    planned: int = 0  # the steps the run set out to do (fewer when a time budget says so)
+    budget: float | None = None  # the time budget the plan was made for (seconds)
     time_limit: float | None = None  # where the run would stop, wherever it was (seconds)
 
     @property
@@ -124,11 +145,15 @@ class History:
             return "all " + done
         if self.steps < self.planned:  # the time limit cut the plan short
             limit = f" at the {self.time_limit:g} s time limit" if self.time_limit else ""
-            return (f"{done} (stopped{limit}, {self.steps} of the {self.planned} steps "
-                    f"planned; the full run is {self.requested})")
+            return (
+                f"{done} (stopped{limit}, {self.steps} of the {self.planned} steps "
+                f"planned; the full run is {self.requested})"
+            )
         budget = f" in a budget of about {self.budget:g} s" if self.budget else " in the budget"
-        return (f"{done} (planned: what the pace of its first steps fits{budget}; the full run "
-                f"is {self.requested})")
+        return (
+            f"{done} (planned: what the pace of its first steps fits{budget}; the full run "
+            f"is {self.requested})"
+        )
 
 
 def _in_notebook() -> bool:
@@ -151,6 +176,7 @@ class _Display:
             from IPython.display import display
 
             from .widgets.picture import Picture
+
             self.bar = widgets.IntProgress(value=0, min=0, max=total, description="training")
             self.label = widgets.Label("")
             self.picture = Picture()
@@ -175,8 +201,10 @@ class _Display:
             text = f"step {step}/{self.total}: {history.summary()}"
         else:
             recent = history.losses[-20:]
-            text = (f"step {step}/{self.total}  loss {sum(recent) / len(recent):.3f}  "
-                    f"{history.seconds:.0f}s on {history.device}")
+            text = (
+                f"step {step}/{self.total}  loss {sum(recent) / len(recent):.3f}  "
+                f"{history.seconds:.0f}s on {history.device}"
+            )
         if self.mode == "text":
             print(text, flush=True)
             return
@@ -205,8 +233,7 @@ def plot_loss(history: History, ax=None):
     low, high = ax.get_ylim()
     # a few plain numbers (0.5, 1, 2 rather than 5 × 10⁻¹): 1-2-5 steps over a wide range,
     # evenly spaced values within less than a factor of 10
-    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)) if high > 10 * low
-                               else MaxNLocator(nbins=4))
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)) if high > 10 * low else MaxNLocator(nbins=4))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_title("training loss (teacher forcing)", fontsize=10)
@@ -215,13 +242,27 @@ def plot_loss(history: History, ax=None):
     return ax.figure
 
 
-def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
-          make_padding_mask: Callable, src_tok: Tokenizer | None = None,
-          tgt_tok: Tokenizer | None = None, steps: int = 900, batch_size: int = 64,
-          lr: float = 3e-3, warmup: int = 100, label_smoothing: float = 0.1,
-          weight_decay: float = 0.01, device=None, seed: int = 0,
-          time_budget: float | None = None, time_limit: float | None = None,
-          show: str | None = None, redraw_every: float = 2.0) -> History:
+def train(
+    model,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    causal_mask: Callable,
+    make_padding_mask: Callable,
+    src_tok: Tokenizer | None = None,
+    tgt_tok: Tokenizer | None = None,
+    steps: int = 900,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    warmup: int = 100,
+    label_smoothing: float = 0.1,
+    weight_decay: float = 0.01,
+    device=None,
+    seed: int = 0,
+    time_budget: float | None = None,
+    time_limit: float | None = None,
+    show: str | None = None,
+    redraw_every: float = 2.0,
+) -> History:
     """Train ``model`` in place on ``pairs`` for ``steps`` batches; returns the History.
 
     ``causal_mask`` (03_attention's) and ``make_padding_mask`` (07_decoder's) build the masks.
@@ -239,8 +280,7 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
     model.to(device).train()
     src_all, tgt_all = encode_pairs(pairs, src_tok, tgt_tok)  # (N, s), (N, t) on the CPU
     src_all, tgt_all = src_all.to(device), tgt_all.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay,
-                            betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(seed)
     order, cursor = torch.randperm(len(pairs), generator=gen), 0
     history = History(device=str(device), requested=steps, planned=steps)
@@ -254,23 +294,46 @@ def train(model, pairs: Sequence[tuple[str, str]], *, causal_mask: Callable,
         nonlocal order, cursor
         if cursor + batch_size > len(order):
             order, cursor = torch.randperm(len(pairs), generator=gen), 0
-        idx = order[cursor: cursor + batch_size].to(device)
+        idx = order[cursor : cursor + batch_size].to(device)
         cursor += batch_size
         src, tgt = src_all[idx], tgt_all[idx]
         longest_src = int((src != src_tok.pad_id).sum(1).max())  # trim shared padding
         longest_tgt = int((tgt != tgt_tok.pad_id).sum(1).max())
         src, tgt = src[:, :longest_src], tgt[:, :longest_tgt]
-        return teacher_forcing_loss(model, src, tgt, tgt_tok.pad_id, causal_mask,
-                                    make_padding_mask, label_smoothing)
+        return teacher_forcing_loss(
+            model, src, tgt, tgt_tok.pad_id, causal_mask, make_padding_mask, label_smoothing
+        )
 
-    return run_steps(model, opt, batch_loss, steps=steps, lr=lr, warmup=warmup, probe=probe,
-                     time_budget=time_budget, time_limit=time_limit, display=display,
-                     history=history)
+    return run_steps(
+        model,
+        opt,
+        batch_loss,
+        steps=steps,
+        lr=lr,
+        warmup=warmup,
+        probe=probe,
+        time_budget=time_budget,
+        time_limit=time_limit,
+        display=display,
+        history=history,
+    )
 
 
-def run_steps(model, opt, batch_loss: Callable[[int], torch.Tensor], *, steps: int, lr: float,
-              warmup: int, probe: int, time_budget: float | None, time_limit: float | None,
-              display: "_Display", history: History, reserve: float | None = None) -> History:
+def run_steps(
+    model,
+    opt,
+    batch_loss: Callable[[int], torch.Tensor],
+    *,
+    steps: int,
+    lr: float,
+    warmup: int,
+    probe: int,
+    time_budget: float | None,
+    time_limit: float | None,
+    display: "_Display",
+    history: History,
+    reserve: float | None = None,
+) -> History:
     """The training loop that 08's ``train`` and 09's ``train_lm`` share: ``batch_loss(step)``
     draws a batch and returns its loss; each step sets the learning rate (``lr_at``), clips the
     gradient norm to 1 and records loss, rate and time in ``history``.
@@ -324,9 +387,17 @@ def run_steps(model, opt, batch_loss: Callable[[int], torch.Tensor], *, steps: i
 
 # -- evaluation ----------------------------------------------------------------------------
 @torch.no_grad()
-def predict(model, sources: Sequence[str], *, decode: Callable, make_padding_mask: Callable,
-            src_tok: Tokenizer | None = None, tgt_tok: Tokenizer | None = None,
-            batch_size: int = 500, max_len: int = MAX_TARGET_LEN) -> list[str]:
+def predict(
+    model,
+    sources: Sequence[str],
+    *,
+    decode: Callable,
+    make_padding_mask: Callable,
+    src_tok: Tokenizer | None = None,
+    tgt_tok: Tokenizer | None = None,
+    batch_size: int = 500,
+    max_len: int = MAX_TARGET_LEN,
+) -> list[str]:
     """Translate ``sources`` with ``decode``, batched.
 
     ``decode(model, src, max_len, bos_id, eos_id, src_mask)`` returns (b, L) ids (08's
@@ -339,30 +410,46 @@ def predict(model, sources: Sequence[str], *, decode: Callable, make_padding_mas
     model.eval()
     out: list[str] = []
     for i in range(0, len(sources), batch_size):
-        chunk = sources[i: i + batch_size]
+        chunk = sources[i : i + batch_size]
         src, _ = encode_pairs([(s, "") for s in chunk], src_tok, tgt_tok, device)
-        ys = decode(model, src, max_len, tgt_tok.bos_id, tgt_tok.eos_id,
-                    make_padding_mask(src, src_tok.pad_id))
+        ys = decode(
+            model, src, max_len, tgt_tok.bos_id, tgt_tok.eos_id, make_padding_mask(src, src_tok.pad_id)
+        )
         out += [tgt_tok.decode(row) for row in ys.cpu()]
     model.train(was_training)
     return out
 
 
-def exact_match(model, pairs: Sequence[tuple[str, str]], *, decode: Callable,
-                make_padding_mask: Callable, src_tok: Tokenizer | None = None,
-                tgt_tok: Tokenizer | None = None, batch_size: int = 500) -> float:
+def exact_match(
+    model,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    decode: Callable,
+    make_padding_mask: Callable,
+    src_tok: Tokenizer | None = None,
+    tgt_tok: Tokenizer | None = None,
+    batch_size: int = 500,
+) -> float:
     """Fraction of pairs whose translation by ``decode`` equals the target exactly."""
-    guesses = predict(model, [s for s, _ in pairs], decode=decode,
-                      make_padding_mask=make_padding_mask, src_tok=src_tok, tgt_tok=tgt_tok,
-                      batch_size=batch_size)
+    guesses = predict(
+        model,
+        [s for s, _ in pairs],
+        decode=decode,
+        make_padding_mask=make_padding_mask,
+        src_tok=src_tok,
+        tgt_tok=tgt_tok,
+        batch_size=batch_size,
+    )
     return sum(g == t for g, (_, t) in zip(guesses, pairs)) / max(1, len(pairs))
 
 
 # -- the shipped checkpoint ----------------------------------------------------------------
 def save_checkpoint(model, config: ToyConfig, path: Path | str = CHECKPOINT) -> Path:
     """Save the weights in float16 (half the bytes; the task does not notice) with the config."""
-    state = {k: v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()
-             for k, v in model.state_dict().items()}
+    state = {
+        k: v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()
+        for k, v in model.state_dict().items()
+    }
     torch.save({"config": dataclasses.asdict(config), "state_dict": state}, path)
     return Path(path)
 
@@ -373,8 +460,9 @@ def load_toy_model(transformer_cls, device=None, path: Path | str = CHECKPOINT):
     blob = torch.load(path, map_location="cpu", weights_only=True)
     config = ToyConfig(**blob["config"])
     model = build_model(transformer_cls, config)
-    model.load_state_dict({k: v.float() if v.is_floating_point() else v
-                           for k, v in blob["state_dict"].items()})
+    model.load_state_dict(
+        {k: v.float() if v.is_floating_point() else v for k, v in blob["state_dict"].items()}
+    )
     device = torch.device(device) if device is not None else get_device()
     return model.to(device).eval(), source_tokenizer(), target_tokenizer()
 

@@ -2,6 +2,7 @@
 the token ids of all-MiniLM-L6-v2 (``course_utils.minilm.load_tokenizer``), written here so that
 the course needs neither ``tokenizers`` nor ``transformers``.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,9 +30,16 @@ def _is_punctuation(ch: str) -> bool:
 
 
 def _is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0x20000 <= cp <= 0x2A6DF
-            or 0x2A700 <= cp <= 0x2B73F or 0x2B740 <= cp <= 0x2B81F or 0x2B820 <= cp <= 0x2CEAF
-            or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
+    return (
+        0x4E00 <= cp <= 0x9FFF
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x20000 <= cp <= 0x2A6DF
+        or 0x2A700 <= cp <= 0x2B73F
+        or 0x2B740 <= cp <= 0x2B81F
+        or 0x2B820 <= cp <= 0x2CEAF
+        or 0xF900 <= cp <= 0xFAFF
+        or 0x2F800 <= cp <= 0x2FA1F
+    )
 
 
 class WordPieceTokenizer:
@@ -116,7 +124,7 @@ class WordPieceTokenizer:
     def encode(self, text: str, max_length: int = MAX_SEQ_LENGTH) -> list[int]:
         """Text -> ids of [CLS] pieces... [SEP], cut to ``max_length`` ids in all."""
         ids = [self.index.get(piece, self.unk_id) for piece in self.tokenize(text)]
-        return [self.cls_id] + ids[:max_length - 2] + [self.sep_id]
+        return [self.cls_id] + ids[: max_length - 2] + [self.sep_id]
 
     def __call__(self, texts, max_length: int = MAX_SEQ_LENGTH):
         """A batch: ``(input_ids (b, s), attention_mask (b, s))``, padded on the right with [PAD].
@@ -130,8 +138,8 @@ class WordPieceTokenizer:
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
-            ids[i, :len(r)] = torch.tensor(r)
-            mask[i, :len(r)] = 1
+            ids[i, : len(r)] = torch.tensor(r)
+            mask[i, : len(r)] = 1
         return ids, mask
 
     def convert_ids_to_tokens(self, ids) -> list[str]:

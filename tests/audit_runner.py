@@ -2,6 +2,7 @@
 as in the sandbox, on the same fresh inputs, with its hooks armed and its record read from its
 pipe as the grader's side reads it), or in this process without a record (``in_process``: the
 values alone), hundreds of times in seconds."""
+
 from __future__ import annotations
 
 import os

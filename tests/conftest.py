@@ -1,5 +1,6 @@
 """Shared test set-up: headless matplotlib, tests run as "not grading", and a tiny nbgrader
 course in a temporary folder."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,11 @@ def _not_grading(monkeypatch):
     monkeypatch.delenv("COURSE_GRADING", raising=False)
     yield
     import sys
+
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _no_warm_sandbox_outlives_its_module():
     """A warm sandbox a test module started (an audit, a command run in this process) is this
@@ -40,10 +44,12 @@ def _no_warm_sandbox_outlives_its_module():
     this process's own when a module starts, as a notebook's setup cell takes the kernel's: which
     modules ran before in this process must not change a check's verdict."""
     import sys
+
     if "course_utils.checks.kit" in sys.modules:
         sys.modules["course_utils.checks.kit"].own_threads_now()
     yield
     import sys
+
     warm = sys.modules.get("course_grading.sandbox.warm")
     if warm is not None:
         warm.stop_warm()
@@ -59,17 +65,23 @@ SOLUTION_CELL = '''def double(x):
     ### END SOLUTION
 '''
 
-TEST_CELL = '''assert double(2) == 4, "double(2) should be 4"
+TEST_CELL = """assert double(2) == 4, "double(2) should be 4"
 ### BEGIN HIDDEN TESTS
 assert double(-21) == -42, "hidden: double(-21) should be -42"
 ### END HIDDEN TESTS
-'''
+"""
 
 
 def nbgrader_meta(grade_id: str, *, solution=False, grade=False, points=None) -> dict:
     """nbgrader cell metadata (schema 3) for a solution, grade or locked cell."""
-    meta = {"schema_version": 3, "grade": grade, "solution": solution,
-            "locked": not solution, "task": False, "grade_id": grade_id}
+    meta = {
+        "schema_version": 3,
+        "grade": grade,
+        "solution": solution,
+        "locked": not solution,
+        "task": False,
+        "grade_id": grade_id,
+    }
     if grade:
         meta["points"] = points
     return {"nbgrader": meta}
@@ -115,4 +127,3 @@ def one_torch_thread():
     yield
     torch.set_num_threads(before)
     plt.close("all")
-

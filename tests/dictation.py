@@ -20,6 +20,7 @@ contract's names, which the spec must state, and are not counted.
 
 ``python tests/dictation.py`` prints every leak and the count.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,12 +37,15 @@ ROOT = Path(__file__).resolve().parents[1]
 MIN_TOKENS = 6  # a line shorter than this (``return x``, ``pass``, ``x = f(y)``) is trivial
 RUN_TOKENS = 10  # this many consecutive tokens of a longer line are a leak
 
-TOKEN = re.compile(r"""\s*(?:
+TOKEN = re.compile(
+    r"""\s*(?:
     (?P<name>[A-Za-z_][A-Za-z_0-9]*)
   | (?P<number>\d+(?:\.\d*)?(?:e-?\d+)?)
   | (?P<string>'[^'\n]*'|"[^"\n]*")
   | (?P<op>\*\*|//|==|!=|<=|>=|->|[-+*/%@=<>()\[\]{},.:;~&|^])
-  | (?P<other>\S))""", re.X)
+  | (?P<other>\S))""",
+    re.X,
+)
 FIELD = ("field", "\0")  # an f-string's field: matches nothing
 
 
@@ -54,8 +58,10 @@ class Leak:
     shown: str  # the part of the text or message that holds it
 
     def __str__(self) -> str:
-        return (f"{self.assignment}/{self.exercise}: the solution line `{self.line}` is given by "
-                f"the {self.where}: …{self.shown}…")
+        return (
+            f"{self.assignment}/{self.exercise}: the solution line `{self.line}` is given by "
+            f"the {self.where}: …{self.shown}…"
+        )
 
 
 def lex(text: str) -> list[tuple[str, str, int, int]]:
@@ -81,8 +87,7 @@ def normal(tokens) -> list[tuple[str, str]]:
     for i, (kind, value, *_rest) in enumerate(tokens):
         if kind == "name":
             after_dot = i > 0 and tokens[i - 1][1] == "."
-            kwarg = (i + 1 < len(tokens) and tokens[i + 1][1] == "=" and i > 0
-                     and tokens[i - 1][1] in "(,")
+            kwarg = i + 1 < len(tokens) and tokens[i + 1][1] == "=" and i > 0 and tokens[i - 1][1] in "(,"
             called = i + 1 < len(tokens) and tokens[i + 1][1] == "("
             out.append(("lit", value) if after_dot or kwarg or called else ("name", value))
         elif kind == "field":
@@ -138,8 +143,8 @@ def solution_lines(source: str) -> list[tuple[str, list]]:
             continue
         fragments = [code]
         values = [v for _, v in code]
-        if "=" in values and values.index("=") < len(values) - 1 and "(" not in values[:values.index("=")]:
-            fragments.append(code[values.index("=") + 1:])  # the right-hand side
+        if "=" in values and values.index("=") < len(values) - 1 and "(" not in values[: values.index("=")]:
+            fragments.append(code[values.index("=") + 1 :])  # the right-hand side
         if values[:1] == ["return"]:
             fragments.append(code[1:])
         fragments = [f for f in fragments if _telling(f)]
@@ -196,8 +201,9 @@ def check_modules(assignment: str) -> list[Path]:
         if path in seen or not path.exists():
             continue
         seen.append(path)
-        names += [n for n in re.findall(r"^from \.(\w+) import", path.read_text(), re.M)
-                  if not n.startswith("_")]
+        names += [
+            n for n in re.findall(r"^from \.(\w+) import", path.read_text(), re.M) if not n.startswith("_")
+        ]
     return seen
 
 
@@ -242,13 +248,16 @@ def assignments() -> list[str]:
 
 
 def _shown(tokens, i: int, width: int = 70) -> str:
-    text = " ".join(v for _, v, *_ in tokens[max(0, i - 3):i + 14])
+    text = " ".join(v for _, v, *_ in tokens[max(0, i - 3) : i + 14])
     return text[:width]
 
 
 def leaks(assignment: str) -> list[Leak]:
-    sources = [(f"message in {p.relative_to(ROOT)}", toks, lit)
-               for p in check_modules(assignment) for lit, toks in messages(p)]
+    sources = [
+        (f"message in {p.relative_to(ROOT)}", toks, lit)
+        for p in check_modules(assignment)
+        for lit, toks in messages(p)
+    ]
     out = []
     for grade_id, source, prose in exercises(assignment):
         raw = lex(prose)
@@ -256,8 +265,7 @@ def leaks(assignment: str) -> list[Leak]:
         for line, fragments in solution_lines(source):
             hit = next(((f, i) for f in fragments if (i := found(f, text)) is not None), None)
             if hit:
-                out.append(Leak(assignment, grade_id, line, "exercise's text or hint",
-                                _shown(raw, hit[1])))
+                out.append(Leak(assignment, grade_id, line, "exercise's text or hint", _shown(raw, hit[1])))
                 continue
             for where, toks, literal in sources:
                 if any(found(f, toks) is not None for f in fragments):

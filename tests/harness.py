@@ -6,6 +6,7 @@ solution with a buggy (or alternative) implementation, then execute the grade ce
 tests included, exactly as nbgrader would. A grade cell "passes" the way nbgrader scores it:
 no exception and nothing written to stderr.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +47,9 @@ def cells(assignment: str) -> dict:
     return {"setup": setup, "solutions": solutions, "grades": grades}
 
 
-def run_grade_cell(assignment: str, grade_id: str, replacement: str | None = None,
-                   visible_only: bool = False) -> Outcome:
+def run_grade_cell(
+    assignment: str, grade_id: str, replacement: str | None = None, visible_only: bool = False
+) -> Outcome:
     """Execute setup + solutions (+ ``replacement`` source) and then grade cell ``grade_id``
     (with ``visible_only``, its visible part alone: what the learner's own run checks). A
     visible-only outcome is kept for the session: several tests ask for the same ones."""

@@ -4,6 +4,7 @@ Debian's chromium, driven by Python playwright with ``executable_path`` (never `
 install``: it downloads a browser). Without either, a test that needs them is skipped, except
 in CI, where a missing browser is a failure.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -20,12 +21,22 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 # every code cell of the notebook has run: each input prompt shows [n]
-ALL_CELLS_RAN = ("() => { const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
-                 ".map(e => e.textContent.trim());"
-                 " return p.length > 0 && p.every(t => /^\\[\\d+\\]:$/.test(t)); }")
+ALL_CELLS_RAN = (
+    "() => { const p = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+    ".map(e => e.textContent.trim());"
+    " return p.length > 0 && p.every(t => /^\\[\\d+\\]:$/.test(t)); }"
+)
 
 
 def require_or_skip(missing: str | None) -> None:
@@ -42,8 +53,10 @@ def require_browser() -> None:
     except ImportError:
         require_or_skip("playwright is not installed (scripts/setup.sh --test installs it)")
     if not CHROMIUM:
-        require_or_skip("no chromium on this machine: install it to run the browser tests "
-                        "(scripts/setup.sh --test installs it as root)")
+        require_or_skip(
+            "no chromium on this machine: install it to run the browser tests "
+            "(scripts/setup.sh --test installs it as root)"
+        )
 
 
 def free_port() -> int:
@@ -72,14 +85,18 @@ def write_instructor_config(folder: Path, course: Path) -> None:
     (folder / "nbgrader_config.py").write_text(
         "# The Formgrader finds the course wherever the instructor's server starts.\n"
         "c = get_config()  # noqa: F821\n"
-        f"load_subconfig({str(course / 'nbgrader_config.py')!r})\n", encoding="utf-8")
+        f"load_subconfig({str(course / 'nbgrader_config.py')!r})\n",
+        encoding="utf-8",
+    )
     (folder / "jupyter_server_config.py").write_text(
         "c = get_config()  # noqa: F821\n"
         "# JupyterHub forbids framing a user's pages (frame-ancestors 'none'); the Formgrader tab\n"
         "# frames the instructor's own server\n"
-        "c.ServerApp.tornado_settings = {\"headers\": {\"Content-Security-Policy\": \"frame-ancestors 'self'\"}}\n"
+        'c.ServerApp.tornado_settings = {"headers": {"Content-Security-Policy": "frame-ancestors \'self\'"}}\n'
         "# the Formgrader's pages run no script but their own\n"
-        "c.ServerApp.jpserver_extensions = {\"course_grading.instructor_server\": True}\n", encoding="utf-8")
+        'c.ServerApp.jpserver_extensions = {"course_grading.instructor_server": True}\n',
+        encoding="utf-8",
+    )
 
 
 @contextlib.contextmanager
@@ -120,13 +137,28 @@ def course_lab(work: Path, token: str = "course-test-token"):
     settings = work / "settings" / "@jupyterlab" / "apputils-extension"
     settings.mkdir(parents=True, exist_ok=True)
     (settings / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+        json.dumps({"fetchNews": "false", "checkForUpdates": False})
+    )
     port = free_port()
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-           f"--ServerApp.token={token}", f"--ServerApp.root_dir={work}",
-           "--ServerApp.open_browser=False", "--LabApp.news_url=", "--allow-root"]
-    env = {**os.environ, "MPLBACKEND": "module://matplotlib_inline.backend_inline",
-           "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"), "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        f"--ServerApp.token={token}",
+        f"--ServerApp.root_dir={work}",
+        "--ServerApp.open_browser=False",
+        "--LabApp.news_url=",
+        "--allow-root",
+    ]
+    env = {
+        **os.environ,
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+        "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"),
+        "OMP_NUM_THREADS": "1",
+    }
     with jupyter_server(cmd, work / "jupyterlab.log", token, port, env=env) as base:
         yield base, token
 
@@ -172,8 +204,11 @@ def last_widget_with_picture(page):
 
 def _picture_changed(page, image, before: str, timeout_ms: int) -> bool:
     try:
-        page.wait_for_function("([el, old]) => el.getAttribute('src') !== old",
-                               arg=[image.element_handle(), before], timeout=timeout_ms)
+        page.wait_for_function(
+            "([el, old]) => el.getAttribute('src') !== old",
+            arg=[image.element_handle(), before],
+            timeout=timeout_ms,
+        )
         return True
     except Exception:  # playwright's TimeoutError
         return False
@@ -204,14 +239,18 @@ def some_control_changes_the_picture(page, widget, image, before: str) -> bool:
 def solution_cells(assignment: str) -> dict[str, str]:
     """{grade_id: source} of the solution cells of the instructor's source notebook."""
     source = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text())
-    return {c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"]) for c in source["cells"]
-            if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    return {
+        c["metadata"]["nbgrader"]["grade_id"]: "".join(c["source"])
+        for c in source["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
 
 
 def as_typed(source: str) -> str:
     """A worked solution as a student would write it: without the solution markers."""
-    return "\n".join(line for line in source.splitlines()
-                     if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line)
+    return "\n".join(
+        line for line in source.splitlines() if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line
+    )
 
 
 def filled_in(assignment: str, dest: Path, written=None, code=None, name=None) -> Path:
@@ -233,8 +272,9 @@ def filled_in(assignment: str, dest: Path, written=None, code=None, name=None) -
     return path
 
 
-def open_and_run_all(page, base: str, token: str, workspace: str, notebook: str,
-                     timeout_ms: int = 420_000) -> None:
+def open_and_run_all(
+    page, base: str, token: str, workspace: str, notebook: str, timeout_ms: int = 420_000
+) -> None:
     """Open ``notebook`` in a workspace of its own (no tab of an earlier notebook restored) and
     run all its cells, to the last one."""
     page.goto(f"{base}/lab/workspaces/{workspace}/tree/{notebook}?reset&token={token}")
@@ -243,7 +283,6 @@ def open_and_run_all(page, base: str, token: str, workspace: str, notebook: str,
     page.click("text=Run", timeout=10_000)  # the Run menu
     page.click("text=Run All Cells", timeout=10_000)
     page.wait_for_function(ALL_CELLS_RAN, timeout=timeout_ms)  # each prompt shows [n]
-
 
 
 # The words of an element's text that the page lays out across two lines: each word (a run of
@@ -267,6 +306,7 @@ BROKEN_WORDS_JS = """e => {
 def words_broken(locator) -> list[str]:
     """The words of ``locator``'s text that are split across lines where it is shown."""
     return locator.evaluate(BROKEN_WORDS_JS)
+
 
 # -- every control of a widget, and how long its picture takes to answer ----------------------
 # The page keeps one probe: ``arm(widget)`` forgets the last measurement and waits for the next
@@ -308,37 +348,62 @@ def widget_controls(widget) -> list[dict]:
     found = []
 
     def label_of(el) -> str:
-        return el.evaluate("e => (e.closest('.widget-inline-hbox, .widget-hbox, .jupyter-widgets')"
-                           "?.querySelector('.widget-label')?.textContent || '').trim()")
+        return el.evaluate(
+            "e => (e.closest('.widget-inline-hbox, .widget-hbox, .jupyter-widgets')"
+            "?.querySelector('.widget-label')?.textContent || '').trim()"
+        )
 
     for slider in widget.locator(".widget-slider, .jupyter-widget-slider").all():
         handle = slider.locator(".noUi-handle")
         if handle.count():
-            found.append({"kind": "slider", "name": label_of(handle.first), "locator": handle.first,
-                          "disabled": handle.first.evaluate(
-                              "h => h.closest('.noUi-target').hasAttribute('disabled')")})
+            found.append(
+                {
+                    "kind": "slider",
+                    "name": label_of(handle.first),
+                    "locator": handle.first,
+                    "disabled": handle.first.evaluate(
+                        "h => h.closest('.noUi-target').hasAttribute('disabled')"
+                    ),
+                }
+            )
     for select in widget.locator("select").all():
-        found.append({"kind": "menu", "name": label_of(select), "locator": select,
-                      "disabled": not select.is_enabled()
-                      or select.locator("option").count() < 2})
+        found.append(
+            {
+                "kind": "menu",
+                "name": label_of(select),
+                "locator": select,
+                "disabled": not select.is_enabled() or select.locator("option").count() < 2,
+            }
+        )
     for box in widget.locator("input[type=checkbox]").all():
         name = box.evaluate("b => (b.closest('.widget-checkbox')?.textContent || '').trim()")
-        found.append({"kind": "checkbox", "name": name, "locator": box,
-                      "disabled": not box.is_enabled()})
+        found.append({"kind": "checkbox", "name": name, "locator": box, "disabled": not box.is_enabled()})
     for group in widget.locator(".widget-toggle-buttons").all():
         names = "/".join(b.inner_text().strip() for b in group.locator("button").all())
-        found.append({"kind": "toggle", "name": names, "locator": group,
-                      "disabled": not group.locator("button").first.is_enabled()})
+        found.append(
+            {
+                "kind": "toggle",
+                "name": names,
+                "locator": group,
+                "disabled": not group.locator("button").first.is_enabled(),
+            }
+        )
     for button in widget.locator("button.jupyter-button").all():
         if button.evaluate("b => !!b.closest('.widget-toggle-buttons')"):
             continue
-        found.append({"kind": "button", "name": button.inner_text().strip(), "locator": button,
-                      "disabled": not button.is_enabled()})
+        found.append(
+            {
+                "kind": "button",
+                "name": button.inner_text().strip(),
+                "locator": button,
+                "disabled": not button.is_enabled(),
+            }
+        )
     for text in widget.locator(".widget-text input[type=text]").all():
-        found.append({"kind": "text", "name": label_of(text), "locator": text,
-                      "disabled": not text.is_enabled()})
+        found.append(
+            {"kind": "text", "name": label_of(text), "locator": text, "disabled": not text.is_enabled()}
+        )
     return found
-
 
 
 def control_values(widget) -> dict[str, object]:
@@ -349,9 +414,11 @@ def control_values(widget) -> dict[str, object]:
     for control in widget_controls(widget):
         kind, loc, name = control["kind"], control["locator"], control["name"]
         if kind == "slider":
-            value = loc.evaluate("h => { const w = h.closest('.widget-slider, .jupyter-widget-slider');"
-                                 " const r = w && w.querySelector('.widget-readout');"
-                                 " return r ? r.textContent.trim() : h.getAttribute('aria-valuenow'); }")
+            value = loc.evaluate(
+                "h => { const w = h.closest('.widget-slider, .jupyter-widget-slider');"
+                " const r = w && w.querySelector('.widget-readout');"
+                " return r ? r.textContent.trim() : h.getAttribute('aria-valuenow'); }"
+            )
         elif kind == "menu":
             value = loc.evaluate("s => s.selectedOptions[0] ? s.selectedOptions[0].text : ''")
         elif kind == "checkbox":
@@ -366,11 +433,14 @@ def control_values(widget) -> dict[str, object]:
         values[name] = value.replace("\xa0", " ") if isinstance(value, str) else value
     return values
 
+
 # a text box's other value (the first is what the notebook opened with) that keeps the
 # picture drawable; boxes not listed get " the" appended
-OTHER_TEXT = {"a": {"man": "boy", "france": "germany"},
-              "is to b": {"king": "prince", "paris": "berlin"},
-              "as c is to ?": {"woman": "girl", "japan": "italy"}}
+OTHER_TEXT = {
+    "a": {"man": "boy", "france": "germany"},
+    "is to b": {"king": "prince", "paris": "berlin"},
+    "as c is to ?": {"woman": "girl", "japan": "italy"},
+}
 
 
 def other_text(name: str, value: str) -> str:
@@ -384,8 +454,9 @@ def move_control(page, control: dict, i: int, texts: tuple[str, str] | None = No
     the other)."""
     kind, loc = control["kind"], control["locator"]
     if kind == "slider":
-        now, low, high = loc.evaluate("h => ['aria-valuenow', 'aria-valuemin', 'aria-valuemax']"
-                                      ".map(a => parseFloat(h.getAttribute(a)))")
+        now, low, high = loc.evaluate(
+            "h => ['aria-valuenow', 'aria-valuemin', 'aria-valuemax'].map(a => parseFloat(h.getAttribute(a)))"
+        )
         right = now <= low or (now < high and i % 2 == 0)  # at an end: the only way it moves
         loc.focus()
         page.keyboard.press("ArrowRight" if right else "ArrowLeft")
@@ -404,8 +475,9 @@ def move_control(page, control: dict, i: int, texts: tuple[str, str] | None = No
         loc.press("Enter")
 
 
-def control_latencies(page, widget, control: dict, repeats: int, texts=None,
-                      before_each=None, timeout_ms: int = 30_000) -> list[float | None]:
+def control_latencies(
+    page, widget, control: dict, repeats: int, texts=None, before_each=None, timeout_ms: int = 30_000
+) -> list[float | None]:
     """Move ``control`` of ``widget`` ``repeats`` times; for each move, the milliseconds from
     the input event to the new picture painted (None: no new picture within ``timeout_ms``).
     ``before_each(i)`` runs before move i (e.g. to reset a stepper) and is not timed."""

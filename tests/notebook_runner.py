@@ -1,4 +1,5 @@
 """The course's notebooks, in order: ``notebooks("solutions")`` or ``notebooks("notebooks")``."""
+
 from __future__ import annotations
 
 from pathlib import Path

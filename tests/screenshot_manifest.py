@@ -12,6 +12,7 @@ A notebook's hash covers what a reader sees of it: each cell's type and source, 
 made ``\\n``; not its outputs, metadata, ids or execution counts, so the same notebook has the
 same hash on any machine and after any run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "docs" / "screenshots"
 MANIFEST = "MANIFEST.json"
 # the one command that takes every picture; a node id (or -k) after it retakes some
-COMMAND = ("COURSE_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest -m browser "
-           "tests/test_browser.py tests/test_hub.py")
+COMMAND = (
+    "COURSE_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest -m browser "
+    "tests/test_browser.py tests/test_hub.py"
+)
 
 
 def _text(source) -> str:
@@ -35,8 +38,9 @@ def _text(source) -> str:
 def notebook_hash(path: Path) -> str:
     """sha256 of the notebook's cells: type and source of each, in order."""
     cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
-    content = json.dumps([[c.get("cell_type"), _text(c.get("source", ""))] for c in cells],
-                         ensure_ascii=False)
+    content = json.dumps(
+        [[c.get("cell_type"), _text(c.get("source", ""))] for c in cells], ensure_ascii=False
+    )
     return hashlib.sha256(content.encode("utf-8")).hexdigest()
 
 
@@ -54,14 +58,20 @@ def record(png: Path, notebook: str, state: dict) -> dict:
     ``notebook`` (a path from the repository's root) in ``state``, by the running test."""
     png = Path(png)
     node = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
-    entry = {"notebook": notebook, "notebook_sha256": notebook_hash(ROOT / notebook),
-             "state": state, "taken_by": node, "png_sha256": file_hash(png)}
+    entry = {
+        "notebook": notebook,
+        "notebook_sha256": notebook_hash(ROOT / notebook),
+        "state": state,
+        "taken_by": node,
+        "png_sha256": file_hash(png),
+    }
     entries = read(png.parent)
     entries[png.name] = entry
     path = png.parent / MANIFEST
     partial = path.with_suffix(".json.partial")
-    partial.write_text(json.dumps(dict(sorted(entries.items())), indent=1, ensure_ascii=False)
-                       + "\n", encoding="utf-8")
+    partial.write_text(
+        json.dumps(dict(sorted(entries.items())), indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     partial.replace(path)
     return entry
 
@@ -79,8 +89,9 @@ def save(shoot, name: str, notebook: str, state: dict) -> Path | None:
     from PIL import Image
 
     with Image.open(path) as img:
-        small = img.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT,
-                                            dither=Image.Dither.NONE)
+        small = img.convert("RGB").quantize(
+            colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE
+        )
     small.save(path, optimize=True)
     record(path, notebook, state)
     return path
@@ -100,17 +111,27 @@ def problems(folder: Path = FOLDER) -> list[tuple[str, str | None]]:
     entries = read(folder)
     pngs = {p.name for p in folder.glob("*.png")}
     found = [(f"{name}: no entry in {MANIFEST}", None) for name in sorted(pngs - set(entries))]
-    found += [(f"{name}: in {MANIFEST}, but there is no such file (retake it, or drop its entry)",
-               entries[name].get("taken_by")) for name in sorted(set(entries) - pngs)]
+    found += [
+        (
+            f"{name}: in {MANIFEST}, but there is no such file (retake it, or drop its entry)",
+            entries[name].get("taken_by"),
+        )
+        for name in sorted(set(entries) - pngs)
+    ]
     for name in sorted(pngs & set(entries)):
         entry = entries[name]
         notebook = ROOT / entry["notebook"]
         if file_hash(folder / name) != entry["png_sha256"]:
-            found.append((f"{name}: not the picture the test took (its sha256 is not the "
-                          f"one in {MANIFEST})", entry["taken_by"]))
+            found.append(
+                (
+                    f"{name}: not the picture the test took (its sha256 is not the one in {MANIFEST})",
+                    entry["taken_by"],
+                )
+            )
         elif not notebook.exists():
             found.append((f"{name}: taken from {entry['notebook']}, which is gone", None))
         elif notebook_hash(notebook) != entry["notebook_sha256"]:
-            found.append((f"{name}: {entry['notebook']} has changed since the picture was "
-                          "taken", entry["taken_by"]))
+            found.append(
+                (f"{name}: {entry['notebook']} has changed since the picture was taken", entry["taken_by"])
+            )
     return found

@@ -11,6 +11,7 @@ holds the words that do, for those variants.
 
 ``python tests/specificity.py [NN_topic …]`` prints every generic message and the count.
 """
+
 from __future__ import annotations
 
 import contextlib

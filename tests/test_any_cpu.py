@@ -8,6 +8,7 @@ solution and correct variant still passes, and every buggy variant the visible c
 catch still fails. (The whole suite under such settings: ``ATEN_CPU_CAPABILITY=default
 OMP_NUM_THREADS=1 bash scripts/test.sh``.)
 """
+
 from __future__ import annotations
 
 import os
@@ -19,19 +20,24 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "OMP_NUM_THREADS": "1"}
-CHECKS = ["tests/test_expected.py",
-          "tests/test_graders.py::test_solution_passes_every_grade_cell",
-          "tests/test_graders.py::test_alternative_correct_variant_keeps_full_marks",
-          "tests/test_visible_checks_catch_the_bugs.py"]
-RUN = ("import sys, torch, pytest\n"
-       "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT', torch.backends.cpu.get_cpu_capability()\n"
-       "assert torch.get_num_threads() == 1, torch.get_num_threads()\n"
-       "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))\n")
+CHECKS = [
+    "tests/test_expected.py",
+    "tests/test_graders.py::test_solution_passes_every_grade_cell",
+    "tests/test_graders.py::test_alternative_correct_variant_keeps_full_marks",
+    "tests/test_visible_checks_catch_the_bugs.py",
+]
+RUN = (
+    "import sys, torch, pytest\n"
+    "assert torch.backends.cpu.get_cpu_capability() == 'DEFAULT', torch.backends.cpu.get_cpu_capability()\n"
+    "assert torch.get_num_threads() == 1, torch.get_num_threads()\n"
+    "sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', *sys.argv[1:]]))\n"
+)
 
 
 @pytest.mark.slow
 def test_verdicts_hold_with_plain_kernels_on_one_thread():
     env = {**os.environ, **OTHER_CPU}
-    run = subprocess.run([sys.executable, "-c", RUN, *CHECKS], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=900)
+    run = subprocess.run(
+        [sys.executable, "-c", RUN, *CHECKS], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     assert run.returncode == 0, f"under {OTHER_CPU}:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"

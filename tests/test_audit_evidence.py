@@ -7,6 +7,7 @@ Python thread with profiling cleared, or after the checks' own record was reset.
 each is now a disagreement that says what ran and, for an escape, the cell and line that tried
 it. The child runs in a fork of the test process (``audit_runner``) and, once, in the sandbox.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from audit_runner import forked
-from course_grading.audit import evidence, trusted as audit
+from course_grading.audit import evidence
+from course_grading.audit import trusted as audit
 from course_grading.sandbox import bubblewrap
 from harness import ROOT, solution_with
 
 SOFTMAX_WITH = "import torch\n\ndef softmax(x, dim=-1):\n    return {}\n"
-NATIVE_THREAD = '''import pkgutil, torch
+NATIVE_THREAD = """import pkgutil, torch
 ct = pkgutil.resolve_name('ct' + 'ypes')
 def softmax(x, dim=-1):
     out = {}
@@ -31,8 +33,8 @@ def softmax(x, dim=-1):
     libc.pthread_create(ct.byref(tid), None, callback, None)
     libc.pthread_join(tid, None)
     return out['y']
-'''
-PYTHON_THREAD = '''import sys, threading, time, _thread, torch
+"""
+PYTHON_THREAD = """import sys, threading, time, _thread, torch
 sys.setprofile(None)
 threading.setprofile(None)
 def softmax(x, dim=-1):
@@ -41,31 +43,31 @@ def softmax(x, dim=-1):
     while not out:
         time.sleep(0.001)
     return out[0]
-'''
-RECORD_RESET = '''import torch
+"""
+RECORD_RESET = """import torch
 from course_utils.checks import _core, _seal
 _core.Check._verdict = lambda *a, **k: None
 _core.Forbidden.held_by = lambda *a, **k: []
 _seal._SEAL = None
 def softmax(x, dim=-1):
     return torch.softmax(x, dim)
-'''
-BY_ATTRIBUTE = '''import torch
+"""
+BY_ATTRIBUTE = """import torch
 def softmax(x, dim=-1):
     torch.ctypes.CDLL(None).getpid()
     return x.exp() / x.exp().sum(dim, keepdim=True)
-'''
-GC_WALK = '''import gc, torch
+"""
+GC_WALK = """import gc, torch
 def softmax(x, dim=-1):
     hooks = [o for o in gc.get_objects() if callable(o) and getattr(o, "__name__", "") == "hook"]
     return x.exp() / x.exp().sum(dim, keepdim=True)
-'''
-FORGED_MARK = '''import sys, torch
+"""
+FORGED_MARK = """import sys, torch
 def softmax(x, dim=-1):
     sys.audit("course.audit.mark", "end", "test_softmax", 0)
     return torch.softmax(x, dim)
-'''
-CLOSED_RECORD = '''import os, torch
+"""
+CLOSED_RECORD = """import os, torch
 def softmax(x, dim=-1):
     for fd in range(3, 256):
         try:
@@ -75,8 +77,8 @@ def softmax(x, dim=-1):
         if os.path.stat.S_ISFIFO(os.fstat(fd).st_mode):
             os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     return torch.softmax(x, dim)
-'''
-NEW_PROGRAM = '''import os, sys
+"""
+NEW_PROGRAM = """import os, sys
 from multiprocessing import util
 def softmax(x, dim=-1):
     pid = util.spawnv_passfds(sys.executable.encode(), [sys.executable, "-c", "pass"], ())
@@ -84,8 +86,8 @@ def softmax(x, dim=-1):
         raise RuntimeError("the program did not run")
     e = x.exp()
     return e / e.sum(dim, keepdim=True)
-'''
-SIGNAL_FRAMES = '''import signal, torch
+"""
+SIGNAL_FRAMES = """import signal, torch
 def _loosen(signum, frame):  # a handler sees the frame it interrupts: the hook's, a kernel's
     while frame is not None:
         for value in list(frame.f_locals.values()):
@@ -104,8 +106,8 @@ def softmax(x, dim=-1):
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
     return torch.softmax(x, dim)
-'''
-REWRITTEN_MODULES = '''import sys, torch
+"""
+REWRITTEN_MODULES = """import sys, torch
 hooks = sys.modules["course_grading.audit.hooks"]
 hooks.NATIVE, hooks.MARK, hooks.OP = frozenset(), "nothing", "nothing"
 hooks.ESCAPES.clear()
@@ -113,10 +115,11 @@ child = sys.modules["course_grading.audit.child"]
 child.hooks = None
 def softmax(x, dim=-1):
     return torch.softmax(x, dim)
-'''
+"""
 BY_HAND = "    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)\n"
 CT = "import torch\nct = torch.ctypes  # imported by torch: no import event\ndef softmax(x, dim=-1):\n"
-SUBCLASSES = '''import torch
+SUBCLASSES = (
+    """import torch
 def _all(cls):
     for sub in type.__subclasses__(cls):
         yield sub
@@ -124,7 +127,9 @@ def _all(cls):
 def softmax(x, dim=-1):
     c_char = next(c for c in _all(object) if c.__name__ == "c_char" and c.__module__ == "ctypes")
     c_char(b"x")
-''' + BY_HAND
+"""
+    + BY_HAND
+)
 # every route from an already imported ctypes to an address, and the event the seal raises
 CTYPES_ROUTES = {
     "memmove": "    ct.memmove(id(x), id(x), 0)\n",
@@ -144,84 +149,136 @@ CTYPES_ROUTES = {
 
 
 ATTACKS = {
-    "plain": (SOFTMAX_WITH.format("torch.softmax(x, dim)"), "ran aten::_softmax on fresh input 1 (cell softmax, line 4)"),
+    "plain": (
+        SOFTMAX_WITH.format("torch.softmax(x, dim)"),
+        "ran aten::_softmax on fresh input 1 (cell softmax, line 4)",
+    ),
     "functional": (SOFTMAX_WITH.format("torch.nn.functional.softmax(x, dim)"), "ran aten::_softmax"),
-    "aten_directly": (SOFTMAX_WITH.format("torch.ops.aten._softmax.default(x, dim, False)"), "ran aten::_softmax"),
-    "inference_mode": ("import torch\ndef softmax(x, dim=-1):\n    with torch.inference_mode():\n"
-                       "        return torch.softmax(x, dim).clone()\n", "ran aten::_softmax"),
+    "aten_directly": (
+        SOFTMAX_WITH.format("torch.ops.aten._softmax.default(x, dim, False)"),
+        "ran aten::_softmax",
+    ),
+    "inference_mode": (
+        "import torch\ndef softmax(x, dim=-1):\n    with torch.inference_mode():\n"
+        "        return torch.softmax(x, dim).clone()\n",
+        "ran aten::_softmax",
+    ),
     "log_softmax_exp": (SOFTMAX_WITH.format("torch.log_softmax(x, dim).exp()"), "ran aten::_log_softmax"),
-    "attention_as_softmax": ("import torch, torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
-                             "    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n    eye = torch.eye(n)\n"
-                             "    out = F.scaled_dot_product_attention(x.reshape(-1, 1, n), eye, eye, scale=1.0)\n"
-                             "    return out.reshape(x.shape).movedim(-1, dim)\n", "ran aten::_s"),
+    "attention_as_softmax": (
+        "import torch, torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
+        "    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n    eye = torch.eye(n)\n"
+        "    out = F.scaled_dot_product_attention(x.reshape(-1, 1, n), eye, eye, scale=1.0)\n"
+        "    return out.reshape(x.shape).movedim(-1, dim)\n",
+        "ran aten::_s",
+    ),
     "native_thread": (NATIVE_THREAD, "leave Python's reach: import:_ctypes (cell softmax, line 2)"),
     "ctypes_by_attribute": (BY_ATTRIBUTE, "ctypes.object (cell softmax, line 3)"),  # the library's class
-    "import_builtin": ("def softmax(x, dim=-1):\n    __import__('ct' + 'ypes')\n    return x\n",
-                       "ctypes (cell softmax, line 2)"),
-    "cffi": ("import importlib\ndef softmax(x, dim=-1):\n    importlib.import_module('cf' + 'fi')\n    return x\n",
-             "leave Python's reach: import:"),
+    "import_builtin": (
+        "def softmax(x, dim=-1):\n    __import__('ct' + 'ypes')\n    return x\n",
+        "ctypes (cell softmax, line 2)",
+    ),
+    "cffi": (
+        "import importlib\ndef softmax(x, dim=-1):\n    importlib.import_module('cf' + 'fi')\n    return x\n",
+        "leave Python's reach: import:",
+    ),
     "python_thread_unprofiled": (PYTHON_THREAD, "leave Python's reach: profiling (cell softmax, line 2)"),
     "record_reset": (RECORD_RESET, "ran aten::_softmax"),
     "gc_walk": (GC_WALK, "gc.get_objects (cell softmax, line 3)"),
-    "tracing": ("import sys\ndef softmax(x, dim=-1):\n    sys.settrace(lambda *a: None)\n    return x\n", "tracing"),
-    "fork": ("import os\ndef softmax(x, dim=-1):\n    os.fork()\n    return x\n", "os.fork (cell softmax, line 3)"),
+    "tracing": (
+        "import sys\ndef softmax(x, dim=-1):\n    sys.settrace(lambda *a: None)\n    return x\n",
+        "tracing",
+    ),
+    "fork": (
+        "import os\ndef softmax(x, dim=-1):\n    os.fork()\n    return x\n",
+        "os.fork (cell softmax, line 3)",
+    ),
     "new_program": (NEW_PROGRAM, "the program did not run"),  # no audit event: seccomp refuses execve
-    "subprocess": ("import subprocess, sys\ndef softmax(x, dim=-1):\n    subprocess.run([sys.executable, '-c', 'pass'])\n"
-                   "    return x\n", "subprocess (cell softmax, line 3)"),
+    "subprocess": (
+        "import subprocess, sys\ndef softmax(x, dim=-1):\n    subprocess.run([sys.executable, '-c', 'pass'])\n"
+        "    return x\n",
+        "subprocess (cell softmax, line 3)",
+    ),
     "signal_frames": (SIGNAL_FRAMES, "ran aten::_softmax"),
     "rewritten_modules": (REWRITTEN_MODULES, "ran aten::_softmax"),
-    "gc_referrers": ("import gc, sys\ndef softmax(x, dim=-1):\n    gc.get_referrers(sys.audit)\n    return x\n",
-                     "gc.get_referrers (cell softmax, line 3)"),
-    "ctypes_from_address": (CT + "    ct.c_long.from_address(id(x))\n" + BY_HAND, "ctypes.cdata (cell softmax, line 4)"),
-    "ctypes_call_function": (CT + "    ct.addressof.__self__.call_function(ct._memset_addr, (0, 0, 0))\n" + BY_HAND,
-                             "ctypes.call_function (cell softmax, line 4)"),
-    "ctypes_loaded_again": ("import _imp, torch\nfrom importlib.machinery import ModuleSpec\ndef softmax(x, dim=-1):\n"
-                            "    origin = torch.ctypes.addressof.__self__.__file__\n"
-                            "    _imp.create_dynamic(ModuleSpec('_ctypes', None, origin=origin)).Py_DECREF(x)\n" + BY_HAND,
-                            "ctypes.object (cell softmax, line 5)"),
+    "gc_referrers": (
+        "import gc, sys\ndef softmax(x, dim=-1):\n    gc.get_referrers(sys.audit)\n    return x\n",
+        "gc.get_referrers (cell softmax, line 3)",
+    ),
+    "ctypes_from_address": (
+        CT + "    ct.c_long.from_address(id(x))\n" + BY_HAND,
+        "ctypes.cdata (cell softmax, line 4)",
+    ),
+    "ctypes_call_function": (
+        CT + "    ct.addressof.__self__.call_function(ct._memset_addr, (0, 0, 0))\n" + BY_HAND,
+        "ctypes.call_function (cell softmax, line 4)",
+    ),
+    "ctypes_loaded_again": (
+        "import _imp, torch\nfrom importlib.machinery import ModuleSpec\ndef softmax(x, dim=-1):\n"
+        "    origin = torch.ctypes.addressof.__self__.__file__\n"
+        "    _imp.create_dynamic(ModuleSpec('_ctypes', None, origin=origin)).Py_DECREF(x)\n" + BY_HAND,
+        "ctypes.object (cell softmax, line 5)",
+    ),
     "ctypes_from_subclasses": (SUBCLASSES, "ctypes.object (cell softmax, line 8)"),
-    **{f"ctypes_{name}": (CT + body + BY_HAND, "ctypes.object (cell softmax, line 4)")
-       for name, body in CTYPES_ROUTES.items()},
+    **{
+        f"ctypes_{name}": (CT + body + BY_HAND, "ctypes.object (cell softmax, line 4)")
+        for name, body in CTYPES_ROUTES.items()
+    },
     "special_softmax": (SOFTMAX_WITH.format("torch.special.softmax(x, dim)"), "ran aten::_softmax"),
     "softmin": (SOFTMAX_WITH.format("torch.nn.functional.softmin(-x, dim)"), "ran aten::_softmax"),
     "softmax_module": (SOFTMAX_WITH.format("torch.nn.Softmax(dim)(x)"), "ran aten::_softmax"),
     "private_softmax": (SOFTMAX_WITH.format("torch._softmax(x, dim, False)"), "ran aten::_softmax"),
-    "softmax_out": ("import torch\ndef softmax(x, dim=-1):\n    out = torch.empty(0)\n"
-                    "    return torch.ops.aten._softmax.out(x, dim, False, out=out)\n", "ran aten::_softmax.out"),
+    "softmax_out": (
+        "import torch\ndef softmax(x, dim=-1):\n    out = torch.empty(0)\n"
+        "    return torch.ops.aten._softmax.out(x, dim, False, out=out)\n",
+        "ran aten::_softmax.out",
+    ),
     "safe_softmax": (SOFTMAX_WITH.format("torch.ops.aten._safe_softmax(x, dim)"), "ran aten::_safe_softmax"),
-    "masked_softmax": (SOFTMAX_WITH.format("torch._masked_softmax(x, torch.zeros_like(x, dtype=torch.bool), dim)"),
-                       "ran aten::_masked_softmax"),
-    "attention_math": ("import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
-                       "    eye = torch.eye(n, dtype=x.dtype)\n"
-                       "    out = torch.ops.aten._scaled_dot_product_attention_math(x.reshape(-1, 1, n), eye, eye, scale=1.0)[0]\n"
-                       "    return out.reshape(x.shape).movedim(-1, dim)\n", "ran aten::_s"),
-    "attention_module": ("import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
-                         "    layer = torch.nn.MultiheadAttention(n, 1, bias=False, batch_first=True).eval()\n"
-                         "    out = layer(x.reshape(-1, 1, n), x.reshape(-1, 1, n), x.reshape(-1, 1, n))[1]\n"
-                         "    return x", "ran aten::_softmax"),
+    "masked_softmax": (
+        SOFTMAX_WITH.format("torch._masked_softmax(x, torch.zeros_like(x, dtype=torch.bool), dim)"),
+        "ran aten::_masked_softmax",
+    ),
+    "attention_math": (
+        "import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
+        "    eye = torch.eye(n, dtype=x.dtype)\n"
+        "    out = torch.ops.aten._scaled_dot_product_attention_math(x.reshape(-1, 1, n), eye, eye, scale=1.0)[0]\n"
+        "    return out.reshape(x.shape).movedim(-1, dim)\n",
+        "ran aten::_s",
+    ),
+    "attention_module": (
+        "import torch\ndef softmax(x, dim=-1):\n    x = x.movedim(dim, -1)\n    n = x.shape[-1]\n"
+        "    layer = torch.nn.MultiheadAttention(n, 1, bias=False, batch_first=True).eval()\n"
+        "    out = layer(x.reshape(-1, 1, n), x.reshape(-1, 1, n), x.reshape(-1, 1, n))[1]\n"
+        "    return x",
+        "ran aten::_softmax",
+    ),
     "forged_mark": (FORGED_MARK, "the marks around its calls were forged"),
     "record_replaced": (CLOSED_RECORD, "ended before this exercise"),  # the child ends itself
 }
 
 
 def _verdicts(path: Path, assignment: str, **kw) -> dict:
-    return {v.grade_id: v for v in audit.audit(path, assignment, seed=7, blocks=ROOT / "solutions" / assignment
-                                               / "building_blocks.py", **kw)}
+    return {
+        v.grade_id: v
+        for v in audit.audit(
+            path, assignment, seed=7, blocks=ROOT / "solutions" / assignment / "building_blocks.py", **kw
+        )
+    }
 
 
 @pytest.mark.parametrize("name", sorted(ATTACKS))
 def test_softmax_attack_is_a_disagreement(tmp_path, name):
     source, said = ATTACKS[name]
-    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
-                        runner=forked)["test_softmax"]
+    verdict = _verdicts(
+        solution_with(tmp_path, "03_attention", softmax=source), "03_attention", runner=forked
+    )["test_softmax"]
     assert not verdict.agrees and said in verdict.reason, verdict.reason
-
 
 
 # numpy builds an array on any address its array interface names (or strides past its buffer:
 # ``as_strided``): a write anywhere in the child, with no audit event. 01's solutions use numpy,
 # so it cannot be refused. Such a write could forge the record; docs/guides/security.md.
-NUMPY_WRITE = '''import numpy as np
+NUMPY_WRITE = (
+    """import numpy as np
 class At:
     def __init__(self, address, size):
         self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
@@ -229,14 +286,18 @@ def softmax(x, dim=-1):
     target = bytearray(8)
     np.asarray(At(np.frombuffer(target, np.uint8).__array_interface__["data"][0], 8))[0] = 1
     assert target[0] == 1
-''' + BY_HAND
+"""
+    + BY_HAND
+)
 
 
 @pytest.mark.xfail(strict=True, reason="no audit event sees a memory write through numpy")
 def test_a_memory_write_through_numpy_is_flagged(tmp_path):
-    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=NUMPY_WRITE), "03_attention",
-                        runner=forked)["test_softmax"]
+    verdict = _verdicts(
+        solution_with(tmp_path, "03_attention", softmax=NUMPY_WRITE), "03_attention", runner=forked
+    )["test_softmax"]
     assert not verdict.agrees, "the write went unseen"
+
 
 def test_honest_softmax_and_the_rest_agree(tmp_path):
     found = _verdicts(solution_with(tmp_path, "03_attention"), "03_attention", runner=forked)
@@ -245,17 +306,20 @@ def test_honest_softmax_and_the_rest_agree(tmp_path):
 
 def test_gpt_block_on_the_built_in_attention(tmp_path):
     import nbformat as nbf
+
     nb = nbf.read(str(ROOT / "solutions" / "09_gpt" / "09_gpt.ipynb"), 4)
     source = next(c.source for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "gpt_block")
-    source = source.replace("out, weights = scaled_dot_product_attention(Q, K, V, mask)",
-                            "out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask)\n"
-                            "        weights = None")
+    source = source.replace(
+        "out, weights = scaled_dot_product_attention(Q, K, V, mask)",
+        "out = torch.nn.functional.scaled_dot_product_attention(Q, K, V, attn_mask=mask)\n"
+        "        weights = None",
+    )
     found = _verdicts(solution_with(tmp_path, "09_gpt", gpt_block=source), "09_gpt", runner=forked)
     assert not found["test_gpt_block"].agrees and "GPTBlock ran aten::_s" in found["test_gpt_block"].reason
     assert found["test_generate"].agrees  # generate does not forbid attention
 
 
-MHA_WEIGHTS = '''import math, torch
+MHA_WEIGHTS = """import math, torch
 import torch.nn.functional as F
 def scaled_dot_product_attention(Q, K, V, mask=None):
     d = Q.shape[-1]
@@ -268,7 +332,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = softmax(scores, dim=-1)
     return weights @ V, weights
-'''
+"""
 
 
 def test_attention_through_a_multihead_layers_weights(tmp_path):
@@ -276,58 +340,81 @@ def test_attention_through_a_multihead_layers_weights(tmp_path):
     path = solution_with(tmp_path, "03_attention", scaled_dot_product_attention=MHA_WEIGHTS)
     verdict = _verdicts(path, "03_attention", runner=forked)["test_scaled_dot_product_attention"]
     assert not verdict.agrees, verdict.reason
-    assert "ran python::multi_head_attention_forward on fresh input 1 (cell scaled_dot_product_attention, line 7)" \
-        in verdict.reason, verdict.reason
+    assert (
+        "ran python::multi_head_attention_forward on fresh input 1 (cell scaled_dot_product_attention, line 7)"
+        in verdict.reason
+    ), verdict.reason
 
 
 def test_replacing_a_functions_code_is_an_escape(tmp_path):
-    source = ("import torch\nimport torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
-              "    F.multi_head_attention_forward.__code__ = (lambda *a, **k: None).__code__\n" + BY_HAND)
-    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
-                        runner=forked)["test_softmax"]
+    source = (
+        "import torch\nimport torch.nn.functional as F\ndef softmax(x, dim=-1):\n"
+        "    F.multi_head_attention_forward.__code__ = (lambda *a, **k: None).__code__\n" + BY_HAND
+    )
+    verdict = _verdicts(
+        solution_with(tmp_path, "03_attention", softmax=source), "03_attention", runner=forked
+    )["test_softmax"]
     assert "a function's code replaced (cell softmax, line 4)" in verdict.reason, verdict.reason
 
 
 def test_a_thread_left_running_is_seen_after_the_calls(tmp_path):
     # each call asks the thread for a built-in softmax after it, and the next call waits for it:
     # the thread's work lands between the calls whatever the machine's load
-    source = ('import threading, time, torch\nASKED = []\n'
-              'def _spin():\n    served = 0\n    while True:\n'
-              '        if len(ASKED) > served:\n'
-              '            torch.softmax(torch.ones(2), 0)\n            ASKED[served].set()\n'
-              '            served += 1\n        time.sleep(0.001)\n'
-              'threading.Thread(target=_spin, daemon=True).start()\n'
-              'def softmax(x, dim=-1):\n    for asked in list(ASKED):\n        asked.wait(5)\n'
-              '    ASKED.append(threading.Event())\n'
-              '    e = (x - x.amax(dim, keepdim=True)).exp()\n'
-              '    return e / e.sum(dim, keepdim=True)\n')
-    verdict = _verdicts(solution_with(tmp_path, "03_attention", softmax=source), "03_attention",
-                        runner=forked)["test_softmax"]
+    source = (
+        "import threading, time, torch\nASKED = []\n"
+        "def _spin():\n    served = 0\n    while True:\n"
+        "        if len(ASKED) > served:\n"
+        "            torch.softmax(torch.ones(2), 0)\n            ASKED[served].set()\n"
+        "            served += 1\n        time.sleep(0.001)\n"
+        "threading.Thread(target=_spin, daemon=True).start()\n"
+        "def softmax(x, dim=-1):\n    for asked in list(ASKED):\n        asked.wait(5)\n"
+        "    ASKED.append(threading.Event())\n"
+        "    e = (x - x.amax(dim, keepdim=True)).exp()\n"
+        "    return e / e.sum(dim, keepdim=True)\n"
+    )
+    verdict = _verdicts(
+        solution_with(tmp_path, "03_attention", softmax=source), "03_attention", runner=forked
+    )["test_softmax"]
     assert not verdict.agrees and "aten::_softmax" in verdict.reason, verdict.reason
 
 
 def test_evidence_reads_a_record_line_by_line():
     calls = {"test_softmax": ("softmax", 2), "test_causal_mask": ("causal_mask", 1)}
-    honest = (b"op aten::_softmax -\nbegin test_softmax 0\nend test_softmax 0\nbegin test_softmax 1\n"
-              b"end test_softmax 1\nbegin test_causal_mask 0\nop aten::_softmax cell+c,+line+2\nend test_causal_mask 0\ndone\n")
+    honest = (
+        b"op aten::_softmax -\nbegin test_softmax 0\nend test_softmax 0\nbegin test_softmax 1\n"
+        b"end test_softmax 1\nbegin test_causal_mask 0\nop aten::_softmax cell+c,+line+2\nend test_causal_mask 0\ndone\n"
+    )
     assert evidence.findings(honest, calls, "") == {"test_softmax": "", "test_causal_mask": ""}
-    cut = honest[:honest.index(b"begin test_causal_mask")]
+    cut = honest[: honest.index(b"begin test_causal_mask")]
     assert evidence.findings(cut, calls, "")["test_causal_mask"].startswith(evidence.MISSING)
     assert "no end" in evidence.findings(honest[:-5], calls, "")["test_softmax"]
     assert "never writes" in evidence.findings(honest + b"garbage\n", calls, "")["test_softmax"]
     assert "never writes" in evidence.findings(honest + b"done\n", calls, "")["test_softmax"]
-    stray = honest.replace(b"begin test_softmax 1\n", b"op aten::_softmax.out cell+t,+line+9\nbegin test_softmax 1\n")
-    assert "_softmax.out (cell t, line 9) ran outside the audited calls" in evidence.findings(stray, calls, "")["test_softmax"]
-    assert "never writes" in evidence.findings(honest.replace(b"_softmax -", b"_softmax"), calls, "")["test_softmax"]
+    stray = honest.replace(
+        b"begin test_softmax 1\n", b"op aten::_softmax.out cell+t,+line+9\nbegin test_softmax 1\n"
+    )
+    assert (
+        "_softmax.out (cell t, line 9) ran outside the audited calls"
+        in evidence.findings(stray, calls, "")["test_softmax"]
+    )
+    assert (
+        "never writes"
+        in evidence.findings(honest.replace(b"_softmax -", b"_softmax"), calls, "")["test_softmax"]
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not bubblewrap.available()[0], reason="needs bubblewrap")
 def test_in_the_sandbox(tmp_path):
-    path = solution_with(tmp_path, "03_attention", softmax=NATIVE_THREAD,
-                     causal_mask=RECORD_RESET.replace("def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n",
-                                                      "def causal_mask(size, device=None):\n"
-                                                      "    return torch.ones(size, size).softmax(0) > 0\n"))
+    path = solution_with(
+        tmp_path,
+        "03_attention",
+        softmax=NATIVE_THREAD,
+        causal_mask=RECORD_RESET.replace(
+            "def softmax(x, dim=-1):\n    return torch.softmax(x, dim)\n",
+            "def causal_mask(size, device=None):\n    return torch.ones(size, size).softmax(0) > 0\n",
+        ),
+    )
     found = _verdicts(path, "03_attention")
     assert "import:_ctypes (cell softmax, line 2)" in found["test_softmax"].reason
     plain = solution_with(tmp_path, "03_attention", softmax=SOFTMAX_WITH.format("torch.softmax(x, dim)"))
@@ -337,13 +424,42 @@ def test_in_the_sandbox(tmp_path):
 
 
 # -- the operators each forbidden built-in reaches, derived by running it --------------------------
-GENERAL = {"exp", "sum", "amax", "max", "mm", "bmm", "matmul", "div", "mul", "add", "sub", "where", "masked_fill",
-           "transpose", "view", "reshape", "empty", "empty_like", "copy_", "_to_copy", "_unsafe_view", "tanh",
-           "scatter_", "aminmax", "linalg_vector_norm", "clamp_min", "index_select", "index", "_local_scalar_dense"}
+GENERAL = {
+    "exp",
+    "sum",
+    "amax",
+    "max",
+    "mm",
+    "bmm",
+    "matmul",
+    "div",
+    "mul",
+    "add",
+    "sub",
+    "where",
+    "masked_fill",
+    "transpose",
+    "view",
+    "reshape",
+    "empty",
+    "empty_like",
+    "copy_",
+    "_to_copy",
+    "_unsafe_view",
+    "tanh",
+    "scatter_",
+    "aminmax",
+    "linalg_vector_norm",
+    "clamp_min",
+    "index_select",
+    "index",
+    "_local_scalar_dense",
+}
 
 
 def test_every_forbidden_built_in_is_probed():
     from course_grading.audit import derive, forbidden
+
     named = {b for builtins, _ in forbidden._checks().values() for b in builtins}
     assert named <= set(derive._probes()), sorted(named - set(derive._probes()))
     for builtins, _ in forbidden._checks().values():  # an elementary group is forbidden whole or not at all
@@ -352,34 +468,45 @@ def test_every_forbidden_built_in_is_probed():
 
 def test_derived_operators_are_the_built_ins_own():
     from course_grading.audit import derive, forbidden
+
     _, honest = derive._reached_by()
     recorded = derive.recorded()
     assert not recorded & ({derive.base(op) for op in honest} | GENERAL), sorted(recorded)
-    assert all(op.startswith("_") or op in derive.own_names(derive._probes()) or op in derive.PYTHON
-               for op in recorded)
+    assert all(
+        op.startswith("_") or op in derive.own_names(derive._probes()) or op in derive.PYTHON
+        for op in recorded
+    )
     for function, (builtins, _) in forbidden._checks().items():
         derived = derive.specific(builtins, derive.allowed_for(builtins))
         assert derived <= recorded and set(derived) <= set(forbidden.forbidden_ops(function)), function
         assert not derive.uncovered(builtins, derive.allowed_for(builtins)), function
     assert {"_softmax", "_log_softmax"} <= derive.specific(derive.SOFTMAX)
-    assert "_softmax" not in derive.specific(["torch.nn.functional.scaled_dot_product_attention"],
-                                             derive.allowed_for(["torch.nn.functional.scaled_dot_product_attention"]))
+    assert "_softmax" not in derive.specific(
+        ["torch.nn.functional.scaled_dot_product_attention"],
+        derive.allowed_for(["torch.nn.functional.scaled_dot_product_attention"]),
+    )
 
 
 def test_the_child_records_every_operator_of_every_exercise():
     from course_grading.audit import derive, forbidden
+
     recorded = forbidden.recorded_ops()
     for function in forbidden._checks():
         for pattern in forbidden.forbidden_ops(function):  # a Python function's: its code records it
-            assert any(forbidden.matches(op, [pattern]) for op in recorded) or pattern in derive.PYTHON, \
-                (function, pattern)
+            assert any(forbidden.matches(op, [pattern]) for op in recorded) or pattern in derive.PYTHON, (
+                function,
+                pattern,
+            )
 
 
 def test_ctypes_is_sealed_on_this_interpreter():
     import subprocess
     import sys
-    code = ("import torch, sys\nfrom course_grading.audit import hooks\nassert hooks.seal_ctypes()\n"
-            "events = []\nsys.addaudithook(lambda e, a: events.append(e))\n"
-            "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n")
+
+    code = (
+        "import torch, sys\nfrom course_grading.audit import hooks\nassert hooks.seal_ctypes()\n"
+        "events = []\nsys.addaudithook(lambda e, a: events.append(e))\n"
+        "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1:] == ["1"], out.stderr[-2000:]

@@ -11,6 +11,7 @@ trusted comparison, hundreds of times in seconds. A correct variant raises no fi
 record either: no forbidden operator, no escape. Buggy variants, which the values alone must
 catch, run in-process without a record (``audit_runner.in_process``): a third of the time.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -39,16 +40,28 @@ def _verdict(tmp_path: Path, assignment: str, grade_id: str, source: str, runner
     nb.cells.append(cell)  # after the solutions: it replaces one of them, as in the grade-cell tests
     path = tmp_path / f"{assignment}.ipynb"
     nbformat.write(nb, str(path))
-    verdicts = {v.grade_id: v for v in audit.audit(path, assignment, seed=1234, runner=runner,
-                                                             blocks=ROOT / "solutions" / assignment / "building_blocks.py")}
+    verdicts = {
+        v.grade_id: v
+        for v in audit.audit(
+            path,
+            assignment,
+            seed=1234,
+            runner=runner,
+            blocks=ROOT / "solutions" / assignment / "building_blocks.py",
+        )
+    }
     return verdicts[grade_id]
 
 
 @pytest.mark.parametrize("assignment", sorted(EXERCISES))
 def test_every_graded_component_is_audited(assignment):
     nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
-    graded = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-              if c.metadata.get("nbgrader", {}).get("grade") and c.metadata["nbgrader"].get("grade_id", "").startswith("test_")}
+    graded = {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+        and c.metadata["nbgrader"].get("grade_id", "").startswith("test_")
+    }
     assert graded == set(EXERCISES[assignment])
 
 
@@ -74,8 +87,11 @@ BUGGY = _buggy_by_exercise()
 @lru_cache(maxsize=None)
 def _caught(assignment: str, grade_id: str) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory() as tmp:
-        return tuple(name for name, source in BUGGY[(assignment, grade_id)]
-                     if not _verdict(Path(tmp), assignment, grade_id, source, in_process).agrees)
+        return tuple(
+            name
+            for name, source in BUGGY[(assignment, grade_id)]
+            if not _verdict(Path(tmp), assignment, grade_id, source, in_process).agrees
+        )
 
 
 @pytest.mark.parametrize("assignment,grade_id", sorted(BUGGY), ids=lambda v: str(v))

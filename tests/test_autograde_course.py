@@ -4,13 +4,13 @@ student release scores zero, in one parallel `course autograde` run (sandboxed k
 integrity audit included, as instructors run it), with no red flag raised against either. Every
 cell of each solution, graded or not (plots, widgets, training), runs without an error: the
 autograded notebooks, executed whole by the grader, carry no error output."""
+
 from __future__ import annotations
 
 import csv
 import shutil
 
 import nbformat
-
 import pytest
 
 from conftest import ROOT
@@ -59,6 +59,10 @@ def test_solutions_score_full_marks_and_blank_releases_zero(tmp_path, capsys):
         assert not flagged, f"red flags on the course's own notebooks: {flagged[:3]}"
     for name in ASSIGNMENTS:
         graded = nbformat.read(str(course / "autograded" / "solution" / name / f"{name}.ipynb"), 4)
-        errors = [(i, out.get("ename"), out.get("evalue", "")[:300]) for i, cell in enumerate(graded.cells)
-                  for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+        errors = [
+            (i, out.get("ename"), out.get("evalue", "")[:300])
+            for i, cell in enumerate(graded.cells)
+            for out in cell.get("outputs", [])
+            if out.get("output_type") == "error"
+        ]
         assert not errors, f"{name}: the solution's cells raised {errors}"

@@ -8,6 +8,7 @@ the sandboxed kernels and the hidden checks imported from course_grading in the 
 each test cell. A correct variant must keep its grade cell's points, a buggy one lose them with
 a message that names the bug.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,8 +18,8 @@ import nbformat
 import pytest
 
 from conftest import ROOT
-from course_grading.commands.cli import main
 from course_grading.authoring.nbformat_tools import write_notebook
+from course_grading.commands.cli import main
 from harness import VARIANTS, load_variants
 
 pytestmark = pytest.mark.slow
@@ -31,51 +32,85 @@ STUDENTS = {
     "01_embeddings": {
         # (not np.eye(vocab_size)[ids]: correct, but the notebook's 20,000-word demo then
         # allocates 3.2 GB and the kernel dies, which makes the whole submission an error row)
-        "correct": {"test_one_hot": ("CORRECT", "zeros_and_put_along_axis", None),
-                    "test_embed": ("CORRECT", "take_axis_0", None)},
-        "buggy": {"test_one_hot": ("BUGGY", "bool_dtype", "should return floats"),
-                  "test_embed": ("BUGGY", "square_E_transposed_when_square", "rows and columns"),
-                  "test_encode": ("BUGGY", "numpy_ints_in_list", "plain Python ints")},
+        "correct": {
+            "test_one_hot": ("CORRECT", "zeros_and_put_along_axis", None),
+            "test_embed": ("CORRECT", "take_axis_0", None),
+        },
+        "buggy": {
+            "test_one_hot": ("BUGGY", "bool_dtype", "should return floats"),
+            "test_embed": ("BUGGY", "square_E_transposed_when_square", "rows and columns"),
+            "test_encode": ("BUGGY", "numpy_ints_in_list", "plain Python ints"),
+        },
     },
     "02_cosine_similarity": {
-        "correct": {"test_cosine_similarity": ("CORRECT", "warns_and_prints_to_stderr", None),
-                    "test_most_similar": ("CORRECT", "argpartition_then_sort", None)},
-        "buggy": {"test_cosine_similarity": ("BUGGY", "sum_of_norms", "divided by the SUM of the norms"),
-                  "test_analogy": ("BUGGY", "excludes_after_top_k", "before taking the top k")},
-        "buggy_2": {"test_most_similar": ("BUGGY", "excluded_set_to_zero", "0 is not enough"),
-                    "test_analogy": ("CORRECT", "own_cosine_loop", None)},
+        "correct": {
+            "test_cosine_similarity": ("CORRECT", "warns_and_prints_to_stderr", None),
+            "test_most_similar": ("CORRECT", "argpartition_then_sort", None),
+        },
+        "buggy": {
+            "test_cosine_similarity": ("BUGGY", "sum_of_norms", "divided by the SUM of the norms"),
+            "test_analogy": ("BUGGY", "excludes_after_top_k", "before taking the top k"),
+        },
+        "buggy_2": {
+            "test_most_similar": ("BUGGY", "excluded_set_to_zero", "0 is not enough"),
+            "test_analogy": ("CORRECT", "own_cosine_loop", None),
+        },
     },
     "03_attention": {
         "public_code": {
             "test_softmax": ("CORRECT", "computes_in_float32_like_hf_upcast", None),
             "test_scaled_dot_product_attention": ("CORRECT", "float32_sqrt_d_k_tensor", None),
-            "test_causal_mask": ("CORRECT", "pytorch_square_subsequent_mask", None)},
+            "test_causal_mask": ("CORRECT", "pytorch_square_subsequent_mask", None),
+        },
         "public_code_2": {
             "test_softmax": ("CORRECT", "jax_stop_gradient_max", None),
             "test_scaled_dot_product_attention": ("CORRECT", "hf_eager_attention_softmax_in_float32", None),
-            "test_causal_mask": ("CORRECT", "annotated_transformer_subsequent_mask", None)},
+            "test_causal_mask": ("CORRECT", "annotated_transformer_subsequent_mask", None),
+        },
         "buggy": {
             "test_softmax": ("BUGGY", "one_global_max_for_all_rows", "its own maximum"),
             "test_simple_self_attention": ("BUGGY", "scaled_by_sqrt_d", "has no scaling"),
-            "test_scaled_dot_product_attention": ("BUGGY", "mask_applied_after_softmax",
-                                                  "the mask is applied after the softmax"),
-            "test_causal_mask": ("BUGGY", "diagonal_excluded", "diagonal is True")},
+            "test_scaled_dot_product_attention": (
+                "BUGGY",
+                "mask_applied_after_softmax",
+                "the mask is applied after the softmax",
+            ),
+            "test_causal_mask": ("BUGGY", "diagonal_excluded", "diagonal is True"),
+        },
     },
     "04_multi_head_attention": {
-        "annotated": {"test_multi_head_attention": ("CORRECT", "annotated_transformer", None),
-                      "test_split_heads": ("BUGGY", "heads_interleaved", "every h-th feature")},
-        "torch_forward": {"test_multi_head_attention": ("CORRECT", "pytorch_multi_head_attention_forward", None),
-                          "test_merge_heads": ("BUGGY", "reshape_without_transpose", "wrong places")},
-        "float32_scale": {"test_multi_head_attention": ("CORRECT", "scale_kept_as_float32_tensor", None),
-                          "test_split_heads": ("CORRECT", "unflatten_and_transpose", None),
-                          "test_merge_heads": ("CORRECT", "cat_of_heads", None)},
-        "after_dropout": {"test_multi_head_attention": ("CORRECT", "returns_weights_after_dropout_like_torch", None)},
-        "second_dropout": {"test_multi_head_attention": ("BUGGY", "returns_weights_of_a_second_dropout",
-                                                         "two different masks")},
+        "annotated": {
+            "test_multi_head_attention": ("CORRECT", "annotated_transformer", None),
+            "test_split_heads": ("BUGGY", "heads_interleaved", "every h-th feature"),
+        },
+        "torch_forward": {
+            "test_multi_head_attention": ("CORRECT", "pytorch_multi_head_attention_forward", None),
+            "test_merge_heads": ("BUGGY", "reshape_without_transpose", "wrong places"),
+        },
+        "float32_scale": {
+            "test_multi_head_attention": ("CORRECT", "scale_kept_as_float32_tensor", None),
+            "test_split_heads": ("CORRECT", "unflatten_and_transpose", None),
+            "test_merge_heads": ("CORRECT", "cat_of_heads", None),
+        },
+        "after_dropout": {
+            "test_multi_head_attention": ("CORRECT", "returns_weights_after_dropout_like_torch", None)
+        },
+        "second_dropout": {
+            "test_multi_head_attention": (
+                "BUGGY",
+                "returns_weights_of_a_second_dropout",
+                "two different masks",
+            )
+        },
         "dropout_twice": {"test_multi_head_attention": ("BUGGY", "dropout_applied_twice", "dropout twice")},
         # issue 18, section 3: full marks on the CPU until the hidden checks' second device
-        "cpu_scale": {"test_multi_head_attention": ("BUGGY", "scale_is_a_cpu_tensor",
-                                                    "torch.Tensor([self.d_head]) ** 0.5`")},
+        "cpu_scale": {
+            "test_multi_head_attention": (
+                "BUGGY",
+                "scale_is_a_cpu_tensor",
+                "torch.Tensor([self.d_head]) ** 0.5`",
+            )
+        },
     },
 }
 
@@ -106,12 +141,15 @@ def test_variants_graded_by_course_autograde(tmp_path, capsys):
             dest.mkdir(parents=True)
             write_notebook(_submission(assignment, replacements), dest / f"{assignment}.ipynb")
 
-    assert main(["--root", str(course), "autograde", *STUDENTS, "--jobs", "2", "--no-audit",
-                 "--no-report"]) == 0
+    assert (
+        main(["--root", str(course), "autograde", *STUDENTS, "--jobs", "2", "--no-audit", "--no-report"]) == 0
+    )
     capsys.readouterr()
 
-    rows = {(r["student"], r["assignment"], r["exercise"]): r
-            for r in csv.DictReader((course / "reports" / "grades.csv").open())}
+    rows = {
+        (r["student"], r["assignment"], r["exercise"]): r
+        for r in csv.DictReader((course / "reports" / "grades.csv").open())
+    }
     wrong = []
     for assignment, students in STUDENTS.items():
         for student, replacements in students.items():
@@ -126,6 +164,8 @@ def test_variants_graded_by_course_autograde(tmp_path, capsys):
                 if kind == "CORRECT" and not full:
                     wrong.append(f"{assignment}/{grade_id} {name}: lost points: {row['message']}")
                 if kind == "BUGGY" and (float(row["score"]) != 0 or says not in row["message"]):
-                    wrong.append(f"{assignment}/{grade_id} {name}: scored {row['score']}, "
-                                 f"message {row['message']!r} (should say {says!r})")
+                    wrong.append(
+                        f"{assignment}/{grade_id} {name}: scored {row['score']}, "
+                        f"message {row['message']!r} (should say {says!r})"
+                    )
     assert not wrong, "\n".join(wrong)

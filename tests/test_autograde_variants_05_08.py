@@ -6,6 +6,7 @@ of its exercise with a message.
 Each student is the solution notebook with one variant pasted in a new cell right after the
 exercise's solution cell, as a student would have written it there.
 """
+
 from __future__ import annotations
 
 import csv
@@ -46,9 +47,12 @@ def _student(assignment: str, grade_id: str, source: str) -> nbformat.NotebookNo
     """The solution notebook with ``source`` in a new cell after the exercise's solution."""
     nb = nbformat.read(str(ROOT / "solutions" / assignment / f"{assignment}.ipynb"), 4)
     name = EXERCISES[assignment][grade_id].function
-    index = next(i for i, cell in enumerate(nb.cells)
-                 if cell.metadata.get("nbgrader", {}).get("solution")
-                 and (f"def {name}(" in cell.source or f"class {name}(" in cell.source))
+    index = next(
+        i
+        for i, cell in enumerate(nb.cells)
+        if cell.metadata.get("nbgrader", {}).get("solution")
+        and (f"def {name}(" in cell.source or f"class {name}(" in cell.source)
+    )
     nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
     return nb
 
@@ -67,8 +71,7 @@ def test_variants_keep_or_lose_their_points_through_course_autograde(tmp_path, c
         nbformat.write(_student(assignment, grade_id, source), str(folder / f"{assignment}.ipynb"))
         students[(student, assignment)] = (grade_id, variant, kind)
 
-    main(["--root", str(course), "autograde", *sorted({c[0] for c in CASES}), "--no-audit",
-          "--jobs", "2"])
+    main(["--root", str(course), "autograde", *sorted({c[0] for c in CASES}), "--no-audit", "--jobs", "2"])
     capsys.readouterr()
 
     rows = list(csv.DictReader((course / "reports" / "grades.csv").open()))

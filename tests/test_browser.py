@@ -25,6 +25,7 @@ it saves docs/screenshots/learner-*.png); no message in it is broken inside a wo
 Needs Debian's chromium (scripts/test.sh installs it when it can). Skipped without it, except in
 CI, where a missing browser is a failure.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,33 +33,55 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_browser import (CHROMIUM, FLAGS, ROOT, control_values, course_lab, filled_in,
-                             move_control, open_and_run_all, other_text, require_browser,
-                             shut_down_kernels, wait_for_one_idle_kernel, widget_controls,
-                             words_broken)
+from jupyter_browser import (
+    CHROMIUM,
+    FLAGS,
+    ROOT,
+    control_values,
+    course_lab,
+    filled_in,
+    move_control,
+    open_and_run_all,
+    other_text,
+    require_browser,
+    shut_down_kernels,
+    wait_for_one_idle_kernel,
+    widget_controls,
+    words_broken,
+)
 from screenshot_manifest import save
 
 NOTEBOOKS = sorted(p.parent.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*/[0-9][0-9]_*.ipynb"))
 VIEWPORT = {"width": 1280, "height": 900}
 # how many widgets each notebook shows (training display included)
-WIDGETS = {"01_embeddings": 1, "02_cosine_similarity": 2, "03_attention": 1,
-           "04_multi_head_attention": 1, "05_positional_encoding": 1, "06_encoder": 1,
-           "07_decoder": 1, "08_generation": 3, "09_gpt": 2}
+WIDGETS = {
+    "01_embeddings": 1,
+    "02_cosine_similarity": 2,
+    "03_attention": 1,
+    "04_multi_head_attention": 1,
+    "05_positional_encoding": 1,
+    "06_encoder": 1,
+    "07_decoder": 1,
+    "08_generation": 3,
+    "09_gpt": 2,
+}
 # static figures worth a screenshot: a piece of their cell's first lines (CodeMirror lays out only
 # the lines in view, so a long cell's last lines are not on the page) -> file name
-FIGURES = {"01_embeddings": {"plot_word_projection(projection": "01_countries"},
-           "05_positional_encoding": {"clear of the peaks": "05_similarity_legend"},
-           "06_encoder": {"def gradient_per_layer": "06_norm_gradients"},
-           "07_decoder": {"def masks(src, tgt_in)": "07_loss_title"},
-           "08_generation": {"plot_temperatures(z": "08_temperatures"}}
+FIGURES = {
+    "01_embeddings": {"plot_word_projection(projection": "01_countries"},
+    "05_positional_encoding": {"clear of the peaks": "05_similarity_legend"},
+    "06_encoder": {"def gradient_per_layer": "06_norm_gradients"},
+    "07_decoder": {"def masks(src, tgt_in)": "07_loss_title"},
+    "08_generation": {"plot_temperatures(z": "08_temperatures"},
+}
 # more text typed into a widget after its first interaction: (widget, box, text, what to see)
-TYPED = {"01_embeddings": [(0, "words", "prince princess boy girl uncle aunt brother sister queen",
-                            "redraw")],
-         "02_cosine_similarity": [(1, "as c is to ?", "xyzzyq", "error")],
-         "03_attention": [(0, "sentence", "we sat on the bank of the river zxqwv", "redraw")],
-         "04_multi_head_attention": [(0, "sentence", "my dog did not eat because it was full",
-                                      "query it")],
-         "09_gpt": [(0, "prompt", "KING HENRY VI:", "redraw"), (0, "prompt", "Zounds€", "error")]}
+TYPED = {
+    "01_embeddings": [(0, "words", "prince princess boy girl uncle aunt brother sister queen", "redraw")],
+    "02_cosine_similarity": [(1, "as c is to ?", "xyzzyq", "error")],
+    "03_attention": [(0, "sentence", "we sat on the bank of the river zxqwv", "redraw")],
+    "04_multi_head_attention": [(0, "sentence", "my dog did not eat because it was full", "query it")],
+    "09_gpt": [(0, "prompt", "KING HENRY VI:", "redraw"), (0, "prompt", "Zounds€", "error")],
+}
 # a slider or toggle set before the picture: (widget, label, value). 07's example 1 is
 # "1 8 1", a palindrome, whose reversal looks like no reversal; example 0 is not one. 09's
 # stepper samples, so that the picture shows the learner's sampler at work
@@ -71,9 +94,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 # The half-done notebook: softmax written, simple_self_attention raising inside the learner's
 # own line, the last two exercises not written yet.
 HALF_DONE = "03_attention"
-HALF_DONE_CODE = {"simple_self_attention": "def simple_self_attention(X):\n"
-                                           "    scores = X @ X.transpose(-2, -1)  # (..., seq, seq)\n"
-                                           "    return softmax(scores) @ X[..., :2, :]\n"}
+HALF_DONE_CODE = {
+    "simple_self_attention": "def simple_self_attention(X):\n"
+    "    scores = X @ X.transpose(-2, -1)  # (..., seq, seq)\n"
+    "    return softmax(scores) @ X[..., :2, :]\n"
+}
 HALF_DONE_WRITTEN = ("softmax",)
 
 
@@ -97,8 +122,10 @@ def _run_all(page, base: str, token: str, workspace: str, notebook: str) -> None
 
 
 # -- what a widget shows, and how to make it respond ------------------------------------------
-VISIBLE_SOURCES = ("[...w.querySelectorAll('img')].filter(i => i.offsetParent !== null)"
-                   ".map(i => i.getAttribute('src')).join('|')")
+VISIBLE_SOURCES = (
+    "[...w.querySelectorAll('img')].filter(i => i.offsetParent !== null)"
+    ".map(i => i.getAttribute('src')).join('|')"
+)
 
 
 def _pictures(widget) -> str:
@@ -110,7 +137,9 @@ def _redrew(page, widget, before: str, timeout_ms: int = 30_000) -> bool:
     try:
         page.wait_for_function(
             f"([w, old]) => {{ const now = {VISIBLE_SOURCES}; return now !== old && now !== ''; }}",
-            arg=[widget.element_handle(), before], timeout=timeout_ms)
+            arg=[widget.element_handle(), before],
+            timeout=timeout_ms,
+        )
         return True
     except Exception:  # playwright's TimeoutError
         return False
@@ -150,7 +179,10 @@ def _type_into(page, widget, box: str, text: str, expect: str) -> None:
     if expect == "error":
         page.wait_for_function(
             "w => w.innerText.includes('Error') && ![...w.querySelectorAll('img')]"
-            ".some(i => i.offsetParent !== null)", arg=widget.element_handle(), timeout=30_000)
+            ".some(i => i.offsetParent !== null)",
+            arg=widget.element_handle(),
+            timeout=30_000,
+        )
         return
     assert _redrew(page, widget, before), f"typing into {box!r} did not redraw"
     if expect == "query it":
@@ -170,8 +202,9 @@ def _save(locator, name: str, assignment: str, state: dict) -> None:
     """A screenshot of ``locator``, a part of the page of notebook ``assignment``."""
     if SHOTS is not None:
         locator.scroll_into_view_if_needed()
-    save(lambda path: locator.screenshot(path=path), name,
-              f"notebooks/{assignment}/{assignment}.ipynb", state)
+    save(
+        lambda path: locator.screenshot(path=path), name, f"notebooks/{assignment}/{assignment}.ipynb", state
+    )
 
 
 def _set(page, widget, label: str, value) -> None:
@@ -207,14 +240,15 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
         page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
         try:
             _run_all(page, base, token, assignment, f"{assignment}/{assignment}.ipynb")
-            errors = page.locator(".jp-OutputArea-output[data-mime-type="
-                                  "'application/vnd.jupyter.stderr'] :text('Traceback')")
+            errors = page.locator(
+                ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr'] :text('Traceback')"
+            )
             assert errors.count() == 0, errors.first.inner_text()[:2000]
             widgets = page.locator(".course-widget")
             expected = WIDGETS.get(assignment, 1)
             page.wait_for_function(
-                f"() => document.querySelectorAll('.course-widget').length >= {expected}",
-                timeout=60_000)
+                f"() => document.querySelectorAll('.course-widget').length >= {expected}", timeout=60_000
+            )
             assert widgets.count() == expected, f"{widgets.count()} widgets, {expected} expected"
             done = []
             for i in range(expected):
@@ -229,8 +263,7 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
                     assert "steps" in report and " s on " in report, report
                     done.append("training display: " + report.strip().splitlines()[-1])
                 else:
-                    done.append(f"widget {i}: {len(moved)} controls moved, each redrew "
-                                f"({', '.join(moved)})")
+                    done.append(f"widget {i}: {len(moved)} controls moved, each redrew ({', '.join(moved)})")
                 state = {}
                 for _, label, value in (t for t in SET.get(assignment, []) if t[0] == i):
                     _set(page, widget, label, value)
@@ -253,12 +286,20 @@ def test_notebook_widgets_render_respond_and_are_sharp(lab, assignment):
                 for _, box, text, expect in (t for t in typed if t[3] == "error"):
                     _type_into(page, widget, box, text, expect)
                     done.append(f"widget {i}: typed into {box!r}, the picture gave way to the error")
-                    _save(widget, f"{assignment[:2]}_widget_{i}_error", assignment,
-                          {"controls": control_values(widget)} if SHOTS else {})
+                    _save(
+                        widget,
+                        f"{assignment[:2]}_widget_{i}_error",
+                        assignment,
+                        {"controls": control_values(widget)} if SHOTS else {},
+                    )
             for snippet, name in FIGURES.get(assignment, {}).items():
                 cell = page.locator(".jp-CodeCell", has_text=snippet).first
-                _save(cell.locator(".jp-OutputArea-output img").first, name, assignment,
-                      {"figure of the cell with": snippet})
+                _save(
+                    cell.locator(".jp-OutputArea-output img").first,
+                    name,
+                    assignment,
+                    {"figure of the cell with": snippet},
+                )
             page.wait_for_timeout(500)  # let the last pictures load before measuring them
             assert page.evaluate(COUNT_IMAGES_JS) >= expected
             blurry = page.evaluate(UNDERSAMPLED_JS)
@@ -280,8 +321,11 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
     from playwright.sync_api import sync_playwright
 
     base, token = lab
-    state = {"exercises written": [*HALF_DONE_WRITTEN, *HALF_DONE_CODE],
-             "their code": HALF_DONE_CODE, "then": "Run All Cells"}
+    state = {
+        "exercises written": [*HALF_DONE_WRITTEN, *HALF_DONE_CODE],
+        "their code": HALF_DONE_CODE,
+        "then": "Run All Cells",
+    }
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -292,7 +336,10 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
             texts = [t.strip() for t in outputs.evaluate_all("els => els.map(e => e.textContent)")]
             failed = [t for t in texts if t.startswith("CheckFailed")]
             assert [t.split()[1].rstrip(":") for t in failed] == [
-                "simple_self_attention", "scaled_dot_product_attention", "causal_mask"], failed
+                "simple_self_attention",
+                "scaled_dot_product_attention",
+                "causal_mask",
+            ], failed
             raised = " ".join(failed[0].split())  # its lines broken between words
             assert raised.startswith("CheckFailed: simple_self_attention raised RuntimeError: ")
             assert raised.endswith("in line `return softmax(scores) @ X[..., :2, :]`")
@@ -300,8 +347,12 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
             assert "Traceback" not in raised
             assert "not implemented yet" in failed[1] and "not implemented yet" in failed[2]
             notes = [" ".join(t.split()) for t in texts if t.startswith("this cell needs")]
-            assert any(t.startswith("this cell needs `scaled_dot_product_attention`, exercise 3 above "
-                                    "— not written yet") for t in notes), notes
+            assert any(
+                t.startswith(
+                    "this cell needs `scaled_dot_product_attention`, exercise 3 above — not written yet"
+                )
+                for t in notes
+            ), notes
             assert any("`causal_mask`, exercise 4 above" in t for t in notes), notes
             for internal in ("_core.py", "Check.close", "site-packages", "course_utils"):
                 assert not any(internal in t for t in texts), internal
@@ -313,13 +364,11 @@ def test_half_done_notebook_runs_to_the_end_with_one_line_per_failure(lab):
             check.evaluate("e => e.scrollIntoView({block: 'center'})")
             assert not words_broken(check), words_broken(check)
             notebook = f"notebooks/{HALF_DONE}/{HALF_DONE}.ipynb"
-            save(lambda path: page.screenshot(path=path), "learner-failing-check", notebook,
-                      state)
+            save(lambda path: page.screenshot(path=path), "learner-failing-check", notebook, state)
             note = outputs.filter(has_text="this cell needs `causal_mask`").first
             note.evaluate("e => e.scrollIntoView({block: 'center'})")
             assert not words_broken(note), words_broken(note)
-            save(lambda path: page.screenshot(path=path), "learner-run-all-half-done",
-                      notebook, state)
+            save(lambda path: page.screenshot(path=path), "learner-run-all-half-done", notebook, state)
         except Exception:
             page.screenshot(path="/tmp/browser-failure-half-done.png", full_page=False)
             raise

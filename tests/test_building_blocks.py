@@ -1,5 +1,6 @@
 """Building blocks: each release provides the earlier components its notebook builds on, never
 its own exercises or later ones, and the instructor chooses which."""
+
 from __future__ import annotations
 
 import pytest
@@ -64,7 +65,9 @@ def test_a_withheld_block_is_a_stub_that_says_what_to_paste():
 def test_release_renders_what_the_configuration_provides(tmp_path):
     course = make_course(tmp_path / "course", {"06_encoder": tiny_notebook()})
     config = course / "nbgrader_config.py"
-    config.write_text(config.read_text() + '\nc.BuildingBlocks.provide = {"06_encoder": ["MultiHeadAttention"]}\n')
+    config.write_text(
+        config.read_text() + '\nc.BuildingBlocks.provide = {"06_encoder": ["MultiHeadAttention"]}\n'
+    )
     written = release.release(course, check_only=False)
     assert "solutions/06_encoder/building_blocks.py" in written
     assert "notebooks/06_encoder/building_blocks.py" in written

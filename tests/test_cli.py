@@ -1,5 +1,6 @@
 """The ``course`` command, in-process: bad input gets one clear line and exit status 2 (and the
 input file is left as it was); ``course start`` builds the right JupyterLab command."""
+
 from __future__ import annotations
 
 import shutil
@@ -8,16 +9,18 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_grading.commands import cli, handlers
 from course_grading.authoring.nbformat_tools import write_notebook
+from course_grading.commands import cli, handlers
 
 OTHER = "02_other"
 
 
 def other_notebook():
     """A notebook of a second assignment: different exercises, the same shape."""
-    nb = tiny_notebook(solution="def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION\n",
-                       test="assert triple(1) == 3\n")
+    nb = tiny_notebook(
+        solution="def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION\n",
+        test="assert triple(1) == 3\n",
+    )
     nb.cells[1].metadata = nbgrader_meta("triple", solution=True)
     nb.cells[2].metadata = nbgrader_meta("test_triple", grade=True, points=1)
     return nb
@@ -48,13 +51,16 @@ def test_check_directory_without_notebooks(course, capsys, tmp_path):
     assert "holds no notebook" in run_error(capsys, "--root", str(course), "check", str(tmp_path / "empty"))
 
 
-@pytest.mark.parametrize("content, expected", [
-    ('{"cells": [', "invalid JSON"),
-    ("", "invalid JSON"),
-    ('{"hello": "world"}', "not a Jupyter notebook"),
-    ('[1, 2, 3]', "not a Jupyter notebook"),
-    ('{"cells": [], "nbformat": 3}', "not a Jupyter notebook"),
-])
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ('{"cells": [', "invalid JSON"),
+        ("", "invalid JSON"),
+        ('{"hello": "world"}', "not a Jupyter notebook"),
+        ("[1, 2, 3]", "not a Jupyter notebook"),
+        ('{"cells": [], "nbformat": 3}', "not a Jupyter notebook"),
+    ],
+)
 def test_check_corrupt_notebook(course, capsys, tmp_path, content, expected):
     path = tmp_path / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
     path.parent.mkdir()
@@ -124,6 +130,7 @@ def test_root_is_never_found_from_the_current_directory(course, monkeypatch, tmp
     """A folder holding nbgrader_config.py (a submission, a download) does not become the root:
     the installed course does, or, without one, the command refuses and names --root."""
     from course_grading.course import course_dir
+
     (course / "solutions" / ASSIGNMENT / "deep").mkdir()
     monkeypatch.chdir(course / "solutions" / ASSIGNMENT / "deep")
     monkeypatch.delenv("COURSE_ROOT", raising=False)
@@ -142,13 +149,14 @@ def test_start_runs_jupyter_lab_on_the_first_notebook(course, monkeypatch):
     calls = []
     monkeypatch.setattr(handlers.subprocess, "call", lambda command, cwd: calls.append((command, cwd)) or 0)
     assert cli.main(["--root", str(course), "start", "--no-browser", "--port", "8899"]) == 0
-    (command, cwd), = calls
+    ((command, cwd),) = calls
     assert Path(command[0]).name == "jupyter" and command[1] == "lab"
     assert handlers.FIRST_NOTEBOOK in command and "--no-browser" in command and "--port=8899" in command
     assert f"--ServerApp.root_dir={course.resolve()}" in command and cwd == course.resolve()
 
 
 # --------------------------------------------------------------------------- links and special files
+
 
 def test_check_refuses_links_fifos_and_huge_files(course, capsys, tmp_path):
     import os
@@ -158,18 +166,24 @@ def test_check_refuses_links_fifos_and_huge_files(course, capsys, tmp_path):
     write_notebook(tiny_notebook(), real)
     link = tmp_path / f"{ASSIGNMENT}.ipynb"
     link.symlink_to(real)
-    assert f"{link} is a symbolic link: not graded" in run_error(capsys, "--root", str(course), "check", str(link))
+    assert f"{link} is a symbolic link: not graded" in run_error(
+        capsys, "--root", str(course), "check", str(link)
+    )
     folder = tmp_path / "folder"
     folder.mkdir()
     (folder / f"{ASSIGNMENT}.ipynb").symlink_to(real)
     assert "is a symbolic link: not graded" in run_error(capsys, "--root", str(course), "check", str(folder))
     linked_folder = tmp_path / "linked"
     linked_folder.symlink_to(real.parent)
-    assert "is a symbolic link: not graded" in run_error(capsys, "--root", str(course), "check", str(linked_folder))
+    assert "is a symbolic link: not graded" in run_error(
+        capsys, "--root", str(course), "check", str(linked_folder)
+    )
     fifo = tmp_path / "fifo" / f"{ASSIGNMENT}.ipynb"
     fifo.parent.mkdir()
     os.mkfifo(fifo)
-    assert "is a named pipe (FIFO): not graded" in run_error(capsys, "--root", str(course), "check", str(fifo))
+    assert "is a named pipe (FIFO): not graded" in run_error(
+        capsys, "--root", str(course), "check", str(fifo)
+    )
     huge = tmp_path / "huge" / f"{ASSIGNMENT}.ipynb"
     huge.parent.mkdir()
     with huge.open("wb") as fh:
@@ -178,6 +192,7 @@ def test_check_refuses_links_fifos_and_huge_files(course, capsys, tmp_path):
 
 
 # --------------------------------------------------------------------------- a broken gradebook
+
 
 @pytest.fixture(params=["garbage", "folder"])
 def broken_gradebook(course, request):
@@ -215,7 +230,11 @@ def test_warnings_stay_quiet_while_imports_run_in_a_thread(monkeypatch):
     done = threading.Event()
 
     def ignoring() -> bool:
-        return bool(warnings.filters) and warnings.filters[0][0] == "ignore" and warnings.filters[0][2] is Warning
+        return (
+            bool(warnings.filters)
+            and warnings.filters[0][0] == "ignore"
+            and warnings.filters[0][2] is Warning
+        )
 
     def importer():
         seen["thread"] = ignoring()  # what a catch_warnings entered now would restore
@@ -259,7 +278,9 @@ def test_workers_ignore_warnings_when_the_command_does_whatever_libraries_put_in
         assert not autograde._warnings_ignored()
 
 
-@pytest.mark.parametrize("module", ["course_grading.reports.class_report", "course_grading.grading.autograde"])
+@pytest.mark.parametrize(
+    "module", ["course_grading.reports.class_report", "course_grading.grading.autograde"]
+)
 def test_no_process_of_the_course_builds_jsonschemas_iri_grammar(module):
     """jsonschema imports rfc3987_syntax, when installed, for its "iri" format check, which
     notebook validation never uses; the package keeps it out (0.7 s of CPU in every process

@@ -1,6 +1,7 @@
 """One course value (``course_grading.course.course.Course``): the course's configuration has
 one reader and its folders one source, and a grading run carries the configuration its
 command read to the workers."""
+
 from __future__ import annotations
 
 import ast
@@ -35,10 +36,17 @@ def test_no_module_outside_the_course_reads_a_configuration_file():
     found = []
     for path, tree in _modules():
         for node in ast.walk(tree):
-            named = (isinstance(node, (ast.Name, ast.Attribute)) and _name(node) in CONFIG_READERS
-                     or isinstance(node, ast.alias) and node.name.rsplit(".", 1)[-1] in CONFIG_READERS)
-            executed = (isinstance(node, ast.Call) and _name(node.func) in ("exec", "runpy", "run_path")
-                        and "nbgrader_config" in ast.unparse(node))
+            named = (
+                isinstance(node, (ast.Name, ast.Attribute))
+                and _name(node) in CONFIG_READERS
+                or isinstance(node, ast.alias)
+                and node.name.rsplit(".", 1)[-1] in CONFIG_READERS
+            )
+            executed = (
+                isinstance(node, ast.Call)
+                and _name(node.func) in ("exec", "runpy", "run_path")
+                and "nbgrader_config" in ast.unparse(node)
+            )
             if named or executed:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []
@@ -57,11 +65,13 @@ def test_no_module_outside_the_course_joins_a_course_folder_by_hand():
             right = node.right
             spelled = isinstance(right, ast.Constant) and right.value in FOLDER_NAMES
             attribute = isinstance(right, ast.Attribute) and (
-                right.attr in FOLDER_NAMES - {"solutions", "notebooks"} or right.attr.endswith("_directory"))
+                right.attr in FOLDER_NAMES - {"solutions", "notebooks"} or right.attr.endswith("_directory")
+            )
             if spelled or attribute:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
-    assert [f for f in found if not f.startswith("course_grading/authoring/student_side.py")
-            or "out /" not in f] == []
+    assert [
+        f for f in found if not f.startswith("course_grading/authoring/student_side.py") or "out /" not in f
+    ] == []
 
 
 def test_the_configuration_is_read_once_and_travels_with_a_grading_run(tmp_path, monkeypatch):
@@ -84,8 +94,10 @@ def test_the_configuration_is_read_once_and_travels_with_a_grading_run(tmp_path,
     run = pickle.loads(pickle.dumps(GradingRun(course, submitted=str(where.submitted))))
     assert run.course.folders == where and len(reads) == 1  # the worker's copy reads nothing
     coursedir = run.course_directory(student_id="ann", assignment_id=ASSIGNMENT)
-    assert Path(coursedir.format_path(coursedir.submitted_directory, "ann", ASSIGNMENT)) == \
-        where.submitted / "ann" / ASSIGNMENT
+    assert (
+        Path(coursedir.format_path(coursedir.submitted_directory, "ann", ASSIGNMENT))
+        == where.submitted / "ann" / ASSIGNMENT
+    )
     assert course.config.CourseDirectory.submitted_directory == "handed_in"  # copied, not changed
     assert len(reads) == 1
 
@@ -97,4 +109,7 @@ def test_a_throw_away_course_keeps_the_course_folder_names(tmp_path):
         fh.write('\nc.CourseDirectory.source_directory = "instructor"\n')
     scratch = Course(course_root).folders.moved(tmp_path / "scratch")
     assert (scratch.root, scratch.source, scratch.submitted) == (
-        tmp_path / "scratch", tmp_path / "scratch" / "instructor", tmp_path / "scratch" / "submitted")
+        tmp_path / "scratch",
+        tmp_path / "scratch" / "instructor",
+        tmp_path / "scratch" / "submitted",
+    )

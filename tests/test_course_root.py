@@ -3,6 +3,7 @@ Jupyter configuration, else the clone the command was installed from; never the 
 typed in. A student's submission folder or a folder of downloads holding configuration files,
 templates and packages that write a marker when run, imported or rendered: the real ``course``
 command, run from there, never runs any of them, and grades when the course is named."""
+
 from __future__ import annotations
 
 import os
@@ -15,22 +16,43 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, ROOT, make_course, tiny_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 from course_grading.commands import cli
 from course_grading.course import course_dir
-from course_grading.authoring.nbformat_tools import write_notebook
 from course_grading.sandbox import bubblewrap
 
 BIN = Path(sys.executable).parent
 MARK = "import os\nopen(os.environ['COURSE_PLANTED_MARKER'], 'a').write({name!r} + '\\n')\n"
-TEMPLATE = ("{{{{ cycler.__init__.__globals__.os.system("
-            "'echo {name} >> \"$COURSE_PLANTED_MARKER\"') }}}}\n")
-CONFIG_FILES = ("nbgrader_config.py", "jupyter_config.py", "jupyter_server_config.py",
-                "jupyter_lab_config.py", "jupyter_nbconvert_config.py", "ipython_config.py",
-                "ipython_kernel_config.py", "sitecustomize.py", "usercustomize.py", "planted_backend.py")
-PACKAGES = ("course_grading", "course_utils", "nbgrader", "traitlets", "jupyter_core",
-            "multiprocessing", "matplotlib", "nbconvert")
-TEMPLATES = ("index.html.j2", "feedback.html.j2", "base.html.j2", "lab/index.html.j2",
-             "feedback/index.html.j2")
+TEMPLATE = "{{{{ cycler.__init__.__globals__.os.system('echo {name} >> \"$COURSE_PLANTED_MARKER\"') }}}}\n"
+CONFIG_FILES = (
+    "nbgrader_config.py",
+    "jupyter_config.py",
+    "jupyter_server_config.py",
+    "jupyter_lab_config.py",
+    "jupyter_nbconvert_config.py",
+    "ipython_config.py",
+    "ipython_kernel_config.py",
+    "sitecustomize.py",
+    "usercustomize.py",
+    "planted_backend.py",
+)
+PACKAGES = (
+    "course_grading",
+    "course_utils",
+    "nbgrader",
+    "traitlets",
+    "jupyter_core",
+    "multiprocessing",
+    "matplotlib",
+    "nbconvert",
+)
+TEMPLATES = (
+    "index.html.j2",
+    "feedback.html.j2",
+    "base.html.j2",
+    "lab/index.html.j2",
+    "feedback/index.html.j2",
+)
 needs_sandbox = pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")
 
 
@@ -62,16 +84,32 @@ def place(tmp_path):
     write_notebook(tiny_notebook(), downloads / f"{ASSIGNMENT}.ipynb")
     marker = tmp_path / "marker"
     env = {k: v for k, v in os.environ.items() if k not in ("COURSE_ROOT", "PYTHONPATH")}
-    env.update(TMPDIR=str(tmp_path), MPLBACKEND="Agg", COURSE_PLANTED_MARKER=str(marker),
-               JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"))
-    return {"course": course, "submission": submission, "downloads": downloads,
-            "marker": marker, "env": env, "tmp": tmp_path}
+    env.update(
+        TMPDIR=str(tmp_path),
+        MPLBACKEND="Agg",
+        COURSE_PLANTED_MARKER=str(marker),
+        JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
+    )
+    return {
+        "course": course,
+        "submission": submission,
+        "downloads": downloads,
+        "marker": marker,
+        "env": env,
+        "tmp": tmp_path,
+    }
 
 
 def course_cmd(place, cwd: Path, *argv, env=None, python=None):
     command = [str(BIN / "course")] if python is None else [sys.executable, "-I", "-c", python]
-    done = subprocess.run([*command, *argv], cwd=cwd, env={**place["env"], **(env or {})},
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*command, *argv],
+        cwd=cwd,
+        env={**place["env"], **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert not place["marker"].exists(), f"ran from {cwd}: {place['marker'].read_text()}"
     return done
 
@@ -91,16 +129,20 @@ def test_from_a_submission_folder_the_installed_course_is_used(place):
     done = course_cmd(place, sub, "check", f"{ASSIGNMENT}.ipynb")
     note, error = error_lines(done)
     assert done.returncode == 2
-    assert note == (f"course: note: using the course {course_dir.PACKAGE_ROOT} (the installed course); "
-                    f"{sub / 'nbgrader_config.py'} is not used (name another course with "
-                    "--root DIR or COURSE_ROOT=DIR)")
+    assert note == (
+        f"course: note: using the course {course_dir.PACKAGE_ROOT} (the installed course); "
+        f"{sub / 'nbgrader_config.py'} is not used (name another course with "
+        "--root DIR or COURSE_ROOT=DIR)"
+    )
     assert error.startswith(f"course: error: cannot tell which assignment {sub / ASSIGNMENT}.ipynb")
     done = course_cmd(place, sub, "autograde", ASSIGNMENT, "--jobs", "1", "--no-sandbox")  # no warm start
     assert done.returncode == 2 and error_lines(done)[-1].startswith("course: error: unknown assignment")
 
 
-NO_CLONE = ("import sys; from pathlib import Path; import course_grading.course.course_dir as d; "
-            "d.PACKAGE_ROOT = Path(sys.argv.pop(1)); from course_grading.commands.cli import run; run()")
+NO_CLONE = (
+    "import sys; from pathlib import Path; import course_grading.course.course_dir as d; "
+    "d.PACKAGE_ROOT = Path(sys.argv.pop(1)); from course_grading.commands.cli import run; run()"
+)
 
 
 def test_without_a_course_the_command_refuses_in_one_line(place):
@@ -115,11 +157,13 @@ def test_without_a_course_the_command_refuses_in_one_line(place):
                 f"course: error: {cwd / 'nbgrader_config.py'} is not used: a course directory is never "
                 "taken from the current folder (a submission or a download may be one); name the course "
                 "with --root DIR (or COURSE_ROOT=DIR, or c.CourseDirectory.root in "
-                "~/.jupyter/nbgrader_config.py)"]
+                "~/.jupyter/nbgrader_config.py)"
+            ]
     (place["tmp"] / "empty").mkdir()
     done = course_cmd(place, place["tmp"] / "empty", not_clone, "release", python=NO_CLONE)
-    assert done.returncode == 2 and error_lines(done)[0].startswith("course: error: no course directory: "
-                                                                    "name the course with --root DIR")
+    assert done.returncode == 2 and error_lines(done)[0].startswith(
+        "course: error: no course directory: name the course with --root DIR"
+    )
 
 
 @pytest.mark.slow
@@ -138,14 +182,17 @@ def test_named_course_grades_from_a_planted_folder(place):
     assert (course / "feedback" / "ann" / ASSIGNMENT / f"{ASSIGNMENT}.html").is_file()
     done = course_cmd(place, downloads, "check", f"{ASSIGNMENT}.ipynb", env={"COURSE_ROOT": str(course)})
     assert done.returncode == 0 and "total  2/2" in done.stdout, done.stderr
-    assert done.stderr.splitlines() == [f"course: note: using the course {course} (COURSE_ROOT); "
-                                        f"{downloads / 'nbgrader_config.py'} is not used (name another "
-                                        "course with --root DIR or COURSE_ROOT=DIR)"]
+    assert done.stderr.splitlines() == [
+        f"course: note: using the course {course} (COURSE_ROOT); "
+        f"{downloads / 'nbgrader_config.py'} is not used (name another "
+        "course with --root DIR or COURSE_ROOT=DIR)"
+    ]
     # the instructor's ~/.jupyter/nbgrader_config.py loads the course's (docs/guides/jupyterhub.md, step 3)
     config_dir = Path(place["env"]["JUPYTER_CONFIG_DIR"])
     config_dir.mkdir()
     (config_dir / "nbgrader_config.py").write_text(
-        f"c = get_config()\nload_subconfig({str(course / 'nbgrader_config.py')!r})\n")
+        f"c = get_config()\nload_subconfig({str(course / 'nbgrader_config.py')!r})\n"
+    )
     done = course_cmd(place, sub, "check", f"{ASSIGNMENT}.ipynb")
     assert done.returncode == 0 and "total  2/2" in done.stdout and done.stderr == "", done.stderr
 
@@ -163,10 +210,12 @@ def test_a_self_learner_checks_a_download_against_the_clone(place):
     assert done.stderr.splitlines() == [
         f"course: note: using the course {course_dir.PACKAGE_ROOT} (the installed course); "
         f"{place['downloads'] / 'nbgrader_config.py'} is not used (name another course with "
-        "--root DIR or COURSE_ROOT=DIR)"]
+        "--root DIR or COURSE_ROOT=DIR)"
+    ]
 
 
 # --------------------------------------------------------------------------- in-process
+
 
 @pytest.fixture
 def clean(monkeypatch, tmp_path):
@@ -177,7 +226,9 @@ def clean(monkeypatch, tmp_path):
 
 
 def test_the_rule_in_order(clean, tmp_path, monkeypatch):
-    one, two, three = (make_course(tmp_path / n, {ASSIGNMENT: tiny_notebook()}) for n in ("one", "two", "three"))
+    one, two, three = (
+        make_course(tmp_path / n, {ASSIGNMENT: tiny_notebook()}) for n in ("one", "two", "three")
+    )
     monkeypatch.chdir(three)
     assert course_dir.search_root() == (course_dir.PACKAGE_ROOT, "the installed course")
     clean.mkdir()
@@ -204,11 +255,17 @@ def test_no_configuration_folder_is_relative(clean, tmp_path, monkeypatch):
     assert not (tmp_path / "marker").exists()
 
 
-@pytest.mark.parametrize("config, message", [
-    ("c.CourseDirectory.root = '.'\n", "is a relative path (.): a course directory is never taken "
-                                       "from the current folder; make it absolute, or use --root DIR"),
-    ("raise ValueError('broken')\n", "ValueError: broken"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            "c.CourseDirectory.root = '.'\n",
+            "is a relative path (.): a course directory is never taken "
+            "from the current folder; make it absolute, or use --root DIR",
+        ),
+        ("raise ValueError('broken')\n", "ValueError: broken"),
+    ],
+)
 def test_an_unusable_jupyter_configuration_is_one_line(clean, capsys, config, message):
     clean.mkdir()
     (clean / "nbgrader_config.py").write_text(config)
@@ -224,7 +281,8 @@ def course_in_tmp(tmp_path):
 
 
 def test_the_command_works_from_the_course_and_takes_paths_from_where_it_was_typed(
-        course_in_tmp, tmp_path, monkeypatch, capsys):
+    course_in_tmp, tmp_path, monkeypatch, capsys
+):
     """Each command runs with the course directory as its current folder (what libraries read
     from the current folder is the course's); a relative path given is the typed folder's; the
     caller's folder is restored."""
@@ -236,11 +294,15 @@ def test_the_command_works_from_the_course_and_takes_paths_from_where_it_was_typ
     def fake_export(args, root):
         seen.update(cwd=os.getcwd(), to=args.to, db=args.db)
         return 0
+
     monkeypatch.setattr(cli, "cmd_export", fake_export)
     argv = ["--root", "../course", "export", "--to", "out.csv", "--db", "sqlite:///grades.db"]
     assert cli.main(argv) == 0
-    assert seen == {"cwd": str(course_in_tmp), "to": str(typed / "out.csv"),
-                    "db": f"sqlite:///{typed / 'grades.db'}"}
+    assert seen == {
+        "cwd": str(course_in_tmp),
+        "to": str(typed / "out.csv"),
+        "db": f"sqlite:///{typed / 'grades.db'}",
+    }
     assert os.getcwd() == str(typed)
     monkeypatch.setattr(cli, "cmd_check", lambda args, root: seen.update(path=args.path) or 0)
     assert cli.main(["--root", str(course_in_tmp), "check", "--no-sandbox", "mine.ipynb"]) == 0
@@ -251,10 +313,14 @@ def test_the_pipeline_reads_only_the_course_configuration(course_in_tmp, tmp_pat
     """Called in-process from a planted folder (no `course` command moving to the course), the
     configuration and the nbgrader converters read the course's nbgrader_config.py only."""
     from course_grading.course import nbgrader_setup
+
     monkeypatch.setenv("COURSE_PLANTED_MARKER", str(tmp_path / "marker"))
     monkeypatch.chdir(plant(tmp_path / "planted"))
     coursedir = nbgrader_setup.course_directory(course_in_tmp)
-    assert coursedir.root == str(course_in_tmp) and coursedir.config.CourseDirectory.course_id == "attention-course"
+    assert (
+        coursedir.root == str(course_in_tmp)
+        and coursedir.config.CourseDirectory.course_id == "attention-course"
+    )
     nbgrader_setup.generate(course_in_tmp, ASSIGNMENT, tmp_path / "release", record=False)
     assert (tmp_path / "release" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").is_file()
     assert not (tmp_path / "marker").exists()

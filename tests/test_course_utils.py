@@ -1,4 +1,5 @@
 """Unit tests of course_utils: device choice, seeding, GloVe, and the check machinery."""
+
 from __future__ import annotations
 
 import sys
@@ -124,6 +125,7 @@ def test_close_names_nan_and_values():
 
 def test_check_call_catches_a_builtin_imported_inside_the_function():
     import subprocess
+
     code = (
         "import sys\n"
         "from course_utils.checks.embeddings import check_one_hot\n"
@@ -140,8 +142,10 @@ def test_check_call_catches_a_builtin_imported_inside_the_function():
     assert "caught:" in out.stdout and "torch.nn.functional.one_hot" in out.stdout, out.stdout + out.stderr
 
 
-SOFTMAX = dict(forbidden=["torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax"],
-               ops=("_softmax", "_log_softmax", "_safe_softmax"))
+SOFTMAX = dict(
+    forbidden=["torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax"],
+    ops=("_softmax", "_log_softmax", "_safe_softmax"),
+)
 
 
 def _captured_as_default(x, _f=torch.softmax):
@@ -153,11 +157,13 @@ def _captured_in_closure():
 
     def inner(x):
         return f(x, dim=-1)
+
     return inner
 
 
 def _partial_built_inside(x):
     import functools
+
     return functools.partial(getattr(torch, "soft" + "max"), dim=-1)(x)
 
 
@@ -173,11 +179,19 @@ def _through_map(x):
     return list(map(torch.softmax, [x], [-1]))[0]
 
 
-@pytest.mark.parametrize("fn", [_captured_as_default, _captured_in_closure(), _partial_built_inside,
-                                _via_aten, _private, _through_map,
-                                __import__("functools").partial(torch.softmax, dim=-1)],
-                         ids=["default-arg", "closure", "partial-inside", "aten", "private", "map",
-                              "partial"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        _captured_as_default,
+        _captured_in_closure(),
+        _partial_built_inside,
+        _via_aten,
+        _private,
+        _through_map,
+        __import__("functools").partial(torch.softmax, dim=-1),
+    ],
+    ids=["default-arg", "closure", "partial-inside", "aten", "private", "map", "partial"],
+)
 def test_forbidden_builtins_are_caught_however_they_are_reached(fn):
     with pytest.raises(CheckFailed, match="the very thing this exercise asks you to build"):
         Check("softmax", **SOFTMAX).call(fn, torch.ones(2, 3))
@@ -256,12 +270,19 @@ class _ClaimsToBeAModule(_ReadsTheExpected):
     __class__ = property(lambda self: torch.nn.Module)  # what isinstance asks
 
 
-@pytest.mark.parametrize("check, fn", [
-    ("check_embed", lambda ids, E: _ReadsTheExpected((*np.shape(ids), np.shape(E)[1]))),
-    ("check_one_hot", lambda ids, vocab_size: _ComputesLater(ids, vocab_size)),
-    ("check_embed", lambda ids, E: np.array([[_AlwaysEqual(0)] * np.shape(E)[1]] * len(ids), dtype=object)),
-    ("check_embed", lambda ids, E: _ClaimsToBeAModule((*np.shape(ids), np.shape(E)[1]))),
-], ids=["reads-expected-from-frames", "computes-after-the-call", "object-array", "claims-to-be-a-module"])
+@pytest.mark.parametrize(
+    "check, fn",
+    [
+        ("check_embed", lambda ids, E: _ReadsTheExpected((*np.shape(ids), np.shape(E)[1]))),
+        ("check_one_hot", lambda ids, vocab_size: _ComputesLater(ids, vocab_size)),
+        (
+            "check_embed",
+            lambda ids, E: np.array([[_AlwaysEqual(0)] * np.shape(E)[1]] * len(ids), dtype=object),
+        ),
+        ("check_embed", lambda ids, E: _ClaimsToBeAModule((*np.shape(ids), np.shape(E)[1]))),
+    ],
+    ids=["reads-expected-from-frames", "computes-after-the-call", "object-array", "claims-to-be-a-module"],
+)
 def test_a_result_that_would_run_code_inside_the_check_fails(check, fn):
     from course_utils.checks import embeddings
 
@@ -272,14 +293,28 @@ def test_a_result_that_would_run_code_inside_the_check_fails(check, fn):
 def test_plain_results_and_the_learners_module_still_pass():
     from course_utils.checks._core import _plain
 
-    value = (torch.ones(2), torch.max(torch.ones(2, 2), 0), torch.Size([2]), None, [1, 2.0, np.float32(1)],
-             {"k": torch.nn.Parameter(torch.ones(1))}, np.ones(3), "text", True)
+    value = (
+        torch.ones(2),
+        torch.max(torch.ones(2, 2), 0),
+        torch.Size([2]),
+        None,
+        [1, 2.0, np.float32(1)],
+        {"k": torch.nn.Parameter(torch.ones(1))},
+        np.ones(3),
+        "text",
+        True,
+    )
     assert _plain(value, "x") is value
     looped = []
     looped.append(looped)
     assert _plain(looped, "x") is looped
-    for sly in (_AlwaysEqual(1), type("L", (list,), {})([1]), (torch.ones(1), _ReadsTheExpected(())),
-                {"k": _ComputesLater([0], 2)}, [[[_AlwaysEqual(0)]]]):
+    for sly in (
+        _AlwaysEqual(1),
+        type("L", (list,), {})([1]),
+        (torch.ones(1), _ReadsTheExpected(())),
+        {"k": _ComputesLater([0], 2)},
+        [[[_AlwaysEqual(0)]]],
+    ):
         with pytest.raises(CheckFailed, match="not a plain value"):
             _plain(sly, "x")
     layer = Check("Linear").build(torch.nn.Linear, 2, 2)  # build: the learner's module is the result
@@ -292,8 +327,10 @@ def test_a_failed_check_shows_its_message_not_the_checks_internals():
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    result = shell.run_cell("from course_utils.checks._core import Check\n"
-                            "Check('softmax').fail('each row should sum to 1')", store_history=False)
+    result = shell.run_cell(
+        "from course_utils.checks._core import Check\nCheck('softmax').fail('each row should sum to 1')",
+        store_history=False,
+    )
     assert isinstance(result.error_in_exec, CheckFailed)
     rendered = result.error_in_exec._render_traceback_()
     assert len(rendered) == 1 and "softmax: each row should sum to 1" in rendered[0]
@@ -309,10 +346,12 @@ def test_a_long_message_breaks_between_words_never_inside_one():
     from course_utils.notebook import WIDTH, note, wrapped
 
     ansi = re.compile(r"\x1b\[[0-9;]*m")
-    message = ("simple_self_attention raised RuntimeError: mat1 and mat2 shapes cannot be "
-               "multiplied (3x3 and 2x2) in line `return softmax(scores) @ X[..., :2, :]`; "
-               "expected softmax(X Xᵀ) X with the softmax over the LAST dim (each row of scores "
-               "is one token's weights over all tokens). No scaling in this parameter-free form.")
+    message = (
+        "simple_self_attention raised RuntimeError: mat1 and mat2 shapes cannot be "
+        "multiplied (3x3 and 2x2) in line `return softmax(scores) @ X[..., :2, :]`; "
+        "expected softmax(X Xᵀ) X with the softmax over the LAST dim (each row of scores "
+        "is one token's weights over all tokens). No scaling in this parameter-free form."
+    )
     rendered = CheckFailed(message)._render_traceback_()
     plain = [ansi.sub("", line) for line in rendered]
     assert len(rendered) > 2 and max(map(len, plain)) <= WIDTH

@@ -1,5 +1,6 @@
 """The documentation: generated references match the code, the site builds with warnings as
 errors (a broken link or anchor fails), and README.md stays a landing page whose links resolve."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -41,9 +42,14 @@ def test_command_reference_has_every_command_with_an_example():
 def test_config_reference_lists_every_course_setting():
     page = (ROOT / "docs" / "reference" / "config.md").read_text(encoding="utf-8")
     sections = {s.split("`", 2)[1]: s for s in page.split("\n### ")[1:]}
-    for setting in ("c.Sandbox.memory_mb", "c.Sandbox.grader_memory_mb", "c.LimitedExecute.max_total_seconds",
-                    "c.SanitizeNotebook.max_rendered_chars", "c.BuildingBlocks.provide",
-                    "c.NotebookBounds.max_cells"):
+    for setting in (
+        "c.Sandbox.memory_mb",
+        "c.Sandbox.grader_memory_mb",
+        "c.LimitedExecute.max_total_seconds",
+        "c.SanitizeNotebook.max_rendered_chars",
+        "c.BuildingBlocks.provide",
+        "c.NotebookBounds.max_cells",
+    ):
         owner, name = setting.rsplit(".", 1)
         assert f"| `{name}` |" in sections[owner], setting
     for setting in ("c.Execute.timeout", "c.ExchangeFactory.collect"):  # what nbgrader_config.py sets
@@ -55,8 +61,14 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
         pytest.skip("mkdocs and mkdocs-material are not installed: `bash scripts/setup.sh --test`")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "reference" / "config" / "index.html").exists()
     assert "Where things live" in (tmp_path / "contributing" / "index.html").read_text(encoding="utf-8")
@@ -65,7 +77,8 @@ def test_site_builds_with_warnings_as_errors(tmp_path):
 def test_readme_is_a_landing_page():
     readme = ROOT / "README.md"
     assert readme.stat().st_size < README_LIMIT, (
-        f"README.md is {readme.stat().st_size} bytes: keep it under {README_LIMIT}, the rest goes to docs/")
+        f"README.md is {readme.stat().st_size} bytes: keep it under {README_LIMIT}, the rest goes to docs/"
+    )
     text = readme.read_text(encoding="utf-8")
     for reader in ("### Students", "### Self-learners", "### Instructors", "### Contributors"):
         assert reader in text, reader
@@ -87,9 +100,12 @@ def test_hub_guide_gives_the_instructor_settings_the_tests_use(tmp_path):
 
     write_instructor_config(tmp_path, ROOT)
     guide = (ROOT / "docs" / "guides" / "jupyterhub.md").read_text(encoding="utf-8")
-    settings = [line for name in ("nbgrader_config.py", "jupyter_server_config.py")
-                for line in (tmp_path / name).read_text(encoding="utf-8").splitlines()
-                if line.startswith(("c.", "load_subconfig("))]
+    settings = [
+        line
+        for name in ("nbgrader_config.py", "jupyter_server_config.py")
+        for line in (tmp_path / name).read_text(encoding="utf-8").splitlines()
+        if line.startswith(("c.", "load_subconfig("))
+    ]
     assert len(settings) == 3
     for line in settings:
         if line.startswith("load_subconfig("):

@@ -1,6 +1,7 @@
 """``course doctor``: one OK/FAIL line per thing the course needs, each failure with its fix,
 on this environment and on broken ones (a package too old, bubblewrap and Chromium missing,
 nbgrader's server extensions off, torch broken)."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -28,10 +29,24 @@ def _by_name(lines) -> dict:
 def test_this_environment(capsys):
     lines = doctor.diagnose()
     found = _by_name(lines)
-    for what in ("python", "course", "numpy", "torch", "nbgrader", "ipywidgets", "tqdm", "torch device",
-                 "jupyter", "widget extension", "nbgrader extensions"):
+    for what in (
+        "python",
+        "course",
+        "numpy",
+        "torch",
+        "nbgrader",
+        "ipywidgets",
+        "tqdm",
+        "torch device",
+        "jupyter",
+        "widget extension",
+        "nbgrader extensions",
+    ):
         assert found[what].status == doctor.OK, found[what]
-    assert found["torch device"].detail.startswith("torch ") and "notebooks run on" in found["torch device"].detail
+    assert (
+        found["torch device"].detail.startswith("torch ")
+        and "notebooks run on" in found["torch device"].detail
+    )
     assert all(line.fix for line in lines if line.status != doctor.OK)  # every problem has its fix
     failed = any(line.status == doctor.FAIL for line in lines)
     assert main(["--root", str(ROOT), "doctor"]) == (1 if failed else 0)
@@ -49,12 +64,19 @@ def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
     config = tmp_path / "jupyter"
     config.mkdir()
     (config / "jupyter_server_config.json").write_text(
-        '{"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": false}}}')
-    env = {**os.environ, "PATH": str(COURSE.parent), "PYTHONPATH": str(tmp_path / "site"),
-           # the user's configuration before the environment's (Jupyter's order: the first wins)
-           "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_PREFER_ENV_PATH": "0"}
-    run = subprocess.run([str(COURSE), "--root", str(ROOT), "doctor"], capture_output=True, text=True,
-                         env=env, timeout=300)
+        '{"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": false}}}'
+    )
+    env = {
+        **os.environ,
+        "PATH": str(COURSE.parent),
+        "PYTHONPATH": str(tmp_path / "site"),
+        # the user's configuration before the environment's (Jupyter's order: the first wins)
+        "JUPYTER_CONFIG_DIR": str(config),
+        "JUPYTER_PREFER_ENV_PATH": "0",
+    }
+    run = subprocess.run(
+        [str(COURSE), "--root", str(ROOT), "doctor"], capture_output=True, text=True, env=env, timeout=300
+    )
     assert run.returncode == 1, run.stdout + run.stderr
     lines = run.stdout.splitlines()
 
@@ -69,15 +91,22 @@ def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
     assert "bwrap is installed, but not on PATH" in text and 'fix: export PATH="$PATH:/' in fix
     text, fix = line("FAIL", "nbgrader extensions")
     assert "nbgrader.server_extensions.formgrader" in text
-    assert fix.strip() == (f"fix: {sys.executable} -m course_grading.commands.server_config enable "
-                           "nbgrader.server_extensions.formgrader")
+    assert fix.strip() == (
+        f"fix: {sys.executable} -m course_grading.commands.server_config enable "
+        "nbgrader.server_extensions.formgrader"
+    )
     text, fix = line("WARN", "chromium")  # only the tests need it ...
     assert "chromium" in text and ('fix: export PATH="$PATH:/' in fix or "install" in fix)
     line("OK", "torch device")
     assert "3 problems found" in run.stdout
 
-    quiet = subprocess.run([str(COURSE), "--root", str(ROOT), "doctor", "--test", "--quiet"],
-                           capture_output=True, text=True, env=env, timeout=300)
+    quiet = subprocess.run(
+        [str(COURSE), "--root", str(ROOT), "doctor", "--test", "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert quiet.returncode == 1
     assert not any(ln.startswith("OK") for ln in quiet.stdout.splitlines())  # only what is wrong
     assert any(ln.startswith("FAIL  chromium") for ln in quiet.stdout.splitlines())  # ... unless --test
@@ -85,27 +114,42 @@ def test_a_broken_environment_says_what_and_how_to_fix_it(tmp_path):
 
     # the fixes of nbgrader's extensions and of bubblewrap, run as printed (in one shell: the
     # PATH it sets is that shell's), make their lines OK
-    fixes = [lines[lines.index(found) + 1].split("fix: ", 1)[1] for found in lines
-             if found.startswith(("FAIL  nbgrader extensions", "FAIL  bubblewrap"))]
-    after = subprocess.run(" && ".join([*fixes, f'"{COURSE}" --root "{ROOT}" doctor']), shell=True,
-                           capture_output=True, text=True, env=env, timeout=300)
+    fixes = [
+        lines[lines.index(found) + 1].split("fix: ", 1)[1]
+        for found in lines
+        if found.startswith(("FAIL  nbgrader extensions", "FAIL  bubblewrap"))
+    ]
+    after = subprocess.run(
+        " && ".join([*fixes, f'"{COURSE}" --root "{ROOT}" doctor']),
+        shell=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert "OK    nbgrader extensions" in after.stdout and "OK    bubblewrap" in after.stdout, after.stdout
 
 
 def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     line = doctor.check_torch()
-    assert (line.status, line.what) == (doctor.FAIL, "torch device") and "import of torch halted" in line.detail
+    assert (line.status, line.what) == (
+        doctor.FAIL,
+        "torch device",
+    ) and "import of torch halted" in line.detail
     # its files broken: reinstalled alone (tried: torch/__init__.py removed, the fix run, OK)
-    assert f"-m pip install --force-reinstall --no-deps torch=={importlib.metadata.version('torch')}" in line.fix
+    assert (
+        f"-m pip install --force-reinstall --no-deps torch=={importlib.metadata.version('torch')}" in line.fix
+    )
     monkeypatch.setattr(doctor, "_labextension", lambda name: None)
     line = doctor.check_widgets()
     assert line.status == doctor.FAIL and "@jupyter-widgets/jupyterlab-manager" in line.detail
     # the package is installed, its extension's files are gone: setup.sh would change nothing,
     # the fix reinstalls that package alone, at its version (tried: the extension is back, OK)
     version = importlib.metadata.version("jupyterlab_widgets")
-    assert line.fix == (f"{sys.executable} -m pip install --force-reinstall --no-deps "
-                        f"jupyterlab_widgets=={version}")
+    assert line.fix == (
+        f"{sys.executable} -m pip install --force-reinstall --no-deps jupyterlab_widgets=={version}"
+    )
     assert line.blocks_start
     line = doctor.check_nbgrader_extensions()
     assert line.status == doctor.FAIL and "--force-reinstall --no-deps nbgrader==" in line.fix
@@ -116,7 +160,9 @@ def test_a_device_that_fails_is_fixed_by_the_cpu(monkeypatch):
     import course_utils.device as device
 
     real = device.get_device
-    monkeypatch.setattr(device, "get_device", lambda: (_ for _ in ()).throw(RuntimeError("CUDA error: no kernel image")))
+    monkeypatch.setattr(
+        device, "get_device", lambda: (_ for _ in ()).throw(RuntimeError("CUDA error: no kernel image"))
+    )
     line = doctor.check_torch()
     assert line.status == doctor.FAIL and line.fix.startswith("export COURSE_DEVICE=cpu")
     monkeypatch.setattr(device, "get_device", real)
@@ -126,8 +172,9 @@ def test_a_device_that_fails_is_fixed_by_the_cpu(monkeypatch):
 
 
 def test_start_stops_only_for_what_breaks_the_course(monkeypatch, capsys):
-    bwrap = doctor.Line(doctor.FAIL, "bubblewrap", "bwrap is not on PATH", "apt-get install bubblewrap",
-                        blocks_start=False)
+    bwrap = doctor.Line(
+        doctor.FAIL, "bubblewrap", "bwrap is not on PATH", "apt-get install bubblewrap", blocks_start=False
+    )
     widgets = doctor.Line(doctor.FAIL, "widget extension", "gone", "pip install ...")
     monkeypatch.setattr(doctor, "diagnose", lambda test=False: [doctor.Line(doctor.OK, "python", "3"), bwrap])
     assert main(["--root", str(ROOT), "doctor", "--quiet", "--start"]) == 0  # shown, and it starts
@@ -141,16 +188,25 @@ def test_setup_reinstalls_what_is_missing_although_its_stamp_says_up_to_date():
     """setup.sh asks ``python -m course_grading.commands.doctor`` whether every package is there, at a
     version the course takes, before it trusts its stamp ("packages up to date")."""
     script = (ROOT / "scripts" / "setup.sh").read_text()
-    assert script.index("-m course_grading.commands.doctor") < script.index('rm -f "$stamp"') \
+    assert (
+        script.index("-m course_grading.commands.doctor")
+        < script.index('rm -f "$stamp"')
         < script.index('if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]')
-    run = subprocess.run([sys.executable, "-m", "course_grading.commands.doctor"], capture_output=True, timeout=120)
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "course_grading.commands.doctor"], capture_output=True, timeout=120
+    )
     assert run.returncode == (0 if doctor.installed_ok() else 1)
 
 
 def test_start_script_runs_the_doctor_before_jupyterlab():
     script = (ROOT / "scripts" / "start.sh").read_text()
-    assert script.index("bash scripts/setup.sh") < script.index("course doctor --quiet --start") \
-        < script.index("exit 1") < script.index("exec .venv/bin/course start")
+    assert (
+        script.index("bash scripts/setup.sh")
+        < script.index("course doctor --quiet --start")
+        < script.index("exit 1")
+        < script.index("exec .venv/bin/course start")
+    )
 
 
 def _run_fix(line, env) -> None:
@@ -262,7 +318,9 @@ def test_doctor_instructor_names_each_line_then_all_ok_after_the_fixes(tmp_path,
     assert all(line.status == doctor.OK for line in di.diagnose(course)), di.diagnose(course)
     assert main(["--root", str(course), "doctor", "--instructor", "--quiet"]) in (0, 1)
     out = capsys.readouterr().out
-    assert not any(ln.startswith(("FAIL  formgrader", "FAIL  frame", "FAIL  exchange")) for ln in out.splitlines())
+    assert not any(
+        ln.startswith(("FAIL  formgrader", "FAIL  frame", "FAIL  exchange")) for ln in out.splitlines()
+    )
 
 
 # What a fix run in a throw-away system returns: the line before, the fix's own output, the line after.
@@ -301,10 +359,12 @@ def _break_and_fix(prefix: list[str], breaking: str) -> dict:
     """Run ``breaking`` (a shell script) then FIX_DRIVER under ``prefix`` (a namespace of
     their own), and return what FIX_DRIVER found."""
     script = f'set -e\n{breaking}\nexec "{sys.executable}" -c "$0"'
-    done = subprocess.run([*prefix, "sh", "-c", script, FIX_DRIVER], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(
+        [*prefix, "sh", "-c", script, FIX_DRIVER], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     import json
+
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["before"]["status"] == doctor.FAIL, found
     # `course autograde` refuses to grade, with the doctor's fix; once it is run, it grades
@@ -327,10 +387,16 @@ def _throwaway_system(tmp_path) -> tuple[list[str], str]:
     layers.mkdir()
     mount = f'mount -t tmpfs tmpfs "{layers}"\n' + "".join(
         f'mkdir "{layers}/{d}" "{layers}/{d}.work"\nmount -t overlay overlay -o '
-        f'lowerdir=/{d},upperdir="{layers}/{d}",workdir="{layers}/{d}.work" /{d}\n' for d in ("usr", "etc", "var"))
+        f'lowerdir=/{d},upperdir="{layers}/{d}",workdir="{layers}/{d}.work" /{d}\n'
+        for d in ("usr", "etc", "var")
+    )
     prefix = ["unshare", "--mount", "--propagation", "private"]
-    probe = subprocess.run([*prefix, "sh", "-c", f"set -e\n{mount}test -x /usr/bin/bwrap"],
-                           capture_output=True, text=True, timeout=60)
+    probe = subprocess.run(
+        [*prefix, "sh", "-c", f"set -e\n{mount}test -x /usr/bin/bwrap"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if probe.returncode != 0:  # the runner's limit (a container without overlayfs), not the course's
         pytest.skip(f"no overlay mount in a mount namespace here: {probe.stderr.strip()[:200]}")
     # dpkg's manual-page trigger (tens of seconds) is off in the throw-away system only
@@ -344,8 +410,9 @@ def test_missing_bubblewrap_is_installed_by_its_fix(tmp_path):
     own bwrap, which other processes use, is never touched."""
     prefix, mount = _throwaway_system(tmp_path)
     started = time.perf_counter()
-    found = _break_and_fix(prefix, mount + "dpkg --remove --force-depends bubblewrap >/dev/null\n"
-                           "! command -v bwrap")
+    found = _break_and_fix(
+        prefix, mount + "dpkg --remove --force-depends bubblewrap >/dev/null\n! command -v bwrap"
+    )
     assert "bwrap is not installed" in found["before"]["detail"]
     assert found["before"]["fix"] == "apt-get install -y bubblewrap"
     assert found["after"]["status"] == doctor.OK, found
@@ -354,8 +421,10 @@ def test_missing_bubblewrap_is_installed_by_its_fix(tmp_path):
     assert found["before"]["fix"] == "apt-get install -y --reinstall bubblewrap"
     assert found["after"]["status"] == doctor.OK, found
     assert Path("/usr/bin/bwrap").is_file()
-    print(f"bubblewrap removed, then fixed: {removed:.1f} s; its bwrap deleted, then fixed: "
-          f"{time.perf_counter() - started - removed:.1f} s")
+    print(
+        f"bubblewrap removed, then fixed: {removed:.1f} s; its bwrap deleted, then fixed: "
+        f"{time.perf_counter() - started - removed:.1f} s"
+    )
 
 
 def test_bwrap_off_path_is_put_on_it_by_its_fix(tmp_path):
@@ -364,14 +433,28 @@ def test_bwrap_off_path_is_put_on_it_by_its_fix(tmp_path):
     if not sys.platform.startswith("linux") or shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed here")
     env = {**os.environ, "PATH": str(COURSE.parent)}
-    line = subprocess.run([sys.executable, "-c", "from course_grading.commands import doctor; "
-                           "print(doctor.check_bubblewrap().fix)"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    line = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from course_grading.commands import doctor; print(doctor.check_bubblewrap().fix)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     fix = line.stdout.strip()
     assert fix.startswith('export PATH="$PATH:'), line.stdout + line.stderr
-    after = subprocess.run(f'{fix} && "{sys.executable}" -c "from course_grading.commands import doctor; '
-                           f'print(doctor.check_bubblewrap().status)"', shell=True, env=env,
-                           capture_output=True, text=True, timeout=120)
+    after = subprocess.run(
+        f'{fix} && "{sys.executable}" -c "from course_grading.commands import doctor; '
+        f'print(doctor.check_bubblewrap().status)"',
+        shell=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert after.stdout.strip() == doctor.OK, after.stdout + after.stderr
 
 
@@ -407,7 +490,10 @@ print(json.dumps([[{k: app.jpserver_extensions.get(k) for k in keys}, (app.torna
 
 def _server_and_doctor_see(env) -> list:
     import json
-    done = subprocess.run([sys.executable, "-c", SERVER_SEES], env=env, capture_output=True, text=True, timeout=120)
+
+    done = subprocess.run(
+        [sys.executable, "-c", SERVER_SEES], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -423,24 +509,36 @@ def test_server_settings_fixed_where_they_win(tmp_path):
     (first / "jupyter_server_config.json").write_text(
         '{"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": false, '
         '"course_grading.instructor_server": false}, "tornado_settings": {"xsrf_cookies": true, '
-        '"headers": {"Content-Security-Policy": "default-src \'self\'; frame-ancestors \'none\'"}}}}')
+        '"headers": {"Content-Security-Policy": "default-src \'self\'; frame-ancestors \'none\'"}}}}'
+    )
     (user / "jupyter_server_config.d" / "course.json").write_text(
-        '{"ServerApp": {"jpserver_extensions": {"course_grading.instructor_server": true}}}')
+        '{"ServerApp": {"jpserver_extensions": {"course_grading.instructor_server": true}}}'
+    )
     (user / "jupyter_server_config.py").write_text(
-        "c.ServerApp.tornado_settings = {'headers': {'X-Frame-Options': 'DENY'}}\n")
-    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(first), "JUPYTER_CONFIG_DIR": str(user),
-           "JUPYTER_PREFER_ENV_PATH": "0"}
+        "c.ServerApp.tornado_settings = {'headers': {'X-Frame-Options': 'DENY'}}\n"
+    )
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_PATH": str(first),
+        "JUPYTER_CONFIG_DIR": str(user),
+        "JUPYTER_PREFER_ENV_PATH": "0",
+    }
     server, ours = _server_and_doctor_see(env)
-    assert server == ours and server[0] == {"course_grading.instructor_server": False,
-                                            "nbgrader.server_extensions.formgrader": False}
+    assert server == ours and server[0] == {
+        "course_grading.instructor_server": False,
+        "nbgrader.server_extensions.formgrader": False,
+    }
     from course_grading.commands import doctor_instructor as di
     from course_grading.commands import server_config
+
     for fix in (di.CONFIGURE, server_config.command("nbgrader.server_extensions.formgrader")):
         done = subprocess.run(fix, shell=True, env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0 and str(first) in done.stdout, done.stdout + done.stderr
     server, ours = _server_and_doctor_see(env)
-    assert server == ours and server[0] == {"course_grading.instructor_server": True,
-                                            "nbgrader.server_extensions.formgrader": True}
+    assert server == ours and server[0] == {
+        "course_grading.instructor_server": True,
+        "nbgrader.server_extensions.formgrader": True,
+    }
     assert server[1] == {"Content-Security-Policy": "default-src 'self'; frame-ancestors 'self'"}
 
 
@@ -456,9 +554,14 @@ def test_fixes_are_written_for_root_for_sudo_and_for_su(tmp_path, monkeypatch):
     (proc / "kernel").mkdir(parents=True)
     (proc / "kernel" / "apparmor_restrict_unprivileged_userns").write_text("1\n")
     for uid, chmod, pipe, userns in (
-            (0, "chmod 1777 /x", "runuser -u postgres -- psql", None),
-            (1000, "sudo chmod 1777 /x", "sudo -u postgres psql",
-             "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0")):
+        (0, "chmod 1777 /x", "runuser -u postgres -- psql", None),
+        (
+            1000,
+            "sudo chmod 1777 /x",
+            "sudo -u postgres psql",
+            "sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0",
+        ),
+    ):
         monkeypatch.setattr(system.os, "geteuid", lambda uid=uid: uid)
         assert system.as_root("chmod 1777 /x") == chmod
         assert system.as_user("postgres", "psql") == pipe
@@ -477,14 +580,27 @@ def test_a_gradebook_on_another_machine_is_made_by_a_runnable_command(tmp_path, 
     as its superuser; a line the shell parses."""
     import shlex
 
-    from course_grading.commands import doctor_gradebook as dg
     from sqlalchemy.engine import make_url
+
+    from course_grading.commands import doctor_gradebook as dg
 
     monkeypatch.setattr(dg, "_answers", lambda url: True)
     line = dg.check_gradebook("postgresql+psycopg2://grader:pw@192.0.2.1:1/grades", tmp_path)
     assert line.status == doctor.FAIL and "as the server's superuser" in line.detail
     assert line.fix == dg._create(make_url("postgresql://grader@192.0.2.1:1/grades"), tmp_path)
     producer, consumer = line.fix.split(" | ")
-    assert shlex.split(consumer) == ["psql", "-v", "ON_ERROR_STOP=1", "-q", "-d", "postgres", "-h",
-                                     "192.0.2.1", "-p", "1", "-U", "postgres"]
+    assert shlex.split(consumer) == [
+        "psql",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-q",
+        "-d",
+        "postgres",
+        "-h",
+        "192.0.2.1",
+        "-p",
+        "1",
+        "-U",
+        "postgres",
+    ]
     assert shlex.split(producer)[-2:] == ["sql", str(tmp_path)]

@@ -8,6 +8,7 @@ instructor's steps run as the `nbgrader` commands an instructor types; the stude
 through the same exchange classes in-process (each student by id, as JupyterHub's per-user
 servers would be), which keeps the test well under a minute.
 """
+
 from __future__ import annotations
 
 import csv
@@ -22,8 +23,8 @@ import pytest
 from traitlets.config import Config
 
 from conftest import ROOT
-from course_grading.commands.cli import main
 from course_grading.authoring.nbformat_tools import read_notebook
+from course_grading.commands.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +37,23 @@ WRITTEN = {"written_lookup_vs_one_hot": 2, "written_one_hot_similarity": 2}
 POINTS = {"test_encode": 1, "test_one_hot": 2, "test_embed": 2, **WRITTEN}
 WORK = {"ada": "all", "ben": "half", "cy": "none"}
 UNANSWERED = {k: 0 for k in WRITTEN}
-EXPECTED = {"ada": {"test_encode": 1, "test_one_hot": 2, "test_embed": 2, **UNANSWERED},
-            "ben": {"test_encode": 1, "test_one_hot": 2, "test_embed": 0, **UNANSWERED},
-            "cy": {"test_encode": 0, "test_one_hot": 0, "test_embed": 0, **UNANSWERED}}
+EXPECTED = {
+    "ada": {"test_encode": 1, "test_one_hot": 2, "test_embed": 2, **UNANSWERED},
+    "ben": {"test_encode": 1, "test_one_hot": 2, "test_embed": 0, **UNANSWERED},
+    "cy": {"test_encode": 0, "test_one_hot": 0, "test_embed": 0, **UNANSWERED},
+}
 
 
 def nbgrader(course: Path, exchange: Path, *args) -> str:
     """An instructor's `nbgrader` command in the course folder; returns its output."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    done = subprocess.run([str(BIN / "nbgrader"), *args, f"--Exchange.root={exchange}"],
-                          cwd=course, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(BIN / "nbgrader"), *args, f"--Exchange.root={exchange}"],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout + done.stderr
 
@@ -63,20 +71,25 @@ def student_exchange(kind: str, student: str, home: Path, exchange: Path):
     config.Exchange.cache = str(home / ".local" / "share" / "jupyter" / "nbgrader_cache")
     coursedir = CourseDirectory(config=config)
     coursedir.student_id, coursedir.assignment_id = student, ASSIGNMENT
-    action = getattr(exchanges, f"Exchange{kind}")(coursedir=coursedir, config=config,
-                                                  authenticator=Authenticator(config=config))
+    action = getattr(exchanges, f"Exchange{kind}")(
+        coursedir=coursedir, config=config, authenticator=Authenticator(config=config)
+    )
     action.start()
 
 
 def do_work(notebook: Path, how: str) -> None:
     """Fill the code solution cells from the worked solutions: all, the first two, or none."""
     solution = read_notebook(ROOT / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")
-    answers = {c.metadata["nbgrader"]["grade_id"]: "\n".join(
-        ln for ln in c.source.splitlines() if "BEGIN SOLUTION" not in ln and "END SOLUTION" not in ln)
-        for c in solution.cells if c.metadata.get("nbgrader", {}).get("solution")}
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: "\n".join(
+            ln for ln in c.source.splitlines() if "BEGIN SOLUTION" not in ln and "END SOLUTION" not in ln
+        )
+        for c in solution.cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
     nb = nbformat.read(str(notebook), 4)
     cells = [c for c in nb.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("solution")]
-    for cell in cells[:{"all": len(cells), "half": 2, "none": 0}[how]]:
+    for cell in cells[: {"all": len(cells), "half": 2, "none": 0}[how]]:
         cell.source = answers[cell.metadata["nbgrader"]["grade_id"]]
     nbformat.write(nb, str(notebook))
 
@@ -85,8 +98,11 @@ def test_release_fetch_submit_collect_grade_feedback_export(tmp_path, capsys):
     course, exchange, homes = tmp_path / "course", tmp_path / "exchange", tmp_path / "home"
     course.mkdir()
     shutil.copy(ROOT / "nbgrader_config.py", course)
-    shutil.copytree(ROOT / "solutions" / ASSIGNMENT, course / "solutions" / ASSIGNMENT,
-                    ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    shutil.copytree(
+        ROOT / "solutions" / ASSIGNMENT,
+        course / "solutions" / ASSIGNMENT,
+        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+    )
 
     # Instructor: release into notebooks/, then into the exchange.
     assert main(["--root", str(course), "release", ASSIGNMENT]) == 0
@@ -110,12 +126,18 @@ def test_release_fetch_submit_collect_grade_feedback_export(tmp_path, capsys):
     # Instructor: collect, grade, feedback.
     # Its students are all this test's Unix user: collected by name, with nbgrader's own collect
     # (the course's takes each student from the owner: tests/test_owner_collect.py, test_hub.py).
-    nbgrader(course, exchange, "collect", ASSIGNMENT,
-             "--ExchangeFactory.collect=nbgrader.exchange.default.collect.ExchangeCollect")
+    nbgrader(
+        course,
+        exchange,
+        "collect",
+        ASSIGNMENT,
+        "--ExchangeFactory.collect=nbgrader.exchange.default.collect.ExchangeCollect",
+    )
     for student in WORK:
         collected = course / "submitted" / student / ASSIGNMENT
-        assert (collected / f"{ASSIGNMENT}.ipynb").read_bytes() == \
-            (homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes()
+        assert (collected / f"{ASSIGNMENT}.ipynb").read_bytes() == (
+            homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+        ).read_bytes()
         assert (collected / "timestamp.txt").is_file()
 
     capsys.readouterr()
@@ -127,7 +149,10 @@ def test_release_fetch_submit_collect_grade_feedback_export(tmp_path, capsys):
     assert all(r["message"] for r in grades if float(r["score"]) < POINTS[r["exercise"]])
     report = {r["exercise"]: r for r in csv.DictReader((course / "reports" / "class_report.csv").open())}
     assert {x: (r["attempts"], r["passed"]) for x, r in report.items() if x not in WRITTEN} == {
-        "test_encode": ("3", "2"), "test_one_hot": ("3", "2"), "test_embed": ("3", "1")}
+        "test_encode": ("3", "2"),
+        "test_one_hot": ("3", "2"),
+        "test_embed": ("3", "1"),
+    }
     assert "not implemented yet" in report["test_embed"]["failure_1"]
     assert report["test_embed"]["failure_1_count"] == "2"
 

@@ -1,6 +1,7 @@
 """Every exercise says how hard it is and how long it takes, in one format across the course
 (ARENA's convention): ``Difficulty: ●●○○○ · about 10 minutes``, in the exercise's own cell,
 after its ``### Exercise N`` heading."""
+
 from __future__ import annotations
 
 import re
@@ -40,21 +41,24 @@ def test_every_exercise_has_one_difficulty_line_in_the_course_format(name):
             continue
         assert len(headings) == 1, f"{name}: one exercise per markdown cell"
         exercises += 1
-        after = text[headings[0].end():]
+        after = text[headings[0].end() :]
         assert len(lines) == 1 and lines[0] in after.splitlines(), (
             f"{name}, exercise {headings[0].group(1)} (`{headings[0].group(2)}`): "
-            f"want one difficulty line after the heading, found {lines}")
+            f"want one difficulty line after the heading, found {lines}"
+        )
     assert exercises, f"{name}: no exercise headings found"
 
 
 def test_the_format_rejects_near_misses():
     assert LINE.match("Difficulty: ●●○○○ · about 10 minutes")
     assert LINE.match("Difficulty: ●●●●● · about 45 minutes")
-    for wrong in ("Difficulty: ●●○○ · about 10 minutes",        # four dots
-                  "Difficulty: ●○●○○ · about 10 minutes",       # not filled from the left
-                  "Difficulty: 2/5 · about 10 minutes",
-                  "**Difficulty:** ●●○○○ · about 10 minutes",
-                  "Difficulty: ●●○○○ - about 10 minutes",
-                  "Difficulty: ●●○○○ · 10 minutes"):
+    for wrong in (
+        "Difficulty: ●●○○ · about 10 minutes",  # four dots
+        "Difficulty: ●○●○○ · about 10 minutes",  # not filled from the left
+        "Difficulty: 2/5 · about 10 minutes",
+        "**Difficulty:** ●●○○○ · about 10 minutes",
+        "Difficulty: ●●○○○ - about 10 minutes",
+        "Difficulty: ●●○○○ · 10 minutes",
+    ):
         m = LINE.match(wrong)
         assert not (m and len(m.group(1)) + len(m.group(2)) == 5), wrong

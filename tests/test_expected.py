@@ -1,6 +1,7 @@
 """The expected outputs stored for the visible checks are what the reference computes: their
 sources are unchanged since they were written, and their values agree up to floating-point
 noise (never bit for bit: another CPU may round the last bits differently)."""
+
 from __future__ import annotations
 
 import io

@@ -1,6 +1,7 @@
 """What a learner reads of a failing check in nbgrader's feedback: the check's message alone,
 with their own line when their code raised, and nothing of the course's internals. The cell
 still scores 0. (tests/test_browser.py shows the same in JupyterLab.)"""
+
 from __future__ import annotations
 
 import csv
@@ -21,11 +22,21 @@ ASSIGNMENT = "03_attention"
 # softmax sums over the whole tensor, not along dim; simple_self_attention raises inside itself
 BUGGY = {
     "softmax": "def softmax(x, dim=-1):\n    e = torch.exp(x - x.max())\n    return e / e.sum()\n",
-    "simple_self_attention": ("def simple_self_attention(X):\n    scores = X @ X.transpose(-2, -1)\n"
-                              "    return softmax(scores) @ X[..., :2, :]\n"),
+    "simple_self_attention": (
+        "def simple_self_attention(X):\n    scores = X @ X.transpose(-2, -1)\n"
+        "    return softmax(scores) @ X[..., :2, :]\n"
+    ),
 }
-INTERNALS = ("_core.py", "course_utils", "Check.close", "def close", "def fail", "self.fail",
-             "Traceback (most recent call last)", "site-packages")
+INTERNALS = (
+    "_core.py",
+    "course_utils",
+    "Check.close",
+    "def close",
+    "def fail",
+    "self.fail",
+    "Traceback (most recent call last)",
+    "site-packages",
+)
 
 
 def learner_submission():
@@ -40,7 +51,9 @@ def learner_submission():
 
 def _errors(page) -> list[str]:
     """The text of every error output of a feedback page, tags dropped and entities decoded."""
-    blocks = re.findall(r'<div class="[^"]*output_error[^"]*">(.*?)</div>', page.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(
+        r'<div class="[^"]*output_error[^"]*">(.*?)</div>', page.read_text(encoding="utf-8"), re.S
+    )
     return [html.unescape(re.sub(r"<[^>]+>", "", block)).strip() for block in blocks]
 
 
@@ -60,13 +73,18 @@ def test_feedback_shows_the_message_and_the_learners_line_only(tmp_path, capsys)
 
     rows = list(csv.DictReader((course / "reports" / "grades.csv").open()))
     scores = {r["exercise"]: float(r["score"]) for r in rows}
-    assert scores == {"test_softmax": 0, "test_simple_self_attention": 0,
-                      "test_scaled_dot_product_attention": 0, "test_causal_mask": 0,
-                      "written_sqrt_dk": 0, "written_mask_before_softmax": 0}
+    assert scores == {
+        "test_softmax": 0,
+        "test_simple_self_attention": 0,
+        "test_scaled_dot_product_attention": 0,
+        "test_causal_mask": 0,
+        "written_sqrt_dk": 0,
+        "written_mask_before_softmax": 0,
+    }
     written = [r for r in rows if r["exercise"].startswith("written_")]
     assert all("not answered" in " ".join(r.values()) for r in written), written  # graded by hand
 
-    page, = (course / "feedback" / "ada" / ASSIGNMENT).glob("*.html")
+    (page,) = (course / "feedback" / "ada" / ASSIGNMENT).glob("*.html")
     errors = _errors(page)
     checks = [e for e in errors if e.startswith("CheckFailed")]
     assert len(checks) == 4, errors  # one per test cell: each is its message alone
@@ -76,8 +94,10 @@ def test_feedback_shows_the_message_and_the_learners_line_only(tmp_path, capsys)
     text = "\n".join(" ".join(e.split()) for e in checks)
     assert "CheckFailed: softmax: values are off (largest difference" in text
     assert "each row should sum to 1 along dim=-1" in text
-    assert ("CheckFailed: simple_self_attention raised RuntimeError:" in text
-            and "in line `return softmax(scores) @ X[..., :2, :]`" in text)
+    assert (
+        "CheckFailed: simple_self_attention raised RuntimeError:" in text
+        and "in line `return softmax(scores) @ X[..., :2, :]`" in text
+    )
     assert "CheckFailed: causal_mask is not implemented yet" in text
     for internal in INTERNALS:
         assert internal not in text, f"a failed check shows {internal!r}"
@@ -107,12 +127,14 @@ class EncoderLayer(nn.Module):
 def test_the_learners_line_not_the_provided_components(monkeypatch):
     # IPython keeps every cell's source in linecache, so a traceback can quote it; do the same
     # for the "<variant>" the harness compiles the learner's code as
-    monkeypatch.setitem(linecache.cache, "<variant>",
-                        (len(WRONG_CALL), None, WRONG_CALL.splitlines(True), "<variant>"))
+    monkeypatch.setitem(
+        linecache.cache, "<variant>", (len(WRONG_CALL), None, WRONG_CALL.splitlines(True), "<variant>")
+    )
     outcome = run_grade_cell("06_encoder", "test_encoder_layer", WRONG_CALL)
     assert not outcome.passed
     assert outcome.message.endswith(
-        "in line `attended = self.self_attn(x, x.transpose(-2, -1), x, mask)[0]`"), outcome.message
+        "in line `attended = self.self_attn(x, x.transpose(-2, -1), x, mask)[0]`"
+    ), outcome.message
 
 
 # --------------------------------------------------------------------------- what the checks rely on
@@ -145,12 +167,14 @@ def _setattr_restore(owner, name, value):
             delattr(owner, name)
         else:
             setattr(owner, name, before)
+
     setattr(owner, name, value)
     return restore
 
 
 def _alias():
     import torch as t
+
     return _setattr_restore(t, "equal", lambda *a, **k: True)
 
 
@@ -170,7 +194,9 @@ def _vars():
 def _code_swapped():
     target = np.isclose._implementation
     before = target.__code__
-    target.__code__ = (lambda a, b, rtol=1e-05, atol=1e-08, equal_nan=False: np.ones(np.shape(a), bool)).__code__
+    target.__code__ = (
+        lambda a, b, rtol=1e-05, atol=1e-08, equal_nan=False: np.ones(np.shape(a), bool)
+    ).__code__
     return lambda: setattr(target, "__code__", before)
 
 
@@ -182,6 +208,7 @@ def _function_mode():
             if func is torch.equal:
                 return True
             return func(*args, **(kwargs or {}))
+
     mode = Always()
     mode.__enter__()
     return lambda: mode.__exit__(None, None, None)
@@ -195,6 +222,7 @@ def _forbidden_list_cleared():
 
 class _SaysEqual(float):
     """A number that says it equals anything, and prints as what it replaced."""
+
     def __eq__(self, other):
         return True
 
@@ -215,8 +243,12 @@ def _closure_function():
     """A recorded library function with a closure (a wrapper around what it calls)."""
     for record in _seal._SEAL.records:
         for name, (value, inner, _) in record.entries.items():
-            if (inner is not None and inner[3] and record.label.startswith("torch")
-                    and all(contents is not _record._EMPTY for _, contents in inner[3])):
+            if (
+                inner is not None
+                and inner[3]
+                and record.label.startswith("torch")
+                and all(contents is not _record._EMPTY for _, contents in inner[3])
+            ):
                 return record.label, name, _record._function(value).__closure__[0]
     raise AssertionError("no recorded torch function with a closure")
 
@@ -239,12 +271,14 @@ def _keyword_default_moved():
     """A keyword default moved from one function's dict to the next one's: the joined keys and
     values stay the same, each dict does not."""
     from torch.storage import TypedStorage
+
     to, shared = TypedStorage.to.__kwdefaults__, TypedStorage._new_shared.__kwdefaults__
     before_to, before_shared = dict(to), dict(shared)
     to["device"] = shared.pop("device")
 
     def restore():
         to.clear(), to.update(before_to), shared.clear(), shared.update(before_shared)
+
     return restore
 
 
@@ -252,6 +286,7 @@ def _global_added_same_size():
     """A name the record leaves out removed and a global added: the namespace keeps its size,
     and the new ``abs`` shadows the built-in inside ``np.isclose``."""
     import numpy._core.numeric as numeric
+
     doc = numeric.__doc__
     del numeric.__doc__
     numeric.abs = lambda v: v * 0
@@ -259,17 +294,20 @@ def _global_added_same_size():
     def restore():
         del numeric.abs
         numeric.__doc__ = doc
+
     return restore
 
 
 def _callable_stand_in_submodule():
     """A module of the learner's class that can be called, named as a submodule would be."""
     import types
+
     import numpy._core.numeric as numeric
 
     class StandIn(types.ModuleType):
         def __call__(self, v):
             return v * 0
+
     numeric.abs = StandIn("numpy._core.numeric.abs")
     return lambda: delattr(numeric, "abs")
 
@@ -281,44 +319,72 @@ def _builtins_class_swapped():
 
     class Lying(types.ModuleType):
         pass
+
     builtins.__class__ = Lying
     return lambda: setattr(builtins, "__class__", types.ModuleType)
 
 
 PATCHES = {
     "import torch as t; t.equal = ...": (_alias, "torch.equal"),
-    "setattr(torch, 'equal', ...)": (lambda: _setattr_restore(torch, "equal", lambda *a: True), "torch.equal"),
+    "setattr(torch, 'equal', ...)": (
+        lambda: _setattr_restore(torch, "equal", lambda *a: True),
+        "torch.equal",
+    ),
     "sys.modules['torch'].__dict__['equal']": (_module_dict, "torch.equal"),
     "vars(np)['allclose']": (_vars, "numpy.allclose"),
-    "np.testing.assert_allclose": (lambda: _setattr_restore(np.testing, "assert_allclose", lambda *a, **k: None),
-                                   "numpy.testing.assert_allclose"),
-    "torch.Tensor.__eq__": (lambda: _setattr_restore(torch.Tensor, "__eq__", lambda *a: torch.tensor(True)),
-                            "torch.Tensor.__eq__"),
-    "torch.Tensor.all (not its own before)": (lambda: _setattr_restore(torch.Tensor, "all", lambda *a: torch.tensor(True)),
-                                              "torch.Tensor.all was added"),
+    "np.testing.assert_allclose": (
+        lambda: _setattr_restore(np.testing, "assert_allclose", lambda *a, **k: None),
+        "numpy.testing.assert_allclose",
+    ),
+    "torch.Tensor.__eq__": (
+        lambda: _setattr_restore(torch.Tensor, "__eq__", lambda *a: torch.tensor(True)),
+        "torch.Tensor.__eq__",
+    ),
+    "torch.Tensor.all (not its own before)": (
+        lambda: _setattr_restore(torch.Tensor, "all", lambda *a: torch.tensor(True)),
+        "torch.Tensor.all was added",
+    ),
     # (one that behaves as the original: what counts is that it is not the original)
-    "builtins.isinstance": (lambda: _setattr_restore(builtins, "isinstance", lambda o, c, _i=isinstance: _i(o, c)),
-                            "builtins.isinstance"),
+    "builtins.isinstance": (
+        lambda: _setattr_restore(builtins, "isinstance", lambda o, c, _i=isinstance: _i(o, c)),
+        "builtins.isinstance",
+    ),
     # what the look itself would use, were it not its own: it still sees
-    "builtins.all, answering True": (lambda: _setattr_restore(builtins, "all", lambda *a, **k: True), "builtins.all"),
-    "operator.is_, answering True": (lambda: _setattr_restore(__import__("operator"), "is_", lambda a, b: True),
-                                     "operator.is_"),
+    "builtins.all, answering True": (
+        lambda: _setattr_restore(builtins, "all", lambda *a, **k: True),
+        "builtins.all",
+    ),
+    "operator.is_, answering True": (
+        lambda: _setattr_restore(__import__("operator"), "is_", lambda a, b: True),
+        "operator.is_",
+    ),
     "np.isclose's code swapped": (_code_swapped, "numpy.isclose (its code"),
     "a torch function mode left entered": (_function_mode, "a torch function mode was left entered"),
-    "the check's own captured function": (lambda: _setattr_restore(attention, "_softmax", _softmax),
-                                          "course_utils.checks.attention._softmax"),
-    "the check's list of forbidden names cleared": (_forbidden_list_cleared, "SOFTMAX_BUILTINS (its contents)"),
+    "the check's own captured function": (
+        lambda: _setattr_restore(attention, "_softmax", _softmax),
+        "course_utils.checks.attention._softmax",
+    ),
+    "the check's list of forbidden names cleared": (
+        _forbidden_list_cleared,
+        "SOFTMAX_BUILTINS (its contents)",
+    ),
     # changed in place, by an object that says it is equal (its __eq__ must not be what decides)
-    "a keyword default replaced by one that says it is equal": (_keyword_default_that_says_equal,
-                                                                "assert_close (its code, defaults or closure)"),
+    "a keyword default replaced by one that says it is equal": (
+        _keyword_default_that_says_equal,
+        "assert_close (its code, defaults or closure)",
+    ),
     "a closure's cell given other contents": (_closure_cell_replaced, "(its code, defaults or closure)"),
     "a closure's cell emptied": (_closure_cell_emptied, "(its code, defaults or closure)"),
     "a keyword default moved to another function's dict": (
-        _keyword_default_moved, "TypedStorage.to (its code, defaults or closure)"),
+        _keyword_default_moved,
+        "TypedStorage.to (its code, defaults or closure)",
+    ),
     # names: a namespace that keeps its size, a stand-in submodule, the class of a module
     "a name removed and a global added": (_global_added_same_size, "numpy._core.numeric.abs was added"),
-    "a callable stand-in named as a submodule": (_callable_stand_in_submodule,
-                                                 "numpy._core.numeric.abs was added"),
+    "a callable stand-in named as a submodule": (
+        _callable_stand_in_submodule,
+        "numpy._core.numeric.abs was added",
+    ),
     "builtins given another class": (_builtins_class_swapped, "builtins (its class) is not what it was"),
 }
 
@@ -344,10 +410,12 @@ def test_contents_are_compared_by_identity_to_any_depth():
     tolerances = {"atol": 1e-6, "names": ["torch.softmax"], "pair": (1, [2])}
     then = _record._contents(tolerances)
     assert _record._same_objects(_record._contents(tolerances), then)
-    for change in (lambda d: d.__setitem__("atol", _SaysEqual(1e9)),
-                   lambda d: d["names"].append("torch.special.softmax"),
-                   lambda d: d["pair"][1].clear(),
-                   lambda d: d.__setitem__("names", list(d["names"]))):
+    for change in (
+        lambda d: d.__setitem__("atol", _SaysEqual(1e9)),
+        lambda d: d["names"].append("torch.special.softmax"),
+        lambda d: d["pair"][1].clear(),
+        lambda d: d.__setitem__("names", list(d["names"])),
+    ):
         changed = {"atol": tolerances["atol"], "names": tolerances["names"], "pair": tolerances["pair"]}
         snapshot = _record._contents(changed)
         kept = (changed["names"][:], changed["pair"][1][:])
@@ -413,6 +481,7 @@ def test_a_key_colliding_with_a_recorded_name_is_seen_before_any_lookup():
     namespace (``isclose`` taken out and put back): every lookup of ``isclose`` would run its
     ``__eq__``. The seal sees it by the names alone, and runs none of it."""
     import numpy._core.numeric as numeric
+
     ran = []
 
     class Colliding:
@@ -444,8 +513,10 @@ def test_a_key_colliding_with_a_recorded_name_is_seen_before_any_lookup():
 
 def test_a_tool_replaced_while_the_learners_code_runs():
     """Patched inside the exercise (and left so): the call that did it fails the check."""
+
     def embed(ids, E):
         import numpy as n
+
         n.array_equal = lambda *a, **k: True  # hides the in-place change below
         E = np.asarray(E)
         out = E[np.asarray(ids)].copy()
@@ -474,17 +545,23 @@ SETUP = {"nbgrader": {**nbgrader_meta("setup")["nbgrader"], "locked": True}}
 
 
 def _graded(before: str, setup: str):
-    nb = new_notebook(cells=[new_code_cell(before),
-                             new_code_cell(setup, metadata=SETUP),
-                             new_code_cell("assert half == 0.5\n", metadata=nbgrader_meta("t", grade=True, points=1))])
+    nb = new_notebook(
+        cells=[
+            new_code_cell(before),
+            new_code_cell(setup, metadata=SETUP),
+            new_code_cell("assert half == 0.5\n", metadata=nbgrader_meta("t", grade=True, points=1)),
+        ]
+    )
     resources = {"metadata": {"path": "."}}
     LimitedExecute(timeout=60).preprocess(nb, resources)
     return nb, resources
 
 
 def test_a_setup_cell_broken_by_an_earlier_cell_is_the_students():
-    nb, resources = _graded("import fractions\nfractions.Fraction = None\n",
-                            "import fractions\nhalf = float(fractions.Fraction(1, 2))\n")
+    nb, resources = _graded(
+        "import fractions\nfractions.Fraction = None\n",
+        "import fractions\nhalf = float(fractions.Fraction(1, 2))\n",
+    )
     assert any(o.get("output_type") == "error" for o in nb.cells[1].outputs)
     out, _ = RequireSetup().preprocess(nb, resources)  # graded as it is: no SetupCellFailed
     assert out.cells[1].outputs[-1]["text"] == STUDENTS_FAULT

@@ -1,5 +1,6 @@
 """08_generation's shared code: the dates task, tokenisers, reference decoders, training,
 the shipped checkpoint, plots and the stepper widget."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,10 +15,21 @@ matplotlib.use("Agg")
 from course_grading.reference import generation as G
 from course_grading.reference.attention import causal_mask
 from course_grading.reference.decoder import Transformer, make_padding_mask
-from course_utils.toy_task import (BOS_ID, EOS_ID, HELD_OUT_DATES, PAD_ID, LookupModel,
-                                   cardinal, make_pairs, ordinal, source_tokenizer, split_dates,
-                                   target_tokenizer, year_words)
 from course_utils import training
+from course_utils.toy_task import (
+    BOS_ID,
+    EOS_ID,
+    HELD_OUT_DATES,
+    PAD_ID,
+    LookupModel,
+    cardinal,
+    make_pairs,
+    ordinal,
+    source_tokenizer,
+    split_dates,
+    target_tokenizer,
+    year_words,
+)
 
 # the learner's components, as 08's building blocks and exercises provide them
 MASKS = dict(causal_mask=causal_mask, make_padding_mask=make_padding_mask)
@@ -80,11 +92,16 @@ def _brute_force(model, src, max_len, lp, V):
             if EOS_ID in tail[:-1] or (tail[-1] != EOS_ID and n < max_len - 1):
                 continue
             seq = (BOS_ID,) + tail
-            total = sum(float(torch.log_softmax(torch.tensor(
-                model.logits_for(source, seq[:i]), dtype=torch.float64), -1)[seq[i]])
-                for i in range(1, len(seq)))
-            if total / n ** lp > best_score:
-                best, best_score = list(seq), total / n ** lp
+            total = sum(
+                float(
+                    torch.log_softmax(
+                        torch.tensor(model.logits_for(source, seq[:i]), dtype=torch.float64), -1
+                    )[seq[i]]
+                )
+                for i in range(1, len(seq))
+            )
+            if total / n**lp > best_score:
+                best, best_score = list(seq), total / n**lp
     return best
 
 
@@ -92,7 +109,7 @@ def _brute_force(model, src, max_len, lp, V):
 def test_wide_beam_equals_brute_force(seed, lp):
     model = LookupModel(4, seed=seed, eos_id=EOS_ID, eos_bias=0.5, scale=2.0)
     src = torch.tensor([[3, 4]])
-    got = G.beam_search(model, src, 4 ** 4, 5, BOS_ID, EOS_ID, lp).tolist()
+    got = G.beam_search(model, src, 4**4, 5, BOS_ID, EOS_ID, lp).tolist()
     assert got == _brute_force(model, src, 5, lp, 4)
 
 
@@ -100,9 +117,10 @@ def test_the_checks_brute_force_cases_discriminate_length_normalisation():
     """Some brute-force case of the visible beam check has a different winner without the
     normalisation, so a search that forgets it fails."""
     src = torch.tensor([[3, 4, 5]])
-    differs = [_brute_force(m, src, 5, 1.0, 4) != _brute_force(m, src, 5, 0.0, 4)
-               for m in (LookupModel(4, seed=s, eos_id=EOS_ID, eos_bias=0.5, scale=2.0)
-                         for s in (0, 3))]
+    differs = [
+        _brute_force(m, src, 5, 1.0, 4) != _brute_force(m, src, 5, 0.0, 4)
+        for m in (LookupModel(4, seed=s, eos_id=EOS_ID, eos_bias=0.5, scale=2.0) for s in (0, 3))
+    ]
     assert any(differs)
 
 
@@ -110,8 +128,10 @@ def test_the_checks_brute_force_cases_discriminate_length_normalisation():
 def test_beam_size_one_is_greedy(seed):
     model = LookupModel(7, seed=seed, eos_id=EOS_ID, eos_bias=1.0)
     src = torch.tensor([[3, 4, 5]])
-    assert G.beam_search(model, src, 1, 9, BOS_ID, EOS_ID).tolist() == \
-        G.greedy_decode(model, src, 9, BOS_ID, EOS_ID)[0].tolist()
+    assert (
+        G.beam_search(model, src, 1, 9, BOS_ID, EOS_ID).tolist()
+        == G.greedy_decode(model, src, 9, BOS_ID, EOS_ID)[0].tolist()
+    )
 
 
 def test_greedy_stops_and_pads_with_eos():
@@ -130,8 +150,9 @@ def test_sampling_filters_and_frequencies():
     kept = torch.softmax(G.filter_logits(probs.log()[None], top_k=3), -1)[0]
     assert kept[2] == 0 and torch.isclose(kept.sum(), torch.tensor(1.0))
     z = torch.tensor([1.0, 2.0, 0.0])
-    assert torch.allclose(torch.softmax(G.filter_logits(z[None], temperature=0.5), -1)[0],
-                          torch.softmax(z * 2, -1))
+    assert torch.allclose(
+        torch.softmax(G.filter_logits(z[None], temperature=0.5), -1)[0], torch.softmax(z * 2, -1)
+    )
     g = torch.Generator().manual_seed(0)
     draws = G.sample_next_token(z.expand(30_000, -1), temperature=2.0, generator=g)
     freq = torch.bincount(draws, minlength=3).double() / draws.numel()
@@ -148,14 +169,22 @@ def test_checkpoint_is_small_loads_and_translates_held_out_dates():
     assert info["held_out_exact_match_greedy"] >= 0.99
     model, src_tok, tgt_tok = training.load_toy_model(Transformer, device="cpu")
     assert not model.training
-    assert training.exact_match(model, make_pairs(200, "test", seed=5), decode=G.greedy_decode,
-                                make_padding_mask=make_padding_mask) >= 0.99
+    assert (
+        training.exact_match(
+            model,
+            make_pairs(200, "test", seed=5),
+            decode=G.greedy_decode,
+            make_padding_mask=make_padding_mask,
+        )
+        >= 0.99
+    )
 
 
 def test_training_runs_and_the_loss_falls():
     model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
-    history = training.train(model, make_pairs(1_000), **MASKS, steps=40, batch_size=32,
-                             warmup=5, device="cpu", show="quiet")
+    history = training.train(
+        model, make_pairs(1_000), **MASKS, steps=40, batch_size=32, warmup=5, device="cpu", show="quiet"
+    )
     assert history.steps == 40 and not model.training
     assert history.summary().startswith("all 40 steps in ")
     first, last = sum(history.losses[:5]) / 5, sum(history.losses[-5:]) / 5
@@ -182,8 +211,17 @@ def test_a_time_budget_fits_the_run_to_the_machine(monkeypatch):
     monkeypatch.setattr(training.time, "perf_counter", lambda: clock["t"])
     monkeypatch.setattr(training, "teacher_forcing_loss", slow_loss)
     model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
-    history = training.train(model, make_pairs(500), **MASKS, steps=900, batch_size=16,
-                             warmup=90, device="cpu", show="quiet", time_budget=2.0)
+    history = training.train(
+        model,
+        make_pairs(500),
+        **MASKS,
+        steps=900,
+        batch_size=16,
+        warmup=90,
+        device="cpu",
+        show="quiet",
+        time_budget=2.0,
+    )
     assert history.requested == 900 and history.planned == 20  # 2 s at 0.1 s a step
     assert history.steps == 20 and history.seconds == pytest.approx(2.0)
     assert history.lrs[1] > history.lrs[0] and history.lrs[-1] < 0.1 * max(history.lrs)
@@ -191,12 +229,16 @@ def test_a_time_budget_fits_the_run_to_the_machine(monkeypatch):
     # a planned run reads as planned, not as an early stop (the budget is a target, not a limit)
     summary = history.summary()
     assert summary.startswith("20 steps in 2.0 s on cpu, loss ")
-    assert summary.endswith("(planned: what the pace of its first steps fits in a budget of "
-                            "about 2 s; the full run is 900)")
-    slow = training.History(losses=[1.0] * 15, seconds=3.0, requested=900, planned=20,
-                            budget=2.0, time_limit=3.0)
-    assert slow.summary() == ("15 steps in 3.0 s on cpu, loss 1.000 (stopped at the 3 s time "
-                              "limit, 15 of the 20 steps planned; the full run is 900)")
+    assert summary.endswith(
+        "(planned: what the pace of its first steps fits in a budget of about 2 s; the full run is 900)"
+    )
+    slow = training.History(
+        losses=[1.0] * 15, seconds=3.0, requested=900, planned=20, budget=2.0, time_limit=3.0
+    )
+    assert slow.summary() == (
+        "15 steps in 3.0 s on cpu, loss 1.000 (stopped at the 3 s time "
+        "limit, 15 of the 20 steps planned; the full run is 900)"
+    )
 
 
 def test_teacher_forcing_ignores_padding():
@@ -209,15 +251,13 @@ def test_teacher_forcing_ignores_padding():
     wide_src = torch.cat([src, torch.zeros(4, 3, dtype=torch.long)], 1)  # extra padding
     wide_tgt = torch.cat([tgt, torch.zeros(4, 2, dtype=torch.long)], 1)
     a = training.teacher_forcing_loss(model, src, tgt, PAD_ID, causal_mask, make_padding_mask)
-    b = training.teacher_forcing_loss(model, wide_src, wide_tgt, PAD_ID, causal_mask,
-                                      make_padding_mask)
+    b = training.teacher_forcing_loss(model, wide_src, wide_tgt, PAD_ID, causal_mask, make_padding_mask)
     assert torch.isclose(a, b, atol=1e-5)
 
 
 def test_text_progress_prints_to_stdout_only(capsys):
     model = training.build_model(Transformer, training.ToyConfig(d_model=32, d_ff=64, num_layers=1))
-    training.train(model, make_pairs(200), **MASKS, steps=3, batch_size=16, device="cpu",
-                   show="text")
+    training.train(model, make_pairs(200), **MASKS, steps=3, batch_size=16, device="cpu", show="text")
     out = capsys.readouterr()
     assert "step 3/3" in out.out and out.err == ""
 
@@ -257,8 +297,9 @@ def test_next_token_step_shows_what_the_learners_sampler_does(trained):
         calls.append((tuple(logits.shape), temperature, top_k, top_p))
         return G.sample_next_token(logits, temperature, top_k, top_p, generator)
 
-    step = P.next_token_step(model, text, [BOS_ID], causal_mask, temperature=0.5, top_k=3,
-                             sample_fn=mine, draws=2000)
+    step = P.next_token_step(
+        model, text, [BOS_ID], causal_mask, temperature=0.5, top_k=3, sample_fn=mine, draws=2000
+    )
     assert calls == [((2000, len(tgt_tok)), 0.5, 3, None)]  # the bars: 2,000 draws at once
     assert step.chosen == int(step.probs.argmax()) and (step.filtered > 0).sum() <= 3
     assert abs(step.filtered.sum() - 1) < 1e-9 and step.attention.shape[0] == 1
@@ -267,12 +308,14 @@ def test_next_token_step_shows_what_the_learners_sampler_does(trained):
     top3 = torch.topk(logits, 3)
     expected = torch.zeros_like(logits).scatter(0, top3.indices, torch.softmax(top3.values / 0.5, 0))
     assert torch.allclose(torch.as_tensor(step.filtered), expected, atol=0.05)
-    again = P.next_token_step(model, text, [BOS_ID], causal_mask, temperature=0.5, top_k=3,
-                              sample_fn=mine, draws=2000)
+    again = P.next_token_step(
+        model, text, [BOS_ID], causal_mask, temperature=0.5, top_k=3, sample_fn=mine, draws=2000
+    )
     assert (again.filtered == step.filtered).all()  # a fixed seed: the bars hold still
     g = torch.Generator().manual_seed(1)
-    drawn = P.next_token_step(model, text, [BOS_ID], causal_mask, temperature=5.0,
-                              sample_fn=mine, sample=True, generator=g)
+    drawn = P.next_token_step(
+        model, text, [BOS_ID], causal_mask, temperature=5.0, sample_fn=mine, sample=True, generator=g
+    )
     assert calls[-1] == ((1, len(tgt_tok)), 5.0, None, None)
     assert 0 <= drawn.chosen < len(tgt_tok)
     greedy = P.next_token_step(model, text, [BOS_ID], causal_mask)
@@ -406,15 +449,17 @@ def test_the_decoding_checks_models_need_the_causal_mask():
         src = torch.randint(3, 12, (4, 6), generator=torch.Generator().manual_seed(source_seed))
         src[1:, 4:] = 0
         mask = make_padding_mask(src, 0)
-        assert not torch.equal(G.greedy_decode(model, src, 9, BOS_ID, EOS_ID, mask),
-                               G.greedy_decode(hidden.WithoutCausalMask(model), src, 9, BOS_ID,
-                                               EOS_ID, mask))
+        assert not torch.equal(
+            G.greedy_decode(model, src, 9, BOS_ID, EOS_ID, mask),
+            G.greedy_decode(hidden.WithoutCausalMask(model), src, 9, BOS_ID, EOS_ID, mask),
+        )
     for seed, source_seed in hidden.BEAM_TRANSFORMERS:
         model = hidden.deep_transformer(seed)
         one = torch.randint(3, 12, (1, 5), generator=torch.Generator().manual_seed(source_seed))
-        assert not torch.equal(G.beam_search(model, one, 3, 8, BOS_ID, EOS_ID, 0.7),
-                               G.beam_search(hidden.WithoutCausalMask(model), one, 3, 8, BOS_ID,
-                                             EOS_ID, 0.7))
+        assert not torch.equal(
+            G.beam_search(model, one, 3, 8, BOS_ID, EOS_ID, 0.7),
+            G.beam_search(hidden.WithoutCausalMask(model), one, 3, 8, BOS_ID, EOS_ID, 0.7),
+        )
 
 
 class _Jittered:
@@ -440,22 +485,27 @@ def test_no_decision_of_the_real_models_hangs_on_rounding():
     from course_grading.reference.decoder import make_padding_mask
 
     cases = []
-    for (seed, source_seed), (beam_seed, beam_source) in zip(hidden.GREEDY_TRANSFORMERS,
-                                                             hidden.BEAM_TRANSFORMERS):
+    for (seed, source_seed), (beam_seed, beam_source) in zip(
+        hidden.GREEDY_TRANSFORMERS, hidden.BEAM_TRANSFORMERS
+    ):
         src = torch.randint(3, 12, (4, 6), generator=torch.Generator().manual_seed(source_seed))
         src[1:, 4:] = 0
         one = torch.randint(3, 12, (1, 5), generator=torch.Generator().manual_seed(beam_source))
         cases.append((hidden.deep_transformer(seed), src, 9, None, 8, 0.7))
         cases.append((hidden.deep_transformer(beam_seed), None, 9, one, 8, 0.7))
     model, src = hidden.trained_model()
-    cases.append((model, src, 12, src[:1, :int((src[0] != 0).sum())], 12, 1.0))
+    cases.append((model, src, 12, src[:1, : int((src[0] != 0).sum())], 12, 1.0))
     for model, src, max_len, one, beam_len, lp in cases:
         for seed in range(3):
             jittered = _Jittered(model, 1e-9, seed)
             if src is not None:
                 mask = make_padding_mask(src, 0)
-                assert torch.equal(G.greedy_decode(jittered, src, max_len, BOS_ID, EOS_ID, mask),
-                                   G.greedy_decode(model, src, max_len, BOS_ID, EOS_ID, mask))
+                assert torch.equal(
+                    G.greedy_decode(jittered, src, max_len, BOS_ID, EOS_ID, mask),
+                    G.greedy_decode(model, src, max_len, BOS_ID, EOS_ID, mask),
+                )
             if one is not None:
-                assert torch.equal(G.beam_search(jittered, one, 3, beam_len, BOS_ID, EOS_ID, lp),
-                                   G.beam_search(model, one, 3, beam_len, BOS_ID, EOS_ID, lp))
+                assert torch.equal(
+                    G.beam_search(jittered, one, 3, beam_len, BOS_ID, EOS_ID, lp),
+                    G.beam_search(model, one, 3, beam_len, BOS_ID, EOS_ID, lp),
+                )

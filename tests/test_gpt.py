@@ -1,5 +1,6 @@
 """09_gpt's shared code: the text and its tokenizer, training and perplexity, the shipped
 checkpoint, the reference's cache, the attention plots, the cache's size and the stepper widget."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,7 +37,7 @@ def test_text_tokenizer_and_split():
         tok.encode("café")
     train, val = lm.split(tok.encode(text))
     assert len(train) + len(val) == len(text) and len(val) == len(text) - int(len(text) * 0.9)
-    assert tok.decode(val[:50]) == text[len(train):len(train) + 50]  # the END of the text
+    assert tok.decode(val[:50]) == text[len(train) : len(train) + 50]  # the END of the text
 
 
 def test_windows_are_the_shifted_target():
@@ -52,14 +53,17 @@ def test_reference_cache_gives_the_uncached_logits_and_tokens():
     logits, past = model(ids[:, :4])
     parts = [logits]
     for i in range(4, 10):
-        logits, past = model(ids[:, i:i + 1], past)
+        logits, past = model(ids[:, i : i + 1], past)
         parts.append(logits)
     assert torch.allclose(torch.cat(parts, 1), whole, atol=1e-10)
     assert all(torch.allclose(a, b) for (a, b), (c, d) in zip(past, present) for a, b in ((a, c), (b, d)))
     for kwargs in ({"temperature": 0}, {"temperature": 1.2, "top_k": 5}, {"top_p": 0.7}):
-        a, b = (ref.generate(model, ids[:, :3], 12, use_cache=use,
-                             generator=torch.Generator().manual_seed(3), **kwargs)
-                for use in (True, False))
+        a, b = (
+            ref.generate(
+                model, ids[:, :3], 12, use_cache=use, generator=torch.Generator().manual_seed(3), **kwargs
+            )
+            for use in (True, False)
+        )
         assert torch.equal(a, b), kwargs
     with pytest.raises(ValueError, match="max_len"):
         model(ids[:, :5], model(torch.zeros(3, 20, dtype=torch.long))[1])
@@ -87,8 +91,9 @@ def test_training_lowers_the_loss_and_perplexity_of_a_blank_model_is_the_vocabul
     data = torch.randint(0, 11, (400,), generator=torch.Generator().manual_seed(5))
     assert math.isclose(lm.perplexity(model, data, block=16), 11, rel_tol=1e-5)
     text = torch.tensor([i % 7 for i in range(600)])  # a pattern a tiny model learns at once
-    history = lm.train_lm(model, text, steps=30, block=16, batch_size=8, lr=2e-2, warmup=3,
-                          device="cpu", show="quiet")
+    history = lm.train_lm(
+        model, text, steps=30, block=16, batch_size=8, lr=2e-2, warmup=3, device="cpu", show="quiet"
+    )
     assert history.steps == 30 and sum(history.losses[-5:]) < 0.5 * sum(history.losses[:5])
     assert lm.perplexity(model, text, block=16) < 2
 
@@ -105,12 +110,16 @@ def test_shipped_checkpoint_is_described_and_reads_like_its_text(trained):
     unigram = math.exp(-(counts / counts.sum()).log()[val].mean().item())
     ppl = lm.perplexity(model, val)
     assert ppl < 0.4 * unigram and abs(ppl - info["held_out_perplexity"]) < 0.05
-    out = ref.generate(model, torch.tensor([tok.encode("ROMEO:\n")]), 120, temperature=0,
-                       generator=None)
+    out = ref.generate(model, torch.tensor([tok.encode("ROMEO:\n")]), 120, temperature=0, generator=None)
     words = tok.decode(out[0]).split()
-    assert sum(w.strip(",.:;!?'").lower() in {"the", "and", "i", "to", "of", "my", "a", "you",
-                                                "that", "is", "in", "not", "me", "with"}
-               for w in words) >= 5, words
+    assert (
+        sum(
+            w.strip(",.:;!?'").lower()
+            in {"the", "and", "i", "to", "of", "my", "a", "you", "that", "is", "in", "not", "me", "with"}
+            for w in words
+        )
+        >= 5
+    ), words
 
 
 def test_stepper_widget_writes_and_resets(trained):

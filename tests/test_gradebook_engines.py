@@ -1,6 +1,7 @@
 """One SQLAlchemy engine per gradebook in a grading process (``gradebook_engines``): nbgrader's
 Gradebook opened again and again keeps working, sees what the last one wrote, and compiles
 each statement once."""
+
 from __future__ import annotations
 
 import nbgrader.api

@@ -3,6 +3,7 @@
 tests/test_graders.py requires every buggy variant to fail with some message; here the message
 of each of these must say what the bug is (in-process, through tests/harness.py).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -38,8 +39,9 @@ def _cases():
         buggy = load_variants(VARIANTS / f"{assignment}.py").BUGGY
         for grade_id, names in cells.items():
             for name, says in names.items():
-                yield pytest.param(assignment, grade_id, buggy[grade_id][name], says,
-                                   id=f"{assignment}-{name}")
+                yield pytest.param(
+                    assignment, grade_id, buggy[grade_id][name], says, id=f"{assignment}-{name}"
+                )
 
 
 @pytest.mark.parametrize("assignment,grade_id,source,says", list(_cases()))

@@ -4,12 +4,13 @@ Variants live in tests/variants/<assignment>.py as two dicts, each {grade_id: {n
 BUGGY (each must FAIL its grade cell) and CORRECT (each must PASS it). Every graded cell of
 every solution notebook must have at least three buggy variants.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pytest
 
 from harness import ROOT, VARIANTS, cells, load_variants, run_grade_cell, variants
+
 
 def _assignments() -> list[str]:
     return sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir() and p.name[:2].isdigit())

@@ -6,6 +6,7 @@ autograde --jobs 2` and by nbgrader's own command. Every (student, grade cell) m
 score, maximum and needs-manual-grade flag. The class-size throughput benchmark
 (`python benchmarks/run.py --class-size 40`) makes the same check on a whole class.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -43,14 +44,25 @@ def test_course_autograde_equals_serial_nbgrader(tmp_path, capsys):
 
     assert main(["--root", str(parallel), "autograde", ASSIGNMENT, "--jobs", "2"]) == 0
     capsys.readouterr()
-    done = subprocess.run([str(BIN / "nbgrader"), "autograde", ASSIGNMENT, "--force"],
-                          cwd=serial, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(BIN / "nbgrader"), "autograde", ASSIGNMENT, "--force"],
+        cwd=serial,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     ours, theirs = (bench.gradebook_scores(c, ASSIGNMENT) for c in (parallel, serial))
-    cells = ["test_softmax", "test_simple_self_attention", "test_scaled_dot_product_attention",
-             "test_causal_mask"]
-    assert sorted(k for k in ours if not k[1].startswith("written_")) == sorted((s, c) for s in students for c in cells)
+    cells = [
+        "test_softmax",
+        "test_simple_self_attention",
+        "test_scaled_dot_product_attention",
+        "test_causal_mask",
+    ]
+    assert sorted(k for k in ours if not k[1].startswith("written_")) == sorted(
+        (s, c) for s in students for c in cells
+    )
     assert ours == theirs  # the written answers too
     totals = {s.split("_", 1)[1]: sum(ours[(s, c)][0] for c in cells) for s in students}
     assert totals["solution"] == 8 and totals["blank"] == 0

@@ -39,6 +39,7 @@ MANIFEST.json (tests/screenshot_manifest.py): that is how docs/screenshots/hub-*
 Skipped without root, chromium, playwright, JupyterHub or node and the proxy, except in CI,
 where any of them missing is a failure.
 """
+
 from __future__ import annotations
 
 import csv
@@ -61,11 +62,26 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_browser import (CHROMIUM, FLAGS, ROOT, api, as_typed, control_values, filled_in,
-                             free_port, last_widget_with_picture, require_browser,
-                             require_or_skip, run_all_cells, solution_cells,
-                             some_control_changes_the_picture, wait_for_one_idle_kernel,
-                             wait_until_all_cells_ran, words_broken, write_instructor_config)
+from jupyter_browser import (
+    CHROMIUM,
+    FLAGS,
+    ROOT,
+    api,
+    as_typed,
+    control_values,
+    filled_in,
+    free_port,
+    last_widget_with_picture,
+    require_browser,
+    require_or_skip,
+    run_all_cells,
+    solution_cells,
+    some_control_changes_the_picture,
+    wait_for_one_idle_kernel,
+    wait_until_all_cells_ran,
+    words_broken,
+    write_instructor_config,
+)
 from screenshot_manifest import save as save_for_docs
 from unix_users import as_user, create_user, give, passable_world, remove_user, require_users
 
@@ -79,25 +95,50 @@ VICTIM = "ben"
 PASSWORD = "attention-class-password"
 # who writes what: the exercises (solution grade ids) each student fills in; ben's second one
 # takes the softmax over the wrong dimension, a mistake the visible test names
-WORK = {"ada": {"softmax": "solution", "simple_self_attention": "solution",
-                "scaled_dot_product_attention": "solution", "causal_mask": "solution"},
-        "ben": {"softmax": "solution", "simple_self_attention": "softmax_over_dim_minus_2"}}
+WORK = {
+    "ada": {
+        "softmax": "solution",
+        "simple_self_attention": "solution",
+        "scaled_dot_product_attention": "solution",
+        "causal_mask": "solution",
+    },
+    "ben": {"softmax": "solution", "simple_self_attention": "softmax_over_dim_minus_2"},
+}
 STUDENTS = [*WORK, ATTACKER]
 # nobody answers the two written questions (graded by hand): each scores 0, "not answered"
 UNANSWERED = {"written_sqrt_dk": 0, "written_mask_before_softmax": 0}
-EXPECTED = {"ada": {"test_softmax": 2, "test_simple_self_attention": 2,
-                    "test_scaled_dot_product_attention": 3, "test_causal_mask": 1, **UNANSWERED},
-            "ben": {"test_softmax": 2, "test_simple_self_attention": 0,
-                    "test_scaled_dot_product_attention": 0, "test_causal_mask": 0, **UNANSWERED},
-            # mallory writes softmax, and submits after the due date: 2 points, less all of them
-            ATTACKER: {"test_softmax": 2, "test_simple_self_attention": 0,
-                       "test_scaled_dot_product_attention": 0, "test_causal_mask": 0, **UNANSWERED}}
+EXPECTED = {
+    "ada": {
+        "test_softmax": 2,
+        "test_simple_self_attention": 2,
+        "test_scaled_dot_product_attention": 3,
+        "test_causal_mask": 1,
+        **UNANSWERED,
+    },
+    "ben": {
+        "test_softmax": 2,
+        "test_simple_self_attention": 0,
+        "test_scaled_dot_product_attention": 0,
+        "test_causal_mask": 0,
+        **UNANSWERED,
+    },
+    # mallory writes softmax, and submits after the due date: 2 points, less all of them
+    ATTACKER: {
+        "test_softmax": 2,
+        "test_simple_self_attention": 0,
+        "test_scaled_dot_product_attention": 0,
+        "test_causal_mask": 0,
+        **UNANSWERED,
+    },
+}
 LATE = {ATTACKER}
 NAMES = {"ada": ("Ada", "Lovelace"), "ben": ("Ben", "Okafor"), ATTACKER: ("Mallory", "Mallet")}
 MAX_SCORE = 12  # 8 of tests, 4 of written answers
 # what each student sees under a test cell after running the notebook
-SEEN = {"ada": "scaled_dot_product_attention: all visible checks passed.",
-        "ben": "simple_self_attention: the weights are transposed"}
+SEEN = {
+    "ada": "scaled_dot_product_attention: all visible checks passed.",
+    "ben": "simple_self_attention: the weights are transposed",
+}
 # hidden tests' source, and what the hidden checks print
 HIDDEN = ("BEGIN HIDDEN TESTS", "hidden=True", "hidden checks")
 EARLY = "2020-01-01 00:00:00.000000 UTC"  # the time mallory writes everywhere
@@ -114,19 +155,25 @@ def _require_hub() -> None:
     except ImportError:
         require_or_skip("JupyterHub is not installed (scripts/setup.sh --test installs it)")
     if not shutil.which("node"):
-        require_or_skip("no node on this machine: install Node.js and npm, then run "
-                        "scripts/setup.sh --test, to run the JupyterHub test")
+        require_or_skip(
+            "no node on this machine: install Node.js and npm, then run "
+            "scripts/setup.sh --test, to run the JupyterHub test"
+        )
     if not CHP.exists():
-        require_or_skip(f"no configurable-http-proxy at {CHP.relative_to(ROOT)}: "
-                        "scripts/setup.sh --test installs it with npm")
+        require_or_skip(
+            f"no configurable-http-proxy at {CHP.relative_to(ROOT)}: "
+            "scripts/setup.sh --test installs it with npm"
+        )
     require_users()
 
 
 # --------------------------------------------------------------------------- the student side
 
+
 def _variant(grade_id: str, name: str) -> str:
     """A buggy implementation from tests/variants/, as the student types it."""
     from harness import load_variants
+
     module = load_variants(ROOT / "tests" / "variants" / f"{ASSIGNMENT}.py")
     return module.BUGGY[f"test_{grade_id}"][name].strip("\n")
 
@@ -145,13 +192,37 @@ def student_environment(student_side: Path, env: Path) -> Path:
     python = env / "bin" / "python"
     wheels = list((student_side / "wheels").glob("*.whl"))
     assert len(wheels) == 1, wheels
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                    "--no-deps", "--no-index", str(wheels[0])], check=True, timeout=300)
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheels[0]),
+        ],
+        check=True,
+        timeout=300,
+    )
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+    )
     ours = Path(sysconfig.get_paths()["purelib"])
     for entry in ours.iterdir():
-        if entry.name.startswith(("attention_course", "__editable__", "course_")) or (site / entry.name).exists():
+        if (
+            entry.name.startswith(("attention_course", "__editable__", "course_"))
+            or (site / entry.name).exists()
+        ):
             continue
         (site / entry.name).symlink_to(entry)
     (env / "share").mkdir(exist_ok=True)
@@ -162,17 +233,26 @@ def student_environment(student_side: Path, env: Path) -> Path:
     disabled = re.findall(r"jupyter (labextension|server extension) disable \S+ (\S+)", dockerfile)
     assert disabled, "the Dockerfile disables no extension: the students would get the Formgrader"
     for kind, name in disabled:
-        module = "jupyterlab.labextensions" if kind == "labextension" else "jupyter_server.extension.serverextension"
+        module = (
+            "jupyterlab.labextensions"
+            if kind == "labextension"
+            else "jupyter_server.extension.serverextension"
+        )
         level = "--level=sys_prefix" if kind == "labextension" else "--sys-prefix"
-        subprocess.run([str(python), "-m", module, "disable", level, name], check=True,
-                       capture_output=True, timeout=120)
+        subprocess.run(
+            [str(python), "-m", module, "disable", level, name], check=True, capture_output=True, timeout=120
+        )
     return python
 
 
 def _imports(python: Path, module: str) -> bool:
     """Whether ``python`` (run outside the checkout) can import ``module``."""
-    return subprocess.run([str(python), "-c", f"import {module}"], cwd=python.parent,
-                          capture_output=True, timeout=120).returncode == 0
+    return (
+        subprocess.run(
+            [str(python), "-c", f"import {module}"], cwd=python.parent, capture_output=True, timeout=120
+        ).returncode
+        == 0
+    )
 
 
 # --------------------------------------------------------------------------- the hub
@@ -239,6 +319,7 @@ class Hub:
     def server_processes(self, user: str):
         """The processes of ``user``'s server: the server and its kernels."""
         import psutil
+
         model = api(f"{self.url}/hub/api/users/{user}", self.token)
         pid = model["servers"][""]["state"]["pid"]
         server = psutil.Process(pid)
@@ -255,8 +336,9 @@ def wait_for_server(hub: Hub, user: str) -> None:
         time.sleep(0.5)
 
 
-def terminal(hub: Hub, user: str, *command: str, env: dict | None = None, cwd: Path | None = None,
-             status: int = 0) -> str:
+def terminal(
+    hub: Hub, user: str, *command: str, env: dict | None = None, cwd: Path | None = None, status: int = 0
+) -> str:
     """``command`` typed in a terminal of ``user``'s server: run as that Unix user, with the
     server's own environment (and ``env``), in the user's home (or ``cwd``). Its output; the
     exit status must be ``status``."""
@@ -264,8 +346,14 @@ def terminal(hub: Hub, user: str, *command: str, env: dict | None = None, cwd: P
     server = hub.server_processes(user)[0]
     environment = {**server.environ(), "TERM": "xterm", **(env or {})}
     program = shutil.which(command[0], path=environment["PATH"]) or command[0]
-    done = as_user(hub.world, hub.users[user], [program, *command[1:]], cwd=cwd or hub.homes / user,
-                   env=environment, timeout=600)
+    done = as_user(
+        hub.world,
+        hub.users[user],
+        [program, *command[1:]],
+        cwd=cwd or hub.homes / user,
+        env=environment,
+        timeout=600,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == status, f"{user}$ {' '.join(command)} (exit {done.returncode}):\n{output}"
     return output
@@ -307,42 +395,75 @@ def hub(tmp_path_factory):
         # side built from it.
         course = homes / INSTRUCTOR / "attention-course"
         for part in ("solutions", "notebooks"):
-            shutil.copytree(ROOT / part, course / part,
-                            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+            shutil.copytree(
+                ROOT / part, course / part, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
+            )
         for part in ("nbgrader_config.py", "pyproject.toml", "scripts/constraints.txt"):
             (course / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(ROOT / part, course / part)
         with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
-            config.write(f"\nc.Exchange.root = {str(exchange)!r}\n"
-                         'c.LateSubmissionPlugin.penalty_method = "zero"\n')
+            config.write(
+                f'\nc.Exchange.root = {str(exchange)!r}\nc.LateSubmissionPlugin.penalty_method = "zero"\n'
+            )
         write_instructor_config(homes / INSTRUCTOR / ".jupyter", course)
         assert main(["--root", str(course), "build-student", str(top / "student-side")]) == 0
         student_python = student_environment(top / "student-side", top / "student-env")
         assert not _imports(student_python, "course_grading"), "the students can import the grading side"
 
         for name, user in users.items():  # nobody is asked about Jupyter's news feed (no internet)
-            settings = homes / name / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+            settings = (
+                homes / name / ".jupyter" / "lab" / "user-settings" / "@jupyterlab" / "apputils-extension"
+            )
             settings.mkdir(parents=True, exist_ok=True)
             (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
             give(homes / name, user)
 
         port, token = free_port(), os.urandom(16).hex()
         pythons = {INSTRUCTOR: sys.executable, "*": str(student_python)}
-        (state / "jupyterhub_config.py").write_text(HUB_CONFIG.format(
-            port=port, hub_port=free_port(), proxy_api_port=free_port(), chp=str(CHP),
-            state=str(state), password=PASSWORD, users=set(users), token=token,
-            pythons=pythons), encoding="utf-8")
-        env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin",
-               "HOME": str(state), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        (state / "jupyterhub_config.py").write_text(
+            HUB_CONFIG.format(
+                port=port,
+                hub_port=free_port(),
+                proxy_api_port=free_port(),
+                chp=str(CHP),
+                state=str(state),
+                password=PASSWORD,
+                users=set(users),
+                token=token,
+                pythons=pythons,
+            ),
+            encoding="utf-8",
+        )
+        env = {
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(state),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+        }
         log = open(state / "jupyterhub.log", "w")  # read it when the test fails
         # where this Python lies out of other users' reach, the hub and all it starts run where
         # they can reach it (a mount namespace of their own; nothing changes outside it)
         world = passable_world()
-        proc = subprocess.Popen([*world, sys.executable, "-m", "jupyterhub",
-                                 "-f", str(state / "jupyterhub_config.py")], cwd=state, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        hub = Hub(f"http://127.0.0.1:{port}", token, state, homes, course, exchange, shots, proc,
-                  users, pythons, proc.pid if world else None)
+        proc = subprocess.Popen(
+            [*world, sys.executable, "-m", "jupyterhub", "-f", str(state / "jupyterhub_config.py")],
+            cwd=state,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        hub = Hub(
+            f"http://127.0.0.1:{port}",
+            token,
+            state,
+            homes,
+            course,
+            exchange,
+            shots,
+            proc,
+            users,
+            pythons,
+            proc.pid if world else None,
+        )
         deadline = time.time() + LIMIT_S
         while True:
             try:
@@ -366,6 +487,7 @@ def hub(tmp_path_factory):
 def _stop(proc: subprocess.Popen) -> None:
     """Stop the hub, which stops the users' servers and the proxy; then anything of it left."""
     import psutil
+
     try:
         started = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
@@ -436,6 +558,7 @@ for student in ("<img src=x onerror=alert(1)>".encode(), b"\\xff\\xfe"):
 
 # --------------------------------------------------------------------------- in the browser
 
+
 class MemoryWatch(threading.Thread):
     """The peak of the memory (resident sets) of a user's server and its kernels together,
     sampled every 0.2 s."""
@@ -447,6 +570,7 @@ class MemoryWatch(threading.Thread):
 
     def run(self):
         import psutil
+
         while not self._stop_event.is_set():
             total = 0
             for p in {self.server, *self.server.children(recursive=True)}:
@@ -493,8 +617,9 @@ def open_from_nbgrader_menu(page, command: str) -> None:
 def assignment_rows(page, which: str, count: int):
     """The rows of the Assignments tab's list ``which`` (released, fetched, submitted), once
     it has ``count`` of them."""
-    page.wait_for_function(f"() => document.querySelectorAll('#{which}_assignments_list > .list_item')"
-                           f".length === {count}")
+    page.wait_for_function(
+        f"() => document.querySelectorAll('#{which}_assignments_list > .list_item').length === {count}"
+    )
     return page.locator(f"#{which}_assignments_list > .list_item")
 
 
@@ -508,8 +633,15 @@ def write_exercise(page, grade_id: str, source: str) -> None:
 
 
 # the pictures docs/screenshots/ shows (COURSE_SCREENSHOTS); the others stay in the tmp dir
-FOR_DOCS = {"hub-assignments", "hub-ada-test", "hub-ben-test", "hub-ada-widget", "hub-formgrader",
-            "hub-ben-feedback", "hub-ben-feedback-message"}
+FOR_DOCS = {
+    "hub-assignments",
+    "hub-ada-test",
+    "hub-ben-test",
+    "hub-ada-widget",
+    "hub-formgrader",
+    "hub-ben-feedback",
+    "hub-ben-feedback-message",
+}
 
 
 def shoot(hub: Hub, page, name: str, **state) -> None:
@@ -518,8 +650,9 @@ def shoot(hub: Hub, page, name: str, **state) -> None:
     path = hub.shots / f"{name}.png"
     page.screenshot(path=str(path))
     if name in FOR_DOCS:
-        save_for_docs(lambda copy: shutil.copy(path, copy), name,
-                      f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb", state)
+        save_for_docs(
+            lambda copy: shutil.copy(path, copy), name, f"notebooks/{ASSIGNMENT}/{ASSIGNMENT}.ipynb", state
+        )
 
 
 def save(page) -> None:
@@ -538,9 +671,11 @@ def to_the_middle(locator) -> None:
     raise AssertionError(f"{locator} never came into view: the screenshot would not show it")
 
 
-IN_VIEW = ("e => { const r = e.getBoundingClientRect(); let w = window;"
-           " return r.height > 0 && r.top >= 0 && r.bottom <= w.innerHeight && r.left >= 0"
-           " && r.right <= w.innerWidth; }")
+IN_VIEW = (
+    "e => { const r = e.getBoundingClientRect(); let w = window;"
+    " return r.height > 0 && r.top >= 0 && r.bottom <= w.innerHeight && r.left >= 0"
+    " && r.right <= w.innerWidth; }"
+)
 
 
 def in_view(locator) -> bool:
@@ -559,8 +694,11 @@ def settled(hub: Hub, student: str, page, image) -> None:
         page.wait_for_timeout(500)
         now = image.get_attribute("src")
         stable, last = (stable + 1, last) if now == last else (0, now)
-    page.wait_for_function("() => { const bar = document.querySelector('#jp-main-statusbar');"
-                           " return !bar || !/\\|\\s*Busy/.test(bar.innerText); }", timeout=LIMIT_S * 1000)
+    page.wait_for_function(
+        "() => { const bar = document.querySelector('#jp-main-statusbar');"
+        " return !bar || !/\\|\\s*Busy/.test(bar.innerText); }",
+        timeout=LIMIT_S * 1000,
+    )
 
 
 def student_starts(hub: Hub, browser, student: str):
@@ -599,7 +737,8 @@ def student_finishes(hub: Hub, student: str, page, watch):
         wait_until_all_cells_ran(page)
         widget, image = last_widget_with_picture(page)
         assert some_control_changes_the_picture(page, widget, image, image.get_attribute("src")), (
-            "no control of the widget changed its picture")
+            "no control of the widget changed its picture"
+        )
         settled(hub, student, page, image)
         to_the_middle(widget)
         shoot(hub, page, "hub-ada-widget", user=student, controls=control_values(widget))
@@ -608,8 +747,7 @@ def student_finishes(hub: Hub, student: str, page, watch):
     hub.peaks[student] = watch.stop()
     to_the_middle(message)
     assert not words_broken(message), words_broken(message)  # lines break between words
-    shoot(hub, page, f"hub-{student}-test", user=student, exercises=WORK[student],
-          then="Run All Cells")
+    shoot(hub, page, f"hub-{student}-test", user=student, exercises=WORK[student], then="Run All Cells")
     save(page)
     page.click(".lm-TabBar-tab:has-text('Assignments')")
     fetched = assignment_rows(page, "fetched", 1)
@@ -630,12 +768,17 @@ def formgrader_scores(hub: Hub, browser, count: int) -> dict:
     page.wait_for_function(  # every row, each with its score
         "() => { const f = document.querySelector('iframe');"
         " const cells = f && f.contentDocument ? [...f.contentDocument.querySelectorAll('td.score')] : [];"
-        f" return cells.length === {count} && cells.every(c => c.textContent.includes('/')); }}")
+        f" return cells.length === {count} && cells.every(c => c.textContent.includes('/')); }}"
+    )
     to_the_middle(rows.first)
     shoot(hub, page, "hub-formgrader", user=INSTRUCTOR, tab="Formgrader, Manage Submissions")
-    return {r.locator("td.student-id").inner_text().strip(): (r.locator("td.student-name").inner_text().strip(),
-                                                               r.locator("td.score").inner_text().strip())
-            for r in rows.all()}
+    return {
+        r.locator("td.student-id").inner_text().strip(): (
+            r.locator("td.student-name").inner_text().strip(),
+            r.locator("td.score").inner_text().strip(),
+        )
+        for r in rows.all()
+    }
 
 
 def feedback_seen(hub: Hub, page, student: str) -> str:
@@ -652,15 +795,17 @@ def feedback_seen(hub: Hub, page, student: str) -> str:
     message = body.locator("pre, .output_text").filter(has_text=SEEN[student]).first
     to_the_middle(message)
     # the whole message shows, wrapped at the page's edge (FeedbackStyle), its hint included
-    assert message.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), "the message runs past the page's edge"
+    assert message.evaluate("e => e.scrollWidth <= e.clientWidth + 1"), (
+        "the message runs past the page's edge"
+    )
     assert not words_broken(message), words_broken(message)
     shoot(hub, page, f"hub-{student}-feedback-message", user=student, opened="feedback")
     return body.inner_text()
 
 
 def test_a_class_on_jupyterhub(hub):
-    from playwright.sync_api import sync_playwright
     import nbformat
+    from playwright.sync_api import sync_playwright
 
     for user in [*STUDENTS, INSTRUCTOR]:  # the users' servers start meanwhile
         api(f"{hub.url}/hub/api/users/{user}/server", hub.token, method="POST", timeout=LIMIT_S)
@@ -675,14 +820,25 @@ def test_a_class_on_jupyterhub(hub):
     # the course's folder and outbound/ are the instructor's alone; students may drop into
     # inbound but neither list it nor move what others dropped (sticky)
     owner = hub.users[INSTRUCTOR].pw_uid
-    for folder, mode in ((COURSE_ID, 0o755), (f"{COURSE_ID}/outbound", 0o755),
-                         (f"{COURSE_ID}/inbound", 0o3733)):
+    for folder, mode in (
+        (COURSE_ID, 0o755),
+        (f"{COURSE_ID}/outbound", 0o755),
+        (f"{COURSE_ID}/inbound", 0o3733),
+    ):
         info = (hub.exchange / folder).stat()
         assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (owner, mode), folder
 
     # mallory, in a terminal: cannot replace the release; what is fetched is the instructor's.
-    attempts = terminal(hub, ATTACKER, hub.python(ATTACKER), "-c", AGAINST_THE_RELEASE,
-                        str(hub.exchange), COURSE_ID, ASSIGNMENT)
+    attempts = terminal(
+        hub,
+        ATTACKER,
+        hub.python(ATTACKER),
+        "-c",
+        AGAINST_THE_RELEASE,
+        str(hub.exchange),
+        COURSE_ID,
+        ASSIGNMENT,
+    )
     assert attempts.split() == ["denied"] * 4, attempts
     terminal(hub, ATTACKER, hub.python(ATTACKER), "-m", "nbgrader", "fetch_assignment", ASSIGNMENT)
     assert (hub.homes / ATTACKER / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == release.read_bytes()
@@ -700,27 +856,43 @@ def test_a_class_on_jupyterhub(hub):
                     api(f"{hub.server(student)}/formgrader/api/assignments", hub.token)
 
             # What was submitted is what each student wrote, under the student's name, theirs.
-            submitted = {p.name.split("+")[0]: pwd.getpwuid(p.stat().st_uid).pw_name
-                         for p in inbound.iterdir()}
+            submitted = {
+                p.name.split("+")[0]: pwd.getpwuid(p.stat().st_uid).pw_name for p in inbound.iterdir()
+            }
             assert submitted == {s: s for s in WORK}
             for student, work in WORK.items():
                 nb = nbformat.read(str(hub.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"), 4)
-                written = {c.metadata["nbgrader"]["grade_id"]: c.source for c in nb.cells
-                           if c.metadata.get("nbgrader", {}).get("solution")}
+                written = {
+                    c.metadata["nbgrader"]["grade_id"]: c.source
+                    for c in nb.cells
+                    if c.metadata.get("nbgrader", {}).get("solution")
+                }
                 for grade_id, how in work.items():
                     assert written[grade_id].strip() == _answer(grade_id, how).strip(), (student, grade_id)
 
             # The due date passes (the instructor sets it to now).
             due = datetime.now(timezone.utc).replace(tzinfo=None)
-            instructor(hub, "nbgrader", "db", "assignment", "add", ASSIGNMENT,
-                       f"--duedate={due.isoformat()} UTC")
+            instructor(
+                hub, "nbgrader", "db", "assignment", "add", ASSIGNMENT, f"--duedate={due.isoformat()} UTC"
+            )
 
             # mallory, in a terminal: submits the blank release as ben, then their own work
             # (softmax), back-dated, and leaves folders named with no student id.
-            terminal(hub, ATTACKER, hub.python(ATTACKER), "-m", "nbgrader", "submit", ASSIGNMENT,
-                     f"--student={VICTIM}", env={"JUPYTERHUB_USER": VICTIM})
-            give(filled_in(ASSIGNMENT, hub.homes / ATTACKER / ASSIGNMENT, written={"softmax"}),
-                 hub.users[ATTACKER])
+            terminal(
+                hub,
+                ATTACKER,
+                hub.python(ATTACKER),
+                "-m",
+                "nbgrader",
+                "submit",
+                ASSIGNMENT,
+                f"--student={VICTIM}",
+                env={"JUPYTERHUB_USER": VICTIM},
+            )
+            give(
+                filled_in(ASSIGNMENT, hub.homes / ATTACKER / ASSIGNMENT, written={"softmax"}),
+                hub.users[ATTACKER],
+            )
             said = terminal(hub, ATTACKER, hub.python(ATTACKER), "-m", "nbgrader", "submit", ASSIGNMENT)
             mine = re.search(r"Destination: (\S+\+\S+ \S+ \S+\+\S+)", said).group(1)
             terminal(hub, ATTACKER, hub.python(ATTACKER), "-c", BACK_DATE, mine, EARLY, str(EARLY_EPOCH))
@@ -736,8 +908,9 @@ def test_a_class_on_jupyterhub(hub):
             collected = hub.course / "submitted"
             assert sorted(p.name for p in collected.iterdir()) == sorted(STUDENTS)
             for student in STUDENTS:  # each graded on their own notebook (ben too)
-                assert (collected / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == \
-                    (hub.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes(), student
+                assert (collected / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb").read_bytes() == (
+                    hub.homes / student / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+                ).read_bytes(), student
             # the time is the exchange's record of the last change, not what mallory wrote
             stamped = (collected / ATTACKER / ASSIGNMENT / "timestamp.txt").read_text()
             assert stamped != EARLY and datetime.strptime(stamped, "%Y-%m-%d %H:%M:%S.%f %Z") > due, stamped
@@ -751,15 +924,18 @@ def test_a_class_on_jupyterhub(hub):
             # The class list, so that the Formgrader shows names (docs/guides/grading.md, "Names"):
             # a CSV as an LMS exports it, into the gradebook.
             roster = hub.course / "roster.csv"
-            roster.write_text("Username,First name,Last name,Email address\n" + "".join(
-                f"{s},{first},{last},{s}@example.org\n" for s, (first, last) in NAMES.items()))
+            roster.write_text(
+                "Username,First name,Last name,Email address\n"
+                + "".join(f"{s},{first},{last},{s}@example.org\n" for s, (first, last) in NAMES.items())
+            )
             os.chmod(roster, 0o644)
             assert "3 students imported" in instructor(hub, "course", "roster", "import", str(roster))
 
             # The Formgrader tab shows the submissions, with the students' names, and the scores
             # of reports/grades.csv.
             assert formgrader_scores(hub, browser, len(STUDENTS)) == {
-                s: (f"{NAMES[s][1]}, {NAMES[s][0]}", f"{totals[s]:g} / {MAX_SCORE}") for s in STUDENTS}
+                s: (f"{NAMES[s][1]}, {NAMES[s][0]}", f"{totals[s]:g} / {MAX_SCORE}") for s in STUDENTS
+            }
 
             # Instructor: feedback, released through the exchange.
             instructor(hub, "course", "feedback", ASSIGNMENT)
@@ -777,9 +953,11 @@ def test_a_class_on_jupyterhub(hub):
             exported = {r["student_id"]: r for r in csv.DictReader(export.open(encoding="utf-8"))}
             assert {s: float(r["raw_score"]) for s, r in exported.items()} == totals
             assert {s: float(r["late_submission_penalty"]) for s, r in exported.items()} == {
-                s: totals[s] if s in LATE else 0.0 for s in STUDENTS}
+                s: totals[s] if s in LATE else 0.0 for s in STUDENTS
+            }
             assert {s: float(r["score"]) for s, r in exported.items()} == {
-                s: 0.0 if s in LATE else totals[s] for s in STUDENTS}
+                s: 0.0 if s in LATE else totals[s] for s in STUDENTS
+            }
         except Exception:
             for n, context in enumerate(browser.contexts):  # what each user saw when it failed
                 for m, page in enumerate(context.pages):
@@ -789,7 +967,9 @@ def test_a_class_on_jupyterhub(hub):
             browser.close()
 
     # A 2 GB server is enough: each student's server and kernel together stayed far below it.
-    print("peak memory of each student's server and kernel:",
-          ", ".join(f"{s} {peak / 2**20:.0f} MiB" for s, peak in hub.peaks.items()))
+    print(
+        "peak memory of each student's server and kernel:",
+        ", ".join(f"{s} {peak / 2**20:.0f} MiB" for s, peak in hub.peaks.items()),
+    )
     for student, peak in hub.peaks.items():
         assert 0 < peak < 2 * 2**30, f"{student}'s server peaked at {peak / 2**20:.0f} MiB"

@@ -25,6 +25,7 @@ The rest runs in-process, without a browser: the sanitizer on each payload class
 course's own markdown, the Formgrader's exporter as nbgrader_config.py sets it, the template
 nonces, student ids, the exchange collect.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,13 +42,21 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
-from jupyter_browser import (CHROMIUM, FLAGS, ROOT, filled_in, free_port, jupyter_server,
-                             require_browser, write_instructor_config)
 from course_grading import untrusted
 from course_grading.instructor_server import handler_hashes, nonce_scripts
 from course_grading.preprocessors import SanitizeNotebook
 from course_grading.preprocessors.limited_execute import HIDDEN_MIME
 from course_grading.preprocessors.sanitize import render_markdown
+from jupyter_browser import (
+    CHROMIUM,
+    FLAGS,
+    ROOT,
+    filled_in,
+    free_port,
+    jupyter_server,
+    require_browser,
+    write_instructor_config,
+)
 
 A = "05_positional_encoding"
 BIN = Path(sys.executable).parent
@@ -59,10 +68,17 @@ HTML_ID = "<img src=x onerror=window.__pwned=1>"
 def payload(tag: str) -> str:
     """JavaScript that, if it runs, records ``tag``, sets the title and writes PWNED-<tag>.txt
     into the server's root (no double quote: it goes into HTML attributes)."""
-    return ("(window.__pwned=window.__pwned||[]).push('" + tag + "');document.title='PWNED " + tag
-            + "';fetch('/api/contents/PWNED-" + tag + ".txt',{method:'PUT',headers:{'Content-Type':"
-            "'application/json','X-XSRFToken':(document.cookie.match(/_xsrf=([^;]*)/)||[])[1]},"
-            "body:JSON.stringify({type:'file',format:'text',content:'x'})})")
+    return (
+        "(window.__pwned=window.__pwned||[]).push('"
+        + tag
+        + "');document.title='PWNED "
+        + tag
+        + "';fetch('/api/contents/PWNED-"
+        + tag
+        + ".txt',{method:'PUT',headers:{'Content-Type':"
+        "'application/json','X-XSRFToken':(document.cookie.match(/_xsrf=([^;]*)/)||[])[1]},"
+        "body:JSON.stringify({type:'file',format:'text',content:'x'})})"
+    )
 
 
 def img(tag: str) -> str:
@@ -73,9 +89,11 @@ MATH = r"The student's own formula: $\sqrt{d_k} < \frac{QK^\top}{2}$ and $a_{ij}
 # TeX that MathJax turns into markup: an overlay over the whole page (\style), a javascript:
 # link (\href), an element id and class of the Formgrader's own page (\cssId, \class).
 # Its Safe extension, which the Formgrader's MathJax loads, must keep the text and drop the rest.
-MATH_MARKUP = (r"$\style{position:fixed;top:0;left:0;width:100%;height:100%;background:red}"
-               r"{\text{mjoverlay}}$ $\href{javascript:window.__pwned=['mjhref']}{\text{mjlink}}$ "
-               r"$\cssId{notebook-container}{\text{mjid}}$ $\class{btn}{\text{mjclass}}$")
+MATH_MARKUP = (
+    r"$\style{position:fixed;top:0;left:0;width:100%;height:100%;background:red}"
+    r"{\text{mjoverlay}}$ $\href{javascript:window.__pwned=['mjhref']}{\text{mjlink}}$ "
+    r"$\cssId{notebook-container}{\text{mjid}}$ $\class{btn}{\text{mjclass}}$"
+)
 MATH_MARKUP_SAFE = """() => { const box = document.querySelector('#notebook-container');
   const inside = [...box.querySelectorAll('.MathJax_Preview *, .MathJax *, mjx-container *')];
   const typeset = inside.map(e => e.textContent).join(' ');
@@ -86,22 +104,27 @@ MATH_MARKUP_SAFE = """() => { const box = document.querySelector('#notebook-cont
           ids: inside.filter(e => e.id === 'notebook-container').length,
           classes: inside.filter(e => e.classList.contains('btn')).length}; }"""
 TEXT = "hello from the student's notebook"
-SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" onload="' + payload("svg")
-       + '"><script>' + payload("svgscript") + "</script></svg>")
+SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" onload="'
+    + payload("svg")
+    + '"><script>'
+    + payload("svgscript")
+    + "</script></svg>"
+)
 # what the student's cells do when they run (the outputs come from the kernel)
 PAYLOAD_CODE = textwrap.dedent(f"""\
     from IPython.display import HTML, SVG, Javascript, Markdown, display
     print({TEXT!r})
-    display(HTML({img('html') + '<script>' + payload('htmlscript') + '</script><b>bold html</b>'!r}))
-    display(Javascript({payload('js')!r}))
+    display(HTML({img("html") + "<script>" + payload("htmlscript") + "</script><b>bold html</b>"!r}))
+    display(Javascript({payload("js")!r}))
     display({{"image/svg+xml": {SVG!r}, "text/plain": "an svg"}}, raw=True)
-    display(Markdown({img('mdout') + ' markdown output $x^2$'!r}))
-    display({{"text/html": {'<iframe srcdoc="<script>parent.' + payload('iframe') + '</script>"></iframe>'!r},
+    display(Markdown({img("mdout") + " markdown output $x^2$"!r}))
+    display({{"text/html": {'<iframe srcdoc="<script>parent.' + payload("iframe") + '</script>"></iframe>'!r},
              "text/vnd.mermaid": "graph TD; A-->B", "text/plain": "mixed"}}, raw=True)
     """)
 WIDGET_CODE = textwrap.dedent(f"""\
     import ipywidgets as W
-    display(W.HTML({img('widget')!r}))
+    display(W.HTML({img("widget")!r}))
     """)
 PLOT_CODE = textwrap.dedent("""\
     %matplotlib inline
@@ -111,8 +134,10 @@ PLOT_CODE = textwrap.dedent("""\
     plt.title("student plot")
     plt.show()
     """)
-MARKDOWN = (f"## My notes\n\n{MATH}\n\n{MATH_MARKUP}\n\n{img('md')} <svg onload=\"{payload('mdsvg')}\"></svg>\n\n"
-            f"<script>{payload('mdscript')}</script>\n\n[a link](javascript:{payload('mdlink')})\n")
+MARKDOWN = (
+    f'## My notes\n\n{MATH}\n\n{MATH_MARKUP}\n\n{img("md")} <svg onload="{payload("mdsvg")}"></svg>\n\n'
+    f"<script>{payload('mdscript')}</script>\n\n[a link](javascript:{payload('mdlink')})\n"
+)
 CONTROL_TAGS = {"md", "html", "htmlscript", "js", "mdout"}  # what plain nbconvert runs
 
 
@@ -127,8 +152,12 @@ def payload_cells() -> list:
 def hostile_notebook(dest: Path, name: str = A) -> Path:
     path = filled_in(A, dest, name=name)
     nb = nbformat.read(path, as_version=4)
-    written = [c for c in nb.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")]
-    written[-1].source += f"\n\n{img('written')} <script>{payload('writtenscript')}</script>"  # graded by hand
+    written = [
+        c for c in nb.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")
+    ]
+    written[
+        -1
+    ].source += f"\n\n{img('written')} <script>{payload('writtenscript')}</script>"  # graded by hand
     nb.cells += payload_cells()
     nb.metadata["title"] = "</title><script>" + payload("title") + "</script>"
     nbformat.write(nb, path)
@@ -141,34 +170,70 @@ def with_outputs(nb):
     markdown, tagged, widget, plot = nb.cells[-4:]
     tagged.outputs = [
         new_output("stream", name="stdout", text=TEXT + "\n"),
-        new_output("display_data", data={"text/html": img("html") + "<script>" + payload("htmlscript")
-                                         + "</script><b>bold html</b>", "text/plain": "<HTML>"}),
+        new_output(
+            "display_data",
+            data={
+                "text/html": img("html") + "<script>" + payload("htmlscript") + "</script><b>bold html</b>",
+                "text/plain": "<HTML>",
+            },
+        ),
         new_output("display_data", data={"application/javascript": payload("js"), "text/plain": "<JS>"}),
         new_output("display_data", data={"image/svg+xml": SVG, "text/plain": "an svg"}),
-        new_output("display_data", data={"text/markdown": img("mdout") + " markdown output $x^2$",
-                                         "text/plain": "<Markdown>"}),
-        new_output("execute_result", data={"text/plain": "1"}, execution_count=1,
-                   metadata={"filenames": {"image/png": "x\" onerror=\"" + payload("fname")}}),
+        new_output(
+            "display_data",
+            data={"text/markdown": img("mdout") + " markdown output $x^2$", "text/plain": "<Markdown>"},
+        ),
+        new_output(
+            "execute_result",
+            data={"text/plain": "1"},
+            execution_count=1,
+            metadata={"filenames": {"image/png": 'x" onerror="' + payload("fname")}},
+        ),
         new_output("display_data", data={HIDDEN_MIME: {"hidden_tests": True}}),
     ]
-    widget.outputs = [new_output("display_data", data={
-        "application/vnd.jupyter.widget-view+json": {"model_id": "m1", "version_major": 2, "version_minor": 0},
-        "text/plain": "HTML(value='...')"})]
-    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {
-        "state": {"m1": {"model_name": "HTMLModel", "model_module": "@jupyter-widgets/controls",
-                         "model_module_version": "2.0.0", "state": {"value": img("widgetstate")}}},
-        "version_major": 2, "version_minor": 0}}
+    widget.outputs = [
+        new_output(
+            "display_data",
+            data={
+                "application/vnd.jupyter.widget-view+json": {
+                    "model_id": "m1",
+                    "version_major": 2,
+                    "version_minor": 0,
+                },
+                "text/plain": "HTML(value='...')",
+            },
+        )
+    ]
+    nb.metadata["widgets"] = {
+        "application/vnd.jupyter.widget-state+json": {
+            "state": {
+                "m1": {
+                    "model_name": "HTMLModel",
+                    "model_module": "@jupyter-widgets/controls",
+                    "model_module_version": "2.0.0",
+                    "state": {"value": img("widgetstate")},
+                }
+            },
+            "version_major": 2,
+            "version_minor": 0,
+        }
+    }
     return nb
 
 
 # ------------------------------------------------------------------ in-process, no browser
 
+
 def test_course_markdown_is_kept_as_written():
     """Every markdown cell of the course renders to HTML that bleach leaves as it is: the
     sanitizer keeps them all, word for word (math, code, tables)."""
     sanitizer = SanitizeNotebook()
-    cells = [c for path in sorted((ROOT / "solutions").glob("*/*.ipynb"))
-             for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+    cells = [
+        c
+        for path in sorted((ROOT / "solutions").glob("*/*.ipynb"))
+        for c in nbformat.read(path, as_version=4).cells
+        if c.cell_type == "markdown"
+    ]
     assert len(cells) > 100
     changed = [c.source[:60] for c in cells if sanitizer.sanitize_markdown(c.source) != c.source]
     assert not changed
@@ -176,11 +241,26 @@ def test_course_markdown_is_kept_as_written():
 
 def test_every_payload_class_is_made_inert(tmp_path):
     nb = with_outputs(nbformat.read(hostile_notebook(tmp_path), as_version=4))
-    nb.cells.append(new_code_cell("x = 1", metadata={"nbgrader": {
-        "grade_id": '"><img src=x onerror=alert(1)>', "solution": True, "grade": False,
-        "locked": False, "schema_version": 3}}))
-    nb.cells.append(new_markdown_cell("![a](attachment:a.svg)", attachments={
-        "a.svg": {"image/svg+xml": "PHN2Zz48L3N2Zz4=", "image/png": "iVBORw0KGgo="}}))
+    nb.cells.append(
+        new_code_cell(
+            "x = 1",
+            metadata={
+                "nbgrader": {
+                    "grade_id": '"><img src=x onerror=alert(1)>',
+                    "solution": True,
+                    "grade": False,
+                    "locked": False,
+                    "schema_version": 3,
+                }
+            },
+        )
+    )
+    nb.cells.append(
+        new_markdown_cell(
+            "![a](attachment:a.svg)",
+            attachments={"a.svg": {"image/svg+xml": "PHN2Zz48L3N2Zz4=", "image/png": "iVBORw0KGgo="}},
+        )
+    )
     nb, _ = SanitizeNotebook().preprocess(nb, {})
 
     assert "widgets" not in nb.metadata
@@ -191,9 +271,15 @@ def test_every_payload_class_is_made_inert(tmp_path):
     assert not active_markup(html) and "<script" not in html
     assert "&lt;script&gt;" in html  # shown as text, not run
     assert r"$\sqrt{d_k} &lt; \frac{QK^\top}{2}$" in html  # the math, as MathJax reads it
-    assert [o.output_type for o in tagged.outputs] == ["stream", "display_data", "display_data",
-                                                       "display_data", "display_data",
-                                                       "execute_result", "display_data"]
+    assert [o.output_type for o in tagged.outputs] == [
+        "stream",
+        "display_data",
+        "display_data",
+        "display_data",
+        "display_data",
+        "execute_result",
+        "display_data",
+    ]
     stream, html_out, js_out, svg_out, md_out, result, marker = tagged.outputs
     assert stream.text == TEXT + "\n"
     assert set(html_out.data) == {"text/html", "text/plain"}
@@ -221,8 +307,9 @@ def test_markdown_rendered_per_notebook_is_bounded():
     course_cell = "A *course* cell with $x^2$."
     SanitizeNotebook().sanitize_markdown(course_cell)  # judged once, as the release's cells are
     hostile = "*a* <img src=x onerror=alert(1)> " * 3000  # about 100,000 characters
-    nb = nbformat.v4.new_notebook(cells=[new_markdown_cell(course_cell)]
-                                  + [new_markdown_cell(f"{i} {hostile}") for i in range(3)])
+    nb = nbformat.v4.new_notebook(
+        cells=[new_markdown_cell(course_cell)] + [new_markdown_cell(f"{i} {hostile}") for i in range(3)]
+    )
     start = time.perf_counter()
     out, _ = SanitizeNotebook(max_rendered_chars=150_000).preprocess(nb, {})
     assert time.perf_counter() - start < 60  # a bound that only a blow-up breaks
@@ -240,14 +327,23 @@ def test_formgrader_exporter_sanitizes_an_unsanitized_notebook(tmp_path):
     that was never sanitized without any of its payloads; so does the feedback exporter."""
     from nbconvert.exporters import HTMLExporter
     from nbgrader.server_extensions.formgrader import handlers
+
     from course_grading.course.course import Course
 
     nb = with_outputs(nbformat.read(hostile_notebook(tmp_path), as_version=4))
     config = Course(ROOT).config_copy()
     config.HTMLExporter.template_name = "formgrade"
     config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
-    resources = {"base_url": "", "assignment_id": A, "notebook_id": A, "submission_id": "s",
-                 "index": 0, "total": 1, "student": STUDENT, "notebook_path": "x"}
+    resources = {
+        "base_url": "",
+        "assignment_id": A,
+        "notebook_id": A,
+        "submission_id": "s",
+        "index": 0,
+        "total": 1,
+        "student": STUDENT,
+        "notebook_path": "x",
+    }
     html, _ = HTMLExporter(config=config).from_notebook_node(nb, resources=resources)
     assert not active_markup(html, within="#notebook-container")  # (the nav is nbgrader's)
     assert "widget-state" not in html and "widget-view" not in html
@@ -278,8 +374,16 @@ def active_markup(html: str, within: str | None = None) -> list[str]:
 
 # What a browser runs: a script without a type, or with a JavaScript one. MathJax keeps each
 # formula's TeX in a script of type math/tex, which no browser runs.
-JS_TYPES = ("", "text/javascript", "application/javascript", "application/ecmascript",
-            "text/ecmascript", "module", "text/jscript", "application/x-javascript")
+JS_TYPES = (
+    "",
+    "text/javascript",
+    "application/javascript",
+    "application/ecmascript",
+    "text/ecmascript",
+    "module",
+    "text/jscript",
+    "application/x-javascript",
+)
 
 
 def _runs(script) -> bool:
@@ -289,8 +393,24 @@ def _runs(script) -> bool:
 def test_student_ids_are_plain_names():
     for good in ("ada", "ben.smith", "s_01-x", "a@b.edu", "A" * 64):
         assert untrusted.plain_name(good), good
-    for bad in ("", ".", "..", ".hidden", "-rf", "a/b", "a\0b", "<img src=x>", 'a"b', "a b",
-                "ad\u00e9", "a\udcff", "A" * 65, "x'y", "a&b", "a\nb"):
+    for bad in (
+        "",
+        ".",
+        "..",
+        ".hidden",
+        "-rf",
+        "a/b",
+        "a\0b",
+        "<img src=x>",
+        'a"b',
+        "a b",
+        "ad\u00e9",
+        "a\udcff",
+        "A" * 65,
+        "x'y",
+        "a&b",
+        "a\nb",
+    ):
         assert not untrusted.plain_name(bad), bad
 
 
@@ -299,16 +419,19 @@ def test_template_scripts_get_a_nonce_only_when_fixed():
 
     env = jinja2.Environment()
     env.globals["csp_nonce"] = lambda: "N"
-    source = ('<script>var a = "{{ x }}"; var b = "{{ x }}/formgrader";</script>'
-              '<script>var c = {{ x }};</script><script src="{{ x }}/y.js"></script>'
-              '<script type="application/json">{{ x }}</script>')
+    source = (
+        '<script>var a = "{{ x }}"; var b = "{{ x }}/formgrader";</script>'
+        '<script>var c = {{ x }};</script><script src="{{ x }}/y.js"></script>'
+        '<script type="application/json">{{ x }}</script>'
+    )
     out = env.from_string(nonce_scripts(source)).render(x='"</script><script>alert(1)//')
     first, second, third, data = out.split("</script>")[:4]
     assert first.startswith('<script nonce="N">') and "<script>alert" not in first
-    assert '\\u003c/script\\u003e' in first and '\\"' in first
+    assert "\\u003c/script\\u003e" in first and '\\"' in first
     assert "nonce" not in second and "nonce" not in third and "nonce" not in data
     # the nbgrader templates' own inline handlers are known by hash
     from nbgrader.server_extensions.formgrader import handlers
+
     assert len(handler_hashes(Path(handlers.template_path))) >= 3
 
 
@@ -318,10 +441,11 @@ def test_every_notebook_pipeline_ends_sanitized():
     the configuration leaves it out."""
     from traitlets.config import Config
     from traitlets.utils.importstring import import_item
-    from course_grading.reports.feedback import feedback_preprocessors
+
     from course_grading.course.course import Course
     from course_grading.course.nbgrader_setup import course_directory, sanitized_last
     from course_grading.preprocessors import GraderRubric
+    from course_grading.reports.feedback import feedback_preprocessors
 
     def classes(steps):
         return [import_item(s) if isinstance(s, str) else s for s in steps]
@@ -339,8 +463,11 @@ def test_every_notebook_pipeline_ends_sanitized():
 def _course(top: Path, exchange: Path | None = None) -> Path:
     course = top / "course"
     for part in ("solutions", "notebooks"):
-        shutil.copytree(ROOT / part / A, course / part / A,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        shutil.copytree(
+            ROOT / part / A,
+            course / part / A,
+            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+        )
     shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
     if exchange:
         with (course / "nbgrader_config.py").open("a", encoding="utf-8") as config:
@@ -349,8 +476,10 @@ def _course(top: Path, exchange: Path | None = None) -> Path:
 
 
 # files a student ships beside the notebook: the Formgrader serves them from the submission
-SIDE_FILES = {"notes.html": f"<h1>notes</h1><script>{payload('sidehtml')}</script>{img('sideimg')}",
-              "picture.svg": SVG.replace("'svg'", "'sidesvg'").replace("'svgscript'", "'sidesvgscript'")}
+SIDE_FILES = {
+    "notes.html": f"<h1>notes</h1><script>{payload('sidehtml')}</script>{img('sideimg')}",
+    "picture.svg": SVG.replace("'svg'", "'sidesvg'").replace("'svgscript'", "'sidesvgscript'"),
+}
 
 
 def _inbound(exchange: Path, student: str, notebook: Path, files: dict | None = None) -> None:
@@ -371,8 +500,14 @@ def _inbound(exchange: Path, student: str, notebook: Path, files: dict | None = 
 
 def _collect(course: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([str(BIN / "nbgrader"), "collect", A], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(BIN / "nbgrader"), "collect", A],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.slow
@@ -393,12 +528,16 @@ def test_collect_refuses_an_html_student_id(tmp_path):
 # ------------------------------------------------------------------ the browser
 
 NO_PWN = "() => ({pwned: window.__pwned || null, title: document.title, csp: window.__csp || []})"
-RECORD_CSP = ("window.__csp = []; document.addEventListener('securitypolicyviolation', "
-              "e => window.__csp.push(e.violatedDirective + ' ' + (e.blockedURI || 'inline') + ' '"
-              " + (e.sample || '')));")
+RECORD_CSP = (
+    "window.__csp = []; document.addEventListener('securitypolicyviolation', "
+    "e => window.__csp.push(e.violatedDirective + ' ' + (e.blockedURI || 'inline') + ' '"
+    " + (e.sample || '')));"
+)
 MATHJAX_DONE = "() => document.querySelectorAll('.MathJax, .MathJax_Display, mjx-container').length"
-PLOT_SHOWN = ("() => [...document.querySelectorAll('img')].filter(i => i.src.startsWith('data:image/png')"
-              " && i.naturalWidth > 100).length")
+PLOT_SHOWN = (
+    "() => [...document.querySelectorAll('img')].filter(i => i.src.startsWith('data:image/png')"
+    " && i.naturalWidth > 100).length"
+)
 
 
 def _clean(page, what: str, blocked: bool = False) -> dict:
@@ -431,18 +570,32 @@ def graded(tmp_path_factory):
     by_hand = course / "submitted" / HTML_ID / A
     by_hand.mkdir(parents=True)
     shutil.copy(course / "submitted" / STUDENT / A / f"{A}.ipynb", by_hand)
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "MPLBACKEND": "module://matplotlib_inline.backend_inline",
+    }
     sandbox = [] if bubblewrap.available()[0] else ["--no-sandbox"]
-    graded = subprocess.run([str(BIN / "course"), "--root", str(course), "autograde", A, "--jobs", "1",
-                             *sandbox], env=env, capture_output=True, text=True, timeout=600)
+    graded = subprocess.run(
+        [str(BIN / "course"), "--root", str(course), "autograde", A, "--jobs", "1", *sandbox],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert graded.returncode == 1, graded.stdout + graded.stderr  # the error row
     assert "not graded" in graded.stdout + graded.stderr
     shutil.rmtree(course / "submitted" / HTML_ID)
-    fed = subprocess.run([str(BIN / "course"), "--root", str(course), "feedback", A], env=env,
-                         capture_output=True, text=True, timeout=300)
+    fed = subprocess.run(
+        [str(BIN / "course"), "--root", str(course), "feedback", A],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert fed.returncode == 0, fed.stdout + fed.stderr
     from nbgrader.api import Gradebook
+
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention-course") as gb:
         assert [s.id for s in gb.students] == [STUDENT]
         submission_id = gb.find_submission_notebook(A, A, STUDENT).id
@@ -457,14 +610,30 @@ def test_autograded_notebook_is_inert(graded):
     nb = nbformat.read(course / "autograded" / STUDENT / A / f"{A}.ipynb", as_version=4)
     assert "widgets" not in nb.metadata
     kinds = {key for cell in nb.cells for out in cell.get("outputs", []) for key in out.get("data", {})}
-    assert kinds <= {"text/plain", "text/html", "text/markdown", "text/latex", "image/png",
-                     "image/jpeg", HIDDEN_MIME}, kinds
+    assert kinds <= {
+        "text/plain",
+        "text/html",
+        "text/markdown",
+        "text/latex",
+        "image/png",
+        "image/jpeg",
+        HIDDEN_MIME,
+    }, kinds
     assert "image/png" in kinds
     html = [render_markdown(c.source) for c in nb.cells if c.cell_type == "markdown"]
-    html += [str(out.data[k]) for c in nb.cells for out in c.get("outputs", [])
-             for k in ("text/html",) if k in out.get("data", {})]
-    html += [render_markdown(out.data["text/markdown"]) for c in nb.cells for out in c.get("outputs", [])
-             if "text/markdown" in out.get("data", {})]
+    html += [
+        str(out.data[k])
+        for c in nb.cells
+        for out in c.get("outputs", [])
+        for k in ("text/html",)
+        if k in out.get("data", {})
+    ]
+    html += [
+        render_markdown(out.data["text/markdown"])
+        for c in nb.cells
+        for out in c.get("outputs", [])
+        if "text/markdown" in out.get("data", {})
+    ]
     assert not [found for h in html for found in active_markup(h)]
     assert any(r"$a_{ij} \ne 0$" in c.source for c in nb.cells if c.cell_type == "markdown")
     streams = [out.text for c in nb.cells for out in c.get("outputs", []) if out.output_type == "stream"]
@@ -479,9 +648,22 @@ def formgrader(graded):
     config = top / "jupyter-config"
     write_instructor_config(config, course)
     port, token = free_port(), "instructor-test-token"
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={course}", "--allow-root"]
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter_server",
+        "--no-browser",
+        f"--port={port}",
+        "--ip=127.0.0.1",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={course}",
+        "--allow-root",
+    ]
     with jupyter_server(cmd, top / "jupyter.log", token, port, cwd=course, env=env) as base:
         yield base, token
 
@@ -489,8 +671,8 @@ def formgrader(graded):
 @pytest.mark.slow
 @pytest.mark.browser
 def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
-    from playwright.sync_api import sync_playwright
     from nbconvert.exporters import HTMLExporter
+    from playwright.sync_api import sync_playwright
 
     course, submission_id, top = graded
     base, token = formgrader
@@ -547,16 +729,20 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
             assert page.evaluate("() => submission_id") == submission_id  # the Formgrader's script ran
             # the Formgrader's scripts loaded the grades: each test's score box shows its
             # autograde (a written answer, graded by hand, has none)
-            page.wait_for_function("() => document.querySelectorAll('input.score').length > 0 && "
-                                   "[...document.querySelectorAll('input.score')]"
-                                   ".every(i => i.placeholder !== '' || i.id.startsWith('written_'))",
-                                   timeout=30_000)
+            page.wait_for_function(
+                "() => document.querySelectorAll('input.score').length > 0 && "
+                "[...document.querySelectorAll('input.score')]"
+                ".every(i => i.placeholder !== '' || i.id.startsWith('written_'))",
+                timeout=30_000,
+            )
             body = page.evaluate("() => document.body.innerText")
             assert TEXT in body and "bold html" in body
             assert "<script>" in body  # the student's markup, shown as text
             assert page.evaluate(PLOT_SHOWN) >= 1, "no plot"
-            assert page.evaluate("() => [...document.querySelectorAll('.MathJax')]"
-                                 ".some(e => e.closest('.rendered_html') && e.offsetParent)")
+            assert page.evaluate(
+                "() => [...document.querySelectorAll('.MathJax')]"
+                ".some(e => e.closest('.rendered_html') && e.offsetParent)"
+            )
             assert not active_markup(page.content(), within="#notebook-container")
             page.wait_for_function("() => !document.querySelector('.MathJax_Processing')", timeout=60_000)
             markup = page.evaluate(MATH_MARKUP_SAFE)  # TeX's own markup: the text only
@@ -570,9 +756,11 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
                 _clean(side, name, blocked=True)  # served as it is: the policy stops it
                 side.close()
             # the second layer: markup that got into this page anyway runs no script
-            page.evaluate("() => document.body.insertAdjacentHTML('beforeend', "
-                          "'<img src=x onerror=\"window.__probe = 1\"><iframe srcdoc=\"<script>"
-                          "parent.__probe = 2</script>\"></iframe>')")
+            page.evaluate(
+                "() => document.body.insertAdjacentHTML('beforeend', "
+                '\'<img src=x onerror="window.__probe = 1"><iframe srcdoc="<script>'
+                "parent.__probe = 2</script>\"></iframe>')"
+            )
             page.wait_for_timeout(1500)
             assert page.evaluate("() => window.__probe") is None
             assert any("script-src" in v for v in page.evaluate("() => window.__csp")), "no violation seen"
@@ -597,24 +785,35 @@ def test_no_student_payload_runs_in_any_page(graded, formgrader, tmp_path):
 
 # ------------------------------------------------------------------ written answers, graded by hand
 
-NEEDS_MANUAL = ("() => [...document.querySelectorAll('td.needs-manual-grade')]"
-                ".filter(td => td.querySelector('.glyphicon-ok')).length")
+NEEDS_MANUAL = (
+    "() => [...document.querySelectorAll('td.needs-manual-grade')]"
+    ".filter(td => td.querySelector('.glyphicon-ok')).length"
+)
 
 
 def _written_answers(course: Path) -> dict[str, float]:
     """{grade_id: points} of the assignment's written answers (manually graded answer cells)."""
     nb = nbformat.read(course / "solutions" / A / f"{A}.ipynb", as_version=4)
-    return {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"] for c in nb.cells
-            if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+        for c in nb.cells
+        if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")
+    }
 
 
 def _export(course: Path, tmp_path: Path) -> dict:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = tmp_path / f"export-{time.monotonic_ns()}.csv"
-    done = subprocess.run([str(BIN / "course"), "--root", str(course), "export", "--to", str(out)],
-                          env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(BIN / "course"), "--root", str(course), "export", "--to", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     import csv
+
     [row] = [r for r in csv.DictReader(out.open()) if r["student_id"] == STUDENT]
     return row
 
@@ -625,8 +824,9 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
     """The Formgrader lists the submission as needing manual grading; the instructor scores
     the written answers and comments on one, in the page; the gradebook's total and ``course
     export`` include those points, and the student's feedback shows the comment."""
-    from playwright.sync_api import sync_playwright
     from nbgrader.api import Gradebook
+    from playwright.sync_api import sync_playwright
+
     from course_grading.sandbox import bubblewrap
 
     course, submission_id, _ = graded
@@ -653,8 +853,10 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
             page.wait_for_selector(f"input.score#{first}", timeout=30_000)
             # the grades have loaded once the autograded cells show their scores (a written
             # answer has none: its box stays empty)
-            page.wait_for_function("() => [...document.querySelectorAll('input.score')]"
-                                   ".some(i => i.placeholder !== '')", timeout=30_000)
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('input.score')].some(i => i.placeholder !== '')",
+                timeout=30_000,
+            )
             page.wait_for_load_state("networkidle")  # the comments too: a late load would re-render
             # the model answer and rubric beside each written answer, for the grader
             shown = page.evaluate("() => document.body.innerText")
@@ -672,11 +874,17 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
                     grades = {g: gb.find_grade(g, A, A, STUDENT) for g in written}
                     saved = gb.find_comment(first, A, A, STUDENT).manual_comment
                     if (grades[first].manual_score, grades[second].manual_score, saved) == (
-                            1.5, second_max, comment) or time.monotonic() > deadline:
+                        1.5,
+                        second_max,
+                        comment,
+                    ) or time.monotonic() > deadline:
                         break
                     time.sleep(0.3)
                 assert (grades[first].manual_score, grades[second].manual_score, saved) == (
-                    1.5, second_max, comment)
+                    1.5,
+                    second_max,
+                    comment,
+                )
                 score = gb.find_submission(A, STUDENT).score
             page.screenshot(path=str(tmp_path / "manual-grading.png"), full_page=True)
 
@@ -687,9 +895,24 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
             # a regrade (a test fixed mid-term): the answers, unchanged, stay graded
             env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
             sandbox = [] if bubblewrap.available()[0] else ["--no-sandbox"]
-            regraded = subprocess.run([str(BIN / "course"), "--root", str(course), "autograde", A,
-                                       "--student", STUDENT, "--jobs", "1", *sandbox], env=env,
-                                      capture_output=True, text=True, timeout=600)
+            regraded = subprocess.run(
+                [
+                    str(BIN / "course"),
+                    "--root",
+                    str(course),
+                    "autograde",
+                    A,
+                    "--student",
+                    STUDENT,
+                    "--jobs",
+                    "1",
+                    *sandbox,
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
             assert regraded.returncode == 0, regraded.stdout + regraded.stderr
             page.reload()
             page.wait_for_selector(f"a[href*='/formgrader/submissions/{submission_id}']", timeout=30_000)
@@ -703,18 +926,26 @@ def test_instructor_grades_a_written_answer_in_the_formgrader(graded, formgrader
             assert float(after["raw_score"]) == pytest.approx(score)
 
             env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-            fed = subprocess.run([str(BIN / "course"), "--root", str(course), "feedback", A], env=env,
-                                 capture_output=True, text=True, timeout=300)
+            fed = subprocess.run(
+                [str(BIN / "course"), "--root", str(course), "feedback", A],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert fed.returncode == 0, fed.stdout + fed.stderr
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.goto((course / "feedback" / STUDENT / A / f"{A}.html").as_uri())
             page.wait_for_selector("body", timeout=30_000)
             body = page.evaluate("() => document.body.innerText")
-            assert "Good: you named permutation equivariance. Next time give the two sentences' vectors." in body
+            assert (
+                "Good: you named permutation equivariance. Next time give the two sentences' vectors." in body
+            )
             assert "For the grader" not in body  # the grader's alone
             _clean(page, "feedback with comments")  # the answer's own markup ran nowhere
-            assert page.evaluate("() => [...document.querySelectorAll('strong')]"
-                                 ".some(e => e.textContent === 'Next time')")  # the comment's markdown
+            assert page.evaluate(
+                "() => [...document.querySelectorAll('strong')].some(e => e.textContent === 'Next time')"
+            )  # the comment's markdown
             assert f"(Score: {float(score):g}" in body.replace(".0 /", " /") or f"{score:.1f}" in body
             page.screenshot(path=str(tmp_path / "feedback-comment.png"), full_page=True)
         finally:

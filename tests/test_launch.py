@@ -1,5 +1,6 @@
 """The ``course`` entry point: when it starts the warm sandbox early, and the real console
 script grading one submission end to end."""
+
 from __future__ import annotations
 
 import os
@@ -12,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ASSIGNMENT, make_course, tiny_notebook
+from course_grading.authoring.nbformat_tools import write_notebook
 from course_grading.commands import cli
 from course_grading.course.course import Course
 from course_grading.sandbox import bubblewrap, warm
-from course_grading.authoring.nbformat_tools import write_notebook
 
 BIN = Path(sys.executable).parent
 
@@ -46,8 +47,9 @@ def test_single_submission_is_told_from_the_arguments(tmp_path):
     assert not _grades_here(["check", "--no-sandbox", "x.ipynb"], course)
 
 
-@pytest.mark.parametrize("argv", [["release"], ["feedback"], ["autograde", "--no-sandbox"],
-                                  ["export", "--to", "x.csv"]])
+@pytest.mark.parametrize(
+    "argv", [["release"], ["feedback"], ["autograde", "--no-sandbox"], ["export", "--to", "x.csv"]]
+)
 def test_no_early_start_for_other_commands(tmp_path, argv, monkeypatch):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")
@@ -89,8 +91,13 @@ def test_console_script_grades_one_submission(tmp_path):
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     _submit(course, "ann")
     env = {**os.environ, "TMPDIR": str(tmp_path), "MPLBACKEND": "Agg"}
-    done = subprocess.run([str(BIN / "course"), "--root", str(course), "autograde"], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(BIN / "course"), "--root", str(course), "autograde"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "ann" in done.stdout and "2/2" in done.stdout
     assert (course / "reports" / "grades.csv").read_text().count("ann") == 1
@@ -99,8 +106,13 @@ def test_console_script_grades_one_submission(tmp_path):
     copy = tmp_path / "mine" / f"{ASSIGNMENT}.ipynb"
     copy.parent.mkdir()
     shutil.copy(course / "submitted" / "ann" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb", copy)
-    done = subprocess.run([str(BIN / "course"), "--root", str(course), "check", str(copy)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(BIN / "course"), "--root", str(course), "check", str(copy)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "PASS" in done.stdout and "total  2/2" in done.stdout
     assert not list(tmp_path.glob("course-warm-*"))
@@ -119,13 +131,25 @@ def test_grading_from_a_folder_holding_another_course_imports_only_the_installed
     for student in ("ann", "bob"):
         _submit(course, student)
     here = tmp_path / "elsewhere"
-    for package in ("course_utils", "course_grading", "course_grading/sandbox", "multiprocessing", "nbgrader"):
+    for package in (
+        "course_utils",
+        "course_grading",
+        "course_grading/sandbox",
+        "multiprocessing",
+        "nbgrader",
+    ):
         (here / package).mkdir(parents=True, exist_ok=True)
         (here / package / "__init__.py").write_text(EVIL)
     marker = tmp_path / "imported"
     env = {**os.environ, "TMPDIR": str(tmp_path), "MPLBACKEND": "Agg", "COURSE_EVIL_MARKER": str(marker)}
-    done = subprocess.run([str(BIN / "course"), "--root", str(course), "autograde", "--jobs", jobs,
-                           "--no-report"], cwd=here, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(BIN / "course"), "--root", str(course), "autograde", "--jobs", jobs, "--no-report"],
+        cwd=here,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert not marker.exists(), marker.read_text()
     assert done.returncode == 0, done.stderr
     assert len(re.findall(r"^(ann|bob) +2/2 +2/2$", done.stdout, re.M)) == 2, done.stdout
@@ -134,10 +158,11 @@ def test_grading_from_a_folder_holding_another_course_imports_only_the_installed
 def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, monkeypatch):
     import types
 
-    from course_grading.grading import autograde
     from course_grading.course.course import Course
     from course_grading.course.nbgrader_setup import GradingRun
+    from course_grading.grading import autograde
     from course_grading.sandbox import installed
+
     assert installed.installed_locations() is not None  # the test runs on an installed course
     installed.verify()
     other = types.ModuleType("course_utils")
@@ -153,5 +178,6 @@ def test_a_grader_importing_another_copy_of_the_course_grades_nothing(tmp_path, 
 
 def test_safe_path_drops_the_current_directory(tmp_path, monkeypatch):
     from course_grading.sandbox.installed import safe_path
+
     monkeypatch.chdir(tmp_path)
     assert safe_path(["", ".", "relative", str(tmp_path), "/usr/lib/python3"]) == ["/usr/lib/python3"]

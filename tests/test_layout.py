@@ -1,6 +1,7 @@
 """Rules of the packages' layout, read from the source: no private name crosses a package
 (the hidden checks build on the public check kit, ``course_utils.checks.kit``), the sandbox
 imports nothing of the audit, and no module is over MAX_LINES without a reason at its top."""
+
 from __future__ import annotations
 
 import ast
@@ -21,8 +22,12 @@ def _imports(path: Path, root: Path = ROOT):
     package = parts[:-1]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            base = (node.module or "").split(".") if node.level == 0 else \
-                package[:len(package) - node.level + 1] + [p for p in (node.module or "").split(".") if p]
+            base = (
+                (node.module or "").split(".")
+                if node.level == 0
+                else package[: len(package) - node.level + 1]
+                + [p for p in (node.module or "").split(".") if p]
+            )
             for alias in node.names:
                 yield ".".join(package), node.lineno, [*base, alias.name]
         elif isinstance(node, ast.Import):
@@ -40,7 +45,7 @@ def test_no_private_name_crosses_a_package():
                     continue
                 for i, part in enumerate(name):
                     if _private(part):
-                        owner = name[:i] if (ROOT.joinpath(*name[:i])).is_dir() else name[:i - 1]
+                        owner = name[:i] if (ROOT.joinpath(*name[:i])).is_dir() else name[: i - 1]
                         owner = ".".join(owner)
                         if importer != owner and not importer.startswith(owner + "."):
                             crossing.append(f"{path.relative_to(ROOT)}:{line}: {'.'.join(name)}")
@@ -52,8 +57,9 @@ def test_the_kit_names_what_the_checks_use():
     from course_utils.checks import _core, _recording, _seal, kit
 
     for name in kit.__all__:
-        assert any(getattr(kit, name) is getattr(module, name, None)
-                   for module in (_core, _recording, _seal)), name
+        assert any(
+            getattr(kit, name) is getattr(module, name, None) for module in (_core, _recording, _seal)
+        ), name
 
 
 def _strings(tree: ast.AST):
@@ -68,11 +74,16 @@ def _audit_names(root: Path) -> list[str]:
     found = []
     for path in sorted((root / "course_grading" / "sandbox").rglob("*.py")):
         where = path.relative_to(root)
-        found += [f"{where}:{line}: import {'.'.join(name)}"
-                  for _, line, name in _imports(path, root) if name[:2] == ["course_grading", "audit"]]
-        found += [f"{where}:{line}: names {text[:60]!r}"
-                  for line, text in _strings(ast.parse(path.read_text(encoding="utf-8")))
-                  if "course_grading.audit" in text]
+        found += [
+            f"{where}:{line}: import {'.'.join(name)}"
+            for _, line, name in _imports(path, root)
+            if name[:2] == ["course_grading", "audit"]
+        ]
+        found += [
+            f"{where}:{line}: names {text[:60]!r}"
+            for line, text in _strings(ast.parse(path.read_text(encoding="utf-8")))
+            if "course_grading.audit" in text
+        ]
     return found
 
 
@@ -84,13 +95,18 @@ def test_the_sandbox_imports_nothing_of_the_audit():
 def test_the_audit_rule_sees_each_way_of_naming_it(tmp_path):
     folder = tmp_path / "course_grading" / "sandbox"
     folder.mkdir(parents=True)
-    (folder / "a.py").write_text("from ..audit import channel\n"
-                                 "import course_grading.audit.child\n"
-                                 "X = 'course_grading.audit.child:main'\n", encoding="utf-8")
+    (folder / "a.py").write_text(
+        "from ..audit import channel\n"
+        "import course_grading.audit.child\n"
+        "X = 'course_grading.audit.child:main'\n",
+        encoding="utf-8",
+    )
     where = "course_grading/sandbox/a.py"
-    assert _audit_names(tmp_path) == [f"{where}:1: import course_grading.audit.channel",
-                                      f"{where}:2: import course_grading.audit.child",
-                                      f"{where}:3: names 'course_grading.audit.child:main'"]
+    assert _audit_names(tmp_path) == [
+        f"{where}:1: import course_grading.audit.channel",
+        f"{where}:2: import course_grading.audit.child",
+        f"{where}:3: names 'course_grading.audit.child:main'",
+    ]
 
 
 MAX_LINES = 500

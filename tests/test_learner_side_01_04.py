@@ -6,6 +6,7 @@ side, must not contain a line of any solution or hidden test of the course (the 
 ``course release`` keeps out of the student notebooks), and must not hold the hidden checks'
 inputs; the hidden halves live in ``course_grading.checks``.
 """
+
 from __future__ import annotations
 
 import ast
@@ -20,8 +21,12 @@ import pytest
 from course_grading.authoring.release import secret_lines
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = {"01_embeddings": "embeddings", "02_cosine_similarity": "similarity",
-           "03_attention": "attention", "04_multi_head_attention": "multi_head"}
+MODULES = {
+    "01_embeddings": "embeddings",
+    "02_cosine_similarity": "similarity",
+    "03_attention": "attention",
+    "04_multi_head_attention": "multi_head",
+}
 LEARNER = {a: ROOT / "course_utils" / "checks" / f"{m}.py" for a, m in MODULES.items()}
 
 
@@ -38,14 +43,17 @@ SECRETS = _all_secret_lines()
 
 
 def test_there_are_secrets_to_look_for():
-    assert len(SECRETS) > 100 and {n[:2] for n in SECRETS.values()} == set("01 02 03 04 05 06 07 08 09".split())
+    assert len(SECRETS) > 100 and {n[:2] for n in SECRETS.values()} == set(
+        "01 02 03 04 05 06 07 08 09".split()
+    )
 
 
 @pytest.mark.parametrize("assignment", sorted(MODULES))
 def test_learner_checks_hold_no_solution_or_hidden_test_line(assignment):
     lines = LEARNER[assignment].read_text().splitlines()
-    leaks = [(n, line.strip(), SECRETS[line.strip()]) for n, line in enumerate(lines, 1)
-             if line.strip() in SECRETS]
+    leaks = [
+        (n, line.strip(), SECRETS[line.strip()]) for n, line in enumerate(lines, 1) if line.strip() in SECRETS
+    ]
     assert not leaks, f"lines of solutions or hidden tests in {LEARNER[assignment].name}: {leaks}"
 
 
@@ -53,10 +61,10 @@ def test_learner_checks_hold_no_solution_or_hidden_test_line(assignment):
 def test_learner_checks_never_reach_the_instructor_side(assignment):
     assert "course_grading" not in LEARNER[assignment].read_text()
     module = f"course_utils.checks.{MODULES[assignment]}"
-    code = (f"import sys, {module}\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'course_grading'))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         cwd=ROOT)
+    code = (
+        f"import sys, {module}\nprint(sorted(m for m in sys.modules if m.split('.')[0] == 'course_grading'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"{module} loads {out.stdout.strip()}"
 
@@ -64,6 +72,7 @@ def test_learner_checks_never_reach_the_instructor_side(assignment):
 @pytest.mark.parametrize("assignment", sorted(MODULES))
 def test_every_visible_check_has_a_hidden_half_taking_only_the_learners_code(assignment):
     import importlib
+
     visible = importlib.import_module(f"course_utils.checks.{MODULES[assignment]}")
     hidden = importlib.import_module(f"course_grading.checks.{MODULES[assignment]}")
     names = sorted(n for n in vars(visible) if n.startswith("check_"))
@@ -89,9 +98,16 @@ def _inputs(tree: ast.AST, skip=()) -> tuple[set, set]:
             name = getattr(node.func, "attr", getattr(node.func, "id", ""))
             if name in _SEEDERS and node.args and isinstance(node.args[0], ast.Constant):
                 seeds.add(node.args[0].value)
-        if isinstance(node, (ast.List, ast.Tuple)) and len(node.elts) >= 3 and all(
-                isinstance(e, ast.Constant) and isinstance(e.value, (int, float, str))
-                and not isinstance(e.value, bool) for e in node.elts):
+        if (
+            isinstance(node, (ast.List, ast.Tuple))
+            and len(node.elts) >= 3
+            and all(
+                isinstance(e, ast.Constant)
+                and isinstance(e.value, (int, float, str))
+                and not isinstance(e.value, bool)
+                for e in node.elts
+            )
+        ):
             literals.add(ast.unparse(node))
     return seeds, literals
 
@@ -100,9 +116,11 @@ def _inputs(tree: ast.AST, skip=()) -> tuple[set, set]:
 def test_learner_checks_hold_none_of_the_hidden_inputs(assignment):
     hidden_path = ROOT / "course_grading" / "checks" / f"{MODULES[assignment]}.py"
     # what the hidden module computes for the visible checks is not a hidden case
-    hidden_seeds, hidden_literals = _inputs(ast.parse(hidden_path.read_text()),
-                                            skip=("expected_outputs", "_visible_cases"))
+    hidden_seeds, hidden_literals = _inputs(
+        ast.parse(hidden_path.read_text()), skip=("expected_outputs", "_visible_cases")
+    )
     seeds, literals = _inputs(ast.parse(LEARNER[assignment].read_text()))
     assert not hidden_seeds & seeds, f"the visible checks draw from the hidden seeds {hidden_seeds & seeds}"
     assert not hidden_literals & literals, (
-        f"hidden inputs in the visible checks: {hidden_literals & literals}")
+        f"hidden inputs in the visible checks: {hidden_literals & literals}"
+    )

@@ -5,6 +5,7 @@ Its plots, widgets, training loop and MiniLM loader take the components they nee
 side, and no line of them is a line of a solution or a hidden test. (``course_utils/checks`` is
 left out here: the checks behind the test cells have rules of their own.)
 """
+
 from __future__ import annotations
 
 import ast
@@ -29,35 +30,53 @@ def _imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.lineno, node.module))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name)
-              and getattr(node.func, "attr", getattr(node.func, "id", "")) in
-              ("import_module", "__import__") and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             found.append((node.lineno, node.args[0].value))
     return found
 
 
 def test_there_are_learner_side_modules_and_solution_sources():
     names = {p.relative_to(PACKAGE).as_posix() for p in MODULES}
-    assert {"training.py", "minilm.py", "language_model.py", "plots/attention.py", "widgets/generation.py",
-            "widgets/gpt.py"} <= names
+    assert {
+        "training.py",
+        "minilm.py",
+        "language_model.py",
+        "plots/attention.py",
+        "widgets/generation.py",
+        "widgets/gpt.py",
+    } <= names
     assert len(SOURCES) == 9
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_learner_side_module_imports_the_instructor_side(path):
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    bad = [f"line {line}: {name}" for line, name in _imported_modules(tree)
-           if name == "course_grading" or name.startswith("course_grading.")]
+    bad = [
+        f"line {line}: {name}"
+        for line, name in _imported_modules(tree)
+        if name == "course_grading" or name.startswith("course_grading.")
+    ]
     assert not bad, f"{path.relative_to(ROOT)} imports the instructor side: {bad}"
 
 
 def test_the_import_scan_sees_imports_at_any_depth():
-    tree = ast.parse("def f():\n    from course_grading.reference import attention\n"
-                     "    import course_grading.audit as a\n"
-                     "    importlib.import_module('course_grading.reference.decoder')\n")
+    tree = ast.parse(
+        "def f():\n    from course_grading.reference import attention\n"
+        "    import course_grading.audit as a\n"
+        "    importlib.import_module('course_grading.reference.decoder')\n"
+    )
     assert [name for _, name in _imported_modules(tree)] == [
-        "course_grading.reference", "course_grading.audit", "course_grading.reference.decoder"]
+        "course_grading.reference",
+        "course_grading.audit",
+        "course_grading.reference.decoder",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +92,9 @@ def solution_lines() -> dict[str, str]:
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(PACKAGE).as_posix())
 def test_no_learner_side_line_is_a_solution_line(path, solution_lines):
-    hits = [f"line {n}: {line.strip()!r} (a secret line of {solution_lines[line.strip()]})"
-            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-            if line.strip() in solution_lines]
+    hits = [
+        f"line {n}: {line.strip()!r} (a secret line of {solution_lines[line.strip()]})"
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if line.strip() in solution_lines
+    ]
     assert not hits, f"{path.relative_to(ROOT)} holds solution lines: {hits}"

@@ -2,6 +2,7 @@
 output bounded whatever way it is produced (weighed as it arrived, before it is read), a time
 budget per notebook, hidden tests run after every cell (and nothing of theirs in feedback, nor
 anything a cell printed that could depend on them), a failed setup cell fails the submission."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,15 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import nbgrader_meta
 from course_grading.preprocessors import HideHiddenOutputs, LimitedExecute, RequireSetup, SetupCellFailed
-from course_grading.preprocessors.limited_execute import (BUDGET_ENAME, MAX_DEPTH, UNREAD_ENAME, OutputLost,
-                                                          is_hidden_marker, json_shape, split_hidden)
+from course_grading.preprocessors.limited_execute import (
+    BUDGET_ENAME,
+    MAX_DEPTH,
+    UNREAD_ENAME,
+    OutputLost,
+    is_hidden_marker,
+    json_shape,
+    split_hidden,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -22,10 +30,18 @@ CELL_LIMIT, NOTEBOOK_LIMIT = 100_000, 300_000
 
 def run(*sources, grade=(), **limits):
     """Execute a notebook of ``sources`` (those at the indices in ``grade`` as grade cells)."""
-    nb = new_notebook(cells=[new_code_cell(src, metadata=nbgrader_meta(f"c{i}", grade=True, points=1)
-                                           if i in grade else {}) for i, src in enumerate(sources)])
-    settings = {"max_output_bytes": CELL_LIMIT, "max_notebook_output_bytes": NOTEBOOK_LIMIT,
-                "timeout": 30, **limits}
+    nb = new_notebook(
+        cells=[
+            new_code_cell(src, metadata=nbgrader_meta(f"c{i}", grade=True, points=1) if i in grade else {})
+            for i, src in enumerate(sources)
+        ]
+    )
+    settings = {
+        "max_output_bytes": CELL_LIMIT,
+        "max_notebook_output_bytes": NOTEBOOK_LIMIT,
+        "timeout": 30,
+        **limits,
+    }
     LimitedExecute(**settings).preprocess(nb, {"metadata": {"path": "."}})
     return nb
 
@@ -63,7 +79,9 @@ def test_every_kind_of_output_counts():
     update, meta, result, printed, error, stderr, forged = nb.cells
     assert 1 <= len([o for o in forged.outputs if o.output_type == "error"]) <= 10
     # each cell within its limit, but for one error kept past it (cut short: at most ~170 KB)
-    assert [len(json.dumps(c.outputs)) for c in nb.cells if len(json.dumps(c.outputs)) > CELL_LIMIT + 170_000] == []
+    assert [
+        len(json.dumps(c.outputs)) for c in nb.cells if len(json.dumps(c.outputs)) > CELL_LIMIT + 170_000
+    ] == []
     assert "output dropped" in texts(update) and "output dropped" in texts(meta)
     assert [o.output_type for o in result.outputs if o.output_type == "execute_result"] == ["execute_result"]
     assert "output dropped" in texts(printed)  # clearing gave nothing back
@@ -84,16 +102,18 @@ def test_output_is_weighed_as_it_arrived_before_it_is_read():
 
     tracemalloc.start()
     try:
-        nb = run("from IPython.display import display\n"
-                 "for _ in range(2):\n    display({'text/plain': 'x'}, metadata={'m': [[]] * 4_000_000}, raw=True)\n",
-                 "deep = []\nfor _ in range(2 * %d):\n    deep = [deep]\n"
-                 "display({'text/plain': 'deep'}, metadata={'m': deep}, raw=True)\nprint('after')\n" % MAX_DEPTH,
-                 "k = get_ipython().kernel\n"
-                 "k.session.send(k.iopub_socket, 'error', {'ename': 'E', 'evalue': 'v', 'traceback': [[]] * 100_000},\n"
-                 "               parent=k.get_parent('shell'))\n",
-                 "k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x', 'more': [[]] * 100_000},\n"
-                 "               parent=k.get_parent('shell'))\n",
-                 grade=(2, 3))
+        nb = run(
+            "from IPython.display import display\n"
+            "for _ in range(2):\n    display({'text/plain': 'x'}, metadata={'m': [[]] * 4_000_000}, raw=True)\n",
+            "deep = []\nfor _ in range(2 * %d):\n    deep = [deep]\n"
+            "display({'text/plain': 'deep'}, metadata={'m': deep}, raw=True)\nprint('after')\n" % MAX_DEPTH,
+            "k = get_ipython().kernel\n"
+            "k.session.send(k.iopub_socket, 'error', {'ename': 'E', 'evalue': 'v', 'traceback': [[]] * 100_000},\n"
+            "               parent=k.get_parent('shell'))\n",
+            "k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'x', 'more': [[]] * 100_000},\n"
+            "               parent=k.get_parent('shell'))\n",
+            grade=(2, 3),
+        )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -109,9 +129,12 @@ def test_output_is_weighed_as_it_arrived_before_it_is_read():
 
 
 def test_json_shape():
-    assert json_shape(b'{"a": [1, 2, {"b": "[[[,,,"}], "c": "\\"[", "d": []}') == (14, 3)  # 4 containers, 6 strings, 4 commas
-    assert json_shape(b'[' * 5 + b']' * 5, max_depth=4) is None
-    assert json_shape(b'[' + b'[],' * 100 + b'[]]', max_values=50) is None
+    assert json_shape(b'{"a": [1, 2, {"b": "[[[,,,"}], "c": "\\"[", "d": []}') == (
+        14,
+        3,
+    )  # 4 containers, 6 strings, 4 commas
+    assert json_shape(b"[" * 5 + b"]" * 5, max_depth=4) is None
+    assert json_shape(b"[" + b"[]," * 100 + b"[]]", max_values=50) is None
     assert json_shape(b'{"a": "no end}') is None
 
 
@@ -123,11 +146,14 @@ def test_a_message_over_the_limit_is_no_score():
 
 
 def test_clearing_never_removes_an_error_or_stderr():
-    nb = run("import sys\nfrom IPython.display import clear_output\n"
-             "print('bad', file=sys.stderr); sys.stderr.flush()\n"
-             "ip = get_ipython()\n"
-             "ip.events.register('post_run_cell', lambda *a: clear_output())\n"
-             "raise ValueError('wrong')\n", "1 + 1\n")
+    nb = run(
+        "import sys\nfrom IPython.display import clear_output\n"
+        "print('bad', file=sys.stderr); sys.stderr.flush()\n"
+        "ip = get_ipython()\n"
+        "ip.events.register('post_run_cell', lambda *a: clear_output())\n"
+        "raise ValueError('wrong')\n",
+        "1 + 1\n",
+    )
     kinds = [o.output_type for o in nb.cells[0].outputs]
     assert "error" in kinds and any(o.get("name") == "stderr" for o in nb.cells[0].outputs)
 
@@ -135,17 +161,28 @@ def test_clearing_never_removes_an_error_or_stderr():
 def test_a_result_sent_before_an_error_gives_no_points():
     from nbgrader.utils import determine_grade
 
-    nb = run("k = get_ipython().kernel\n"
-             "k.session.send(k.iopub_socket, 'execute_result', {'execution_count': 1, 'metadata': {},\n"
-             "               'data': {'text/plain': '1.0'}}, parent=k.get_parent('shell'))\n"
-             "raise AssertionError('wrong')\n", "1.0\n", grade=(0, 1))
+    nb = run(
+        "k = get_ipython().kernel\n"
+        "k.session.send(k.iopub_socket, 'execute_result', {'execution_count': 1, 'metadata': {},\n"
+        "               'data': {'text/plain': '1.0'}}, parent=k.get_parent('shell'))\n"
+        "raise AssertionError('wrong')\n",
+        "1.0\n",
+        grade=(0, 1),
+    )
     assert determine_grade(nb.cells[0]) == (0, 1)
     assert determine_grade(nb.cells[1]) == (1.0, 1)  # a cell's own last expression still counts
 
 
 def test_time_budget_stops_the_notebook():
-    nb = run("import time\ntime.sleep(1.5)\n", "time.sleep(1.5)\n", "time.sleep(30)\n", "print('late')\n",
-             "assert True\n", grade=(4,), max_total_seconds=4)
+    nb = run(
+        "import time\ntime.sleep(1.5)\n",
+        "time.sleep(1.5)\n",
+        "time.sleep(30)\n",
+        "print('late')\n",
+        "assert True\n",
+        grade=(4,),
+        max_total_seconds=4,
+    )
     first, second, interrupted, skipped, graded = nb.cells
     assert not [o for o in first.outputs + second.outputs if o.output_type == "error"]
     [err] = [o for o in interrupted.outputs if o.output_type == "error" and o.ename == "CellTimeoutError"]
@@ -155,7 +192,6 @@ def test_time_budget_stops_the_notebook():
         assert "time budget of 4 s" in cell.outputs[0].evalue and "late" not in texts(cell)
 
 
-
 def test_time_budget_covers_the_hidden_tests_and_says_why():
     """Each request runs for what is left of the budget at most; the hidden tests, run last,
     count too: a cell cut while they ran, and one whose hidden tests had no time left, score 0
@@ -163,8 +199,13 @@ def test_time_budget_covers_the_hidden_tests_and_says_why():
     from nbgrader.utils import determine_grade
 
     slow = "import time\ndef slow():\n    time.sleep(2.5)\n"
-    nb = run(slow, "slow()\n" + HIDDEN.format("slow()"), "slow()\n" + HIDDEN.format("slow()"),
-             grade=(1, 2), max_total_seconds=6)
+    nb = run(
+        slow,
+        "slow()\n" + HIDDEN.format("slow()"),
+        "slow()\n" + HIDDEN.format("slow()"),
+        grade=(1, 2),
+        max_total_seconds=6,
+    )
     cut, starved = nb.cells[1], nb.cells[2]
     assert [determine_grade(c)[0] for c in (cut, starved)] == [0, 0]
     shown, _ = HideHiddenOutputs().preprocess(nb, {})
@@ -172,8 +213,13 @@ def test_time_budget_covers_the_hidden_tests_and_says_why():
         [err] = [o for o in cell.outputs if o.output_type == "error"]
         assert err.ename == BUDGET_ENAME and "time budget of 6 s" in err.evalue and why in err.evalue
     # with time enough, the same notebook scores full marks
-    nb = run(slow, "slow()\n" + HIDDEN.format("slow()"), "slow()\n" + HIDDEN.format("slow()"),
-             grade=(1, 2), max_total_seconds=20)
+    nb = run(
+        slow,
+        "slow()\n" + HIDDEN.format("slow()"),
+        "slow()\n" + HIDDEN.format("slow()"),
+        grade=(1, 2),
+        max_total_seconds=20,
+    )
     assert [determine_grade(c)[0] for c in nb.cells[1:]] == [1.0, 1.0]
 
 
@@ -186,22 +232,29 @@ def test_a_cell_that_will_not_stop_at_the_budget_scores_zero():
     from nbgrader.utils import determine_grade
 
     started = monotonic()
-    nb = run("import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    time.sleep(60)\n",
-             "assert True\n", grade=(0, 1), max_total_seconds=3)
+    nb = run(
+        "import time\ntry:\n    time.sleep(30)\nexcept KeyboardInterrupt:\n    time.sleep(60)\n",
+        "assert True\n",
+        grade=(0, 1),
+        max_total_seconds=3,
+    )
     assert monotonic() - started < 30  # generous: it would take 60 s more if it waited
     for cell in nb.cells:
         assert determine_grade(cell)[0] == 0
         assert [o.ename for o in cell.outputs if o.output_type == "error"] == [BUDGET_ENAME]
         assert "time budget of 3 s" in cell.outputs[-1].evalue
 
+
 HIDDEN = "### BEGIN HIDDEN TESTS\n{}\n### END HIDDEN TESTS\n"
 
 
 def test_hidden_tests_run_apart_after_a_marker():
-    nb = run("def f(x):\n    print('called with', x)\n    return x\n",
-             "f(1)\n1 + 1\n" + HIDDEN.format("f(-99)"),
-             "raise AssertionError('visible fails')\n" + HIDDEN.format("f(-98)"),
-             grade=(1, 2))
+    nb = run(
+        "def f(x):\n    print('called with', x)\n    return x\n",
+        "f(1)\n1 + 1\n" + HIDDEN.format("f(-99)"),
+        "raise AssertionError('visible fails')\n" + HIDDEN.format("f(-98)"),
+        grade=(1, 2),
+    )
     passing, failing = nb.cells[1], nb.cells[2]
     kinds = ["marker" if is_hidden_marker(o) else o.output_type for o in passing.outputs]
     # 1 + 1 is not displayed (as in one request), the cell's last expression f(-99) is
@@ -212,12 +265,16 @@ def test_hidden_tests_run_apart_after_a_marker():
 
 
 def test_hidden_part_cannot_reach_the_visible_output():
-    nb = run("from IPython.display import display, update_display, clear_output\n"
-             "h = display('visible', display_id='v')\n",
-             "display('visible too', display_id='w')\n" + HIDDEN.format(
-                 "update_display('SECRET-1', display_id='w'); update_display('SECRET-2', display_id='v')\n"
-                 "clear_output()\nprint('SECRET-3')"),
-             grade=(1,))
+    nb = run(
+        "from IPython.display import display, update_display, clear_output\n"
+        "h = display('visible', display_id='v')\n",
+        "display('visible too', display_id='w')\n"
+        + HIDDEN.format(
+            "update_display('SECRET-1', display_id='w'); update_display('SECRET-2', display_id='v')\n"
+            "clear_output()\nprint('SECRET-3')"
+        ),
+        grade=(1,),
+    )
     assert nb.cells[0].outputs[0].data["text/plain"] == "'visible'"
     cell = nb.cells[1]
     marker = next(i for i, o in enumerate(cell.outputs) if is_hidden_marker(o))
@@ -227,8 +284,9 @@ def test_hidden_part_cannot_reach_the_visible_output():
 
 def test_split_hidden():
     assert split_hidden("check(f)\n") is None
-    assert split_hidden("check(f)\n### BEGIN HIDDEN TESTS\ncheck(f, hidden=True)\n### END HIDDEN TESTS\n") == (
-        "check(f)\npass\n", "### BEGIN HIDDEN TESTS\ncheck(f, hidden=True)\n### END HIDDEN TESTS\n")
+    assert split_hidden(
+        "check(f)\n### BEGIN HIDDEN TESTS\ncheck(f, hidden=True)\n### END HIDDEN TESTS\n"
+    ) == ("check(f)\npass\n", "### BEGIN HIDDEN TESTS\ncheck(f, hidden=True)\n### END HIDDEN TESTS\n")
     inside = "if True:\n    check(f)\n    ### BEGIN HIDDEN TESTS\n    check(f, 1)\n    ### END HIDDEN TESTS\n"
     assert split_hidden(inside) == (None, inside)
     magic = "%%capture\ncheck(f)\n### BEGIN HIDDEN TESTS\ncheck(f, 1)\n"
@@ -236,14 +294,15 @@ def test_split_hidden():
 
 
 def test_feedback_keeps_the_visible_part_only():
-    nb = run("import os\ndef f(x):\n    print('called with', x)\n    return x\n"
-             "print('DECOY')\n",
-             # the student forges a marker in the visible part: it only hides more
-             "f(1)\n" + HIDDEN.format("f(-99)\nos.write(1, b'FD-WRITE\\n')\nraise ValueError('leak -99')"),
-             "from IPython.display import display\nf(2)\n"
-             "display({'application/vnd.course.hidden-tests+json': {}, 'text/plain': 'x'}, raw=True)\n"
-             "print('AFTER FORGED')\n" + HIDDEN.format("f(-98)"),
-             grade=(1, 2))
+    nb = run(
+        "import os\ndef f(x):\n    print('called with', x)\n    return x\nprint('DECOY')\n",
+        # the student forges a marker in the visible part: it only hides more
+        "f(1)\n" + HIDDEN.format("f(-99)\nos.write(1, b'FD-WRITE\\n')\nraise ValueError('leak -99')"),
+        "from IPython.display import display\nf(2)\n"
+        "display({'application/vnd.course.hidden-tests+json': {}, 'text/plain': 'x'}, raw=True)\n"
+        "print('AFTER FORGED')\n" + HIDDEN.format("f(-98)"),
+        grade=(1, 2),
+    )
     out, _ = HideHiddenOutputs().preprocess(nb, {})
     shown = json.dumps([c.outputs for c in out.cells])
     assert "called with 1" in shown and "called with 2" in shown
@@ -256,17 +315,21 @@ def test_no_later_cell_sees_what_the_hidden_tests_passed(tmp_path):
     """The student's function keeps its inputs (a global list, a file, an attribute, an object
     whose __del__ prints them) and later cells show them: they ran before any hidden test, so
     feedback shows the visible inputs only; the hidden part still sees everything."""
-    keep = (f"SEEN_FILE = {str(tmp_path / 'seen.txt')!r}\nSEEN = []\n"
-            "class Tell:\n    def __del__(self):\n        print('DEL', SEEN)\n"
-            "def f(x):\n    global tell\n    SEEN.append(x)\n    f.seen = list(SEEN)\n    tell = Tell()\n"
-            "    with open(SEEN_FILE, 'a') as fh:\n        fh.write(f'{x}\\n')\n    return x\n")
-    nb = run(keep,
-             "assert f('visible-1') == 'visible-1'\n" + HIDDEN.format("assert f('SECRET-A') == 'SECRET-A'"),
-             "print('LIST', SEEN)\nprint('FILE', open(SEEN_FILE).read())\nf('visible-2')\n",
-             "from IPython.display import display\n"
-             "display({'text/html': f'<b>{f.seen}</b>', 'text/plain': f'ATTR {f.seen}'}, raw=True)\n",
-             "assert f('visible-3')\n" + HIDDEN.format("assert f('SECRET-B')\nprint('HIDDEN SAW', SEEN)"),
-             grade=(1, 4))
+    keep = (
+        f"SEEN_FILE = {str(tmp_path / 'seen.txt')!r}\nSEEN = []\n"
+        "class Tell:\n    def __del__(self):\n        print('DEL', SEEN)\n"
+        "def f(x):\n    global tell\n    SEEN.append(x)\n    f.seen = list(SEEN)\n    tell = Tell()\n"
+        "    with open(SEEN_FILE, 'a') as fh:\n        fh.write(f'{x}\\n')\n    return x\n"
+    )
+    nb = run(
+        keep,
+        "assert f('visible-1') == 'visible-1'\n" + HIDDEN.format("assert f('SECRET-A') == 'SECRET-A'"),
+        "print('LIST', SEEN)\nprint('FILE', open(SEEN_FILE).read())\nf('visible-2')\n",
+        "from IPython.display import display\n"
+        "display({'text/html': f'<b>{f.seen}</b>', 'text/plain': f'ATTR {f.seen}'}, raw=True)\n",
+        "assert f('visible-3')\n" + HIDDEN.format("assert f('SECRET-B')\nprint('HIDDEN SAW', SEEN)"),
+        grade=(1, 4),
+    )
     assert "SECRET-A" in json.dumps(nb.cells[4].outputs)  # the hidden part ran last, after all
     out, _ = HideHiddenOutputs().preprocess(nb, {})
     shown = json.dumps([c.outputs for c in out.cells])
@@ -279,16 +342,28 @@ def test_feedback_drops_quoted_hidden_and_grading_lines():
     import inspect
 
     from course_grading import untrusted
+
     nb = new_notebook(cells=[new_code_cell("x", metadata=nbgrader_meta("t", grade=True, points=1))])
     source = inspect.getsource(untrusted.copy_tree)
-    nb.cells[0].source = "check(x)\n### BEGIN HIDDEN TESTS\nassert secret_function(x) == 12345678\n### END HIDDEN TESTS\n"
-    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text=source + "\nmine\n"),
-                           nbformat.v4.new_output("error", ename="E", evalue="x",
-                                                  traceback=["---> 3 assert secret_function(x) == 12345678"]),
-                           nbformat.v4.new_output("display_data", data={"image/png": "AAAA", "text/plain": "fig"}),
-                           nbformat.v4.new_output("stream", name="stdout", text="[marker absent]\n")]
-    nb.cells[0].outputs.insert(3, nbformat.v4.new_output(
-        "display_data", data={"application/vnd.course.hidden-tests+json": {"hidden_tests": True}}))
+    nb.cells[
+        0
+    ].source = (
+        "check(x)\n### BEGIN HIDDEN TESTS\nassert secret_function(x) == 12345678\n### END HIDDEN TESTS\n"
+    )
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text=source + "\nmine\n"),
+        nbformat.v4.new_output(
+            "error", ename="E", evalue="x", traceback=["---> 3 assert secret_function(x) == 12345678"]
+        ),
+        nbformat.v4.new_output("display_data", data={"image/png": "AAAA", "text/plain": "fig"}),
+        nbformat.v4.new_output("stream", name="stdout", text="[marker absent]\n"),
+    ]
+    nb.cells[0].outputs.insert(
+        3,
+        nbformat.v4.new_output(
+            "display_data", data={"application/vnd.course.hidden-tests+json": {"hidden_tests": True}}
+        ),
+    )
     out, _ = HideHiddenOutputs().preprocess(nb, {})
     shown = json.dumps(out.cells[0].outputs)
     assert "mine" in shown and "image/png" not in shown and "fig" in shown
@@ -298,8 +373,14 @@ def test_feedback_drops_quoted_hidden_and_grading_lines():
 
 
 def test_cell_with_hidden_tests_and_no_marker_shows_nothing():
-    nb = new_notebook(cells=[new_code_cell("check(x)\n### BEGIN HIDDEN TESTS\ncheck(x, 1)\n### END HIDDEN TESTS\n",
-                                           metadata=nbgrader_meta("t", grade=True, points=1))])
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "check(x)\n### BEGIN HIDDEN TESTS\ncheck(x, 1)\n### END HIDDEN TESTS\n",
+                metadata=nbgrader_meta("t", grade=True, points=1),
+            )
+        ]
+    )
     nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="hidden input 42\n")]
     out, _ = HideHiddenOutputs().preprocess(nb, {})
     assert "42" not in json.dumps(out.cells[0].outputs)
@@ -307,8 +388,12 @@ def test_cell_with_hidden_tests_and_no_marker_shows_nothing():
 
 def test_failed_setup_cell_fails_the_submission():
     setup = {"nbgrader": {**nbgrader_meta("setup")["nbgrader"], "locked": True}}
-    nb = new_notebook(cells=[new_code_cell("import no_such_module_here\n", metadata=setup),
-                             new_code_cell("assert True\n", metadata=nbgrader_meta("t", grade=True, points=1))])
+    nb = new_notebook(
+        cells=[
+            new_code_cell("import no_such_module_here\n", metadata=setup),
+            new_code_cell("assert True\n", metadata=nbgrader_meta("t", grade=True, points=1)),
+        ]
+    )
     LimitedExecute(timeout=30).preprocess(nb, {"metadata": {"path": "."}})
     with pytest.raises(SetupCellFailed, match="setup cell 'setup' failed .*ModuleNotFoundError"):
         RequireSetup().preprocess(nb, {})

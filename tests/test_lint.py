@@ -1,5 +1,6 @@
 """The tree is ruff-clean under the rules pyproject.toml sets (``scripts/test.sh`` runs the
 same check before the tests)."""
+
 from __future__ import annotations
 
 import shutil
@@ -17,6 +18,7 @@ def test_ruff_finds_nothing():
     ruff = str(ruff) if ruff.is_file() else shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed (scripts/setup.sh --test installs it)")
-    done = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -2,6 +2,7 @@
 themselves (``tests/fixtures/lms``), read back by the importers' rules (``canvas_check``,
 ``moodle_check`` in ``test_roster_exports``), and the class lists they download read as
 rosters. A gradebook filled through nbgrader's API: no grading runs (fast)."""
+
 from __future__ import annotations
 
 import csv
@@ -12,10 +13,10 @@ import pytest
 
 from conftest import ASSIGNMENT
 from course_grading.commands import roster
-from course_grading.reports import grade_exports
 from course_grading.commands.cli import main
 from course_grading.course.nbgrader_setup import course_directory, gradebook
 from course_grading.errors import GradingError
+from course_grading.reports import grade_exports
 from course_grading.reports.lms import canvas
 from test_roster_exports import _class, _read, _submit, canvas_check, moodle_check
 from test_roster_exports import course as _roster_course
@@ -42,20 +43,29 @@ def test_canvas_round_trip_fills_the_downloaded_gradebook(course, tmp_path, caps
     _class(course, tmp_path)  # ada 3 (late, graded by hand), ben waiting, cy nothing submitted
     _submit(course, "dee", 2, written=2)  # graded, but not in Canvas
     out = tmp_path / "upload.csv"
-    code = main(["--root", str(course), "export", "--format", "canvas", "--fill", str(CANVAS), "--to", str(out)])
+    code = main(
+        ["--root", str(course), "export", "--format", "canvas", "--fill", str(CANVAS), "--to", str(out)]
+    )
     captured = capsys.readouterr()
     assert code == 1  # dee's grades cannot land: named, not silent
     assert "course: error: dee (dee): a student of the course the Canvas file lacks" in captured.err
     assert "line 6: Fremd, Eve (eve) is not a student of the course: left as Canvas has it" in captured.err
-    assert f"ben/{A}: 2 points of written answers to grade by hand: left as Canvas has it (1.00)" in captured.err
+    assert (
+        f"ben/{A}: 2 points of written answers to grade by hand: left as Canvas has it (1.00)" in captured.err
+    )
     original, filled = _read(CANVAS), _read(out)
     original[0][0] = original[0][0].lstrip("\ufeff")
     # the importer's view: every student found by Canvas's own ID, the points as Canvas had them
     titles, points, grades = canvas_check(filled)
     assert titles == [COLUMN, "Reading quiz (48190)"] and filled[1] == original[1]
     by_login = _rows_by_login(filled)
-    assert {k: v["ID"] for k, v in by_login.items()} == {"ada": "1001", "ben": "1002", "cy": "1003",
-                                                        "eve": "1005", "": "1999"}
+    assert {k: v["ID"] for k, v in by_login.items()} == {
+        "ada": "1001",
+        "ben": "1002",
+        "cy": "1003",
+        "eve": "1005",
+        "": "1999",
+    }
     assert [by_login[s][COLUMN] for s in ("ada", "ben", "cy", "eve")] == ["3", "1.00", "0", ""]
     # nothing but the course's own column changed: the other assignment, totals, sections
     for before, after in zip(original[2:], filled[2:]):
@@ -67,8 +77,10 @@ def test_canvas_round_trip_leaves_not_yet_due_as_no_grade(course, tmp_path, caps
     _due(course, dt.datetime.utcnow() + dt.timedelta(days=7))
     done = canvas.fill(course, CANVAS, tmp_path / "upload.csv")
     assert _rows_by_login(_read(done.path))["cy"][COLUMN] == ""  # not 0: not due yet
-    assert any(n.startswith(f"cy/{A}: not submitted, due ") and n.endswith("left empty (no grade)")
-               for n in done.notes)
+    assert any(
+        n.startswith(f"cy/{A}: not submitted, due ") and n.endswith("left empty (no grade)")
+        for n in done.notes
+    )
     _due(course, dt.datetime.utcnow() - dt.timedelta(days=1))
     done = canvas.fill(course, CANVAS, tmp_path / "upload.csv")
     assert _rows_by_login(_read(done.path))["cy"][COLUMN] == "0"  # past the due date: a 0
@@ -77,14 +89,16 @@ def test_canvas_round_trip_leaves_not_yet_due_as_no_grade(course, tmp_path, caps
 def test_canvas_fill_matches_by_recorded_canvas_id_and_names_missing_columns(course, tmp_path):
     _class(course, tmp_path)
     renamed = tmp_path / "renamed.csv"  # Canvas's column renamed: no course assignment has a column
-    renamed.write_text(CANVAS.read_text(encoding="utf-8-sig").replace(COLUMN, "Attention (48213)"),
-                       encoding="utf-8")
+    renamed.write_text(
+        CANVAS.read_text(encoding="utf-8-sig").replace(COLUMN, "Attention (48213)"), encoding="utf-8"
+    )
     done = canvas.fill(course, renamed, tmp_path / "upload.csv")
     assert any(p.startswith(f"{A}: no column in the Canvas file") for p in done.problems)
     # a login Canvas spells otherwise: found by the Canvas ID the roster import recorded
     relogged = tmp_path / "relogged.csv"
-    relogged.write_text(CANVAS.read_text(encoding="utf-8-sig").replace(",S1001,ada,", ",S1001,a.lovelace,"),
-                        encoding="utf-8")
+    relogged.write_text(
+        CANVAS.read_text(encoding="utf-8-sig").replace(",S1001,ada,", ",S1001,a.lovelace,"), encoding="utf-8"
+    )
     with gradebook(course_directory(course)) as gb:
         gb.update_or_create_student("ada", lms_user_id="1001")
     done = canvas.fill(course, relogged, tmp_path / "upload.csv")
@@ -104,7 +118,9 @@ def test_a_huge_field_in_a_canvas_download_is_one_error_line(course, tmp_path, c
     path = tmp_path / "huge.csv"
     path.write_text(CANVAS.read_text(encoding="utf-8-sig").replace("Lovelace", "x" * 300_000, 1))
     out = tmp_path / "upload.csv"
-    code = main(["--root", str(course), "export", "--format", "canvas", "--fill", str(path), "--to", str(out)])
+    code = main(
+        ["--root", str(course), "export", "--format", "canvas", "--fill", str(path), "--to", str(out)]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("course: error: not read: ")
     assert "field larger than field limit" in err and not out.exists()
@@ -113,8 +129,11 @@ def test_a_huge_field_in_a_canvas_download_is_one_error_line(course, tmp_path, c
 def test_a_canvas_gradebook_export_reads_as_a_roster(course):
     entries = roster.read_roster(CANVAS)
     assert [(e.id, e.first_name, e.last_name, e.lms_id) for e in entries] == [
-        ("ada", "Ada", "Lovelace", "1001"), ("ben", "Ben", "Okafor", "1002"), ("cy", None, "Cy", "1003"),
-        ("eve", "Eve", "Fremd", "1005")]  # no "Points Possible", no numeric-id student, no test student
+        ("ada", "Ada", "Lovelace", "1001"),
+        ("ben", "Ben", "Okafor", "1002"),
+        ("cy", None, "Cy", "1003"),
+        ("eve", "Eve", "Fremd", "1005"),
+    ]  # no "Points Possible", no numeric-id student, no test student
     roster.import_roster(course, CANVAS)
     with gradebook(course_directory(course)) as gb:
         assert sorted(s.id for s in gb.students) == ["ada", "ben", "cy", "eve"]
@@ -126,7 +145,10 @@ def test_moodle_participants_read_as_a_roster(course, tmp_path):
         roster.read_roster(FIXTURES / "moodle_participants.csv")
     entries = roster.read_roster(FIXTURES / "moodle_participants_with_username.csv")
     assert [(e.id, e.lms_id, e.email) for e in entries] == [
-        ("ada", "S1001", "ada@example.org"), ("ben", "S1002", "ben@example.org"), ("cy", "S1003", None)]
+        ("ada", "S1001", "ada@example.org"),
+        ("ben", "S1002", "ben@example.org"),
+        ("cy", "S1003", None),
+    ]
     by_number = roster.read_roster(FIXTURES / "moodle_participants.csv", id_column="ID number")
     assert [e.id for e in by_number] == ["S1001", "S1002", "S1003"]
 
@@ -137,8 +159,21 @@ def test_moodle_round_trip_by_id_number_only_for_its_participants(course, tmp_pa
     participants = FIXTURES / "moodle_participants_with_username.csv"
     roster.import_roster(course, participants)  # records each ID number
     out = tmp_path / "moodle.csv"
-    code = main(["--root", str(course), "export", "--format", "moodle", "--match", "idnumber",
-                 "--roster", str(participants), "--to", str(out)])
+    code = main(
+        [
+            "--root",
+            str(course),
+            "export",
+            "--format",
+            "moodle",
+            "--match",
+            "idnumber",
+            "--roster",
+            str(participants),
+            "--to",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1 and f"course: error: dee: not in {participants}" in err
     rows = _read(out)
@@ -159,8 +194,9 @@ def test_moodle_feedback_carries_the_graders_comments(course, tmp_path):
         gb.db.commit()
     rows = _read(grade_exports.export(course, tmp_path / "m.csv", "moodle").path)
     ada = moodle_check(rows, "Username")["ada"]
-    assert ada[f"{A} feedback"] == ("written_q: Right idea; the scaling by 1/sqrt(d) is missing.; "
-                                    "late penalty 0.5")
+    assert ada[f"{A} feedback"] == (
+        "written_q: Right idea; the scaling by 1/sqrt(d) is missing.; late penalty 0.5"
+    )
 
 
 def test_no_grade_yet_is_not_zero_in_any_format(course, tmp_path):
@@ -184,8 +220,9 @@ def test_configured_canvas_ids_name_the_columns(course, tmp_path):
     titles, _, grades = canvas_check(_read(grade_exports.export(course, tmp_path / "c.csv", "canvas").path))
     assert titles == [COLUMN] and grades["ada"] == {COLUMN: "3"}
     renamed = tmp_path / "renamed.csv"
-    renamed.write_text(CANVAS.read_text(encoding="utf-8-sig").replace(COLUMN, "Attention (48213)"),
-                       encoding="utf-8")
+    renamed.write_text(
+        CANVAS.read_text(encoding="utf-8-sig").replace(COLUMN, "Attention (48213)"), encoding="utf-8"
+    )
     done = canvas.fill(course, renamed, tmp_path / "upload.csv")
     assert not any(p.startswith(A) for p in done.problems)
     assert _rows_by_login(_read(done.path))["ada"]["Attention (48213)"] == "3"
@@ -198,8 +235,9 @@ def test_moodle_participants_without_usernames_select_by_id_number(course, tmp_p
     with gradebook(course_directory(course)) as gb:
         for student, number in (("ada", "S1001"), ("ben", "S1002")):
             gb.update_or_create_student(student, lms_user_id=number)
-    done = grade_exports.export(course, tmp_path / "m.csv", "moodle", match="idnumber",
-                                roster=FIXTURES / "moodle_participants.csv")
+    done = grade_exports.export(
+        course, tmp_path / "m.csv", "moodle", match="idnumber", roster=FIXTURES / "moodle_participants.csv"
+    )
     grades = moodle_check(_read(done.path), "ID number")
     assert {k: v[A] for k, v in grades.items()} == {"S1001": 3.0, "S1002": None}
     assert [p.split(":")[0] for p in done.problems] == ["cy"]  # no ID number recorded: named

@@ -6,6 +6,7 @@ case names the bug (``NAMES_THE_BUG``: the words that do). tests/specificity.py 
 half (only the hidden tests see them); it may only shrink: a new generic message fails, and
 so does an entry that has become specific (remove it).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
 """nbgrader's check of cells' nbgrader metadata with the schema checked once
 (``course_grading.grading.metadata_schema``): the same verdicts and errors as ``jsonschema.validate``."""
+
 from __future__ import annotations
 
 import copy
@@ -25,8 +26,13 @@ def _broken() -> list[dict]:
     meta = _graded_metadata()
     graded = next(m for m in meta if m.get("grade"))
     cases = []
-    for change in ({"points": "two"}, {"grade": "yes"}, {"grade_id": 7}, {"schema_version": "3"},
-                   {"solution": None}):
+    for change in (
+        {"points": "two"},
+        {"grade": "yes"},
+        {"grade_id": 7},
+        {"schema_version": "3"},
+        {"solution": None},
+    ):
         cases.append({**copy.deepcopy(graded), **change})
     missing = copy.deepcopy(graded)
     del missing["grade_id"]
@@ -44,7 +50,9 @@ def _error(call):
 @pytest.mark.parametrize("meta", _graded_metadata() + _broken())
 def test_the_same_verdict_and_error_as_jsonschema(meta):
     schema = MetadataValidatorV3().schema
-    assert _error(lambda: metadata_schema.validate(meta, schema)) == _error(lambda: jsonschema.validate(meta, schema))
+    assert _error(lambda: metadata_schema.validate(meta, schema)) == _error(
+        lambda: jsonschema.validate(meta, schema)
+    )
 
 
 def test_nbgraders_validator_checks_its_schema_once(monkeypatch):

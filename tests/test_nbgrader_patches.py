@@ -1,16 +1,17 @@
 """nbgrader's own code is changed in one module (``course_grading.grading.nbgrader_patches``),
 for the versions it was tested with; the packaging pins that range; commands that need no
 nbgrader do not load it."""
+
 from __future__ import annotations
 
 import ast
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from course_grading.grading import nbgrader_patches
 
@@ -22,7 +23,9 @@ def test_an_untested_nbgrader_is_refused_with_one_line():
     nbgrader_patches.check_version("0.9.6")
     nbgrader_patches.check_version("0.9.9")
     for version in ("0.9.5", "0.10.0", "1.0.0a1"):
-        with pytest.raises(nbgrader_patches.UntestedNbgrader, match=rf"nbgrader {re.escape(version)} is installed"):
+        with pytest.raises(
+            nbgrader_patches.UntestedNbgrader, match=rf"nbgrader {re.escape(version)} is installed"
+        ):
             nbgrader_patches.check_version(version)
 
 
@@ -42,8 +45,12 @@ def test_no_other_module_assigns_into_nbgrader():
         if path == PATCHES:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        from_nbgrader = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-                         and (n.module or "").startswith("nbgrader") for a in n.names}
+        from_nbgrader = {
+            a.asname or a.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("nbgrader")
+            for a in n.names
+        }
         for node in ast.walk(tree):
             for target in getattr(node, "targets", []) if isinstance(node, ast.Assign) else []:
                 if isinstance(target, ast.Attribute):
@@ -54,8 +61,10 @@ def test_no_other_module_assigns_into_nbgrader():
 
 
 def test_status_loads_no_nbgrader_to_start():
-    code = ("import sys, course_grading.commands.status, course_grading.commands.cli\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'nbgrader'))")
+    code = (
+        "import sys, course_grading.commands.status, course_grading.commands.cli\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'nbgrader'))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

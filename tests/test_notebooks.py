@@ -2,6 +2,7 @@
 `course release` generates, with nothing leaked, and no notebook carries outputs or machine
 metadata. (The solutions run whole, every cell, in tests/test_autograde_course.py; the
 releases, blank and filled in, in tests/test_student_side.py.)"""
+
 from __future__ import annotations
 
 import json

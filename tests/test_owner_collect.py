@@ -8,6 +8,7 @@ chowns them, which needs root; it is skipped otherwise, except in CI (``CI`` set
 running as root is a failure. tests/test_hub.py walks the same with a hub and a Unix user per
 student.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,17 +22,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from nbgrader.api import Gradebook
+from nbgrader.auth import Authenticator
+from nbgrader.coursedir import CourseDirectory
+from nbgrader.exchange import ExchangeError
+from nbgrader.utils import parse_utc
 from traitlets.config import Config
 
 import course_grading.course.nbgrader_setup  # noqa: F401  (a new gradebook without running alembic)
 from course_grading.exchange import OwnerCollect, SafeReleaseAssignment
 from jupyter_browser import require_or_skip
 from unix_users import reachable_python, run_as
-from nbgrader.api import Gradebook
-from nbgrader.auth import Authenticator
-from nbgrader.coursedir import CourseDirectory
-from nbgrader.exchange import ExchangeError
-from nbgrader.utils import parse_utc
 
 COURSE_ID = "attention-course"
 A = "03_attention"
@@ -94,8 +95,15 @@ def collect(course: Path, exchange: Path, coursedir_traits: dict | None = None, 
     return ok, "\n".join(records)
 
 
-def submit(inbound: Path, owner: str, *, claimed: str | None = None, name: str | None = None,
-           notebook: str = "{}", backdate: bool = True) -> Path:
+def submit(
+    inbound: Path,
+    owner: str,
+    *,
+    claimed: str | None = None,
+    name: str | None = None,
+    notebook: str = "{}",
+    backdate: bool = True,
+) -> Path:
     """A submission as a student's process leaves it in inbound/ (folder 0777, files 0644,
     given to ``owner``), claiming ``claimed``, with a back-dated timestamp.txt and mtimes."""
     folder = inbound / (name or f"{claimed or owner}+{A}+{BACK}+r4nd0m")
@@ -114,8 +122,11 @@ def submit(inbound: Path, owner: str, *, claimed: str | None = None, name: str |
 
 def collected(course: Path) -> dict[str, str]:
     """{student: their collected notebook's text}."""
-    return {p.name: (p / A / f"{A}.ipynb").read_text() for p in sorted((course / "submitted").iterdir())
-            if not p.name.startswith(".")}
+    return {
+        p.name: (p / A / f"{A}.ipynb").read_text()
+        for p in sorted((course / "submitted").iterdir())
+        if not p.name.startswith(".")
+    }
 
 
 def written_time(course: Path, student: str) -> datetime:
@@ -140,8 +151,13 @@ def test_submitting_as_another_student_is_refused_and_the_victim_keeps_their_own
     submit(inbound, "bin", notebook='"bin\'s own"', name=f"bin+{A}+2026-01-01 10:00:00.000000 UTC+aaaa")
     time.sleep(0.05)
     # daemon submits as bin, later (newer by name and by ctime): nbgrader would take this one
-    submit(inbound, "daemon", claimed="bin", notebook='"blank"',
-           name=f"bin+{A}+2026-01-02 10:00:00.000000 UTC+bbbb")
+    submit(
+        inbound,
+        "daemon",
+        claimed="bin",
+        notebook='"blank"',
+        name=f"bin+{A}+2026-01-02 10:00:00.000000 UTC+bbbb",
+    )
     ok, log = collect(course, exchange)
     assert not ok, "a refused submission must fail the command"
     assert collected(course) == {"bin": '"bin\'s own"'}
@@ -292,8 +308,9 @@ def test_a_release_keeps_the_course_folder_the_instructors(users, open_tmp):
     config = _config(course, exchange)
     coursedir = CourseDirectory(config=config)
     coursedir.assignment_id = A
-    SafeReleaseAssignment(coursedir=coursedir, authenticator=Authenticator(config=config),
-                          config=config).start()
+    SafeReleaseAssignment(
+        coursedir=coursedir, authenticator=Authenticator(config=config), config=config
+    ).start()
     mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731 - a one-line helper of this test
     top = exchange / COURSE_ID
     assert mode(exchange) == 0o1777
@@ -335,13 +352,16 @@ def test_a_release_into_a_course_folder_of_another_user_fails(users, tmp_path):
     coursedir = CourseDirectory(config=config)
     coursedir.assignment_id = A
     with pytest.raises(ExchangeError, match="don't own"):
-        SafeReleaseAssignment(coursedir=coursedir, authenticator=Authenticator(config=config),
-                              config=config).start()
+        SafeReleaseAssignment(
+            coursedir=coursedir, authenticator=Authenticator(config=config), config=config
+        ).start()
 
 
 def test_the_course_configuration_selects_these_classes():
     from traitlets.config.loader import PyFileConfigLoader
+
     from conftest import ROOT
+
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     assert config.ExchangeFactory.collect == "course_grading.exchange.OwnerCollect"
     assert config.ExchangeFactory.release_assignment == "course_grading.exchange.SafeReleaseAssignment"

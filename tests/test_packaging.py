@@ -1,9 +1,11 @@
 """Install metadata: pip and conda users get the same dependencies; data ships with the package."""
+
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CONDA_TO_PYPI = {"pytorch": "torch"}
@@ -47,15 +49,18 @@ def test_pinned_versions_satisfy_the_declared_ranges():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = [r for group in project.get("optional-dependencies", {}).values() for r in group]
-    declared = {Requirement(r).name.lower(): Requirement(r).specifier
-                for r in [*project["dependencies"], *extras]}
+    declared = {
+        Requirement(r).name.lower(): Requirement(r).specifier for r in [*project["dependencies"], *extras]
+    }
     for line in (ROOT / "scripts" / "constraints.txt").read_text().splitlines():
         line = line.split("#")[0].strip()
         if not line:
             continue
         name, version = line.split("==")
         if name.lower() in declared:
-            assert version in declared[name.lower()], f"{line} is outside pyproject's {declared[name.lower()]}"
+            assert version in declared[name.lower()], (
+                f"{line} is outside pyproject's {declared[name.lower()]}"
+            )
 
 
 def test_glove_data_ships_with_its_provenance():

@@ -1,5 +1,6 @@
 """The nbgrader pipeline: notebook normalization, the leak scan, and a full round trip on a
 tiny synthetic course (release -> autograde -> feedback -> export, and a self-check)."""
+
 from __future__ import annotations
 
 import csv
@@ -10,13 +11,13 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_grading.grading import autograde
-from course_grading.reports import feedback
 from course_grading.authoring import release
-from course_grading.reports import results as grading_results
+from course_grading.authoring.nbformat_tools import is_normalized, normalize, write_notebook
 from course_grading.commands.cli import main
 from course_grading.errors import GradingError
-from course_grading.authoring.nbformat_tools import is_normalized, normalize, write_notebook
+from course_grading.grading import autograde
+from course_grading.reports import feedback
+from course_grading.reports import results as grading_results
 
 SOLUTION_LINE = "result_value = x + x"
 HIDDEN_LINE = 'assert double(-21) == -42, "hidden: double(-21) should be -42"'
@@ -25,12 +26,15 @@ TEST_WITH_MARKER = "assert double(2) == 4\n### END HIDDEN TESTS\n"
 
 # --------------------------------------------------------------------------- normalize
 
+
 def messy_notebook():
     """A notebook as Jupyter leaves it: outputs, counts, random ids, machine metadata."""
     nb = tiny_notebook()
-    nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Py", "language": "python"},
-                   "language_info": {"name": "python", "version": "3.11.7"},
-                   "widgets": {"state": {}}}
+    nb.metadata = {
+        "kernelspec": {"name": "python3", "display_name": "Py", "language": "python"},
+        "language_info": {"name": "python", "version": "3.11.7"},
+        "widgets": {"state": {}},
+    }
     code = nb.cells[1]
     code.execution_count = 7
     code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="hi\n")]
@@ -41,9 +45,10 @@ def messy_notebook():
 
 def test_normalize_strips_run_and_machine_state():
     nb = normalize(messy_notebook())
-    assert nb.metadata == {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python",
-                                          "name": "python3"},
-                           "language_info": {"name": "python"}}
+    assert nb.metadata == {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
     assert (nb.nbformat, nb.nbformat_minor) == (4, 5)
     code = nb.cells[1]
     assert code.outputs == [] and code.execution_count is None
@@ -85,16 +90,20 @@ def test_write_notebook_keeps_unicode(tmp_path):
 
 # --------------------------------------------------------------------------- leak scan
 
+
 def test_secret_lines_are_the_nontrivial_region_lines():
-    nb = tiny_notebook(solution=(
-        "def double(x):\n"
-        "    ### BEGIN SOLUTION\n"
-        "    result_value = x + x\n"
-        "    # a comment inside the solution\n"
-        "    return res\n"                     # short: ignored
-        "    print('shared line here')\n"      # also outside the region: public
-        "    ### END SOLUTION\n"
-        "print('shared line here')\n"))
+    nb = tiny_notebook(
+        solution=(
+            "def double(x):\n"
+            "    ### BEGIN SOLUTION\n"
+            "    result_value = x + x\n"
+            "    # a comment inside the solution\n"
+            "    return res\n"  # short: ignored
+            "    print('shared line here')\n"  # also outside the region: public
+            "    ### END SOLUTION\n"
+            "print('shared line here')\n"
+        )
+    )
     assert release.secret_lines(nb) == {SOLUTION_LINE, HIDDEN_LINE}
 
 
@@ -105,23 +114,31 @@ def test_whole_solution_cell_without_markers_is_secret():
 
 def test_find_leaks_names_notebook_cell_and_line():
     source = tiny_notebook()
-    leaky = normalize(tiny_notebook(solution="def double(x):\n    result_value = x + x\n",
-                                    test=TEST_WITH_MARKER))
+    leaky = normalize(
+        tiny_notebook(solution="def double(x):\n    result_value = x + x\n", test=TEST_WITH_MARKER)
+    )
     leaks = release.find_leaks(source, leaky, notebook="nb.ipynb")
     assert release.Leak("nb.ipynb", "double", SOLUTION_LINE) in leaks
     assert release.Leak("nb.ipynb", "test_double", "### END HIDDEN TESTS") in leaks
-    clean = normalize(tiny_notebook(solution="def double(x):\n    raise NotImplementedError()\n",
-                                    test="assert double(2) == 4\n"))
+    clean = normalize(
+        tiny_notebook(
+            solution="def double(x):\n    raise NotImplementedError()\n", test="assert double(2) == 4\n"
+        )
+    )
     assert release.find_leaks(source, clean) == []
 
 
 def test_release_refuses_a_leak_and_writes_nothing(tiny_course, monkeypatch):
     """A generator that forgets to clear a solution line: the scan must stop the release."""
+
     def leaky_generate(course, assignment, release_dir, **overrides):
         nb = nbformat.read(str(course.folders.source_notebook(assignment)), 4)
         for cell in nb.cells:
-            cell.source = "\n".join(ln for ln in cell.source.splitlines()
-                                    if "BEGIN" not in ln and "END" not in ln and "HIDDEN" not in ln)
+            cell.source = "\n".join(
+                ln
+                for ln in cell.source.splitlines()
+                if "BEGIN" not in ln and "END" not in ln and "HIDDEN" not in ln
+            )
         (Path(release_dir) / assignment).mkdir(parents=True)
         nbformat.write(nb, str(Path(release_dir) / assignment / f"{assignment}.ipynb"))
 
@@ -136,7 +153,10 @@ def test_release_refuses_a_leak_and_writes_nothing(tiny_course, monkeypatch):
     assert SOLUTION_LINE in message
     assert {leak.line for leak in info.value.leaks} == {SOLUTION_LINE, "return result_value", HIDDEN_LINE}
     assert committed.read_text() == "committed\n"
-    assert sorted(p.name for p in (tiny_course / "notebooks").rglob("*")) == [ASSIGNMENT, f"{ASSIGNMENT}.ipynb"]
+    assert sorted(p.name for p in (tiny_course / "notebooks").rglob("*")) == [
+        ASSIGNMENT,
+        f"{ASSIGNMENT}.ipynb",
+    ]
 
 
 def test_release_of_unknown_assignment_is_refused(tiny_course):
@@ -145,6 +165,7 @@ def test_release_of_unknown_assignment_is_refused(tiny_course):
 
 
 # --------------------------------------------------------------------------- round trip
+
 
 def submit(course: Path, student: str, notebook: Path) -> None:
     folder = course / "submitted" / student / ASSIGNMENT
@@ -162,7 +183,7 @@ def test_round_trip(tiny_course, capsys):
     first = released.read_bytes()
     text = first.decode("utf-8")
     assert is_normalized(released)
-    assert "raise NotImplementedError()" in text and 'assert double(2) == 4' in text
+    assert "raise NotImplementedError()" in text and "assert double(2) == 4" in text
     for secret in (SOLUTION_LINE, "double(-21)", "BEGIN", "END SOLUTION"):
         assert secret not in text
     assert release.release(course) == [] and released.read_bytes() == first
@@ -176,14 +197,23 @@ def test_round_trip(tiny_course, capsys):
     results = {r.student: r for r in autograde.autograde(course, jobs=2)}
     assert "[3/3]" in capsys.readouterr().err
     alice, bob, carol = results["alice"], results["bob"], results["carol"]
-    assert [(e.grade_id, e.score, e.max_score, e.passed) for e in alice.exercises] == [("test_double", 2, 2, True)]
+    assert [(e.grade_id, e.score, e.max_score, e.passed) for e in alice.exercises] == [
+        ("test_double", 2, 2, True)
+    ]
     assert (bob.score, bob.max_score, bob.error) == (0, 2, "")
     assert bob.exercises[0].message.startswith("NotImplementedError")
     assert carol.exercises == [] and "JSON" in carol.error
 
-    rows = list(csv.DictReader(grading_results.write_csv(list(results.values()), course / "reports" / "grades.csv").open()))
+    rows = list(
+        csv.DictReader(
+            grading_results.write_csv(list(results.values()), course / "reports" / "grades.csv").open()
+        )
+    )
     assert [(r["student"], r["exercise"], r["score"]) for r in rows] == [
-        ("alice", "test_double", "2"), ("bob", "test_double", "0"), ("carol", "", "")]
+        ("alice", "test_double", "2"),
+        ("bob", "test_double", "0"),
+        ("carol", "", ""),
+    ]
     assert "grading failed" in rows[2]["message"]
     table = grading_results.format_table(list(results.values()))
     assert "test_double" in table and "ERROR" in table
@@ -191,8 +221,11 @@ def test_round_trip(tiny_course, capsys):
     # The command: failed tests are not an error, a broken submission is.
     assert main(["--root", str(course), "autograde", "--student", "alice", "bob", "--jobs", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[1:4] == ["student  test_double  total", "alice    2/2          2/2",
-                                     "bob      0/2          0/2"]
+    assert out.splitlines()[1:4] == [
+        "student  test_double  total",
+        "alice    2/2          2/2",
+        "bob      0/2          0/2",
+    ]
     assert f"grades: {course / 'reports' / 'grades.csv'}" in out
     assert main(["--root", str(course), "autograde", ASSIGNMENT, "--student", "carol"]) == 1
     assert "grading failed for carol/01_tiny" in capsys.readouterr().err
@@ -257,8 +290,9 @@ def test_parallel_kernels_share_the_cores(monkeypatch):
 
 # a set-up that breaks where the file "broken-setup" lies beside the notebook (as an import that
 # runs out of time would break it on a loaded machine)
-SETUP_CELL = ("import os\nif os.path.exists('broken-setup'):\n"
-              "    raise RuntimeError('the set-up broke here')\n")
+SETUP_CELL = (
+    "import os\nif os.path.exists('broken-setup'):\n    raise RuntimeError('the set-up broke here')\n"
+)
 
 
 def _with_setup():
@@ -294,10 +328,18 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     for step in ("generate_assignment", "autograde"):
-        done = subprocess.run([str(bin_dir / "nbgrader"), step, ASSIGNMENT, "--force"], cwd=course,
-                              env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(
+            [str(bin_dir / "nbgrader"), step, ASSIGNMENT, "--force"],
+            cwd=course,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert done.returncode == 1, done.stderr[-3000:]  # nbgrader: some submission failed
-    assert "SetupCellFailed: the setup cell 'setup' failed (RuntimeError: the set-up broke here)" in done.stderr
+    assert (
+        "SetupCellFailed: the setup cell 'setup' failed (RuntimeError: the set-up broke here)" in done.stderr
+    )
     assert f"LinkedSubmission: {linked} is a symbolic link: not graded" in done.stderr
     for student in ("broken", "linked"):
         assert not (course / "autograded" / student / ASSIGNMENT).exists()
@@ -311,16 +353,22 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
     assert main(["--root", str(course), "report"]) == 0
     rows = list(csv.DictReader((course / "reports" / "class_report.csv").open(encoding="utf-8")))
     assert [(r["exercise"], r["attempts"], r["failure_1"], r["failure_1_count"]) for r in rows] == [
-        ("test_double", "1", "", ""), ("(grading failed)", "2", report_not_graded(), "2")]
+        ("test_double", "1", "", ""),
+        ("(grading failed)", "2", report_not_graded(), "2"),
+    ]
     exported = feedback.export(course, course / "reports" / "export.csv")
-    notes = {r["student_id"]: (r["score"], r["note"]) for r in csv.DictReader(exported.open(encoding="utf-8"))}
+    notes = {
+        r["student_id"]: (r["score"], r["note"]) for r in csv.DictReader(exported.open(encoding="utf-8"))
+    }
     assert notes == {"good": ("2.0", ""), "broken": ("0.0", "not graded"), "linked": ("0.0", "not graded")}
 
     capsys.readouterr()
     assert main(["--root", str(course), "autograde", "--student", "broken"]) == 1
     captured = capsys.readouterr()
-    assert ("grading failed for broken/01_tiny: SetupCellFailed: the setup cell 'setup' failed "
-            "(RuntimeError: the set-up broke here): no score can be computed") in captured.err
+    assert (
+        "grading failed for broken/01_tiny: SetupCellFailed: the setup cell 'setup' failed "
+        "(RuntimeError: the set-up broke here): no score can be computed"
+    ) in captured.err
     # a regrade of one student still reports the whole class: the others as the gradebook holds them
     grades_csv = list(csv.DictReader((course / "reports" / "grades.csv").open(encoding="utf-8")))
     by_student = {r["student"]: r for r in grades_csv}
@@ -332,6 +380,7 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
 
 def report_not_graded() -> str:
     from course_grading.reports.class_report import NOT_GRADED
+
     return NOT_GRADED
 
 
@@ -344,9 +393,14 @@ def test_a_clash_with_another_grader_is_retried_not_reported(tmp_path):
     from nbgrader.converters.base import NbGraderException
     from sqlalchemy.exc import IntegrityError, OperationalError
 
-    from course_grading.errors import (AssignmentChanged, GradebookBusy, GradebookError,
-                                       NbgraderFailure, retriable)
     from course_grading.course.nbgrader_setup import run_converter
+    from course_grading.errors import (
+        AssignmentChanged,
+        GradebookBusy,
+        GradebookError,
+        NbgraderFailure,
+        retriable,
+    )
 
     db = tmp_path / "gradebook.db"
     holder = sqlite3.connect(db, isolation_level=None)
@@ -375,14 +429,16 @@ def test_a_clash_with_another_grader_is_retried_not_reported(tmp_path):
 
     class Converter:
         """Fails inside a step, as nbgrader's converters do: caught, logged, a generic error."""
+
         coursedir = type("C", (), {"db_url": f"sqlite:///{db}"})()
 
         def __init__(self, inside):
             self.inside = inside
 
         def _clean_old_notebooks(self):
-            raise NbGraderException("Cannot modify existing assignment 'a' because there are "
-                                    "submissions associated with it")
+            raise NbGraderException(
+                "Cannot modify existing assignment 'a' because there are submissions associated with it"
+            )
 
         def init_assignment(self):
             raise self.inside
@@ -421,15 +477,19 @@ def test_course_folders_come_from_the_configuration(tmp_path):
     traits = CourseDirectory.class_traits()
     assert FOLDER_DEFAULTS == {k: traits[f"{k}_directory"].default() for k in FOLDER_DEFAULTS}
     (tmp_path / "nbgrader_config.py").write_text(
-        'c = get_config()\nc.CourseDirectory.source_directory = "instructor"\n')
+        'c = get_config()\nc.CourseDirectory.source_directory = "instructor"\n'
+    )
     (tmp_path / "instructor" / "01_x").mkdir(parents=True)
     (tmp_path / "instructor" / "01_x" / "01_x.ipynb").write_text("{}")
     (tmp_path / "solutions" / "02_y").mkdir(parents=True)
     (tmp_path / "solutions" / "02_y" / "02_y.ipynb").write_text("{}")
     course = Course(tmp_path)
     where, root = course.folders, tmp_path.resolve()
-    assert (where.source, where.release, where.submitted) == (root / "instructor", root / "release",
-                                                              root / "submitted")
+    assert (where.source, where.release, where.submitted) == (
+        root / "instructor",
+        root / "release",
+        root / "submitted",
+    )
     assert where.source_notebook("01_x") == root / "instructor" / "01_x" / "01_x.ipynb"
     assert course.source_assignments() == ["01_x"]
     with pytest.raises(GradingError, match="instructor/ has: 01_x"):
@@ -442,8 +502,12 @@ def test_course_folders_come_from_the_configuration(tmp_path):
         if path.name == "course_dir.py":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and \
-                    isinstance(node.right, ast.Constant) and node.right.value in names:
+            if (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Div)
+                and isinstance(node.right, ast.Constant)
+                and node.right.value in names
+            ):
                 spelled.append(str(path.relative_to(root)))
     # the one exception: the student package's own layout written by `course build-student`
     assert set(spelled) <= {"course_grading/authoring/student_side.py"}, spelled

@@ -1,4 +1,5 @@
 """The 04/05 plots and widgets, headless: the numbers they draw, and that controls respond."""
+
 from __future__ import annotations
 
 import math
@@ -11,15 +12,13 @@ import pytest
 import torch
 from torch import nn
 
-from course_utils.plots import multi_head as pm
-from course_utils.plots import positional as pp
 from course_grading.reference.multi_head import MultiHeadAttention
 from course_grading.reference.positional import sinusoidal_positional_encoding
-
-
-
+from course_utils.plots import multi_head as pm
+from course_utils.plots import positional as pp
 
 # -- 04 ---------------------------------------------------------------------------------------
+
 
 def test_demo_module_has_fixed_weights_by_name():
     a, b = pm.demo_module(MultiHeadAttention, 5), pm.demo_module(MultiHeadAttention, 5)
@@ -116,6 +115,7 @@ def test_head_viewer_responds_and_keeps_the_query_word(monkeypatch):
 
 
 # -- 05 ---------------------------------------------------------------------------------------
+
 
 def test_wavelengths():
     lam = pp.wavelengths(100)

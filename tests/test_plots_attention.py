@@ -1,4 +1,5 @@
 """The 03_attention plots and widget, headless: the numbers they draw, and that controls respond."""
+
 from __future__ import annotations
 
 import math
@@ -11,12 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from course_utils.plots import attention as pa
 from course_grading.reference import attention as ref
+from course_utils.plots import attention as pa
 
 SENTENCE = "we sat on the bank of the river"
-
-
 
 
 def test_tokenize_lowercases_and_splits_punctuation():
@@ -91,8 +90,7 @@ def test_causal_toggle_zeroes_the_upper_triangle():
 
 
 def test_larger_divisor_flattens_rows():
-    entropies = [pa.sentence_attention(SENTENCE, SDPA, scale=s).entropy
-                 for s in (1.0, 7.07, 100.0, 1e4)]
+    entropies = [pa.sentence_attention(SENTENCE, SDPA, scale=s).entropy for s in (1.0, 7.07, 100.0, 1e4)]
     for sharper, flatter in zip(entropies, entropies[1:]):
         assert (flatter >= sharper - 1e-6).all() and flatter.mean() > sharper.mean()
     n = len(pa.tokenize(SENTENCE))

@@ -1,7 +1,7 @@
 """The 01/02 embedding plots and the projector widget, headless: the numbers they draw, and
 that the controls respond."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import matplotlib
 
@@ -10,14 +10,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
+from course_grading.reference import similarity as ref
 from course_utils import load_glove
 from course_utils.plots import embeddings as pe
-from course_grading.reference import similarity as ref
 
-TOY = np.array([[0.9, 0.8, 0.7, 0.1, 0.2], [0.9, 0.8, 0.7, 0.1, 0.7],
-                [0.8, 0.6, 0.6, 0.2, 0.1], [0.8, 0.6, 0.6, 0.2, 0.6]])
-
-
+TOY = np.array(
+    [
+        [0.9, 0.8, 0.7, 0.1, 0.2],
+        [0.9, 0.8, 0.7, 0.1, 0.7],
+        [0.8, 0.6, 0.6, 0.2, 0.1],
+        [0.8, 0.6, 0.6, 0.2, 0.6],
+    ]
+)
 
 
 # -- pca_2d ----------------------------------------------------------------------------------
@@ -27,10 +31,10 @@ def test_pca_2d_matches_the_svd_and_keeps_all_variance_of_the_toy_words():
     U, S, _ = np.linalg.svd(Xc, full_matrices=False)
     assert p.coords.shape == (4, 2) and p.components.shape == (2, 5)
     assert np.allclose(np.abs(p.coords), np.abs(U[:, :2] * S[:2]))
-    assert np.allclose(p.components @ p.components.T, np.eye(2))      # orthonormal
-    assert np.allclose(p.coords.mean(0), 0.0)                          # centred
-    assert np.isclose(p.explained.sum(), 1.0)                          # the toy world is 2-D
-    assert np.allclose(p.coords @ p.components + p.mean, TOY)          # so nothing is lost
+    assert np.allclose(p.components @ p.components.T, np.eye(2))  # orthonormal
+    assert np.allclose(p.coords.mean(0), 0.0)  # centred
+    assert np.isclose(p.explained.sum(), 1.0)  # the toy world is 2-D
+    assert np.allclose(p.coords @ p.components + p.mean, TOY)  # so nothing is lost
     # king - man + woman = queen survives the projection exactly
     assert np.allclose(p.coords[0] - p.coords[2] + p.coords[3], p.coords[1])
 
@@ -89,8 +93,24 @@ def test_pca_2d_orient_fixes_the_signs():
 def test_labels_are_moved_apart_until_none_overlaps():
     # the words of notebook 01's picture whose labels used to sit on top of each other
     g = load_glove()
-    words = ["france", "paris", "italy", "rome", "germany", "berlin", "japan", "tokyo",
-             "spain", "madrid", "russia", "moscow", "aunt", "sister", "woman", "girl"]
+    words = [
+        "france",
+        "paris",
+        "italy",
+        "rome",
+        "germany",
+        "berlin",
+        "japan",
+        "tokyo",
+        "spain",
+        "madrid",
+        "russia",
+        "moscow",
+        "aunt",
+        "sister",
+        "woman",
+        "girl",
+    ]
     proj = pe.word_projection(words, g)
     fig, ax, _ = pe.plot_word_projection(proj)
     fig.canvas.draw()
@@ -99,7 +119,7 @@ def test_labels_are_moved_apart_until_none_overlaps():
     assert sorted(t.get_text() for t in labels) == sorted(words)
     boxes = [t.get_window_extent(renderer) for t in labels]
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             assert not a.overlaps(b), "two labels overlap"
     plt.close(fig)
 
@@ -117,13 +137,30 @@ def test_each_label_reads_as_its_own_points(scene):
     label)."""
     g = load_glove()
     if scene == "02 widget":
-        r = pe.analogy_projection("france", "paris", "japan",
-                                  "germany berlin italy rome spain madrid", ref.analogy, 5, g)
+        r = pe.analogy_projection(
+            "france", "paris", "japan", "germany berlin italy rome spain madrid", ref.analogy, 5, g
+        )
         fig, ax, coords = pe.plot_analogy(r)
         words = r.words
     else:
-        words = ["france", "paris", "italy", "rome", "germany", "berlin", "japan", "tokyo",
-                 "spain", "madrid", "russia", "moscow", "aunt", "sister", "woman", "girl"]
+        words = [
+            "france",
+            "paris",
+            "italy",
+            "rome",
+            "germany",
+            "berlin",
+            "japan",
+            "tokyo",
+            "spain",
+            "madrid",
+            "russia",
+            "moscow",
+            "aunt",
+            "sister",
+            "woman",
+            "girl",
+        ]
         proj = pe.word_projection(words, g)
         fig, ax, coords = pe.plot_word_projection(proj)
         words = proj.words
@@ -149,13 +186,11 @@ def test_each_label_reads_as_its_own_points(scene):
 # -- analogy_projection ----------------------------------------------------------------------
 def test_analogy_projection_with_an_analogy_finds_queen_and_its_runners_up():
     g = load_glove()
-    r = pe.analogy_projection("man", "king", "woman", "prince princess", ref.analogy,
-                              neighbours=3)
+    r = pe.analogy_projection("man", "king", "woman", "prince princess", ref.analogy, neighbours=3)
     assert r.answer == "queen" and r.by == "your analogy"
     assert r.words[:4] == ["man", "king", "woman", "queen"]
     assert {"prince", "princess"} <= set(r.words)
-    top = [g.words[i] for i in ref.analogy(g.id("man"), g.id("king"), g.id("woman"), g.vectors,
-                                           k=4)]
+    top = [g.words[i] for i in ref.analogy(g.id("man"), g.id("king"), g.id("woman"), g.vectors, k=4)]
     assert r.neighbours == top[1:]
     t = g["king"].astype(float) - g["man"] + g["woman"]
     assert np.allclose(r.target, (t - r.pca.mean) @ r.pca.components.T)
@@ -192,8 +227,9 @@ def test_analogy_projection_without_an_analogy_shows_where_the_answer_should_be(
     assert r.words == ["man", "king", "woman", "queen"]
     fig, ax, _ = pe.plot_analogy(r)
     assert ax.get_title() == "man : king :: woman : ?"
-    assert sum(getattr(t, "arrow_patch", None) is not None and t.get_text() == ""
-               for t in ax.texts) == 2  # a -> b, and c -> the star (dashed)
+    assert (
+        sum(getattr(t, "arrow_patch", None) is not None and t.get_text() == "" for t in ax.texts) == 2
+    )  # a -> b, and c -> the star (dashed)
     plt.close(fig)
 
 
@@ -206,8 +242,7 @@ def test_plot_analogy_draws_two_arrows_and_the_target_star():
     r = pe.analogy_projection("france", "paris", "italy", "germany berlin", ref.analogy)
     fig, ax, drawn = pe.plot_analogy(r)
     assert np.allclose(drawn, r.pca.coords)
-    assert sum(getattr(t, "arrow_patch", None) is not None and t.get_text() == ""
-               for t in ax.texts) == 2
+    assert sum(getattr(t, "arrow_patch", None) is not None and t.get_text() == "" for t in ax.texts) == 2
     assert np.allclose(ax.collections[-1].get_offsets(), r.target[None])
     assert ax.get_title() == "france : paris :: italy : rome"
     lo, hi = ax.get_xlim()
@@ -223,17 +258,17 @@ def test_projector_builds_and_responds():
     assert ui.result.answer == "queen" and len(ui.result.neighbours) == 2
     assert "queen" in ctl["status"].value and len(ctl["image"].value) > 1000
     before = ctl["image"].value
-    ctl["b"].value = "queen"          # man : queen :: woman : ?
+    ctl["b"].value = "queen"  # man : queen :: woman : ?
     assert ui.result.b == "queen" and ui.result.answer != "queen"
     assert ctl["image"].value != before
     ctl["neighbours"].value = 5
     assert len(ui.result.neighbours) == 5
     ctl["words"].value = "paris rome"
     assert {"paris", "rome"} <= set(ui.result.words)
-    ctl["c"].value = "xyzzyq"        # an unknown word: a message, not a crash, no stale picture
+    ctl["c"].value = "xyzzyq"  # an unknown word: a message, not a crash, no stale picture
     assert "KeyError" in ctl["message"].value and "xyzzyq" in ctl["message"].value
     assert ctl["image"].layout.display == "none" and not ctl["status"].value
-    ctl["c"].value = "woman"          # and the picture is back
+    ctl["c"].value = "woman"  # and the picture is back
     assert ctl["image"].layout.display != "none" and not ctl["message"].value
 
 

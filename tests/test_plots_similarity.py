@@ -1,4 +1,5 @@
 """The 02_cosine_similarity plots and the angle explorer, headless."""
+
 from __future__ import annotations
 
 import math
@@ -9,14 +10,13 @@ matplotlib.use("Agg")
 import numpy as np
 import pytest
 
-from course_utils.plots import similarity as ps
 from course_grading.reference import similarity as ref
+from course_utils.plots import similarity as ps
 
 
-
-
-@pytest.mark.parametrize("angle,len_u,len_v", [(0, 1, 1), (40, 1, 2.5), (90, 2, 3), (150, 0.5, 1),
-                                               (180, 3, 0.25)])
+@pytest.mark.parametrize(
+    "angle,len_u,len_v", [(0, 1, 1), (40, 1, 2.5), (90, 2, 3), (150, 0.5, 1), (180, 3, 0.25)]
+)
 def test_two_vectors_numbers_follow_the_formulas(angle, len_u, len_v):
     p = ps.two_vectors(angle, len_u, len_v)
     assert np.isclose(p.len_u, len_u) and np.isclose(p.len_v, len_v)
@@ -71,7 +71,7 @@ def test_angle_explorer_builds_and_responds():
     assert "+0.000" in ctl["table"].value
     ctl["angle"].value = 60
     cos, dot, dist = ui.pair.cosine, ui.pair.dot, ui.pair.euclidean
-    ctl["len_v"].value = 0.5          # a length changes the dot and the distance only
+    ctl["len_v"].value = 0.5  # a length changes the dot and the distance only
     assert np.isclose(ui.pair.cosine, cos)
     assert not np.isclose(ui.pair.dot, dot) and not np.isclose(ui.pair.euclidean, dist)
     ctl["len_u"].value = 3.0

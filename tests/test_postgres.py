@@ -10,6 +10,7 @@ thing it checks broken in turn, and the fix it printed run as it is.
 Skipped (with the reason) where no PostgreSQL server binaries (for the doctor's test: Debian's,
 and root) or no psycopg2 exist, except under CI, where it must run.
 """
+
 from __future__ import annotations
 
 import csv
@@ -50,8 +51,10 @@ def _pg_bin() -> Path | None:
     found = shutil.which("pg_ctl")
     if found:
         return Path(found).resolve().parent
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
-                      key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0)
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda p: int(Path(p).parts[-3]) if Path(p).parts[-3].isdigit() else 0,
+    )
     return Path(versions[-1]).parent if versions else None
 
 
@@ -76,6 +79,7 @@ def postgres_url():
     if os.geteuid() == 0:  # PostgreSQL refuses to run as root: run it as the package's user
         try:
             import pwd
+
             account = pwd.getpwnam("postgres")
         except KeyError:
             shutil.rmtree(folder)
@@ -84,13 +88,43 @@ def postgres_url():
         as_user = ["runuser", "-u", "postgres", "--"]
     data, port = folder / "data", _free_port()
     try:
-        subprocess.run([*as_user, str(pg_bin / "initdb"), "-D", str(data), "-U", DB_USER,
-                        "--auth=trust", "--no-sync", "-E", "UTF8"],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                *as_user,
+                str(pg_bin / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                DB_USER,
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run([*as_user, str(pg_bin / "pg_ctl"), "-D", str(data), "-o", options,
-                        "-l", str(folder / "server.log"), "-w", "-t", "60", "start"],
-                       check=True, capture_output=True, text=True)
+        subprocess.run(
+            [
+                *as_user,
+                str(pg_bin / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-l",
+                str(folder / "server.log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     except subprocess.CalledProcessError as exc:
         log = (folder / "server.log").read_text() if (folder / "server.log").exists() else ""
         shutil.rmtree(folder, ignore_errors=True)
@@ -102,8 +136,10 @@ def postgres_url():
         connection.close()
         yield f"postgresql+psycopg2://{DB_USER}@127.0.0.1:{port}/{DB_NAME}"
     finally:
-        subprocess.run([*as_user, str(pg_bin / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            [*as_user, str(pg_bin / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+            capture_output=True,
+        )
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -122,11 +158,20 @@ def test_two_graders_at_once_share_one_postgres_gradebook(tmp_path, postgres_url
     course_cmd = [str(BIN / "course"), "--root", str(course), "autograde", ASSIGNMENT, "--jobs", "1"]
     start = time.perf_counter()
     graders = [
-        subprocess.Popen([*course_cmd, "--csv", str(tmp_path / "a.csv"), "--student", *GRADER_A],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        subprocess.Popen([*course_cmd, "--csv", str(tmp_path / "b.csv"), "--db", postgres_url,
-                          "--student", *GRADER_B],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        subprocess.Popen(
+            [*course_cmd, "--csv", str(tmp_path / "a.csv"), "--student", *GRADER_A],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
+        subprocess.Popen(
+            [*course_cmd, "--csv", str(tmp_path / "b.csv"), "--db", postgres_url, "--student", *GRADER_B],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
     ]
     outputs = [g.communicate(timeout=120)[0] for g in graders]
     assert [g.returncode for g in graders] == [0, 0], "\n\n".join(outputs)
@@ -139,6 +184,7 @@ def test_two_graders_at_once_share_one_postgres_gradebook(tmp_path, postgres_url
 
     # Every grade is in the shared gradebook exactly once, with the right score.
     from nbgrader.api import Gradebook
+
     with Gradebook(postgres_url, "attention-course") as gb:
         assert sorted(s.id for s in gb.students) == sorted(SOLVED | BLANK)
         assignment = gb.find_assignment(ASSIGNMENT)
@@ -148,8 +194,10 @@ def test_two_graders_at_once_share_one_postgres_gradebook(tmp_path, postgres_url
         for student, submission in submissions.items():
             grades = [g for nb in submission.notebooks for g in nb.grades]
             assert [(g.name, g.score, g.max_score) for g in grades] == [
-                ("test_double", 2.0 if student in SOLVED else 0.0, 2.0)], student
+                ("test_double", 2.0 if student in SOLVED else 0.0, 2.0)
+            ], student
     import psycopg2
+
     with psycopg2.connect(postgres_url.replace("postgresql+psycopg2", "postgresql")) as connection:
         cursor = connection.cursor()
         cursor.execute("SELECT count(*) FROM grade")
@@ -159,6 +207,7 @@ def test_two_graders_at_once_share_one_postgres_gradebook(tmp_path, postgres_url
 
     # The instructor's view of the whole class, from the shared gradebook.
     from course_grading.commands.cli import main
+
     assert main(["--root", str(course), "export", "--to", str(tmp_path / "export.csv")]) == 0
     exported = {r["student_id"]: float(r["score"]) for r in csv.DictReader((tmp_path / "export.csv").open())}
     assert exported == {s: 2.0 if s in SOLVED else 0.0 for s in SOLVED | BLANK}
@@ -182,6 +231,7 @@ def debian_cluster(monkeypatch):
     if os.geteuid() != 0:
         _unavailable("the gradebook's fixes run PostgreSQL's commands as its user: root is needed")
     import pwd
+
     account = pwd.getpwnam("postgres")
     folder = Path(tempfile.mkdtemp(prefix="course-pg-"))  # not under tmp_path: postgres must reach it
     (folder / "socket").mkdir()
@@ -189,17 +239,39 @@ def debian_cluster(monkeypatch):
         os.chown(path, account.pw_uid, account.pw_gid)
     monkeypatch.setenv("PG_CLUSTER_CONF_ROOT", str(folder / "conf"))
     version, name, port = Path(_pg_bin()).parent.name, "coursetest", _free_port()
-    made = subprocess.run(["pg_createcluster", version, name, "-p", str(port), "-d", str(folder / "data"),
-                    "-s", str(folder / "socket"), "-l", str(folder / "log"),
-                    "-o", f"external_pid_file='{folder / 'pid'}'",
-                    "-o", "fsync=off", "--", "--no-sync"], capture_output=True, text=True, timeout=120)
+    made = subprocess.run(
+        [
+            "pg_createcluster",
+            version,
+            name,
+            "-p",
+            str(port),
+            "-d",
+            str(folder / "data"),
+            "-s",
+            str(folder / "socket"),
+            "-l",
+            str(folder / "log"),
+            "-o",
+            f"external_pid_file='{folder / 'pid'}'",
+            "-o",
+            "fsync=off",
+            "--",
+            "--no-sync",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         if made.returncode != 0:
             pytest.fail(f"pg_createcluster: {made.stdout}{made.stderr}")
         yield version, name, port
     finally:
-        for action in (["pg_ctlcluster", version, name, "stop", "-m", "fast"],  # (dropcluster's
-                       ["pg_dropcluster", version, name]):  # --stop leaves it running here)
+        for action in (
+            ["pg_ctlcluster", version, name, "stop", "-m", "fast"],  # (dropcluster's
+            ["pg_dropcluster", version, name],
+        ):  # --stop leaves it running here)
             subprocess.run(action, capture_output=True, timeout=120)
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -215,16 +287,40 @@ def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_c
 
     version, name, port = debian_cluster
     password = "it's a s3cret"  # quoted through the URL, the SQL and psql
-    url = URL.create("postgresql+psycopg2", username="grader", password=password, host="127.0.0.1",
-                     port=port, database=DB_NAME).render_as_string(hide_password=False)
+    url = URL.create(
+        "postgresql+psycopg2",
+        username="grader",
+        password=password,
+        host="127.0.0.1",
+        port=port,
+        database=DB_NAME,
+    ).render_as_string(hide_password=False)
     course = make_course(tmp_path / "course", {})
     with (course / "nbgrader_config.py").open("a") as fh:
         fh.write(f"\nc.CourseDirectory.db_url = {url!r}\nc.Exchange.root = {str(tmp_path / 'exchange')!r}\n")
 
     def superuser(statement: str, database: str = "postgres") -> None:
-        subprocess.run(["runuser", "-u", "postgres", "--", "psql", "--cluster", f"{version}/{name}",
-                        "-v", "ON_ERROR_STOP=1", "-d", database, "-c", statement], check=True,
-                       capture_output=True, text=True, timeout=60)
+        subprocess.run(
+            [
+                "runuser",
+                "-u",
+                "postgres",
+                "--",
+                "psql",
+                "--cluster",
+                f"{version}/{name}",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                database,
+                "-c",
+                statement,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def fix(line, expect: str):
         assert line.status == "FAIL" and expect in line.detail, line
@@ -241,7 +337,9 @@ def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_c
     assert printed[at + 1].strip() == f"fix: {line.fix}" == f"fix: pg_ctlcluster {version} {name} start"
     line = fix(line, "Connection refused")
     line = fix(line, 'password authentication failed for user "grader"')  # no such role yet
-    assert line.status == "OK" and line.detail.endswith("connected (nbgrader makes its tables when it first grades)")
+    assert line.status == "OK" and line.detail.endswith(
+        "connected (nbgrader makes its tables when it first grades)"
+    )
 
     superuser("ALTER ROLE grader PASSWORD 'another'")
     assert fix(check_gradebook(url, course), "password authentication failed").status == "OK"
@@ -251,6 +349,7 @@ def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_c
     superuser("REVOKE ALL ON SCHEMA public FROM grader, PUBLIC", DB_NAME)
     assert fix(check_gradebook(url, course), "may not create nbgrader's tables").status == "OK"
     from nbgrader.api import Gradebook
+
     monkeypatch.setenv("PATH", f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")  # its alembic
     with Gradebook(url, "attention-course") as gb:  # nbgrader makes its tables
         assert gb.students == []

@@ -1,5 +1,6 @@
 """Long class runs: the progress bar (a terminal) or plain lines (a log), and a run that is
 interrupted and resumed without grading again what is done (``course_grading.grading.ledger``)."""
+
 from __future__ import annotations
 
 import io
@@ -26,12 +27,23 @@ COURSE = Path(sys.executable).with_name("course")
 
 
 def result(student, score=2.0, error="", key="k" * 64, assignment=ASSIGNMENT):
-    exercises = [] if error else [ExerciseResult("test_double", score, 2.0, "" if score == 2 else "AssertionError: no")]
-    return SubmissionResult(student, assignment, exercises, error=error,
-                            flags=[Flag("test_double", "a flag")] if not error else [], key=key)
+    exercises = (
+        []
+        if error
+        else [ExerciseResult("test_double", score, 2.0, "" if score == 2 else "AssertionError: no")]
+    )
+    return SubmissionResult(
+        student,
+        assignment,
+        exercises,
+        error=error,
+        flags=[Flag("test_double", "a flag")] if not error else [],
+        key=key,
+    )
 
 
 # --------------------------------------------------------------------------- the display
+
 
 def read_all(fd: int) -> str:
     chunks = []
@@ -57,10 +69,10 @@ def test_a_terminal_gets_a_bar_with_rate_and_eta():
     finally:
         os.close(master)
         os.close(slave)
-    assert "\r" in text and "%|" in text          # one line, redrawn
+    assert "\r" in text and "%|" in text  # one line, redrawn
     assert "3/4" in text and "ETA" in text and "submission" in text  # rate: s/submission or submission/s
     assert "ben 01_tiny ERROR no 01_tiny.ipynb" in text  # an error row is written above the bar
-    assert "[2/4]" not in text                    # no log lines on a terminal
+    assert "[2/4]" not in text  # no log lines on a terminal
 
 
 def test_the_eta_waits_for_a_round_of_workers_and_leaves_out_their_start():
@@ -94,23 +106,29 @@ def test_a_log_gets_one_plain_line_per_submission():
     with Progress(3, stream=log, already=1) as shown:
         shown.done(result("ada"))
         shown.done(result("ben\u202e", error="broken\nnotebook"))
-    assert log.getvalue().splitlines() == ["[2/3] ada 01_tiny 2/2",
-                                           "[3/3] ben\\u202e 01_tiny ERROR broken\\nnotebook"]
+    assert log.getvalue().splitlines() == [
+        "[2/3] ada 01_tiny 2/2",
+        "[3/3] ben\\u202e 01_tiny ERROR broken\\nnotebook",
+    ]
 
 
 # --------------------------------------------------------------------------- the record
+
 
 def test_a_record_is_kept_only_for_a_grade(tmp_path):
     ledger.write(tmp_path, result("ada"))
     back = ledger.read(tmp_path, "ada", ASSIGNMENT)
     assert (back.exercises, [str(f) for f in back.flags], back.key) == (
-        result("ada").exercises, ["test_double: a flag"], "k" * 64)
+        result("ada").exercises,
+        ["test_double: a flag"],
+        "k" * 64,
+    )
     ledger.write(tmp_path, result("ada", error="the worker grading it died (killed by SIGKILL)"))
     assert ledger.read(tmp_path, "ada", ASSIGNMENT) is None  # an error is not a grade
     ledger.write(tmp_path, result("ada", key=""))
     assert ledger.read(tmp_path, "ada", ASSIGNMENT) is None  # nor is a result without its key
     ledger.write(tmp_path, result("../ada"))
-    assert not list(tmp_path.rglob("*.json"))     # only plain names become file names
+    assert not list(tmp_path.rglob("*.json"))  # only plain names become file names
     ledger.record_path(tmp_path, "ben", ASSIGNMENT).parent.mkdir(parents=True, exist_ok=True)
     ledger.record_path(tmp_path, "ben", ASSIGNMENT).write_text('{"format": 1, "key": ')  # cut short
     assert ledger.read(tmp_path, "ben", ASSIGNMENT) is None
@@ -119,10 +137,16 @@ def test_a_record_is_kept_only_for_a_grade(tmp_path):
 def test_a_record_keeps_written_answers_waiting_not_zero(tmp_path):
     """A resumed run shows a written answer graded before the interruption as it was: waiting
     for the instructor (``manual/2``), not 0/2 in the table, grades.csv and the class report."""
-    waiting = SubmissionResult("ada", ASSIGNMENT, [
-        ExerciseResult("test_double", 2.0, 2.0),
-        ExerciseResult("written_double", 0.0, 2.0, "needs manual grading", manual=True, pending=True),
-        ExerciseResult("written_two", 1.5, 2.0, "graded by hand", manual=True)], key="k" * 64)
+    waiting = SubmissionResult(
+        "ada",
+        ASSIGNMENT,
+        [
+            ExerciseResult("test_double", 2.0, 2.0),
+            ExerciseResult("written_double", 0.0, 2.0, "needs manual grading", manual=True, pending=True),
+            ExerciseResult("written_two", 1.5, 2.0, "graded by hand", manual=True),
+        ],
+        key="k" * 64,
+    )
     ledger.write(tmp_path, waiting)
     back = ledger.read(tmp_path, "ada", ASSIGNMENT)
     assert back.exercises == waiting.exercises
@@ -141,7 +165,9 @@ def test_the_key_follows_the_submission_the_course_and_the_gradebook(tmp_path):
     shutil.copytree(folder, copy)
     assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///a.db") == key
     assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///b.db") != key
-    assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///a.db", "sandbox=False audit=True") != key
+    assert (
+        ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///a.db", "sandbox=False audit=True") != key
+    )
     (copy / "timestamp.txt").write_text("2026-11-27 09:00:00")  # submitted again, later
     assert ledger.submission_key(course, ASSIGNMENT, copy, "sqlite:///a.db") != key
     (course / "nbgrader_config.py").write_text((course / "nbgrader_config.py").read_text() + "\n# changed\n")
@@ -233,8 +259,7 @@ def test_a_class_run_interrupted_with_ctrl_c_resumes_without_grading_again(tmp_p
 
     # 1. On a terminal (a pty): the bar; Ctrl-C (SIGINT to the process group) once one is graded.
     master, slave = pty.openpty()
-    run = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=env,
-                           start_new_session=True)
+    run = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
     os.close(slave)
     shown: list[bytes] = []
     reader = threading.Thread(target=lambda: _drain(master, shown), daemon=True)
@@ -288,7 +313,9 @@ def _drain(fd: int, into: list) -> None:
 
 
 def test_a_record_that_cannot_be_written_costs_only_a_regrade(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(autograde, "_grade_task", lambda root, overrides, student, assignment, known: result(student))
+    monkeypatch.setattr(
+        autograde, "_grade_task", lambda root, overrides, student, assignment, known: result(student)
+    )
     (tmp_path / "reports").write_text("a file where the records' folder would be")
     graded = autograde._grade_all(_tasks(tmp_path, ["ada", "ben"]), 1, False, ledger_root=tmp_path)
     assert [r.student for r in graded] == ["ada", "ben"]

@@ -1,4 +1,5 @@
 """The 04/05 reference implementations equal PyTorch's built-ins and the worked examples."""
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,7 @@ def test_split_heads_shape_and_layout():
     assert s.shape == (2, H, 5, D // H)
     # head h, position t = features h*d_head ... (h+1)*d_head - 1 of token t
     for h in range(H):
-        torch.testing.assert_close(s[:, h], x[..., h * 4:(h + 1) * 4])
+        torch.testing.assert_close(s[:, h], x[..., h * 4 : (h + 1) * 4])
     torch.testing.assert_close(merge_heads(s), x)
     assert merge_heads(split_heads(x, 1)).shape == x.shape and split_heads(x, D).shape == (2, D, 5, 1)
 
@@ -56,10 +57,12 @@ def test_value_error_for_indivisible_d_model():
 
 def test_state_dict_names():
     keys = set(MultiHeadAttention(D, H).state_dict())
-    assert keys == {f"{p}.{w}" for p in ("q_proj", "k_proj", "v_proj", "out_proj")
-                    for w in ("weight", "bias")}
+    assert keys == {
+        f"{p}.{w}" for p in ("q_proj", "k_proj", "v_proj", "out_proj") for w in ("weight", "bias")
+    }
     assert set(MultiHeadAttention(D, H, bias=False).state_dict()) == {
-        f"{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "out_proj")}
+        f"{p}.weight" for p in ("q_proj", "k_proj", "v_proj", "out_proj")
+    }
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -115,8 +118,9 @@ def test_masks_equal_torch(dtype):
     per = torch.rand(2, 1, 5, 5, generator=g) > 0.5
     per[..., 0] = True
     out, w = ours(x, x, x, mask=per)
-    want, want_w = theirs(x, x, x, attn_mask=~per.expand(2, H, 5, 5).reshape(2 * H, 5, 5),
-                          average_attn_weights=False)
+    want, want_w = theirs(
+        x, x, x, attn_mask=~per.expand(2, H, 5, 5).reshape(2 * H, 5, 5), average_attn_weights=False
+    )
     torch.testing.assert_close(out, want, **TOL[dtype])
     torch.testing.assert_close(w, want_w, **TOL[dtype])
     # cross-attention with a padding mask on the keys
@@ -154,10 +158,14 @@ def test_gradients_flow_to_all_projections():
 def test_sinusoidal_worked_example():
     pe = sinusoidal_positional_encoding(4, 4)
     assert pe.shape == (4, 4) and pe.dtype == torch.float32
-    expected = torch.tensor([[0.0, 1.0, 0.0, 1.0],
-                             [0.8415, 0.5403, 0.0100, 0.9999],
-                             [0.9093, -0.4161, 0.0200, 0.9998],
-                             [0.1411, -0.9900, 0.0300, 0.9996]])
+    expected = torch.tensor(
+        [
+            [0.0, 1.0, 0.0, 1.0],
+            [0.8415, 0.5403, 0.0100, 0.9999],
+            [0.9093, -0.4161, 0.0200, 0.9998],
+            [0.1411, -0.9900, 0.0300, 0.9996],
+        ]
+    )
     torch.testing.assert_close(pe, expected, atol=1e-4, rtol=0)  # 4 decimals
 
 
@@ -173,7 +181,8 @@ def test_sinusoidal_formula_and_odd_d_model():
     assert odd.shape == (6, 5)
     assert odd[3, 4].item() == pytest.approx(math.sin(3 / 10000 ** (4 / 5)), abs=1e-7)
     assert sinusoidal_positional_encoding(3, 4, base=1000.0)[1, 2].item() == pytest.approx(
-        math.sin(1 / 1000 ** 0.5), abs=1e-7)
+        math.sin(1 / 1000**0.5), abs=1e-7
+    )
 
 
 def test_relative_positions_are_rotations():
@@ -183,7 +192,7 @@ def test_relative_positions_are_rotations():
     for i in range(d // 2):
         w = 1 / 10000 ** (2 * i / d)
         c, s = math.cos(k * w), math.sin(k * w)
-        M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = torch.tensor([[c, -s], [s, c]])
+        M[2 * i : 2 * i + 2, 2 * i : 2 * i + 2] = torch.tensor([[c, -s], [s, c]])
     torch.testing.assert_close(pe[:-k] @ M, pe[k:], atol=1e-6, rtol=0)
 
 

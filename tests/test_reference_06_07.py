@@ -1,4 +1,5 @@
 """The reference encoder and decoder equal PyTorch's own layers once the weights are copied in."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,8 +7,7 @@ import torch
 from torch import nn
 
 from course_grading.reference.attention import causal_mask
-from course_grading.reference.decoder import (Decoder, DecoderLayer, Transformer,
-                                            make_padding_mask)
+from course_grading.reference.decoder import Decoder, DecoderLayer, Transformer, make_padding_mask
 from course_grading.reference.encoder import Encoder, EncoderLayer, FeedForward, LayerNorm
 from course_grading.reference.positional import sinusoidal_positional_encoding
 
@@ -69,8 +69,13 @@ def test_feed_forward_is_linear_relu_linear():
 def test_encoder_layer_equals_torch(norm_first, dtype):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(2)
-    theirs = nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, activation="relu", batch_first=True,
-                                        norm_first=norm_first).to(dtype).eval()
+    theirs = (
+        nn.TransformerEncoderLayer(
+            D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=norm_first
+        )
+        .to(dtype)
+        .eval()
+    )
     _randomise(theirs, g)
     ours = EncoderLayer(D, H, FF, norm_first=norm_first).to(dtype).eval()
     _copy_attention(ours.self_attn, theirs.self_attn)
@@ -91,8 +96,13 @@ def test_encoder_layer_equals_torch(norm_first, dtype):
 def test_decoder_layer_equals_torch(norm_first, dtype):
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(3)
-    theirs = nn.TransformerDecoderLayer(D, H, FF, dropout=0.0, activation="relu", batch_first=True,
-                                        norm_first=norm_first).to(dtype).eval()
+    theirs = (
+        nn.TransformerDecoderLayer(
+            D, H, FF, dropout=0.0, activation="relu", batch_first=True, norm_first=norm_first
+        )
+        .to(dtype)
+        .eval()
+    )
     _randomise(theirs, g)
     ours = DecoderLayer(D, H, FF, norm_first=norm_first).to(dtype).eval()
     _copy_attention(ours.self_attn, theirs.self_attn)
@@ -113,7 +123,7 @@ def test_encoder_scales_embeddings_and_adds_positions():
     torch.manual_seed(0)
     enc = Encoder(11, D, H, FF, num_layers=0).eval()
     src = torch.tensor([[3, 1, 4, 1, 5]])
-    want = enc.embedding(src) * D ** 0.5 + sinusoidal_positional_encoding(5, D)
+    want = enc.embedding(src) * D**0.5 + sinusoidal_positional_encoding(5, D)
     torch.testing.assert_close(enc(src), want)
 
 
@@ -121,9 +131,14 @@ def test_transformer_shapes_masks_and_state_dict_names():
     torch.manual_seed(0)
     model = Transformer(11, 13, d_model=D, num_heads=H, d_ff=FF, num_layers=2).eval()
     keys = set(model.state_dict())
-    for k in ("encoder.embedding.weight", "encoder.layers.1.self_attn.q_proj.weight",
-              "decoder.layers.0.cross_attn.v_proj.bias", "decoder.layers.1.norm3.weight",
-              "decoder.layers.0.ffn.linear2.weight", "generator.weight"):
+    for k in (
+        "encoder.embedding.weight",
+        "encoder.layers.1.self_attn.q_proj.weight",
+        "decoder.layers.0.cross_attn.v_proj.bias",
+        "decoder.layers.1.norm3.weight",
+        "decoder.layers.0.ffn.linear2.weight",
+        "generator.weight",
+    ):
         assert k in keys
     src = torch.tensor([[1, 2, 3, 0], [4, 5, 6, 7]])
     tgt = torch.tensor([[1, 8, 9], [1, 10, 11]])
@@ -153,6 +168,7 @@ def test_make_padding_mask():
 
 def test_attention_maps_plot_and_viewer(monkeypatch):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -171,8 +187,9 @@ def test_attention_maps_plot_and_viewer(monkeypatch):
     assert torch.all(maps["decoder self"][1][:, :, 0, 1:] == 0)  # causal
     enc_maps = attention_maps(model.encoder, src)
     assert list(enc_maps) == ["encoder self"] and len(enc_maps["encoder self"]) == 2
-    p = plot_transformer_attention(maps, "cross", layer=1, head=2, example=1,
-                                   src_tokens=list("abcd"), tgt_tokens=list("xyz"))
+    p = plot_transformer_attention(
+        maps, "cross", layer=1, head=2, example=1, src_tokens=list("abcd"), tgt_tokens=list("xyz")
+    )
     assert p.weights.shape == (3, 4)
     assert p.weights == pytest.approx(maps["cross"][1][1, 2].double().numpy())
     plt.close(p.fig)

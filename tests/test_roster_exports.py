@@ -12,35 +12,40 @@ our writer:
   number, else the import stops with "badgrade"; ``import_new_grade_item``: only '-' is no
   grade for a new grade item; an empty identifier keeps the previous row's user).
 """
+
 from __future__ import annotations
 
 import csv
 import re
 import warnings
 
+import nbformat
 import pytest
 
 from conftest import ASSIGNMENT, make_course, nbgrader_meta, tiny_notebook
-from course_grading.reports import grade_exports
 from course_grading.authoring import release
 from course_grading.commands import roster
 from course_grading.commands.cli import main
 from course_grading.course.nbgrader_setup import course_directory, gradebook
 from course_grading.errors import GradingError
+from course_grading.reports import grade_exports
 
-import nbformat
-
-ROSTER = ("\ufeffUsername,First name,Last Name,Email address,Section\n"
-          "ada,Ada,Lovelace,ada@example.org,A\n"
-          "ben,=HYPERLINK(\"x\"),Okafor\u202e,ben@example.org,B\n"
-          "cy,,,,\n")
+ROSTER = (
+    "\ufeffUsername,First name,Last Name,Email address,Section\n"
+    "ada,Ada,Lovelace,ada@example.org,A\n"
+    'ben,=HYPERLINK("x"),Okafor\u202e,ben@example.org,B\n'
+    "cy,,,,\n"
+)
 
 
 def _notebook():
     nb = tiny_notebook()
-    nb.cells += [nbformat.v4.new_markdown_cell("### Question (2 points, graded by hand)", metadata=nbgrader_meta("q")),
-                 nbformat.v4.new_markdown_cell("Model answer", metadata=nbgrader_meta(
-                     "written_q", solution=True, grade=True, points=2))]
+    nb.cells += [
+        nbformat.v4.new_markdown_cell("### Question (2 points, graded by hand)", metadata=nbgrader_meta("q")),
+        nbformat.v4.new_markdown_cell(
+            "Model answer", metadata=nbgrader_meta("written_q", solution=True, grade=True, points=2)
+        ),
+    ]
     return nb
 
 
@@ -83,8 +88,13 @@ def canvas_check(rows):
         student_columns += 2
     assert "Section" in header[student_columns - 1]  # header?: the last student column
     # strip_non_assignment_columns: Canvas's totals are no assignments
-    columns = [i for i in range(student_columns, len(header)) if not re.search(
-        "Current (Score|Points|Grade)|Final (Score|Points|Grade)|Override (Score|Grade|Status)", header[i])]
+    columns = [
+        i
+        for i in range(student_columns, len(header))
+        if not re.search(
+            "Current (Score|Points|Grade)|Final (Score|Points|Grade)|Override (Score|Grade|Status)", header[i]
+        )
+    ]
     titles = [header[i] for i in columns]
     points, grades = None, {}
     for row in rows[1:]:
@@ -121,7 +131,9 @@ def moodle_check(rows, identifier, new_items=True):
                 values[column] = value
                 continue
             assert value in ("", "-") or re.fullmatch(r"-?\d+(\.\d+)?", value), f"badgrade: {value!r}"
-            assert not (new_items and value == ""), "an empty cell, mapped to a new grade item, is stored as a grade"
+            assert not (new_items and value == ""), (
+                "an empty cell, mapped to a new grade item, is stored as a grade"
+            )
             values[column] = None if value in ("", "-") else float(value)
         grades[row[key]] = values
     return grades
@@ -140,9 +152,11 @@ def test_roster_import_names_students_as_nbgrader_does(course, tmp_path, capsys)
     assert capsys.readouterr().out.strip() == "3 students imported into the gradebook"
     with gradebook(course_directory(course)) as gb:
         found = {s.id: (s.first_name, s.last_name, s.email) for s in gb.students}
-    assert found == {"ada": ("Ada", "Lovelace", "ada@example.org"),
-                     "ben": ('=HYPERLINK("x")', "Okafor\\u202e", "ben@example.org"),
-                     "cy": (None, None, None)}
+    assert found == {
+        "ada": ("Ada", "Lovelace", "ada@example.org"),
+        "ben": ('=HYPERLINK("x")', "Okafor\\u202e", "ben@example.org"),
+        "cy": (None, None, None),
+    }
     # again, with a field left empty: what the gradebook holds stays
     path.write_text("id,first_name,last_name,email\nada,,Byron,\n", encoding="utf-8")
     assert roster.import_roster(course, path)[0].last_name == "Byron"
@@ -151,14 +165,17 @@ def test_roster_import_names_students_as_nbgrader_does(course, tmp_path, capsys)
         assert (ada.first_name, ada.last_name, ada.email) == ("Ada", "Byron", "ada@example.org")
 
 
-@pytest.mark.parametrize("text,says", [
-    ("name,email\nada,a@x\n", "no id column"),
-    ("id,first_name\nada,A\n../evil,B\n", "line 3: '../evil' is not a valid student id"),
-    ("id,first_name\nada,A\n,B\n", "line 3: an empty id is not a valid student id"),
-    ("id\nada\nada\n", "line 3: ada is listed twice"),
-    ("id\nada\n@ben\n", "line 3: '@ben' is not a valid student id"),  # a spreadsheet formula
-    ("id\nada\n-1\n", "line 3: '-1' is not a valid student id"),
-])
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("name,email\nada,a@x\n", "no id column"),
+        ("id,first_name\nada,A\n../evil,B\n", "line 3: '../evil' is not a valid student id"),
+        ("id,first_name\nada,A\n,B\n", "line 3: an empty id is not a valid student id"),
+        ("id\nada\nada\n", "line 3: ada is listed twice"),
+        ("id\nada\n@ben\n", "line 3: '@ben' is not a valid student id"),  # a spreadsheet formula
+        ("id\nada\n-1\n", "line 3: '-1' is not a valid student id"),
+    ],
+)
 def test_a_roster_with_a_bad_row_imports_nothing(course, tmp_path, text, says):
     path = tmp_path / "roster.csv"
     path.write_text(text, encoding="utf-8")
@@ -200,13 +217,16 @@ def test_canvas_export_follows_the_importers_rules(course, tmp_path, capsys):
     assert main(["--root", str(course), "export", "--format", "canvas", "--to", str(tmp_path / "c.csv")]) == 0
     out, err = capsys.readouterr()
     assert out.strip() == str(tmp_path / "c.csv")
-    assert err.strip() == f"course: note: ben/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand"
+    assert (
+        err.strip()
+        == f"course: note: ben/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand"
+    )
     rows = _read(tmp_path / "c.csv")
     titles, points, grades = canvas_check(rows)
     assert titles == [ASSIGNMENT] and points == {ASSIGNMENT: "4"}
     assert grades == {"ada": {ASSIGNMENT: "3"}, "ben": {ASSIGNMENT: ""}, "cy": {ASSIGNMENT: "0"}}
     names = {row[3]: row[0] for row in rows[2:]}
-    assert names == {"ada": "Lovelace, Ada", "ben": "Okafor\\u202e, =HYPERLINK(\"x\")", "cy": "cy"}
+    assert names == {"ada": "Lovelace, Ada", "ben": 'Okafor\\u202e, =HYPERLINK("x")', "cy": "cy"}
 
 
 def test_moodle_export_follows_the_importers_rules(course, tmp_path):
@@ -218,17 +238,32 @@ def test_moodle_export_follows_the_importers_rules(course, tmp_path):
     assert moodle_check(rows, "Username") == {
         "ada": {a: 3.0, fb: "late penalty 0.5"},
         "ben": {a: None, fb: "no grade yet: 2 points of written answers to grade by hand"},
-        "cy": {a: 0.0, fb: ""}}
+        "cy": {a: 0.0, fb: ""},
+    }
     assert next(r for r in rows if r[0] == "ben")[3] == "-"  # never an empty cell: a new item stores it
     assert len(done.notes) == 1 and done.problems == []
     ben = next(r for r in rows if r[0] == "ben")
-    assert ben[1:3] == ["'=HYPERLINK(\"x\")", "Okafor\\u202e"]  # a name is never a formula
+    assert ben[1:3] == ['\'=HYPERLINK("x")', "Okafor\\u202e"]  # a name is never a formula
 
 
 def test_moodle_by_email_never_writes_an_empty_identifier(course, tmp_path, capsys):
     _class(course, tmp_path)  # cy has no email
-    assert main(["--root", str(course), "export", "--format", "moodle", "--match", "email",
-                 "--to", str(tmp_path / "m.csv")]) == 1
+    assert (
+        main(
+            [
+                "--root",
+                str(course),
+                "export",
+                "--format",
+                "moodle",
+                "--match",
+                "email",
+                "--to",
+                str(tmp_path / "m.csv"),
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "course: error: cy: no email address in the gradebook" in err
     rows = _read(tmp_path / "m.csv")
@@ -243,17 +278,45 @@ def test_wide_export_has_penalties_and_manual_points(course, tmp_path):
     path, notes = done.path, done.notes
     rows = {r["student_id"]: r for r in csv.DictReader(open(path, newline="", encoding="utf-8"))}
     a = ASSIGNMENT
-    assert list(rows["ada"]) == ["student_id", "last_name", "first_name", "email", a, f"{a} late_penalty",
-                                 f"{a} manual_points", f"{a} awaiting_manual", "total",
-                                 "total_awaiting_manual", "max_total", "note"]
+    assert list(rows["ada"]) == [
+        "student_id",
+        "last_name",
+        "first_name",
+        "email",
+        a,
+        f"{a} late_penalty",
+        f"{a} manual_points",
+        f"{a} awaiting_manual",
+        "total",
+        "total_awaiting_manual",
+        "max_total",
+        "note",
+    ]
     assert [rows["ada"][k] for k in (a, f"{a} late_penalty", f"{a} manual_points", "total", "note")] == [
-        "3", "0.5", "1.5", "3", ""]
+        "3",
+        "0.5",
+        "1.5",
+        "3",
+        "",
+    ]
     # ben: 1 autograded point, 2 waiting: a partial total of 1, not 0
-    assert [rows["ben"][k] for k in (a, f"{a} awaiting_manual", "total", "total_awaiting_manual", "note")] == [
-        "", "2", "1", "2", f"partial total: 2 points wait for grading by hand; "
-                           f"{a}: 2 points of written answers to grade by hand"]
+    assert [
+        rows["ben"][k] for k in (a, f"{a} awaiting_manual", "total", "total_awaiting_manual", "note")
+    ] == [
+        "",
+        "2",
+        "1",
+        "2",
+        f"partial total: 2 points wait for grading by hand; "
+        f"{a}: 2 points of written answers to grade by hand",
+    ]
     assert [rows["cy"][k] for k in (a, "total", "note")] == ["0", "0", f"{a}: not submitted"]
     assert [rows["dee"][k] for k in (a, "total", "note")] == [
-        "", "0", f"partial total: 2 points wait for grading by hand; {a}: autograding failed"]
-    assert notes == [f"ben/{a}: left blank, 2 points of written answers to grade by hand",
-                     f"dee/{a}: left blank, autograding failed"]
+        "",
+        "0",
+        f"partial total: 2 points wait for grading by hand; {a}: autograding failed",
+    ]
+    assert notes == [
+        f"ben/{a}: left blank, 2 points of written answers to grade by hand",
+        f"dee/{a}: left blank, autograding failed",
+    ]

@@ -1,6 +1,7 @@
-""""Run All" on a half-done notebook goes to the end: the cells that run the learner's code are
+""" "Run All" on a half-done notebook goes to the end: the cells that run the learner's code are
 tagged ``raises-exception``, and a cell that needs an unwritten exercise says so in one line
 instead of a ``NotImplementedError`` traceback (``course_utils.notebook``)."""
+
 from __future__ import annotations
 
 import re
@@ -24,33 +25,47 @@ def _source(name):
 
 # --------------------------------------------------------------------------- the tags
 
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_cells_that_run_learner_code_carry_the_tag(name):
     nb = _source(name)
     want = runs_learner_code(nb)
     tagged = [KEEP_GOING in c.metadata.get("tags", []) for c in nb.cells]
     wrong = [i for i, (w, t) in enumerate(zip(want, tagged)) if w != t]
-    assert not wrong, (f"cells {wrong} of {name} are tagged wrongly: run "
-                       "`python tools/tag_cells.py solutions/*/*.ipynb`, then `course release`")
+    assert not wrong, (
+        f"cells {wrong} of {name} are tagged wrongly: run "
+        "`python tools/tag_cells.py solutions/*/*.ipynb`, then `course release`"
+    )
     assert all(t for c, t in zip(nb.cells, tagged) if is_grade(c)), "every test cell keeps going"
 
 
 def test_the_rule_follows_names_through_cells():
-    cells = [nbformat.v4.new_code_cell(s) for s in (
-        "import torch",                       # setup-like, but not nbgrader: reads nothing tainted
-        "def softmax(x):\n    raise NotImplementedError()",
-        "w = softmax(s)",                     # calls the learner's function
-        "y = w * 2",                          # uses what that cell computed
-        "w = 3\nprint(w)",                    # rebinds w first: independent of the learner
-        "print(w, torch.pi)",                 # w is clean again
-        "z = (",                              # does not parse: counts as running learner code
-    )]
+    cells = [
+        nbformat.v4.new_code_cell(s)
+        for s in (
+            "import torch",  # setup-like, but not nbgrader: reads nothing tainted
+            "def softmax(x):\n    raise NotImplementedError()",
+            "w = softmax(s)",  # calls the learner's function
+            "y = w * 2",  # uses what that cell computed
+            "w = 3\nprint(w)",  # rebinds w first: independent of the learner
+            "print(w, torch.pi)",  # w is clean again
+            "z = (",  # does not parse: counts as running learner code
+        )
+    ]
     cells[1].metadata["nbgrader"] = {"solution": True, "grade_id": "softmax"}
     assert runs_learner_code(nbformat.v4.new_notebook(cells=cells)) == [
-        False, True, True, True, False, False, True]
+        False,
+        True,
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
 
 
 # --------------------------------------------------------------------------- the one-line note
+
 
 def test_exercise_headings_match_the_notes_and_the_test_cells():
     """``### Exercise N — `name` (P points)``: N is what the one-line note says, P what the
@@ -60,10 +75,11 @@ def test_exercise_headings_match_the_notes_and_the_test_cells():
         nb = _source(name)
         points = {c.source.splitlines()[0]: c.metadata["nbgrader"]["points"] for c in nb.cells if is_grade(c)}
         for cell in nb.cells:
-            for number, exercise, worth in re.findall(r"^### Exercise (\d+) — `(\w+)` \((\d+) points?\)$",
-                                                      cell.source, re.M):
+            for number, exercise, worth in re.findall(
+                r"^### Exercise (\d+) — `(\w+)` \((\d+) points?\)$", cell.source, re.M
+            ):
                 found[exercise] = int(number)
-                test, = [v for k, v in points.items() if k.endswith(f"({exercise})")]
+                (test,) = [v for k, v in points.items() if k.endswith(f"({exercise})")]
                 assert float(worth) == test, (name, exercise)
     assert found == notebook.EXERCISES
 
@@ -93,19 +109,27 @@ def _raised(code: str, ns: dict):
 
 def test_a_stub_becomes_one_line_naming_its_exercise():
     ns = {}
-    exec("def softmax(x, dim=-1):\n    raise NotImplementedError()\n"
-         "class LayerNorm:\n    def __init__(self, d):\n        raise NotImplementedError()\n"
-         "def attention(q):\n    return softmax(q) * 2\n", ns)
-    for code, exercise in (("softmax(1)", "softmax"), ("attention(1)", "softmax"),
-                           ("LayerNorm(4)", "LayerNorm")):
+    exec(
+        "def softmax(x, dim=-1):\n    raise NotImplementedError()\n"
+        "class LayerNorm:\n    def __init__(self, d):\n        raise NotImplementedError()\n"
+        "def attention(q):\n    return softmax(q) * 2\n",
+        ns,
+    )
+    for code, exercise in (
+        ("softmax(1)", "softmax"),
+        ("attention(1)", "softmax"),
+        ("LayerNorm(4)", "LayerNorm"),
+    ):
         shell = FakeShell()
         etype, value, tb = _raised(code, ns)
         assert notebook.missing_exercise(tb) == exercise
         notebook._handler(shell, etype, value, tb)
-        (_, _, stb), = shell.shown
+        ((_, _, stb),) = shell.shown
         text = ANSI.sub("", "\n".join(stb))
         exercise_number = notebook.EXERCISES[exercise]
-        assert text.startswith(f"this cell needs `{exercise}`, exercise {exercise_number} above — not written yet")
+        assert text.startswith(
+            f"this cell needs `{exercise}`, exercise {exercise_number} above — not written yet"
+        )
         assert "Traceback" not in text and not shell.usual
         assert stb == notebook.wrapped(notebook.note(exercise))  # lines broken between words
 
@@ -126,8 +150,10 @@ def test_a_name_a_stopped_cell_did_not_define_says_which_cell():
     shell = FakeShell(history)
     etype, value, tb = _raised("print(model)", {})
     notebook._handler(shell, etype, value, tb)
-    (_, _, stb), = shell.shown
-    assert ANSI.sub("", stb[0]).startswith("this cell needs `model`, which cell [2] above stopped before defining")
+    ((_, _, stb),) = shell.shown
+    assert ANSI.sub("", stb[0]).startswith(
+        "this cell needs `model`, which cell [2] above stopped before defining"
+    )
     assert notebook.cell_that_binds(["", "def f():\n    model = 1"], "model") is None
     # the running cell itself may bind the name later: not "a cell above"
     assert notebook.cell_that_binds(["", "x = 1", "print(model)\nmodel = 2"], "model", before=2) is None
@@ -148,34 +174,50 @@ def test_installed_in_ipython_only(monkeypatch):
 
 # --------------------------------------------------------------------------- Run All, for real
 
+
 def _half_done(name: str, solved: int):
     """The student release with its first ``solved`` exercises written (the solutions)."""
     nb = nbformat.read(ROOT / "notebooks" / name / f"{name}.ipynb", as_version=4)
-    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in _source(name).cells
-               if c.metadata.get("nbgrader", {}).get("solution")}
+    answers = {
+        c.metadata["nbgrader"]["grade_id"]: c.source
+        for c in _source(name).cells
+        if c.metadata.get("nbgrader", {}).get("solution")
+    }
     cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
     for cell in cells[:solved]:
-        cell.source = "\n".join(ln for ln in answers[cell.metadata["nbgrader"]["grade_id"]].splitlines()
-                                if "SOLUTION" not in ln)
+        cell.source = "\n".join(
+            ln for ln in answers[cell.metadata["nbgrader"]["grade_id"]].splitlines() if "SOLUTION" not in ln
+        )
     return nb
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, solved, waiting", [
-    ("03_attention", 2, {"scaled_dot_product_attention", "causal_mask"}),
-    ("07_decoder", 3, {"Transformer", "model"}),  # model: what the training cell did not get to
-])
+@pytest.mark.parametrize(
+    "name, solved, waiting",
+    [
+        ("03_attention", 2, {"scaled_dot_product_attention", "causal_mask"}),
+        ("07_decoder", 3, {"Transformer", "model"}),  # model: what the training cell did not get to
+    ],
+)
 def test_run_all_on_a_half_done_notebook_reaches_the_end(name, solved, waiting, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = _half_done(name, solved)
     # allow_errors=False: like JupyterLab's Run All, nbclient stops at a failing cell unless
     # it is tagged raises-exception
-    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=False,
-                   resources={"metadata": {"path": str(ROOT / "notebooks" / name)}}).execute()
+    NotebookClient(
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=False,
+        resources={"metadata": {"path": str(ROOT / "notebooks" / name)}},
+    ).execute()
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code), "Run All stopped before the end"
-    written = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-               if c.metadata.get("nbgrader", {}).get("solution") and "NotImplementedError" not in c.source}
+    written = {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("solution") and "NotImplementedError" not in c.source
+    }
     notes = set()
     for cell in code:
         errors = [o for o in cell.outputs if o.output_type == "error"]

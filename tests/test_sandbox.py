@@ -1,4 +1,5 @@
 """The bubblewrap sandbox: what a grading kernel can and cannot do."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,10 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-
 from traitlets.config import Config
 
 from conftest import ASSIGNMENT, SOLUTION_CELL, make_course, tiny_notebook
 from course_grading.authoring.nbformat_tools import write_notebook
-
 from course_grading.sandbox import bubblewrap as sandbox
 from course_grading.sandbox import warm
 from course_grading.sandbox.sandbox_kernel_manager import SandboxKernelManager
@@ -48,7 +47,8 @@ def test_kernel_runs_inside_the_sandbox(tmp_path):
     config.SandboxKernelManager.hidden_folders = [str(course)]
     config.Sandbox.warm = False
     probes = [
-        "import os, socket\nprint(sorted(os.listdir('.')), os.path.exists(%r))" % str(course / "gradebook.db"),
+        "import os, socket\nprint(sorted(os.listdir('.')), os.path.exists(%r))"
+        % str(course / "gradebook.db"),
         "open(%r).read()" % str(course / "gradebook.db"),
         "socket.create_connection(('127.0.0.1', 9), 1)",
         "open(%r, 'w')" % str(Path(sandbox.__file__)),
@@ -62,19 +62,30 @@ def test_kernel_runs_inside_the_sandbox(tmp_path):
     marker = Path.home() / ".course-sandbox-marker"
     marker.write_text("the grader's own home")
     try:
-        NotebookClient(nb, kernel_manager_class=SandboxKernelManager, allow_errors=True, timeout=60,
-                       config=config, resources={"metadata": {"path": str(course / "autograded" / "s")}}).execute()
+        NotebookClient(
+            nb,
+            kernel_manager_class=SandboxKernelManager,
+            allow_errors=True,
+            timeout=60,
+            config=config,
+            resources={"metadata": {"path": str(course / "autograded" / "s")}},
+        ).execute()
     finally:
         marker.unlink()
     assert not warm._WARM  # no warm sandbox was started
     out = [c.outputs[0] for c in nb.cells]
     # printed text may arrive as several stream messages: join them
-    printed = ["".join(o.get("text", "") for o in c.outputs if o["output_type"] == "stream").strip()
-               for c in nb.cells]
+    printed = [
+        "".join(o.get("text", "") for o in c.outputs if o["output_type"] == "stream").strip()
+        for c in nb.cells
+    ]
     assert printed[0] == "[] False"
     assert out[1]["ename"] == "FileNotFoundError"
-    assert out[2]["ename"] in ("OSError", "ConnectionRefusedError") and "unreachable" in out[2]["evalue"] or \
-        out[2]["ename"] == "ConnectionRefusedError"
+    assert (
+        out[2]["ename"] in ("OSError", "ConnectionRefusedError")
+        and "unreachable" in out[2]["evalue"]
+        or out[2]["ename"] == "ConnectionRefusedError"
+    )
     assert out[3]["ename"] == "OSError" and "Read-only" in out[3]["evalue"]
     assert printed[4] == "mine"
     assert printed[5] == "None 1"
@@ -86,9 +97,11 @@ def test_kernel_runs_inside_the_sandbox(tmp_path):
 
 @needs_bwrap
 def test_wrapped_process_has_limits(tmp_path):
-    code = ("import resource, os, sys; print(resource.getrlimit(resource.RLIMIT_CPU)[0], "
-            "resource.getrlimit(resource.RLIMIT_FSIZE)[0], len([p for p in os.listdir('/proc') if p.isdigit()]), "
-            "[l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0], file=sys.stderr)")
+    code = (
+        "import resource, os, sys; print(resource.getrlimit(resource.RLIMIT_CPU)[0], "
+        "resource.getrlimit(resource.RLIMIT_FSIZE)[0], len([p for p in os.listdir('/proc') if p.isdigit()]), "
+        "[l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0], file=sys.stderr)"
+    )
     for name in ("spool", "ipc", "jobs"):
         (tmp_path / name).mkdir()
     argv, groups = sandbox.wrap([sys.executable, "-c", code], Settings(cpu_seconds=7, file_mb=1), tmp_path)
@@ -103,6 +116,7 @@ def test_wrapped_process_has_limits(tmp_path):
 
 # --------------------------------------------------------------------------- the configuration
 
+
 def test_sandbox_settings_come_from_nbgrader_config(tmp_path):
     from course_grading.course.course import Course
     from course_grading.course.nbgrader_setup import course_directory
@@ -112,9 +126,11 @@ def test_sandbox_settings_come_from_nbgrader_config(tmp_path):
     other.mkdir()
     course = make_course(tmp_path / "course", {ASSIGNMENT: tiny_notebook()})
     with open(course / "nbgrader_config.py", "a") as fh:
-        fh.write(f"\nc.Exchange.root = {str(exchange)!r}\nc.Sandbox.memory_mb = 1234\n"
-                 f"c.Sandbox.tmpfs_mb = 48\nc.Sandbox.warm = False\n"
-                 f"c.Sandbox.hidden_folders = [{str(other)!r}]\n")
+        fh.write(
+            f"\nc.Exchange.root = {str(exchange)!r}\nc.Sandbox.memory_mb = 1234\n"
+            f"c.Sandbox.tmpfs_mb = 48\nc.Sandbox.warm = False\n"
+            f"c.Sandbox.hidden_folders = [{str(other)!r}]\n"
+        )
     settings = Course(course).sandbox_settings()
     assert (settings.memory_mb, settings.tmpfs_mb, settings.warm) == (1234, 48, False)
     assert {str(course), str(exchange), str(other)} <= set(settings.hidden)
@@ -129,12 +145,15 @@ def test_sandbox_settings_come_from_nbgrader_config(tmp_path):
     argv, groups = sandbox.wrap(["true"], settings, base)
     try:
         spec = json.loads(argv[3])
-        limits = [Path(p, "memory.limit_in_bytes").read_text().strip() for p in spec["cgroups"] if "/memory/" in p]
+        limits = [
+            Path(p, "memory.limit_in_bytes").read_text().strip() for p in spec["cgroups"] if "/memory/" in p
+        ]
         assert limits == [str(1234 << 20)] or spec["rlimits"]["RLIMIT_AS"] == (1234 + 2048) << 20
         options = " ".join(argv)
         for folder in (exchange, other):  # covered, or inside a folder that is
             assert f"--tmpfs {folder} " in options or any(
-                sandbox.inside(folder, p) and f"--tmpfs {p} " in options for p in sandbox.private_folders())
+                sandbox.inside(folder, p) and f"--tmpfs {p} " in options for p in sandbox.private_folders()
+            )
         assert f"--size {48 << 20} --tmpfs /tmp" in options
     finally:
         groups.remove()
@@ -142,11 +161,11 @@ def test_sandbox_settings_come_from_nbgrader_config(tmp_path):
 
 # --------------------------------------------------------------------------- an unprivileged grader
 
-PLANT_LINK = '''import os
+PLANT_LINK = """import os
 os.makedirs("trap", exist_ok=True)
 os.symlink({config!r}, "trap/evil.py")
 os.chmod("trap", 0o500)  # a grader without privileges could not empty it
-'''
+"""
 
 
 def _as_unprivileged() -> list[str] | None:
@@ -155,8 +174,17 @@ def _as_unprivileged() -> list[str] | None:
     unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
     if not (unshare and setpriv):
         return None
-    prefix = [unshare, "--user", "--map-user=1000", "--map-group=1000", "--", setpriv,
-              "--inh-caps=-all", "--bounding-set=-all", "--"]
+    prefix = [
+        unshare,
+        "--user",
+        "--map-user=1000",
+        "--map-group=1000",
+        "--",
+        setpriv,
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
     probe = subprocess.run([*prefix, "id", "-u"], capture_output=True, text=True)
     return prefix if probe.returncode == 0 and probe.stdout.strip() == "1000" else None
 
@@ -186,9 +214,22 @@ def test_an_unprivileged_grader_keeps_the_sandbox_out_of_its_own_files(tmp_path)
     shipped.write_text(f"open({str(marker)!r}, 'w').write('the grader ran student code')\n")
     env = {**os.environ, "TMPDIR": str(tmp_path), "MPLBACKEND": "Agg", "HOME": str(tmp_path / "home")}
     (tmp_path / "home").mkdir()
-    done = subprocess.run([*prefix, str(Path(sys.executable).parent / "course"), "--root", str(course),
-                           "autograde", "--jobs", "1", "--no-report"], env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [
+            *prefix,
+            str(Path(sys.executable).parent / "course"),
+            "--root",
+            str(course),
+            "autograde",
+            "--jobs",
+            "1",
+            "--no-report",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert not marker.exists()
     assert config.read_text() == before
     assert done.returncode == 0, done.stderr[-3000:]

@@ -1,4 +1,5 @@
 """The static red-flag scanner: finds cheats, stays quiet on honest notebooks."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,21 +25,24 @@ def _reasons(sub, src=None):
     return [f"{f.where}: {f.reason}" for f in scan(sub, src or tiny_notebook())]
 
 
-@pytest.mark.parametrize("code, why", [
-    ("np.allclose = lambda *a, **k: True", "comparison"),
-    ("torch.allclose = lambda *a: True", "comparison"),
-    ("check_double = lambda *a, **k: None", "checks"),
-    ("import course_utils.checks._core as c", "checks"),
-    ("get_ipython().input_transformers_post.append(f)", "transformer"),
-    ("open('../../gradebook.db')", "gradebook"),
-    ("import sqlite3", "gradebook"),
-    ("import os\nos._exit(0)", "process control"),
-    ("signal.signal(signal.SIGINT, signal.SIG_IGN)", "process control"),
-    ("import socket", "network"),
-    ("from course_grading.reference.embeddings import one_hot", "reference"),
-    ("exec('x=1')", "dynamic"),
-    ("k = get_ipython().kernel\nk.session.send(k.iopub_socket, 'status', {})", "Jupyter messages"),
-])
+@pytest.mark.parametrize(
+    "code, why",
+    [
+        ("np.allclose = lambda *a, **k: True", "comparison"),
+        ("torch.allclose = lambda *a: True", "comparison"),
+        ("check_double = lambda *a, **k: None", "checks"),
+        ("import course_utils.checks._core as c", "checks"),
+        ("get_ipython().input_transformers_post.append(f)", "transformer"),
+        ("open('../../gradebook.db')", "gradebook"),
+        ("import sqlite3", "gradebook"),
+        ("import os\nos._exit(0)", "process control"),
+        ("signal.signal(signal.SIGINT, signal.SIG_IGN)", "process control"),
+        ("import socket", "network"),
+        ("from course_grading.reference.embeddings import one_hot", "reference"),
+        ("exec('x=1')", "dynamic"),
+        ("k = get_ipython().kernel\nk.session.send(k.iopub_socket, 'status', {})", "Jupyter messages"),
+    ],
+)
 def test_patterns_in_student_code(code, why):
     nb = tiny_notebook(solution="def double(x):\n    return 2 * x\n" + code + "\n")
     found = _reasons(nb)
@@ -115,8 +119,11 @@ def _grading_patterns() -> dict[str, list]:
     for path in sorted((ROOT / "course_grading").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-        assigned = {id(node.value): [t.id for t in node.targets if isinstance(t, ast.Name)]
-                    for node in tree.body if isinstance(node, ast.Assign)}
+        assigned = {
+            id(node.value): [t.id for t in node.targets if isinstance(t, ast.Name)]
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+        }
         uses: dict[str, set] = {}
         through = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
         for node in ast.walk(tree):
@@ -127,9 +134,14 @@ def _grading_patterns() -> dict[str, list]:
         anchored = {name for name, attrs in uses.items() if attrs and attrs <= {"match", "fullmatch"}}
         for top in tree.body:
             for node in ast.walk(top):
-                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "re"
-                        and node.func.attr in RE_CALLS and node.args):
+                if not (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "re"
+                    and node.func.attr in RE_CALLS
+                    and node.args
+                ):
                     continue
                 where = f"{path.relative_to(ROOT)}:{node.lineno}"
                 try:
@@ -158,6 +170,7 @@ def _grading_patterns() -> dict[str, list]:
 
 def _patterns_in(value) -> list:
     import re
+
     if isinstance(value, re.Pattern):
         return [value]
     if isinstance(value, (list, tuple)):
@@ -169,14 +182,30 @@ def _adversarial_texts(pattern) -> dict[str, str]:
     """Texts that make a backtracking pattern slow: long runs of what \\s, \\w, \\d, digits and
     brackets match, line starts, and each word of the pattern repeated, or followed by runs."""
     import re
-    texts = {"blank lines": "\n" * SIZE, "spaces": " " * SIZE, "tabs then x": "\t" * SIZE + "x",
-             "lines of spaces": (" " * 99 + "\n") * (SIZE // 100), "mixed space": " \t\r\n\f\v" * (SIZE // 6),
-             "one word": "a" * SIZE, "digits": "1" * SIZE + "x", "number": "1." + "1" * SIZE + "e",
-             "dashes": "-" * SIZE, "ansi": "\x1b[" + "0;" * (SIZE // 2), "ansi many": "\x1b[1" * (SIZE // 3),
-             "brackets": "([{" * (SIZE // 3), "quotes": '"' + '\\"' * (SIZE // 2), "backslashes": "\\" * SIZE,
-             "slashes": "//a:" * (SIZE // 4)}
-    words = set(re.findall(r"[A-Za-z_]{2,}", pattern.pattern if isinstance(pattern.pattern, str)
-                           else pattern.pattern.decode("latin-1")))
+
+    texts = {
+        "blank lines": "\n" * SIZE,
+        "spaces": " " * SIZE,
+        "tabs then x": "\t" * SIZE + "x",
+        "lines of spaces": (" " * 99 + "\n") * (SIZE // 100),
+        "mixed space": " \t\r\n\f\v" * (SIZE // 6),
+        "one word": "a" * SIZE,
+        "digits": "1" * SIZE + "x",
+        "number": "1." + "1" * SIZE + "e",
+        "dashes": "-" * SIZE,
+        "ansi": "\x1b[" + "0;" * (SIZE // 2),
+        "ansi many": "\x1b[1" * (SIZE // 3),
+        "brackets": "([{" * (SIZE // 3),
+        "quotes": '"' + '\\"' * (SIZE // 2),
+        "backslashes": "\\" * SIZE,
+        "slashes": "//a:" * (SIZE // 4),
+    }
+    words = set(
+        re.findall(
+            r"[A-Za-z_]{2,}",
+            pattern.pattern if isinstance(pattern.pattern, str) else pattern.pattern.decode("latin-1"),
+        )
+    )
     for word in sorted(words):
         texts[f"{word} repeated"] = (word + ". ") * (SIZE // 2 // (len(word) + 2))
         texts[f"{word} then blanks"] = ("\n" + word + " ." + " " * 50) * (SIZE // 2 // (len(word) + 53))
@@ -185,6 +214,7 @@ def _adversarial_texts(pattern) -> dict[str, str]:
 
 def test_every_grading_pattern_runs_in_linear_time():
     import time
+
     patterns = _grading_patterns()
     assert any("red_flags" in where for where in patterns) and len(patterns) >= 10
     slow = []
@@ -207,7 +237,15 @@ def test_scan_of_hostile_code_and_fields():
     """600,000 blank lines, long lines of spaces, deep brackets: the scan ends in time and
     still finds what it looks for; fields of the wrong type are read, not crashed on."""
     import time
-    code = "x = 1\n" + "\n" * 600_000 + (" " * 10_000 + "\n") * 50 + "(" * 50_000 + "\n" + "check_double = None\n"
+
+    code = (
+        "x = 1\n"
+        + "\n" * 600_000
+        + (" " * 10_000 + "\n") * 50
+        + "(" * 50_000
+        + "\n"
+        + "check_double = None\n"
+    )
     nb = tiny_notebook(solution="def double(x):\n    return 2 * x\n" + code)
     start = time.perf_counter()
     found = _reasons(nb)
@@ -222,17 +260,23 @@ def test_scan_of_hostile_code_and_fields():
     nb.metadata["kernelspec"] = ["python3"]
     found = _reasons(nb)
     assert "cell 3: not a notebook cell" in found
-    assert any(r.startswith("['not', 'a', 'string']: nbgrader cell that is not in the assignment") for r in found)
+    assert any(
+        r.startswith("['not', 'a', 'string']: nbgrader cell that is not in the assignment") for r in found
+    )
     assert "test_double: test/locked cell deleted" not in found, found  # its cell is there, tagged
 
 
 def test_scan_reads_a_submitted_file_within_the_notebook_bounds(tmp_path):
     from course_grading.untrusted import UntrustedFileError
+
     source = tmp_path / "source.ipynb"
     nbformat.write(tiny_notebook(), str(source))
     bomb = tmp_path / "bomb.ipynb"
-    bomb.write_text('{"cells": [{"cell_type": "markdown", "source": "", "metadata": {"x": ['
-                    + "{}," * 2_000_000 + '{}]}}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+    bomb.write_text(
+        '{"cells": [{"cell_type": "markdown", "source": "", "metadata": {"x": ['
+        + "{}," * 2_000_000
+        + '{}]}}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}'
+    )
     with pytest.raises(UntrustedFileError, match="holds more than 100000 JSON objects and arrays"):
         scan(bomb, source)
     link = tmp_path / "link.ipynb"
@@ -257,7 +301,9 @@ def test_feedback_line_filter_is_linear_and_finds_every_secret():
     for _ in range(300):
         secret = rng.choice(pool)
         a, b = sorted((rng.randrange(len(secret) + 1), rng.randrange(len(secret) + 1)))
-        line = "\x1b[31m>>> " * rng.randrange(2) + secret[a:b + rng.randrange(2)] + " tail" * rng.randrange(2)
+        line = (
+            "\x1b[31m>>> " * rng.randrange(2) + secret[a : b + rng.randrange(2)] + " tail" * rng.randrange(2)
+        )
         plain = line.replace("\x1b[31m", "").strip()
         want = plain == "short" if len(plain) < MIN_LINE else any(s in plain for s in secrets)
         assert filt.quotes(line) == want, line

@@ -1,11 +1,12 @@
 """The ungraded self-check questions: well-formed data, feedback that explains every answer,
 and a widget whose "check" shows it (course_utils/widgets/self_check.py)."""
+
 from __future__ import annotations
 
 import pytest
 
-from course_utils.widgets import self_check as sc
 from conftest import ROOT
+from course_utils.widgets import self_check as sc
 
 
 def test_every_notebook_has_questions():
@@ -25,18 +26,26 @@ def test_each_question_has_one_right_answer_and_every_answer_explained(notebook)
 def test_the_right_answer_is_not_always_in_the_same_place():
     """Where the right option sits varies, within each notebook and across the course: a learner
     who has noticed "always the first" must still have to think."""
-    places = {nb: [[o["correct"] for o in q["options"]].index(True) for q in sc.questions(nb)]
-              for nb in sc.notebooks()}
+    places = {
+        nb: [[o["correct"] for o in q["options"]].index(True) for q in sc.questions(nb)]
+        for nb in sc.notebooks()
+    }
     for notebook, where in places.items():
         assert len(where) < 2 or len(set(where)) > 1, (
-            f"{notebook}: the right answer is option {where[0] + 1} of every question")
+            f"{notebook}: the right answer is option {where[0] + 1} of every question"
+        )
     every = [i for where in places.values() for i in where]
     assert max(every.count(i) for i in set(every)) <= len(every) / 2, places
 
 
 def test_feedback_marks_the_choice_and_explains_all():
-    q = {"question": "?", "options": [{"text": "a <b>", "correct": False, "why": "because a"},
-                                      {"text": "b", "correct": True, "why": "because b"}]}
+    q = {
+        "question": "?",
+        "options": [
+            {"text": "a <b>", "correct": False, "why": "because a"},
+            {"text": "b", "correct": True, "why": "because b"},
+        ],
+    }
     wrong = sc.feedback_html(q, 0)
     assert "Not quite" in wrong and "because a" in wrong and "because b" in wrong
     assert "(your answer)" in wrong.split("because a")[0] and "a &lt;b&gt;" in wrong  # escaped

@@ -2,6 +2,7 @@
 environment that has nothing of the instructor side, it holds no solution and no hidden check,
 every released notebook runs there (blank, and filled in with the solutions), and the checks
 still catch forbidden calls."""
+
 from __future__ import annotations
 
 import ast
@@ -36,28 +37,44 @@ def student(tmp_path_factory) -> dict:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (site / "course-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    str(built["wheel"])], check=True, timeout=300)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(built["wheel"])],
+        check=True,
+        timeout=300,
+    )
     return {"out": out, "wheel": built["wheel"], "python": python, "site": site}
 
 
 def _run(python: Path, code: str, cwd: Path | None = None, timeout: int = 600) -> str:
     # never the repository's root as the current folder: `python -c` would import from it
-    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True,
-                          cwd=cwd or python.parent,
-                          timeout=timeout, env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg",
-                                                "HOME": str(cwd or python.parent)})
+    done = subprocess.run(
+        [str(python), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=cwd or python.parent,
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg", "HOME": str(cwd or python.parent)},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
 def test_the_installed_course_is_the_learner_side_alone(student):
-    out = _run(student["python"], "import importlib.util, course_utils\n"
-                                  "print(course_utils.__file__)\n"
-                                  "print(importlib.util.find_spec('course_grading'))")
+    out = _run(
+        student["python"],
+        "import importlib.util, course_utils\n"
+        "print(course_utils.__file__)\n"
+        "print(importlib.util.find_spec('course_grading'))",
+    )
     installed, grading = out.splitlines()
     assert installed.startswith(str(student["site"])) and grading == "None"
     with zipfile.ZipFile(student["wheel"]) as wheel:
@@ -82,23 +99,31 @@ def test_no_solution_and_no_hidden_check_in_any_installed_file_or_release(studen
     grading = {}
     for module in sorted((ROOT / "course_grading").glob("*/*.py")):
         if module.parent.name in ("checks", "reference"):
-            grading.update({f"{module.parent.name}/{module.stem}.{name}": body
-                            for name, body in _functions(module.read_text()).items()})
+            grading.update(
+                {
+                    f"{module.parent.name}/{module.stem}.{name}": body
+                    for name, body in _functions(module.read_text()).items()
+                }
+            )
     hidden_bodies = {body: name for name, body in grading.items() if len(body) > 200}
     for path in installed:
         text = path.read_text()
         for line in text.splitlines():
             assert line.strip() not in every_secret, f"{path}: a solution line {line.strip()!r}"
         tree = ast.parse(text)
-        assert not any(isinstance(n, (ast.Import, ast.ImportFrom)) and "course_grading" in ast.dump(n)
-                       for n in ast.walk(tree)), f"{path} imports the instructor side"
+        assert not any(
+            isinstance(n, (ast.Import, ast.ImportFrom)) and "course_grading" in ast.dump(n)
+            for n in ast.walk(tree)
+        ), f"{path} imports the instructor side"
         for name, body in _functions(text).items():
             assert body not in hidden_bodies, f"{path}: {name} is {hidden_bodies[body]} of the grading side"
     released = sorted(p for p in (student["out"] / "notebooks").rglob("*") if p.is_file())
     assert {p.parent.name for p in released} == set(ASSIGNMENTS)
     for path in released:
         text = path.read_text()
-        assert "course_grading" not in text and "HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text, path
+        assert "course_grading" not in text and "HIDDEN TESTS" not in text and "BEGIN SOLUTION" not in text, (
+            path
+        )
     assert student_side.release_leaks(ROOT, secrets) == []
 
 
@@ -139,15 +164,21 @@ RUNNER = textwrap.dedent("""
 
 
 def _execute(student: dict, notebook: Path) -> list[dict]:
-    return json.loads(_run(student["python"], RUNNER.replace("sys.argv[1]", repr(str(notebook))),
-                           cwd=notebook.parent).splitlines()[-1])
+    return json.loads(
+        _run(
+            student["python"], RUNNER.replace("sys.argv[1]", repr(str(notebook))), cwd=notebook.parent
+        ).splitlines()[-1]
+    )
 
 
 def _fill_in(release: Path, assignment: str) -> None:
     """Replace each solution cell of the released notebook by the instructor's solution."""
     source = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text())
-    answers = {c["metadata"]["nbgrader"]["grade_id"]: c["source"] for c in source["cells"]
-               if c.get("metadata", {}).get("nbgrader", {}).get("solution")}
+    answers = {
+        c["metadata"]["nbgrader"]["grade_id"]: c["source"]
+        for c in source["cells"]
+        if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
     nb = json.loads(release.read_text())
     for cell in nb["cells"]:
         gid = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
@@ -185,7 +216,9 @@ def test_released_notebooks_run_on_the_student_side(student, assignment, tmp_pat
 
 
 def test_forbidden_calls_are_still_caught_on_the_student_side(student, tmp_path):
-    out = _run(student["python"], textwrap.dedent("""
+    out = _run(
+        student["python"],
+        textwrap.dedent("""
         import functools, torch
         from course_utils.checks.attention import check_softmax
         from course_utils.checks.embeddings import check_one_hot
@@ -201,5 +234,7 @@ def test_forbidden_calls_are_still_caught_on_the_student_side(student, tmp_path)
                 print(name, "PASSED")
             except AssertionError as exc:
                 print(name, "caught" if "the very thing" in str(exc) else f"other: {exc}")
-    """), cwd=tmp_path)
+    """),
+        cwd=tmp_path,
+    )
     assert out.split() == ["softmax", "caught", "partial", "caught", "one_hot", "caught"], out

@@ -1,5 +1,6 @@
 """torch's threads are sized to the CPUs a kernel may really use: its cgroup's CPU quota (v1 and
 v2, read from fake cgroup files here) and its affinity mask, one CPU left to the rest."""
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,9 @@ def _v1(tmp_path, quota: str, period: str = "100000", controllers="cpu,cpuacct",
 def test_cgroup_v2_quota_and_the_tightest_ancestor(tmp_path):
     proc, root = _v2(tmp_path, {"kubepods/pod1/box": "150000 100000"})
     assert device.cgroup_cpu_limit(proc, root) == pytest.approx(1.5)
-    proc, root = _v2(tmp_path / "b", {"kubepods/pod1/box": "max 100000", "kubepods/pod1": "50000 100000",
-                                      "": "max 100000"})
+    proc, root = _v2(
+        tmp_path / "b", {"kubepods/pod1/box": "max 100000", "kubepods/pod1": "50000 100000", "": "max 100000"}
+    )
     assert device.cgroup_cpu_limit(proc, root) == pytest.approx(0.5)
     proc, root = _v2(tmp_path / "c", {"kubepods/pod1/box": "max 100000"})
     assert device.cgroup_cpu_limit(proc, root) is None
@@ -108,12 +110,12 @@ def test_use_available_cpus_sets_torch_threads(monkeypatch):
 # thread lives, and says why.
 
 import os as _os
-import sys
 import queue
-
-import numpy as np
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from course_utils.checks import _seal, attention, embeddings
 from course_utils.checks._core import CheckFailed
@@ -163,10 +165,17 @@ def test_a_timer_started_before_the_check(own_threads):
     timer = threading.Timer(0.0, serve)
     timer.start()
     try:
+
         def one_hot(ids, vocab_size):
             box, done = [], threading.Event()
-            work.put((lambda i, v: torch.nn.functional.one_hot(torch.as_tensor(i), v).double().numpy(),
-                      (ids, vocab_size), box, done))
+            work.put(
+                (
+                    lambda i, v: torch.nn.functional.one_hot(torch.as_tensor(i), v).double().numpy(),
+                    (ids, vocab_size),
+                    box,
+                    done,
+                )
+            )
             done.wait()
             return box[0]
 
@@ -204,6 +213,7 @@ def test_a_process_forked_before_the_check(own_threads):
     _os.close(back_w)
     answers = _os.fdopen(back_r, "rb")
     try:
+
         def one_hot(ids, vocab_size):
             _os.write(jobs_w, pickle.dumps((ids, vocab_size)))
             return pickle.load(answers)
@@ -277,7 +287,9 @@ def test_work_handed_to_a_watched_kernel_thread_is_recorded(kernel_loop):
         attention.check_softmax(lambda x, dim=-1: _on(kernel_loop, torch.softmax, x, dim))
 
     def via_cross_entropy(x, dim=-1):  # reaches aten's _log_softmax from C++ only
-        loss = torch.nn.functional.cross_entropy(x.reshape(-1, x.shape[-1]), torch.zeros(1, dtype=torch.long).expand(x.numel() // x.shape[-1]))
+        loss = torch.nn.functional.cross_entropy(
+            x.reshape(-1, x.shape[-1]), torch.zeros(1, dtype=torch.long).expand(x.numel() // x.shape[-1])
+        )
         return _softmax(x, dim) + 0 * loss
 
     with pytest.raises(CheckFailed, match="calls torch operator _log_softmax"):
@@ -307,6 +319,7 @@ def test_a_kernel_thread_without_a_loop_that_ran_during_the_call(own_threads, mo
     _seal.own_threads_now()
     monkeypatch.setitem(_seal._IDLE, thread.ident, "relay")
     try:
+
         def softmax(x, dim=-1):
             _os.write(write, b"work")
             while not box:

@@ -1,5 +1,6 @@
 """Reading files someone else wrote: no link followed, no wait on a FIFO, regular files only,
 size caps; copying a submission that way; the audit reading back what its sandbox wrote."""
+
 from __future__ import annotations
 
 import json
@@ -25,6 +26,7 @@ def _within(seconds: float, fn, *args):
             box["value"] = fn(*args)
         except BaseException as exc:  # noqa: BLE001 - whatever the call raised is the result
             box["error"] = exc
+
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     thread.join(seconds)
@@ -42,8 +44,12 @@ def test_read_bytes_refuses_what_is_not_a_small_regular_file(tmp_path):
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "folder").mkdir()
-    for name, why in (("link", "is a symbolic link"), ("dangling", "is a symbolic link"),
-                      ("fifo", "is a named pipe (FIFO)"), ("folder", "is a folder")):
+    for name, why in (
+        ("link", "is a symbolic link"),
+        ("dangling", "is a symbolic link"),
+        ("fifo", "is a named pipe (FIFO)"),
+        ("folder", "is a folder"),
+    ):
         with pytest.raises(UntrustedFileError, match=re.escape(why)):
             _within(5, untrusted.read_bytes, tmp_path / name, 100)
     with pytest.raises(UntrustedFileError, match="is over 4 bytes"):
@@ -70,10 +76,18 @@ def test_copy_tree_copies_regular_files_only(tmp_path):
     (src / ".ipynb_checkpoints" / "nb-checkpoint.ipynb").symlink_to("/etc/hostname")
     left = _within(10, lambda: untrusted.copy_tree(src, dst, max_file_bytes=1000))
     assert sorted(str(p.relative_to(dst)) for p in dst.rglob("*")) == [
-        "nb.ipynb", "sub", "sub/data.csv", "sub/deeper", "sub/deeper/x.txt"]
+        "nb.ipynb",
+        "sub",
+        "sub/data.csv",
+        "sub/deeper",
+        "sub/deeper/x.txt",
+    ]
     assert {(item.path, item.reason) for item in left} == {
-        ("big.bin", "is over 1000 bytes"), ("link.txt", "is a symbolic link"),
-        ("pipe", "is a named pipe (FIFO)"), ("sub/linked_dir", "is a symbolic link")}
+        ("big.bin", "is over 1000 bytes"),
+        ("link.txt", "is a symbolic link"),
+        ("pipe", "is a named pipe (FIFO)"),
+        ("sub/linked_dir", "is a symbolic link"),
+    }
     (tmp_path / "src_link").symlink_to(src)
     with pytest.raises(UntrustedFileError, match="is a symbolic link"):
         untrusted.copy_tree(tmp_path / "src_link", tmp_path / "dst2")
@@ -89,6 +103,7 @@ def test_audit_reads_a_fifo_or_link_as_unreadable_output(tmp_path):
 
     def runner(folder: Path) -> str:
         from course_grading.audit import child
+
         child.main(str(folder))  # the real child, in-process; then the files are tampered with
         os.unlink(folder / "out-test_one_hot.json")
         os.mkfifo(folder / "out-test_one_hot.json")
@@ -97,6 +112,7 @@ def test_audit_reads_a_fifo_or_link_as_unreadable_output(tmp_path):
         os.unlink(folder / name)
         (folder / name).symlink_to(ROOT / "README.md")
         return ""
+
     fifos, done, hung = [], threading.Event(), []
 
     def unblock():  # were the reader waiting on the FIFO, a writer lets it go on (and the test fail)
@@ -104,43 +120,60 @@ def test_audit_reads_a_fifo_or_link_as_unreadable_output(tmp_path):
             hung.append(True)
             for fifo in fifos:
                 os.close(os.open(fifo, os.O_WRONLY))
+
     threading.Thread(target=unblock, daemon=True).start()
     original = runner
 
     def runner(folder: Path) -> str:  # noqa: F811 - the child runs in this (main) thread: it uses signals
         fifos.append(folder / "out-test_one_hot.json")
         return original(folder)
+
     try:
         verdicts = {v.grade_id: v for v in trusted.audit(notebook, assignment, runner=runner)}
     finally:
         done.set()
     assert not hung
     assert not verdicts["test_one_hot"].agrees
-    assert verdicts["test_one_hot"].reason == "unreadable output: out-test_one_hot.json is a named pipe (FIFO)"
+    assert (
+        verdicts["test_one_hot"].reason == "unreadable output: out-test_one_hot.json is a named pipe (FIFO)"
+    )
     assert not verdicts["test_embed"].agrees and "is a symbolic link" in verdicts["test_embed"].reason
     assert verdicts["test_encode"].agrees  # the untouched exercise is judged as usual
 
 
 # --------------------------------------------------------------------------- notebook bounds
 
+
 def _notebook_text(cells, metadata="{}") -> bytes:
-    return ('{"cells": [' + ",".join(cells) + '], "metadata": ' + metadata
-            + ', "nbformat": 4, "nbformat_minor": 5}').encode()
+    return (
+        '{"cells": ['
+        + ",".join(cells)
+        + '], "metadata": '
+        + metadata
+        + ', "nbformat": 4, "nbformat_minor": 5}'
+    ).encode()
 
 
 def _markdown(source='""', metadata="{}", extra="") -> str:
-    return '{"cell_type": "markdown", "id": "m", "metadata": ' + metadata + ', "source": ' + source + extra + "}"
+    return (
+        '{"cell_type": "markdown", "id": "m", "metadata": ' + metadata + ', "source": ' + source + extra + "}"
+    )
 
 
 BOMBS = {  # bound named in the refusal: notebook bytes
-    "holds more than 100000 JSON objects and arrays":
-        _notebook_text([_markdown(metadata='{"x": [' + "{}," * 2_000_000 + "{}]}")]),
-    "holds more than 1000000 JSON values": _notebook_text([_markdown(source="[" + '"a",' * 1_200_000 + '"a"]')]),
-    "nests JSON objects and arrays more than 64 deep":
-        _notebook_text([_markdown(extra=', "attachments": {"a.png": ' + "[" * 5000 + "]" * 5000 + "}")]),
+    "holds more than 100000 JSON objects and arrays": _notebook_text(
+        [_markdown(metadata='{"x": [' + "{}," * 2_000_000 + "{}]}")]
+    ),
+    "holds more than 1000000 JSON values": _notebook_text(
+        [_markdown(source="[" + '"a",' * 1_200_000 + '"a"]')]
+    ),
+    "nests JSON objects and arrays more than 64 deep": _notebook_text(
+        [_markdown(extra=', "attachments": {"a.png": ' + "[" * 5000 + "]" * 5000 + "}")]
+    ),
     "has more than 2000 cells": _notebook_text([_markdown()] * 3000),
-    "has a cell (cell 1) whose metadata is over 64 KB":
-        _notebook_text([_markdown(), _markdown(metadata='{"x": "' + "y" * 70_000 + '"}')]),
+    "has a cell (cell 1) whose metadata is over 64 KB": _notebook_text(
+        [_markdown(), _markdown(metadata='{"x": "' + "y" * 70_000 + '"}')]
+    ),
     "is over 32 MB": _notebook_text([_markdown(source='"' + "x" * (33 * 2**20) + '"')]),
 }
 
@@ -177,12 +210,22 @@ def test_a_notebook_within_the_bounds_is_read(tmp_path):
         assert read_untrusted(path).cells == read_untrusted(data=data).cells
     one_string = _notebook_text([_markdown(source='"' + "x" * (15 * 2**20) + '"')])
     assert len(read_untrusted(data=one_string, label="big").cells[0].source) == 15 * 2**20
-    for text in (b"", b"\xff\xfe", b'{"cells": [', b'"unterminated \\"', b"]]]]]]]", b"[" * 10 + b"]" * 20,
-                 b'{"cells": {}}', b'{"nbformat": 99, "cells": []}'):
+    for text in (
+        b"",
+        b"\xff\xfe",
+        b'{"cells": [',
+        b'"unterminated \\"',
+        b"]]]]]]]",
+        b"[" * 10 + b"]" * 20,
+        b'{"cells": {}}',
+        b'{"nbformat": 99, "cells": []}',
+    ):
         assert untrusted.notebook_problem(text) == "" or "more than" in untrusted.notebook_problem(text)
         with pytest.raises(ValueError):
             read_untrusted(data=text, label="x")
-    assert untrusted.json_bound(b'["[[[[", {"a": "]]]]"}]', 10, 10, 2) == ""  # brackets in strings do not count
+    assert (
+        untrusted.json_bound(b'["[[[[", {"a": "]]]]"}]', 10, 10, 2) == ""
+    )  # brackets in strings do not count
     assert untrusted.json_bound(b"[[[]]]", 10, 10, 2) == "nests JSON objects and arrays more than 2 deep"
 
 
@@ -198,10 +241,35 @@ def test_copy_tree_leaves_out_a_notebook_beyond_a_bound(tmp_path):
 
 
 def test_plain_names_are_safe_ids():
-    for name in ("ada", "ada.lovelace@uni.edu", "s-123_x", "01_embeddings", "out-test_one_hot.json", "A" * 64):
+    for name in (
+        "ada",
+        "ada.lovelace@uni.edu",
+        "s-123_x",
+        "01_embeddings",
+        "out-test_one_hot.json",
+        "A" * 64,
+    ):
         assert untrusted.plain_name(name), name
-    for name in ("", ".", "..", ".hidden", "-rf", "@ada", "@SUM(A1)", "a/b", "a\0b", "a b", "<script>", "a\u202eb", "bad\udcff",
-                 "caf\u00e9", "a\nb", "A" * 65, b"ada", None):
+    for name in (
+        "",
+        ".",
+        "..",
+        ".hidden",
+        "-rf",
+        "@ada",
+        "@SUM(A1)",
+        "a/b",
+        "a\0b",
+        "a b",
+        "<script>",
+        "a\u202eb",
+        "bad\udcff",
+        "caf\u00e9",
+        "a\nb",
+        "A" * 65,
+        b"ada",
+        None,
+    ):
         assert not untrusted.plain_name(name), name
     assert untrusted.shown_name("bad\udcff") == "'bad\\xff'"
     assert untrusted.shown_name("a\u202eb") == "'a\\xe2\\x80\\xaeb'"
@@ -222,6 +290,7 @@ def test_audit_outputs_are_parsed_within_bounds(tmp_path):
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)
         return buffer.getvalue()
+
     good = npy(np.arange(6.0).reshape(2, 3))
     (tmp_path / "out-a-0.npy").write_bytes(good)
     liar = good.replace(b"(2, 3)", b"(200000, 300000)")
@@ -233,8 +302,11 @@ def test_audit_outputs_are_parsed_within_bounds(tmp_path):
     (tmp_path / "out-c.json").write_text(json.dumps({"outputs": [{"value": {"nd": "out-a-0.npy"}}]}))
     outputs = _Outputs(tmp_path)
     assert np.load(io.BytesIO(outputs.read("out-a-0.npy"))).shape == (2, 3)
-    for name, why in (("out-a-1.npy", "fewer or more bytes than its header says"),
-                      ("out-a-2.npy", "not of numbers or text"), ("out-a-3.npy", "is not an array file")):
+    for name, why in (
+        ("out-a-1.npy", "fewer or more bytes than its header says"),
+        ("out-a-2.npy", "not of numbers or text"),
+        ("out-a-3.npy", "is not an array file"),
+    ):
         with pytest.raises(UntrustedFileError, match=re.escape(why)):
             outputs.read(name)
     with pytest.raises(UntrustedFileError, match="more than 32 deep"):
@@ -260,14 +332,21 @@ def test_json_bound_counts_what_the_parser_builds():
             return rng.choice([1, 2.5, None, True])
         if kind == 3:
             return [value(depth + 1) for _ in range(rng.randrange(4))]
-        return {"".join(rng.choice(alphabet) for _ in range(3)): value(depth + 1) for _ in range(rng.randrange(4))}
+        return {
+            "".join(rng.choice(alphabet) for _ in range(3)): value(depth + 1) for _ in range(rng.randrange(4))
+        }
 
     def measure(v, depth=0):
         if isinstance(v, (list, dict)):
             children = list(v.values()) if isinstance(v, dict) else v
             sub = [measure(c, depth + 1) for c in children]
-            return 1 + sum(s[0] for s in sub), max([depth + 1] + [s[1] for s in sub]), 1 + sum(s[2] for s in sub)
+            return (
+                1 + sum(s[0] for s in sub),
+                max([depth + 1] + [s[1] for s in sub]),
+                1 + sum(s[2] for s in sub),
+            )
         return 0, depth, 1
+
     for _ in range(300):
         v = value(0)
         text = json.dumps(v, ensure_ascii=rng.random() < 0.5).encode()
@@ -288,16 +367,27 @@ def test_find_submissions_refuses_folders_that_are_not_student_ids(tmp_path):
 
     submitted = tmp_path / "submitted"
     for name in (b"ada", b"bad\xff", b"<script>", b"ev\xe2\x80\xaeil", b"x" * 200, b"empty\x1b"):
-        os.makedirs(os.path.join(bytes(submitted), name, b"01_embeddings" if name != b"empty\x1b" else b""),
-                    exist_ok=True)
+        os.makedirs(
+            os.path.join(bytes(submitted), name, b"01_embeddings" if name != b"empty\x1b" else b""),
+            exist_ok=True,
+        )
     os.makedirs(os.path.join(bytes(submitted), b"ben", b"bad\xffassignment"))
     refused = []
     pairs = find_submissions(submitted, refused=refused)
     assert pairs == [("ada", "01_embeddings"), ("ben", "bad\udcffassignment")]
     assert sorted(untrusted.shown_name(n) for n in refused) == sorted(
-        ["'<script>'", "'bad\\xff'", "'ev\\xe2\\x80\\xaeil'", "'empty\\x1b'", "'" + "x" * untrusted.MAX_NAME + "'..."])
+        [
+            "'<script>'",
+            "'bad\\xff'",
+            "'ev\\xe2\\x80\\xaeil'",
+            "'empty\\x1b'",
+            "'" + "x" * untrusted.MAX_NAME + "'...",
+        ]
+    )
     refused = []
-    assert find_submissions(submitted, assignments=["01_embeddings"], refused=refused) == [("ada", "01_embeddings")]
+    assert find_submissions(submitted, assignments=["01_embeddings"], refused=refused) == [
+        ("ada", "01_embeddings")
+    ]
     assert len(refused) == 4  # the empty one holds no chosen assignment
     assert find_submissions(submitted) == pairs  # without a list: left out all the same
 
@@ -330,8 +420,13 @@ def test_notebook_bounds_come_from_the_configuration(tmp_path):
 # Terminal control sequences, a forged log line, a bidi override and bytes that are not UTF-8,
 # in the name of a file a student left in a submission: left out (a link, a FIFO, too big), the
 # name reaches the instructor's terminal (the collect log, `course feedback`, `course autograde`)
-HOSTILE_NAMES = ["x\x1b]0;owned\x07\x1b[2J", "x\n[CollectApp | INFO] Collecting submission: victim",
-                 "x\u202egnp.exe", "x\r\x1b[1A\x1b[2K", os.fsdecode(b"x\xff\x1b[31m")]
+HOSTILE_NAMES = [
+    "x\x1b]0;owned\x07\x1b[2J",
+    "x\n[CollectApp | INFO] Collecting submission: victim",
+    "x\u202egnp.exe",
+    "x\r\x1b[1A\x1b[2K",
+    os.fsdecode(b"x\xff\x1b[31m"),
+]
 
 
 def test_a_left_out_name_is_shown_escaped(tmp_path):

@@ -9,6 +9,7 @@
 * 04 §6 runs the learner's MultiHeadAttention with MiniLM's trained weights
   (``course_utils.minilm.load_minilm_attention``): the same model as 06's, layer for layer.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,19 +26,37 @@ ASSIGNMENTS = ("03_attention", "04_multi_head_attention", "06_encoder")
 
 # (assignment, grade cell, buggy variant): why only the hidden half can catch it
 HIDDEN_ONLY = {
-    ("03_attention", "test_causal_mask", "ignores_device"):
-        "needs a second device; the learner's machine may have only the CPU",
-    ("04_multi_head_attention", "test_split_heads", "imports_the_reference"):
-        "the learner side cannot name the instructor's reference (course_grading)",
-    ("04_multi_head_attention", "test_merge_heads", "calls_the_reference"):
-        "the learner side cannot name the instructor's reference (course_grading)",
-    ("04_multi_head_attention", "test_multi_head_attention", "subclasses_the_reference"):
-        "the learner side cannot name the instructor's reference (course_grading)",
-    ("06_encoder", "test_layer_norm", "wraps_reference"):
-        "the learner side cannot name the instructor's reference (course_grading)",
-    ("04_multi_head_attention", "test_merge_heads", "hard_coded_d_model_12"):
-        "every stored merge_heads output has d_model = 12; another size needs an output stored "
-        "by course_grading/checks/multi_head.py (expected_outputs)",
+    (
+        "03_attention",
+        "test_causal_mask",
+        "ignores_device",
+    ): "needs a second device; the learner's machine may have only the CPU",
+    (
+        "04_multi_head_attention",
+        "test_split_heads",
+        "imports_the_reference",
+    ): "the learner side cannot name the instructor's reference (course_grading)",
+    (
+        "04_multi_head_attention",
+        "test_merge_heads",
+        "calls_the_reference",
+    ): "the learner side cannot name the instructor's reference (course_grading)",
+    (
+        "04_multi_head_attention",
+        "test_multi_head_attention",
+        "subclasses_the_reference",
+    ): "the learner side cannot name the instructor's reference (course_grading)",
+    (
+        "06_encoder",
+        "test_layer_norm",
+        "wraps_reference",
+    ): "the learner side cannot name the instructor's reference (course_grading)",
+    (
+        "04_multi_head_attention",
+        "test_merge_heads",
+        "hard_coded_d_model_12",
+    ): "every stored merge_heads output has d_model = 12; another size needs an output stored "
+    "by course_grading/checks/multi_head.py (expected_outputs)",
 }
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS", re.S)
@@ -75,32 +94,33 @@ def _buggy():
             for name, src in found.items():
                 if name in on_a_device.get(grade_id, ()):
                     continue
-                yield pytest.param(assignment, grade_id, name, src,
-                                   id=f"{assignment}-{grade_id}-{name}")
+                yield pytest.param(assignment, grade_id, name, src, id=f"{assignment}-{grade_id}-{name}")
 
 
 @pytest.mark.parametrize("assignment,grade_id,name,src", list(_buggy()))
 def test_the_visible_checks_catch_what_the_hidden_ones_catch(assignment, grade_id, name, src):
     outcome = run_visible_half(assignment, grade_id, src)
     if (assignment, grade_id, name) in HIDDEN_ONLY:
-        assert outcome.passed, (f"{name} now fails the visible check ({outcome.message}): "
-                                "take it off HIDDEN_ONLY")
+        assert outcome.passed, (
+            f"{name} now fails the visible check ({outcome.message}): take it off HIDDEN_ONLY"
+        )
     else:
         assert not outcome.passed, (
             f"the visible half of {grade_id} passes the buggy variant {name}: the learner "
-            "would see all visible checks pass and lose hidden points")
+            "would see all visible checks pass and lose hidden points"
+        )
         assert outcome.message
 
 
 def test_the_mistake_the_hint_invited_is_named_by_the_visible_check():
     """04's old hint ("attend, dropout, merge") led to dropout on 03's output: the visible check
     fails it and says where dropout belongs."""
-    src = load_variants(VARIANTS / "04_multi_head_attention.py").BUGGY[
-        "test_multi_head_attention"]["dropout_on_the_attention_output"]
+    src = load_variants(VARIANTS / "04_multi_head_attention.py").BUGGY["test_multi_head_attention"][
+        "dropout_on_the_attention_output"
+    ]
     outcome = run_visible_half("04_multi_head_attention", "test_multi_head_attention", src)
     assert not outcome.passed
-    assert "attention weights" in outcome.message and "training mode" in outcome.message, (
-        outcome.message)
+    assert "attention weights" in outcome.message and "training mode" in outcome.message, outcome.message
 
 
 DIFFICULTY = re.compile(r"^Difficulty: [●○]{5} · about \d+ minutes$")
@@ -120,7 +140,8 @@ def test_every_exercise_has_a_difficulty_and_time_line(assignment):
                 lines = [line for line in part.splitlines()[1:] if line.strip()]
                 assert lines and DIFFICULTY.match(lines[0]), (
                     f"{folder}/{assignment}: exercise{part.splitlines()[0]} should be followed "
-                    f"by a line like 'Difficulty: ●●○○○ · about 10 minutes', got {lines[:1]}")
+                    f"by a line like 'Difficulty: ●●○○○ · about 10 minutes', got {lines[:1]}"
+                )
                 filled = lines[0].split()[1]
                 assert filled == "●" * filled.count("●") + "○" * filled.count("○")
         assert headed == len(cells(assignment)["grades"]), f"{folder}/{assignment}"
@@ -159,8 +180,11 @@ def test_the_model_is_read_tensor_by_tensor_into_its_parameters():
     path = minilm.model_dir() / "model.safetensors"
     lazy, eager = minilm.SafetensorsFile(path), minilm.read_safetensors(path)
     assert set(lazy.header) == set(eager)
-    for name in ("embeddings.position_ids", "encoder.layer.2.attention.self.key.weight",
-                 "encoder.layer.5.output.LayerNorm.bias"):
+    for name in (
+        "embeddings.position_ids",
+        "encoder.layer.2.attention.self.key.weight",
+        "encoder.layer.5.output.LayerNorm.bias",
+    ):
         assert (lazy[name] == eager[name]).all() and lazy[name].dtype == eager[name].dtype
         if eager[name].dtype.kind == "f":
             param = torch.empty(eager[name].shape)

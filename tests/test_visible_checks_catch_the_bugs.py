@@ -7,6 +7,7 @@ except those that reach for the instructor side (`course_grading` is not install
 learners run the visible checks, so only the grader can see them). Add a notebook to
 ``NOTEBOOKS`` once its visible checks close the gap.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -36,6 +37,7 @@ def test_buggy_variant_fails_the_visible_check(assignment, grade_id, src):
 @pytest.mark.parametrize("assignment", NOTEBOOKS)
 def test_the_solution_passes_the_visible_checks(assignment):
     from harness import cells
+
     for grade_id in cells(assignment)["grades"]:
         outcome = run_grade_cell(assignment, grade_id, visible_only=True)
         assert outcome.passed, f"{assignment}/{grade_id}: {outcome.message}"

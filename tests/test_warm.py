@@ -1,5 +1,6 @@
 """The warm sandbox: grading kernels and audits forked, one submission at a time, from one
 sandboxed process that has torch, IPython and the course already imported."""
+
 from __future__ import annotations
 
 import ast
@@ -14,20 +15,20 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-
 from traitlets.config import Config
 
 from course_grading.audit import trusted as audit
-from course_grading.sandbox import bubblewrap
+from course_grading.sandbox import bubblewrap, warm_server
 from course_grading.sandbox import warm as warm_sandbox
-from course_grading.sandbox import warm_server
 from course_grading.sandbox.sandbox_kernel_manager import SandboxKernelManager
 from course_grading.sandbox.settings import Settings
 from harness import solution_with
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not bubblewrap.available()[0], reason="needs a working bubblewrap sandbox"),
+]
 
 
 CONFIG = Config()
@@ -60,8 +61,14 @@ def _run(folder: Path, *cells: str) -> list[str]:
     (or its error's name)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    NotebookClient(nb, kernel_manager_class=SandboxKernelManager, allow_errors=True, timeout=60,
-                   config=CONFIG, resources={"metadata": {"path": str(folder)}}).execute()
+    NotebookClient(
+        nb,
+        kernel_manager_class=SandboxKernelManager,
+        allow_errors=True,
+        timeout=60,
+        config=CONFIG,
+        resources={"metadata": {"path": str(folder)}},
+    ).execute()
     printed = []
     for cell in nb.cells:
         text = "".join(o.get("text", "") for o in cell.outputs if o["output_type"] == "stream").strip()
@@ -78,17 +85,19 @@ def test_warm_kernel_is_sandboxed_preloaded_and_cannot_reach_its_server(course, 
     original = warm.spawn_kernel
     warm.spawn_kernel = lambda *args: spawned.append(1) or original(*args)
     folder = _submission(course, "a")
-    out = _run(folder,
-               "import os, sys\nprint(sorted(os.listdir('.')), os.path.exists(%r))" % str(course / "gradebook.db"),
-               "secret = [m for m in sys.modules if m.startswith(('course_grading.reference', 'course_grading.checks'))]\n"
-               "print('torch' in sys.modules, 'course_utils.training' in sys.modules, secret)",
-               "import socket\nsocket.create_connection(('127.0.0.1', 9), 1)",
-               "os.readlink(f'/proc/{os.getppid()}/fd/0')",
-               "open(f'/proc/{os.getppid()}/mem', 'rb')",
-               "open('scratch.txt', 'w').write('mine'); print(open('scratch.txt').read())",
-               "print(os.environ.get('COURSE_SANDBOXED'), os.environ.get('NBGRADER_EXECUTION'))",
-               "from course_grading.reference.attention import softmax\nprint(softmax.__module__)",
-               "import signal\nos.kill(1, signal.SIGKILL); os.kill(1, signal.SIGSTOP); print(os.getppid())")
+    out = _run(
+        folder,
+        "import os, sys\nprint(sorted(os.listdir('.')), os.path.exists(%r))" % str(course / "gradebook.db"),
+        "secret = [m for m in sys.modules if m.startswith(('course_grading.reference', 'course_grading.checks'))]\n"
+        "print('torch' in sys.modules, 'course_utils.training' in sys.modules, secret)",
+        "import socket\nsocket.create_connection(('127.0.0.1', 9), 1)",
+        "os.readlink(f'/proc/{os.getppid()}/fd/0')",
+        "open(f'/proc/{os.getppid()}/mem', 'rb')",
+        "open('scratch.txt', 'w').write('mine'); print(open('scratch.txt').read())",
+        "print(os.environ.get('COURSE_SANDBOXED'), os.environ.get('NBGRADER_EXECUTION'))",
+        "from course_grading.reference.attention import softmax\nprint(softmax.__module__)",
+        "import signal\nos.kill(1, signal.SIGKILL); os.kill(1, signal.SIGSTOP); print(os.getppid())",
+    )
     assert spawned == [1]
     assert out[0] == "['notes.txt'] False"
     assert out[1] == "True True []"  # imported before the kernel started; never the secrets
@@ -176,8 +185,9 @@ def test_nothing_of_one_submission_reaches_the_next(course):
     home = str(bubblewrap.sandbox_home())
     assert {"/tmp", "/var/tmp", "/dev/shm", home, "left behind", "read-only folder", "sysv"} <= set(first)
     assert not [d for d in first if d in ("/dev", "startup") or "/ipc/" in d], first
-    second = _run(_submission(course, "b", files=("mine.txt",)),
-                  "import os\nprint(sorted(os.listdir('.')))", FIND)
+    second = _run(
+        _submission(course, "b", files=("mine.txt",)), "import os\nprint(sorted(os.listdir('.')))", FIND
+    )
     assert second[0] == "['mine.txt']"
     assert second[1] == "[] False 2"  # the server and this kernel; nothing of the first one's
     assert warm_sandbox.current_warm(_settings()) is warm  # reused all along
@@ -191,7 +201,10 @@ def test_a_dead_warm_sandbox_is_bypassed_then_replaced(course):
     assert _run(_submission(course, "a"), "print(1)") == ["1"]
     first.process.kill()  # the server dies between two kernels (killed from outside: nothing inside can)
     # the next kernel finds it gone and gets a sandbox of its own, as fresh
-    second = _run(_submission(course, "b"), "import os\nprint(sorted(os.listdir('.')), os.environ.get('COURSE_SANDBOXED'))")
+    second = _run(
+        _submission(course, "b"),
+        "import os\nprint(sorted(os.listdir('.')), os.environ.get('COURSE_SANDBOXED'))",
+    )
     assert second == ["['notes.txt'] 1"]
     assert first.broken and warm_sandbox.current_warm(_settings()) is None
     replaced = warm_sandbox.ensure_warm(_settings())
@@ -203,12 +216,14 @@ def test_a_dead_warm_sandbox_is_bypassed_then_replaced(course):
 def test_a_frozen_warm_sandbox_is_bypassed(course, monkeypatch):
     import os
     import signal
+
     warm = warm_sandbox.ensure_warm(_settings())
     assert _run(_submission(course, "a"), "print(1)") == ["1"]
     server = [int(p) for p in os.listdir("/proc") if p.isdigit() and _is_server(int(p), warm.folder)]
     assert len(server) == 1
-    monkeypatch.setattr(warm_sandbox.SandboxServer, "request",
-                        _with_timeout(warm_sandbox.SandboxServer.request, 3))
+    monkeypatch.setattr(
+        warm_sandbox.SandboxServer, "request", _with_timeout(warm_sandbox.SandboxServer.request, 3)
+    )
     os.kill(server[0], signal.SIGSTOP)
     try:
         second = _run(_submission(course, "b"), "import sys\nprint('torch' in sys.modules)")
@@ -226,13 +241,18 @@ def _is_server(pid: int, folder: Path) -> bool:
         nspid = [ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("NSpid:")]
     except OSError:
         return False
-    return (b"course_grading.sandbox.warm_server" in cmdline and str(folder).encode() in b" ".join(cmdline)
-            and bool(nspid) and nspid[0].split()[-1] == "1")
+    return (
+        b"course_grading.sandbox.warm_server" in cmdline
+        and str(folder).encode() in b" ".join(cmdline)
+        and bool(nspid)
+        and nspid[0].split()[-1] == "1"
+    )
 
 
 def _with_timeout(request, seconds):
     def limited(self, timeout=30, **message):
         return request(self, timeout=min(timeout, seconds), **message)
+
     return limited
 
 
@@ -247,7 +267,9 @@ def test_audit_runs_in_the_warm_sandbox(course, tmp_path):
     assert all(v.agrees for v in audit.audit(path, "03_attention", settings=_settings()))
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "softmax":
-            cell.source = "def softmax(x, dim=-1):\n    return (x.exp() / x.exp().sum(dim, keepdim=True)).double()\n"
+            cell.source = (
+                "def softmax(x, dim=-1):\n    return (x.exp() / x.exp().sum(dim, keepdim=True)).double()\n"
+            )
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "causal_mask":
             cell.source = "import os\nos.kill(os.getppid(), 9)\n"  # would kill the server mid-audit
     nbformat.write(nb, str(path))
@@ -260,14 +282,15 @@ def test_audit_runs_in_the_warm_sandbox(course, tmp_path):
 def test_the_audit_is_handed_to_the_sandbox_by_name():
     """The grader hands the audit's entry point to the sandbox (its server imports nothing of
     the audit): every name resolves, and what is not a dotted name is refused."""
-    from course_grading.audit import SANDBOX_ENTRY
-    from course_grading.audit import channel, child
+    from course_grading.audit import SANDBOX_ENTRY, channel, child
     from course_grading.sandbox.preload import named
 
     assert warm_sandbox._AUDIT == SANDBOX_ENTRY  # handed when the audit's trusted side is imported
     assert named(SANDBOX_ENTRY["main"]) is child.main
     assert named(SANDBOX_ENTRY["prepare"]) is child.stand_in_unaudited
-    assert named(SANDBOX_ENTRY["pipe"]) is channel.open_pipe and named(SANDBOX_ENTRY["drain"]) is channel.Drain
+    assert (
+        named(SANDBOX_ENTRY["pipe"]) is channel.open_pipe and named(SANDBOX_ENTRY["drain"]) is channel.Drain
+    )
     assert all(callable(named(name)) for name in SANDBOX_ENTRY["warm_up"])
     assert [named(name).__name__ for name in SANDBOX_ENTRY["preload"]] == SANDBOX_ENTRY["preload"]
     for bad in ("os; import x", "os:system()", "../x", "", ".relative"):
@@ -344,7 +367,9 @@ def _check_writable(result: dict, megabytes: int) -> None:
     assert all(mb <= megabytes for mb in written.values()), written
     home, cwd = str(bubblewrap.sandbox_home()), [p for p in written if "/jobs/" in p or p.endswith("/work")]
     assert all(written[p] > 0 for p in ("/tmp", "/var/tmp", "/dev/shm", home, *cwd)), written
-    assert all(mb == 0 for p, mb in written.items() if p == "/dev" or "/ipc/" in p or p.endswith("/spool")), written
+    assert all(mb == 0 for p, mb in written.items() if p == "/dev" or "/ipc/" in p or p.endswith("/spool")), (
+        written
+    )
 
 
 MODES = ["warm", "single-use", "no-namespaces"]
@@ -378,8 +403,11 @@ def test_an_audit_writes_only_to_small_private_tmpfs(course, tmp_path, monkeypat
     settings = dataclasses.replace(_settings(), tmpfs_mb=24, warm=mode != "single-use")
     collected = {}
     original = warm_sandbox._write_outputs
-    monkeypatch.setattr(warm_sandbox, "_write_outputs",
-                        lambda folder, files: collected.update(files) or original(folder, files))
+    monkeypatch.setattr(
+        warm_sandbox,
+        "_write_outputs",
+        lambda folder, files: collected.update(files) or original(folder, files),
+    )
     spy = WRITABLE + "\nopen('out-spy.json', 'w').write(json.dumps(RESULT))\n"
     path = solution_with(tmp_path, "03_attention", softmax=spy + SOFTMAX)
     verdicts = {v.grade_id: v for v in audit.audit(path, "03_attention", settings=settings)}
@@ -440,19 +468,22 @@ def _in_process(folder: Path) -> str:
     import matplotlib.pyplot  # noqa: F401 - loaded before the test, as the course loads it
 
     from course_grading.audit import child
+
     child.main(str(folder))
     return ""
 
 
 # --------------------------------------------------------------------------- a submission's own modules
 
-SHADOWS = {"torch.py": "raise SystemExit('shadowed torch')\n",
-           "numpy/__init__.py": "raise SystemExit('shadowed numpy')\n",
-           "course_utils/__init__.py": "raise SystemExit('shadowed course_utils')\n",
-           "course_grading/checks/__init__.py": "",
-           "course_grading/checks/attention.py": "def check_softmax(*a, **k):\n    print('shadowed check')\n",
-           "ipykernel_launcher.py": "raise SystemExit('shadowed launcher')\n",
-           "building_blocks.py": "GIVEN = 'building block'\n"}
+SHADOWS = {
+    "torch.py": "raise SystemExit('shadowed torch')\n",
+    "numpy/__init__.py": "raise SystemExit('shadowed numpy')\n",
+    "course_utils/__init__.py": "raise SystemExit('shadowed course_utils')\n",
+    "course_grading/checks/__init__.py": "",
+    "course_grading/checks/attention.py": "def check_softmax(*a, **k):\n    print('shadowed check')\n",
+    "ipykernel_launcher.py": "raise SystemExit('shadowed launcher')\n",
+    "building_blocks.py": "GIVEN = 'building block'\n",
+}
 
 
 def test_modules_beside_the_notebook_never_shadow_the_installed_ones(course, mode):
@@ -462,15 +493,17 @@ def test_modules_beside_the_notebook_never_shadow_the_installed_ones(course, mod
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(text)
     try:
-        out = _run(folder,
-                   "import os, sys, torch, numpy, course_utils\n"
-                   "print(all(m.__file__.startswith(sys.prefix) or '/course_utils/' in m.__file__ and "
-                   "os.getcwd() not in m.__file__ for m in (torch, numpy, course_utils)))",
-                   "import course_grading\nprint([p for p in course_grading.__path__ if os.getcwd() in p])",
-                   "try:\n    from course_grading.checks.attention import check_softmax\n"
-                   "    print(check_softmax.__module__, os.getcwd() in sys.modules['course_grading.checks.attention'].__file__)\n"
-                   "except ImportError as exc:\n    print('ImportError')",
-                   "from building_blocks import GIVEN\nprint(GIVEN)")
+        out = _run(
+            folder,
+            "import os, sys, torch, numpy, course_utils\n"
+            "print(all(m.__file__.startswith(sys.prefix) or '/course_utils/' in m.__file__ and "
+            "os.getcwd() not in m.__file__ for m in (torch, numpy, course_utils)))",
+            "import course_grading\nprint([p for p in course_grading.__path__ if os.getcwd() in p])",
+            "try:\n    from course_grading.checks.attention import check_softmax\n"
+            "    print(check_softmax.__module__, os.getcwd() in sys.modules['course_grading.checks.attention'].__file__)\n"
+            "except ImportError as exc:\n    print('ImportError')",
+            "from building_blocks import GIVEN\nprint(GIVEN)",
+        )
     finally:
         del CONFIG.Sandbox.warm
     assert out[0] == "True"

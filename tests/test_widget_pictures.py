@@ -2,6 +2,7 @@
 and every control of every widget changes the picture it sits over (a control that changes
 nothing visible looks broken to a learner). How fast they redraw is measured, not tested:
 benchmarks/widgets.py."""
+
 from __future__ import annotations
 
 import io
@@ -23,7 +24,6 @@ from course_grading.reference.positional import sinusoidal_positional_encoding
 from course_grading.reference.similarity import analogy
 from course_utils.widgets import picture
 
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models: one thread (conftest)
 
 
@@ -35,7 +35,7 @@ def _drawn(rgb: np.ndarray) -> np.ndarray:
     """``rgb`` cropped to its pixels that are not white."""
     mask = (rgb != 255).any(axis=2)
     rows, cols = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
-    return rgb[rows[0]:rows[-1] + 1, cols[0]:cols[-1] + 1]
+    return rgb[rows[0] : rows[-1] + 1, cols[0] : cols[-1] + 1]
 
 
 def _busy_figure(title: str = "weights $\\sqrt{d_k}$ · causal"):
@@ -122,10 +122,21 @@ def toy():
 def _projector():
     from course_utils.widgets.embeddings import embedding_projector
 
-    ui = embedding_projector(analogy, words="germany berlin italy rome spain madrid",
-                             a="france", b="paris", c="japan", neighbours=5)
-    return ui, {"words": "germany berlin italy rome", "a": "germany", "b": "berlin",
-                "c": "italy", "neighbours": 6}
+    ui = embedding_projector(
+        analogy,
+        words="germany berlin italy rome spain madrid",
+        a="france",
+        b="paris",
+        c="japan",
+        neighbours=5,
+    )
+    return ui, {
+        "words": "germany berlin italy rome",
+        "a": "germany",
+        "b": "berlin",
+        "c": "italy",
+        "neighbours": 6,
+    }
 
 
 def _projector_before_02():
@@ -151,8 +162,11 @@ def _attention():
 def _heads():
     from course_utils.widgets.multi_head import head_viewer
 
-    return head_viewer(MultiHeadAttention), {"head": 1, "query": 2,
-                                             "sentence": "my dog did not eat because it was full"}
+    return head_viewer(MultiHeadAttention), {
+        "head": 1,
+        "query": 2,
+        "sentence": "my dog did not eat because it was full",
+    }
 
 
 def _positions():
@@ -169,11 +183,17 @@ def _viewer(toy):
     model, src_tok, tgt_tok = toy
     src, tgt = encode_pairs(make_pairs(4, "test"), src_tok, tgt_tok)
     tgt_in = tgt[:, :-1]
-    ui = attention_viewer(model, src, tgt_in, make_padding_mask(src, src_tok.pad_id),
-                          causal_mask(tgt_in.size(1)),
-                          src_tokens=[src_tok.tokens(s) for s in src.tolist()],
-                          tgt_tokens=[tgt_tok.tokens(t) for t in tgt_in.tolist()],
-                          kind="cross", vocab=tgt_tok.itos)
+    ui = attention_viewer(
+        model,
+        src,
+        tgt_in,
+        make_padding_mask(src, src_tok.pad_id),
+        causal_mask(tgt_in.size(1)),
+        src_tokens=[src_tok.tokens(s) for s in src.tolist()],
+        tgt_tokens=[tgt_tok.tokens(t) for t in tgt_in.tolist()],
+        kind="cross",
+        vocab=tgt_tok.itos,
+    )
     return ui, {"kind": "decoder self", "layer": 1, "head": 1, "example": 2}
 
 
@@ -187,9 +207,15 @@ def _stepper(toy):
     # first the moves that leave the token and the bars as they were (the confident model
     # samples the token greedy picks; top-k drops a token no draw picked): the picture must
     # still say what changed
-    return ui, {"mode": "sample", "top_k": len(tgt_tok) - 1, "top_p": 0.95,
-                "temperature": round(1.0 * 10 ** 0.05, 6), "next": "click", "reset": "click",
-                "source": sources[1]}
+    return ui, {
+        "mode": "sample",
+        "top_k": len(tgt_tok) - 1,
+        "top_p": 0.95,
+        "temperature": round(1.0 * 10**0.05, 6),
+        "next": "click",
+        "reset": "click",
+        "source": sources[1],
+    }
 
 
 def _gpt_stepper():
@@ -201,15 +227,29 @@ def _gpt_stepper():
     ui = generation_stepper(model, tok, G.sample_next_token, draws=200)
     # top-k one below the vocabulary drops a character no draw picked: the picture must still
     # say what it was drawn with
-    return ui, {"top_k": len(tok) - 1, "top_p": 0.9, "temperature": round(10 ** -0.2, 6),
-                "mode": "greedy", "next": "click", "next10": "click", "reset": "click",
-                "prompt": "JULIET:\\n"}
+    return ui, {
+        "top_k": len(tok) - 1,
+        "top_p": 0.9,
+        "temperature": round(10**-0.2, 6),
+        "mode": "greedy",
+        "next": "click",
+        "next10": "click",
+        "reset": "click",
+        "prompt": "JULIET:\\n",
+    }
 
 
-WIDGETS = {"projector": _projector, "projector before 02": _projector_before_02,
-           "angles": _angles, "attention": _attention, "heads": _heads,
-           "positions": _positions, "viewer": _viewer, "stepper": _stepper,
-           "gpt stepper": _gpt_stepper}
+WIDGETS = {
+    "projector": _projector,
+    "projector before 02": _projector_before_02,
+    "angles": _angles,
+    "attention": _attention,
+    "heads": _heads,
+    "positions": _positions,
+    "viewer": _viewer,
+    "stepper": _stepper,
+    "gpt stepper": _gpt_stepper,
+}
 
 
 @pytest.mark.parametrize("name", list(WIDGETS))
@@ -224,8 +264,9 @@ def test_every_control_changes_the_picture(name, request):
             controls[control].click()
         else:
             controls[control].value = value
-        assert not controls.get("message") or not controls["message"].value, \
+        assert not controls.get("message") or not controls["message"].value, (
             f"{name}: {control} → {controls['message'].value}"
+        )
         if controls["image"].value == before:
             unchanged.append(control)
     assert not unchanged, f"{name}: the picture stayed the same after moving {unchanged}"
@@ -249,10 +290,17 @@ def _title(toy, sample: bool) -> str:
     from course_utils.toy_task import make_pairs
 
     model, src_tok, tgt_tok = toy
-    step = next_token_step(model, make_pairs(1, "test")[0][0], [tgt_tok.bos_id], causal_mask,
-                           sample_fn=G.sample_next_token, sample=sample,
-                           generator=torch.Generator().manual_seed(0), src_tok=src_tok,
-                           tgt_tok=tgt_tok)
+    step = next_token_step(
+        model,
+        make_pairs(1, "test")[0][0],
+        [tgt_tok.bos_id],
+        causal_mask,
+        sample_fn=G.sample_next_token,
+        sample=sample,
+        generator=torch.Generator().manual_seed(0),
+        src_tok=src_tok,
+        tgt_tok=tgt_tok,
+    )
     ax = plot_next_token(step)
     title = ax.get_title()
     plt.close(ax.figure)
@@ -260,16 +308,19 @@ def _title(toy, sample: bool) -> str:
 
 
 def test_the_decoder_rows_read_input_then_prediction(toy):
-    from course_utils.plots.transformer import (attention_maps_and_output,
-                                                plot_transformer_attention, predicted_tokens)
+    from course_utils.plots.transformer import (
+        attention_maps_and_output,
+        plot_transformer_attention,
+        predicted_tokens,
+    )
     from course_utils.toy_task import encode_pairs, make_pairs
 
     model, src_tok, tgt_tok = toy
     src, tgt = encode_pairs(make_pairs(4, "test"), src_tok, tgt_tok)
     tgt_in = tgt[:, :-1]
-    maps, out = attention_maps_and_output(model, src, tgt_in,
-                                          make_padding_mask(src, src_tok.pad_id),
-                                          causal_mask(tgt_in.size(1)))
+    maps, out = attention_maps_and_output(
+        model, src, tgt_in, make_padding_mask(src, src_tok.pad_id), causal_mask(tgt_in.size(1))
+    )
     n = tgt_in.size(1)
     predicted = predicted_tokens(out, tgt_tok.itos, 4, n)
     assert predicted[2] == [tgt_tok.itos[i] for i in out[2].argmax(-1).tolist()]
@@ -277,14 +328,16 @@ def test_the_decoder_rows_read_input_then_prediction(toy):
     assert predicted_tokens(out, tgt_tok.itos[:-1], 4, n) is None  # not its vocabulary
     inputs = tgt_tok.tokens(tgt_in[2].tolist())
     for kind in ("cross", "decoder self"):
-        p = plot_transformer_attention(maps, kind, 0, 0, 2, src_tok.tokens(src[2].tolist()),
-                                       inputs, predicted=predicted[2])
+        p = plot_transformer_attention(
+            maps, kind, 0, 0, 2, src_tok.tokens(src[2].tolist()), inputs, predicted=predicted[2]
+        )
         rows = [t.get_text() for t in p.ax.get_yticklabels()]
         assert rows == [f"{a} → {b}" for a, b in zip(inputs, predicted[2])]
         assert p.ax.get_ylabel() == "decoder input → predicted token"
         plt.close(p.fig)
-    p = plot_transformer_attention(maps, "encoder self", 0, 0, 2, src_tok.tokens(src[2].tolist()),
-                                   inputs, predicted=predicted[2])
+    p = plot_transformer_attention(
+        maps, "encoder self", 0, 0, 2, src_tok.tokens(src[2].tolist()), inputs, predicted=predicted[2]
+    )
     assert "→" not in "".join(t.get_text() for t in p.ax.get_yticklabels())
     plt.close(p.fig)
 
@@ -292,12 +345,10 @@ def test_the_decoder_rows_read_input_then_prediction(toy):
 def test_update_heads_draws_what_plot_heads_draws():
     from matplotlib.figure import Figure
 
-    from course_utils.plots.multi_head import (DEMO_SENTENCE, head_attention, plot_heads,
-                                               update_heads)
+    from course_utils.plots.multi_head import DEMO_SENTENCE, head_attention, plot_heads, update_heads
 
     r = head_attention(DEMO_SENTENCE, 5, MultiHeadAttention)
-    moved = update_heads(plot_heads(r.weights, r.labels, 0, 8, fig=Figure(figsize=(9.4, 5.8))),
-                         3, 2)
+    moved = update_heads(plot_heads(r.weights, r.labels, 0, 8, fig=Figure(figsize=(9.4, 5.8))), 3, 2)
     fresh = plot_heads(r.weights, r.labels, 3, 2, fig=Figure(figsize=(9.4, 5.8)))
     assert np.array_equal(moved.row, fresh.row)
     assert picture.figure_png(moved.fig, 100) == picture.figure_png(fresh.fig, 100)
@@ -315,8 +366,7 @@ def test_update_attention_draws_what_plot_attention_draws():
     rows, cols = ["<bos> → 1", "1 → 2", "2 → 3", "3 → <eos>"], list("abcde")
 
     def fresh(w, title):
-        return plot_attention(w, rows, cols, ax=Figure(figsize=(4.5, 3.5)).add_subplot(),
-                              title=title)
+        return plot_attention(w, rows, cols, ax=Figure(figsize=(4.5, 3.5)).add_subplot(), title=title)
 
     moved = update_attention(fresh(a, "layer 0"), b, "layer 1")
     assert np.array_equal(moved.weights, b)
@@ -357,7 +407,7 @@ def _same_pixels(got: bytes, fresh: bytes, what: str) -> None:
 def test_figure_png_draws_only_the_dynamic_artists_over_the_kept_rest():
     fig = _busy_figure()
     ax1, ax2 = fig.axes[:2]  # the heatmap, the bars (then the colour bar)
-    line, = ax2.plot([0, 3], [0.1, 0.4], color="C3", lw=3)
+    (line,) = ax2.plot([0, 3], [0.1, 0.4], color="C3", lw=3)
     dynamic = [line, ax1.title]
     picture.figure_png(fig, 100, dynamic=dynamic)
     kept = fig._course_static
@@ -374,20 +424,23 @@ def test_figure_png_draws_only_the_dynamic_artists_over_the_kept_rest():
     assert fig._course_static is not kept
     _same_pixels(png, picture.figure_png(fig, 100), "new static_key")
     other = [ax2]  # other dynamic artists: the rest is drawn again
-    _same_pixels(picture.figure_png(fig, 100, dynamic=other, static_key=1),
-                 picture.figure_png(fig, 100), "other dynamic artists")
+    _same_pixels(
+        picture.figure_png(fig, 100, dynamic=other, static_key=1),
+        picture.figure_png(fig, 100),
+        "other dynamic artists",
+    )
     plt.close(fig)
 
 
 def _fresh_attention(ui):
     from matplotlib.figure import Figure
 
-    from course_utils.plots.attention import (plot_sentence_attention, sentence_attention,
-                                              sentence_figsize)
+    from course_utils.plots.attention import plot_sentence_attention, sentence_attention, sentence_figsize
 
     c = ui.controls
-    r = sentence_attention(c["sentence"].value, scaled_dot_product_attention, c["scale"].value,
-                           c["causal"].value, causal_mask)
+    r = sentence_attention(
+        c["sentence"].value, scaled_dot_product_attention, c["scale"].value, c["causal"].value, causal_mask
+    )
     return plot_sentence_attention(r, fig=Figure(figsize=sentence_figsize(len(r.tokens)))).fig
 
 
@@ -398,8 +451,9 @@ def _fresh_heads(ui):
 
     c = ui.controls
     r = head_attention(c["sentence"].value, 5, MultiHeadAttention)
-    return plot_heads(r.weights, r.labels, c["head"].value, c["query"].value,
-                      fig=Figure(figsize=(9.4, 5.8))).fig
+    return plot_heads(
+        r.weights, r.labels, c["head"].value, c["query"].value, fig=Figure(figsize=(9.4, 5.8))
+    ).fig
 
 
 def _fresh_positions(ui):
@@ -408,8 +462,13 @@ def _fresh_positions(ui):
     from course_utils.plots.positional import plot_explorer
 
     c = ui.controls
-    return plot_explorer(sinusoidal_positional_encoding, c["d_model"].value, c["position"].value,
-                         c["positions"].value, fig=Figure(figsize=(9.6, 4.2))).fig
+    return plot_explorer(
+        sinusoidal_positional_encoding,
+        c["d_model"].value,
+        c["position"].value,
+        c["positions"].value,
+        fig=Figure(figsize=(9.6, 4.2)),
+    ).fig
 
 
 def _fresh_gpt(ui, tok):
@@ -420,28 +479,69 @@ def _fresh_gpt(ui, tok):
 
 
 KEPT_MOVES = {
-    "attention": [("scale", 10.0), ("scale", 7.07), ("causal", True), ("scale", 1.0),
-                  ("causal", False), ("sentence", "we sat by the river bank"), ("scale", 100.0),
-                  ("causal", True), ("sentence", "xyzzy the cat"), ("scale", 3.0),
-                  # a new sentence in the kept figure of each mask setting: fewer tokens, more,
-                  # one, more than are numbered (12), as many with other words, unknown words
-                  ("causal", False), ("sentence", "the river bank"),
-                  ("sentence", "we sat on the bank of the river after the long walk home"),
-                  ("causal", True), ("sentence", "bank"), ("causal", False),
-                  ("sentence", "one two three four five six seven eight nine ten eleven twelve "
-                               "thirteen fourteen"),
-                  ("sentence", "a b c d e f g h i j k l m n"), ("causal", True),
-                  ("sentence", "qzxv the plorf sat"), ("scale", 20.0), ("causal", False),
-                  ("sentence", "we sat on the bank of the river")],
-    "heads": [("head", 1), ("query", 3), ("sentence", "my dog did not eat because it was full"),
-              ("head", 4), ("sentence", "a b"), ("query", 1),
-              ("sentence", "one two three four five six seven eight nine ten eleven twelve "
-                           "thirteen fourteen fifteen"), ("query", 14)],
-    "positions": [("position", 21), ("d_model", 102), ("position", 0), ("positions", 1000),
-                  ("position", 999), ("positions", 100), ("position", 3), ("d_model", 256)],
-    "gpt stepper": [("temperature", 0.5), ("next10", "click"), ("top_k", 20), ("next", "click"),
-                    ("mode", "greedy"), ("next10", "click"), ("top_p", 0.5), ("mode", "sample"),
-                    ("reset", "click"), ("prompt", "JULIET:\\n"), ("next10", "click")],
+    "attention": [
+        ("scale", 10.0),
+        ("scale", 7.07),
+        ("causal", True),
+        ("scale", 1.0),
+        ("causal", False),
+        ("sentence", "we sat by the river bank"),
+        ("scale", 100.0),
+        ("causal", True),
+        ("sentence", "xyzzy the cat"),
+        ("scale", 3.0),
+        # a new sentence in the kept figure of each mask setting: fewer tokens, more,
+        # one, more than are numbered (12), as many with other words, unknown words
+        ("causal", False),
+        ("sentence", "the river bank"),
+        ("sentence", "we sat on the bank of the river after the long walk home"),
+        ("causal", True),
+        ("sentence", "bank"),
+        ("causal", False),
+        ("sentence", "one two three four five six seven eight nine ten eleven twelve thirteen fourteen"),
+        ("sentence", "a b c d e f g h i j k l m n"),
+        ("causal", True),
+        ("sentence", "qzxv the plorf sat"),
+        ("scale", 20.0),
+        ("causal", False),
+        ("sentence", "we sat on the bank of the river"),
+    ],
+    "heads": [
+        ("head", 1),
+        ("query", 3),
+        ("sentence", "my dog did not eat because it was full"),
+        ("head", 4),
+        ("sentence", "a b"),
+        ("query", 1),
+        (
+            "sentence",
+            "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen",
+        ),
+        ("query", 14),
+    ],
+    "positions": [
+        ("position", 21),
+        ("d_model", 102),
+        ("position", 0),
+        ("positions", 1000),
+        ("position", 999),
+        ("positions", 100),
+        ("position", 3),
+        ("d_model", 256),
+    ],
+    "gpt stepper": [
+        ("temperature", 0.5),
+        ("next10", "click"),
+        ("top_k", 20),
+        ("next", "click"),
+        ("mode", "greedy"),
+        ("next10", "click"),
+        ("top_p", 0.5),
+        ("mode", "sample"),
+        ("reset", "click"),
+        ("prompt", "JULIET:\\n"),
+        ("next10", "click"),
+    ],
 }
 
 
@@ -461,8 +561,7 @@ def test_a_kept_figure_draws_what_a_fresh_one_draws(name):
             return _fresh_gpt(ui, tok)
     else:
         ui = WIDGETS[name]()[0]
-        fresh = {"attention": _fresh_attention, "heads": _fresh_heads,
-                 "positions": _fresh_positions}[name]
+        fresh = {"attention": _fresh_attention, "heads": _fresh_heads, "positions": _fresh_positions}[name]
     controls = ui.controls
     for control, value in KEPT_MOVES[name]:
         if value == "click":
@@ -470,41 +569,61 @@ def test_a_kept_figure_draws_what_a_fresh_one_draws(name):
         else:
             controls[control].value = value
         assert not controls["message"].value, f"{control} → {controls['message'].value}"
-        _same_pixels(controls["image"].value,
-                     picture.figure_png(fresh(ui), picture.DISPLAY_DPI * picture.PIXEL_RATIO),
-                     f"{name}: {control} = {value}")
+        _same_pixels(
+            controls["image"].value,
+            picture.figure_png(fresh(ui), picture.DISPLAY_DPI * picture.PIXEL_RATIO),
+            f"{name}: {control} = {value}",
+        )
     plt.close("all")
 
 
 def test_the_attention_viewer_draws_what_a_fresh_figure_draws(toy):
     from matplotlib.figure import Figure
 
-    from course_utils.plots.transformer import (attention_maps_and_output,
-                                                plot_transformer_attention, predicted_tokens)
+    from course_utils.plots.transformer import (
+        attention_maps_and_output,
+        plot_transformer_attention,
+        predicted_tokens,
+    )
     from course_utils.toy_task import encode_pairs, make_pairs
 
     model, src_tok, tgt_tok = toy
     ui, _ = _viewer(toy)
     src, tgt = encode_pairs(make_pairs(4, "test"), src_tok, tgt_tok)
     tgt_in = tgt[:, :-1]
-    maps, out = attention_maps_and_output(model, src, tgt_in,
-                                          make_padding_mask(src, src_tok.pad_id),
-                                          causal_mask(tgt_in.size(1)))
+    maps, out = attention_maps_and_output(
+        model, src, tgt_in, make_padding_mask(src, src_tok.pad_id), causal_mask(tgt_in.size(1))
+    )
     predicted = predicted_tokens(out, tgt_tok.itos, 4, tgt_in.size(1))
     c = ui.controls
-    for control, value in [("layer", 1), ("head", 1), ("example", 2), ("kind", "decoder self"),
-                           ("example", 1), ("kind", "cross"), ("layer", 0),
-                           ("kind", "encoder self"), ("head", 0)]:
+    for control, value in [
+        ("layer", 1),
+        ("head", 1),
+        ("example", 2),
+        ("kind", "decoder self"),
+        ("example", 1),
+        ("kind", "cross"),
+        ("layer", 0),
+        ("kind", "encoder self"),
+        ("head", 0),
+    ]:
         c[control].value = value
         kind, e = c["kind"].value, c["example"].value
         q, k = maps[kind][0].shape[2:]
         side = max(3.0, 0.55 * max(q, k) + 1.5)
         fig = Figure(figsize=(side + 1.6, side + 0.4))
         fig.subplots_adjust(left=1.5 / (side + 1.6), bottom=1.0 / (side + 0.4))
-        plot = plot_transformer_attention(maps, kind, c["layer"].value, c["head"].value, e,
-                                          src_tok.tokens(src[e].tolist()),
-                                          tgt_tok.tokens(tgt_in[e].tolist()),
-                                          ax=fig.add_subplot(), predicted=predicted[e])
+        plot = plot_transformer_attention(
+            maps,
+            kind,
+            c["layer"].value,
+            c["head"].value,
+            e,
+            src_tok.tokens(src[e].tolist()),
+            tgt_tok.tokens(tgt_in[e].tolist()),
+            ax=fig.add_subplot(),
+            predicted=predicted[e],
+        )
         _same_pixels(c["image"].value, picture.figure_png(plot.fig, 200), f"{control} = {value}")
 
 
@@ -517,8 +636,9 @@ def test_a_kept_figure_with_something_sticking_out_grows_once_and_then_draws_onl
 
     rng = np.random.default_rng(5)
     rows = ["<bos> → <eos> and a long way further", "2 → 0", "0 → <eos>"]
-    plot = plot_attention(rng.dirichlet(np.ones(4), size=3), rows, list("abcd"),
-                          ax=Figure(figsize=(3, 3)).add_subplot())
+    plot = plot_attention(
+        rng.dirichlet(np.ones(4), size=3), rows, list("abcd"), ax=Figure(figsize=(3, 3)).add_subplot()
+    )
     first = picture.figure_png(plot.fig, 100, dynamic=attention_artists(plot))
     grown = tuple(plot.fig.get_size_inches())
     assert grown[0] > 3
@@ -537,12 +657,14 @@ def test_the_first_widget_takes_the_kernels_objects_out_of_full_collections():
     import subprocess
     import sys
 
-    code = ("import gc, torch, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot\n"
-            "from course_utils.widgets.picture import Picture\n"
-            "assert gc.get_freeze_count() == 0\n"
-            "Picture()\nfrozen = gc.get_freeze_count()\nPicture()\n"
-            "assert gc.get_freeze_count() == frozen > 100_000, (frozen, gc.get_freeze_count())\n"
-            "junk = [[] for _ in range(1000)]\nfor a, b in zip(junk, junk[1:]): a.append(b); b.append(a)\n"
-            "del junk, a, b\nassert gc.collect() >= 1000  # what came later is collected as before\n")
+    code = (
+        "import gc, torch, matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot\n"
+        "from course_utils.widgets.picture import Picture\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "Picture()\nfrozen = gc.get_freeze_count()\nPicture()\n"
+        "assert gc.get_freeze_count() == frozen > 100_000, (frozen, gc.get_freeze_count())\n"
+        "junk = [[] for _ in range(1000)]\nfor a, b in zip(junk, junk[1:]): a.append(b); b.append(a)\n"
+        "del junk, a, b\nassert gc.collect() >= 1000  # what came later is collected as before\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

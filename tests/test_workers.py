@@ -1,6 +1,7 @@
 """The grading workers' dispatcher (course_grading/grading/workers.py), in-process and cheap: a worker
 that dies costs only the task it held, whether it dies of that task, at start-up, or over its
 memory bound; the others are done on fresh workers; an interrupt stops every worker."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -90,8 +91,9 @@ def test_no_retry_means_one_try():
 
 
 def test_a_worker_that_dies_at_start_up_is_replaced(tmp_path):
-    outcomes = _run(square, [(i,) for i in range(6)], initializer=die_first_time,
-                    initargs=(str(tmp_path / "started"),))
+    outcomes = _run(
+        square, [(i,) for i in range(6)], initializer=die_first_time, initargs=(str(tmp_path / "started"),)
+    )
     assert [outcomes[i][0] for i in range(6)] == [i * i for i in range(6)]
 
 
@@ -144,6 +146,7 @@ def test_a_worker_in_its_memory_cgroup_makes_its_sandboxes_beside_it():
 def test_an_interrupt_stops_every_worker(tmp_path):
     """Ctrl-C in the dispatcher (here: raised by the first result) stops the busy workers
     too, with SIGTERM, and returns."""
+
     def on_result(index, outcome):
         raise KeyboardInterrupt
 

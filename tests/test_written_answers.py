@@ -11,6 +11,7 @@ the Formgrader makes), totals and exports include the points and the feedback pa
 comment; ``course check`` says which answers are graded by hand and shows the model answer
 only after the learner wrote one. tests/test_instructor_browser.py walks the Formgrader itself.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,16 +22,19 @@ import nbformat
 import pytest
 
 from conftest import ASSIGNMENT, ROOT, make_course, nbgrader_meta, tiny_notebook
-from course_grading.reports import class_report, feedback, grade_exports
 from course_grading.authoring import release
-from course_grading.reports import results as grading_results
 from course_grading.authoring.cells import is_grade
-from course_grading.commands.cli import main
 from course_grading.authoring.nbformat_tools import read_notebook, write_notebook
+from course_grading.commands.cli import main
 from course_grading.grading.red_flags import scan
+from course_grading.reports import class_report, feedback, grade_exports
+from course_grading.reports import results as grading_results
 
-NOTEBOOKS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.name[:2] in
-                   {"01", "02", "03", "04", "05", "06", "07", "08"})
+NOTEBOOKS = sorted(
+    p.name
+    for p in (ROOT / "solutions").iterdir()
+    if p.name[:2] in {"01", "02", "03", "04", "05", "06", "07", "08"}
+)
 SECTION = "## Check your understanding"
 STUB = "YOUR ANSWER HERE"
 MODEL = "**Model answer.** Doubling adds a number to itself.\n\n**Rubric (2 points).** 2 points: says x + x."
@@ -42,16 +46,20 @@ def _written(nb):
 
 # --------------------------------------------------------------------------- the notebooks
 
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_each_notebook_asks_written_questions_before_its_closing_section(name):
     nb = read_notebook(ROOT / "solutions" / name / f"{name}.ipynb")
-    headings = [(i, c.source.splitlines()[0]) for i, c in enumerate(nb.cells)
-                if c.cell_type == "markdown" and c.source.startswith("## ")]
+    headings = [
+        (i, c.source.splitlines()[0])
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "markdown" and c.source.startswith("## ")
+    ]
     at = [i for i, h in headings if h == SECTION]
     assert len(at) == 1, f"{name}: one '{SECTION}' section"
     following = [h for i, h in headings if i > at[0]]
     assert following and following[0].startswith(("## What you built", "## Going further")), following[:1]
-    section = nb.cells[at[0]:next(i for i, _ in headings if i > at[0])]
+    section = nb.cells[at[0] : next(i for i, _ in headings if i > at[0])]
     answers = _written(nb)
     assert 1 <= len(answers) <= 2 and all(c in section for c in answers)
     for answer in answers:
@@ -95,11 +103,13 @@ def test_written_answers_are_not_code_grade_cells():
 
 # --------------------------------------------------------------------------- the pipeline
 
+
 def written_notebook(answer=MODEL):
     """The tiny notebook plus a question and a written answer worth 2 points."""
     nb = tiny_notebook()
-    question = nbformat.v4.new_markdown_cell("### Question — why x + x? (2 points, graded by hand)",
-                                             metadata=nbgrader_meta("q_double"))
+    question = nbformat.v4.new_markdown_cell(
+        "### Question — why x + x? (2 points, graded by hand)", metadata=nbgrader_meta("q_double")
+    )
     meta = nbgrader_meta("written_double", solution=True, grade=True, points=2)
     nb.cells += [question, nbformat.v4.new_markdown_cell(answer, metadata=meta)]
     return nb
@@ -118,6 +128,7 @@ def graded(tmp_path_factory):
         folder.mkdir(parents=True)
         write_notebook(nb, folder / f"{ASSIGNMENT}.ipynb")
     from course_grading.grading import autograde
+
     results = {r.student: r for r in autograde.autograde(course, jobs=2, progress=False)}
     return course, results
 
@@ -148,7 +159,12 @@ def test_autograde_shows_a_written_answer_as_waiting_not_as_a_zero(graded, tmp_p
     assert not (ann.flags or bob.flags or cat.flags)  # the audit and the scanner, on written answers
     [test, written] = ann.exercises
     assert (test.grade_id, test.score, test.passed) == ("test_double", 2, True)
-    assert (written.grade_id, written.manual, written.pending, written.passed) == ("written_double", True, True, False)
+    assert (written.grade_id, written.manual, written.pending, written.passed) == (
+        "written_double",
+        True,
+        True,
+        False,
+    )
     assert written.message == grading_results.NEEDS_MANUAL
     assert (ann.score, ann.max_score, ann.pending_points, ann.total()) == (2, 4, 2, "2/4 +2 manual")
     [_, blank] = bob.exercises  # left as released: nbgrader scores it 0, nothing to grade
@@ -159,8 +175,16 @@ def test_autograde_shows_a_written_answer_as_waiting_not_as_a_zero(graded, tmp_p
     assert "needs manual grading" in table.splitlines()[-1]
     rows = list(csv.DictReader(grading_results.write_csv(list(results.values()), tmp_path / "g.csv").open()))
     ann_written = [r for r in rows if r["student"] == "ann" and r["exercise"] == "written_double"]
-    assert ann_written == [{"student": "ann", "assignment": ASSIGNMENT, "exercise": "written_double",
-                            "score": "", "max_score": "2", "message": "needs manual grading"}]
+    assert ann_written == [
+        {
+            "student": "ann",
+            "assignment": ASSIGNMENT,
+            "exercise": "written_double",
+            "score": "",
+            "max_score": "2",
+            "message": "needs manual grading",
+        }
+    ]
 
     stats = {s.exercise: s for s in class_report.exercise_stats(list(results.values()))}
     assert (stats["written_double"].attempts, stats["written_double"].awaiting_manual) == (1, 2)
@@ -188,21 +212,26 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     course, _ = graded
     from course_grading.course.nbgrader_setup import course_directory, gradebook
 
-    nbgrader_rows = {r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())}
+    nbgrader_rows = {
+        r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())
+    }
     assert nbgrader_rows["ann"]["note"] == "needs manual grading (2 points)"
     assert nbgrader_rows["bob"]["note"] == ""
     exported = grade_exports.export(course, tmp_path / "w.csv", "wide")
     path, notes = exported.path, exported.notes
     wide = {r["student_id"]: r for r in csv.DictReader(path.open())}
     assert (wide["ann"][ASSIGNMENT], wide["ann"][f"{ASSIGNMENT} awaiting_manual"]) == ("", "2")
-    assert notes == [f"ann/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand",
-                     f"cat/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand"]
+    assert notes == [
+        f"ann/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand",
+        f"cat/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand",
+    ]
 
     capsys.readouterr()
     assert main(["--root", str(course), "feedback", "--student", "ann"]) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"course: note: ann/{ASSIGNMENT}: 2 points of written answers not graded by hand yet "
-        "(its feedback shows them as 0)"]
+        "(its feedback shows them as 0)"
+    ]
 
     # the instructor scores ann's answer and comments, as the Formgrader's API does
     with gradebook(course_directory(course)) as gb:
@@ -213,15 +242,23 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
         gb.db.commit()
 
     [_, written] = grading_results.exercise_results(course_directory(course), "ann", ASSIGNMENT)
-    assert (written.score, written.pending, written.message) == (1.5, False, "Right idea; say *why* adding "
-                                                                 "equals doubling: x + x = 2x.")
+    assert (written.score, written.pending, written.message) == (
+        1.5,
+        False,
+        "Right idea; say *why* adding equals doubling: x + x = 2x.",
+    )
     exported = grade_exports.export(course, tmp_path / "w.csv", "wide")
     path, notes = exported.path, exported.notes
     wide = {r["student_id"]: r for r in csv.DictReader(path.open())}
     assert (wide["ann"][ASSIGNMENT], wide["ann"][f"{ASSIGNMENT} manual_points"], wide["ann"]["total"]) == (
-        "3.5", "1.5", "3.5")
+        "3.5",
+        "1.5",
+        "3.5",
+    )
     assert notes == [f"cat/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand"]
-    nbgrader_rows = {r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())}
+    nbgrader_rows = {
+        r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())
+    }
     assert (nbgrader_rows["ann"]["score"], nbgrader_rows["ann"]["note"]) == ("3.5", "")
 
     pages = feedback.feedback(course, students=["ann"])
@@ -236,14 +273,21 @@ def test_the_formgrader_shows_the_rubric_beside_each_answer_and_feedback_does_no
     page (its resources name the submission) inserts the source's model answer and rubric after
     the written answer; any other rendering (feedback's) does not."""
     from nbconvert import HTMLExporter
+
     from course_grading.course.nbgrader_setup import course_directory
 
     course, _ = graded
     exporter = HTMLExporter(config=course_directory(course).config)
     notebook = course / "autograded" / "ann" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
-    page, _ = exporter.from_filename(str(notebook), resources={
-        "submission_id": "x", "assignment_id": ASSIGNMENT, "notebook_id": ASSIGNMENT,
-        "notebook_path": f"/autograded/ann/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"})
+    page, _ = exporter.from_filename(
+        str(notebook),
+        resources={
+            "submission_id": "x",
+            "assignment_id": ASSIGNMENT,
+            "notebook_id": ASSIGNMENT,
+            "notebook_path": f"/autograded/ann/{ASSIGNMENT}/{ASSIGNMENT}.ipynb",
+        },
+    )
     assert page.count("For the grader") == 1 and "Rubric (2 points)" in page
     assert page.index("Because doubling a number adds it to itself") < page.index("For the grader")
     other, _ = exporter.from_filename(str(notebook), resources={"nbgrader": {"student": "ann"}})
@@ -265,8 +309,10 @@ def _queue(course) -> dict[str, bool]:
     from course_grading.course.nbgrader_setup import course_directory, gradebook
 
     with gradebook(course_directory(course)) as gb:
-        return {s: gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, s).needs_manual_grade
-                for s in ("ann", "cat")}
+        return {
+            s: gb.find_grade("written_double", ASSIGNMENT, ASSIGNMENT, s).needs_manual_grade
+            for s in ("ann", "cat")
+        }
 
 
 def test_a_regrade_keeps_unchanged_hand_graded_answers_out_of_the_queue(graded, capsys):

@@ -8,6 +8,7 @@ test's own in which each such folder is an empty tmpfs (0755) with only what the
 needs bound back into it, nothing changed outside it: a process started there (a JupyterHub),
 and everything it starts, can run the .venv as any user; ``as_user`` enters it.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,11 +48,15 @@ def _others_can_run(path: Path) -> bool:
 def reachable_python() -> str | None:
     """A Python of this one's version that every user can run as it is (for small scripts
     that need nothing installed), or None."""
-    for candidate in (getattr(sys, "_base_executable", ""), sys.executable,
-                      shutil.which(VERSION, path="/usr/local/bin:/usr/bin:/bin") or ""):
+    for candidate in (
+        getattr(sys, "_base_executable", ""),
+        sys.executable,
+        shutil.which(VERSION, path="/usr/local/bin:/usr/bin:/bin") or "",
+    ):
         if candidate and _others_can_run(Path(candidate)):
-            done = subprocess.run([candidate, "-I", "-c", "import os"], capture_output=True, timeout=60,
-                                  user="nobody")
+            done = subprocess.run(
+                [candidate, "-I", "-c", "import os"], capture_output=True, timeout=60, user="nobody"
+            )
             if done.returncode == 0:
                 return candidate
     return None
@@ -73,8 +78,10 @@ def _blocked() -> dict[Path, list[Path]]:
                 if target not in found[folder]:
                     found[folder].append(target)
                 break
-    return {folder: [p for p in paths if not any(p != q and q in p.parents for q in paths)]
-            for folder, paths in found.items()}
+    return {
+        folder: [p for p in paths if not any(p != q and q in p.parents for q in paths)]
+        for folder, paths in found.items()
+    }
 
 
 def passable_world() -> list[str]:
@@ -83,23 +90,34 @@ def passable_world() -> list[str]:
     steps = ["set -e"]
     for n, (folder, paths) in enumerate(sorted(_blocked().items())):
         for m, path in enumerate(paths):  # set aside, cover the folder, bind back
-            steps.append(f"s{n}_{m}=$(mktemp -d); mount --bind {shlex.quote(str(path))} \"$s{n}_{m}\"")
+            steps.append(f's{n}_{m}=$(mktemp -d); mount --bind {shlex.quote(str(path))} "$s{n}_{m}"')
         steps.append(f"mount -t tmpfs -o mode=0755,size=1m tmpfs {shlex.quote(str(folder))}")
         for m, path in enumerate(paths):
             where = shlex.quote(str(path))
-            steps.append(f"mkdir -p {where}; mount --bind \"$s{n}_{m}\" {where};"
-                         f" umount \"$s{n}_{m}\"; rmdir \"$s{n}_{m}\"")
+            steps.append(
+                f'mkdir -p {where}; mount --bind "$s{n}_{m}" {where}; umount "$s{n}_{m}"; rmdir "$s{n}_{m}"'
+            )
     if len(steps) == 1:
         return []
-    return ["unshare", "--mount", "--propagation", "private",
-            "sh", "-c", "; ".join(steps) + '; exec "$@"', "sh"]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "; ".join(steps) + '; exec "$@"',
+        "sh",
+    ]
 
 
 def require_users() -> None:
     """Skip (fail in CI) unless this test can create users and run this Python as them."""
     if os.geteuid() != 0:
-        require_or_skip("this test runs each user as a Unix user of their own: it creates them "
-                        "with useradd, which needs root")
+        require_or_skip(
+            "this test runs each user as a Unix user of their own: it creates them "
+            "with useradd, which needs root"
+        )
     missing = [c for c in ("useradd", "userdel", "unshare", "nsenter") if not shutil.which(c)]
     if missing:
         require_or_skip(f"no {', '.join(missing)} on this machine (Debian: passwd, util-linux)")
@@ -117,8 +135,23 @@ def create_user(name: str, home: Path) -> pwd.struct_passwd:
         if found.pw_gecos != MARK:
             require_or_skip(f"a user {name!r} exists on this machine; the test needs to create its own")
         remove_user(name)
-    subprocess.run(["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
-                    "--comment", MARK, "--user-group", name], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "useradd",
+            "--no-create-home",
+            "--home-dir",
+            str(home),
+            "--shell",
+            "/bin/bash",
+            "--comment",
+            MARK,
+            "--user-group",
+            name,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     user = pwd.getpwnam(name)
     home.mkdir(parents=True, exist_ok=True)
     give(home, user)
@@ -147,16 +180,30 @@ def give(path: Path, user: pwd.struct_passwd) -> None:
 
 def run_as(user: pwd.struct_passwd, command: list[str], **kw) -> subprocess.CompletedProcess:
     """``command`` run as ``user`` (its uid, its group only)."""
-    return subprocess.run(command, user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-                          capture_output=True, text=True, **kw)
+    return subprocess.run(
+        command, user=user.pw_uid, group=user.pw_gid, extra_groups=[], capture_output=True, text=True, **kw
+    )
 
 
-def as_user(world: int | None, user: pwd.struct_passwd, command: list[str], cwd: Path,
-            **kw) -> subprocess.CompletedProcess:
+def as_user(
+    world: int | None, user: pwd.struct_passwd, command: list[str], cwd: Path, **kw
+) -> subprocess.CompletedProcess:
     """``command`` run as ``user`` in folder ``cwd``, in the mount namespace of process
     ``world`` (one started with ``passable_world``; None: this one)."""
     if world is None:
         return run_as(user, command, cwd=cwd, **kw)
-    return subprocess.run(["nsenter", f"--target={world}", "--mount", f"--wdns={cwd}",
-                           f"--setgid={user.pw_gid}", f"--setuid={user.pw_uid}", "--", *command],
-                          capture_output=True, text=True, **kw)
+    return subprocess.run(
+        [
+            "nsenter",
+            f"--target={world}",
+            "--mount",
+            f"--wdns={cwd}",
+            f"--setgid={user.pw_gid}",
+            f"--setuid={user.pw_uid}",
+            "--",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        **kw,
+    )

@@ -15,6 +15,7 @@ that declares a configurable trait (``config=True``) but is missing from CONFIGU
 naming the class. nbgrader_config.py is read as text (never executed), and the modules'
 docstrings are read from their files (no module of the packages is imported for them).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,10 @@ def load(name: str):
     try:
         return getattr(importlib.import_module(module), attribute)
     except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"tools/docs_reference.py: cannot import {name} ({exc}): "
-                         "update the names at the top of tools/docs_reference.py") from None
+        raise SystemExit(
+            f"tools/docs_reference.py: cannot import {name} ({exc}): "
+            "update the names at the top of tools/docs_reference.py"
+        ) from None
 
 
 def configurables_in_source() -> set[str]:
@@ -81,8 +84,9 @@ def configurables_in_source() -> set[str]:
                 continue
             for node in ast.walk(ast.parse(source)):
                 if isinstance(node, ast.ClassDef) and any(
-                        isinstance(item, ast.Assign) and "config=True" in ast.get_source_segment(source, item)
-                        for item in node.body):
+                    isinstance(item, ast.Assign) and "config=True" in ast.get_source_segment(source, item)
+                    for item in node.body
+                ):
                     found.add(node.name)
     return found
 
@@ -132,8 +136,10 @@ def _usage(parser: argparse.ArgumentParser) -> str:
 def _options(parser: argparse.ArgumentParser, common: set[str]) -> list[str]:
     rows = []
     for action in parser._actions:
-        if (isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
-                or "".join(action.option_strings) in common):
+        if (
+            isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+            or "".join(action.option_strings) in common
+        ):
             continue
         if action.option_strings:
             name = ", ".join(action.option_strings)
@@ -152,21 +158,41 @@ def _options(parser: argparse.ArgumentParser, common: set[str]) -> list[str]:
 
 def commands_page() -> str:
     parser = load(PARSER)()
-    common = {"".join(a.option_strings) for a in parser._actions
-              if a.option_strings and not isinstance(a, argparse._HelpAction)}
+    common = {
+        "".join(a.option_strings)
+        for a in parser._actions
+        if a.option_strings and not isinstance(a, argparse._HelpAction)
+    }
     commands = list(_subcommands(parser))
-    lines = [GENERATED.format(what=f"the argument parser ({PARSER})"), "# Command reference\n",
-             parser.description.replace("``", "`") + "\n", "| command | what it does |", "| --- | --- |",
-             *[f"| [`course {name}`](#{_anchor('course ' + name)}) | {_cell(text)} |" for name, text, _ in commands],
-             "", "Every command accepts these options, before or after its name:\n",
-             "| option | what |", "| --- | --- |", *_options(parser, set()), "",
-             "Bad input ends with one line `course: error: ...` on stderr and exit status 2. "
-             "Which course a command works on, and why never the current folder, is told in "
-             "[Grading a class](../guides/grading.md#which-course-a-command-works-on).\n"]
+    lines = [
+        GENERATED.format(what=f"the argument parser ({PARSER})"),
+        "# Command reference\n",
+        parser.description.replace("``", "`") + "\n",
+        "| command | what it does |",
+        "| --- | --- |",
+        *[
+            f"| [`course {name}`](#{_anchor('course ' + name)}) | {_cell(text)} |"
+            for name, text, _ in commands
+        ],
+        "",
+        "Every command accepts these options, before or after its name:\n",
+        "| option | what |",
+        "| --- | --- |",
+        *_options(parser, set()),
+        "",
+        "Bad input ends with one line `course: error: ...` on stderr and exit status 2. "
+        "Which course a command works on, and why never the current folder, is told in "
+        "[Grading a class](../guides/grading.md#which-course-a-command-works-on).\n",
+    ]
     missing = []
     for name, text, sub in commands:
-        lines += [f"## `course {name}`\n", f"{text[:1].upper()}{text[1:]}.\n",
-                  "```text", _usage(sub), "```\n"]
+        lines += [
+            f"## `course {name}`\n",
+            f"{text[:1].upper()}{text[1:]}.\n",
+            "```text",
+            _usage(sub),
+            "```\n",
+        ]
         rows = _options(sub, common)
         if rows:
             lines += ["| argument | what |", "| --- | --- |", *rows, ""]
@@ -175,7 +201,9 @@ def commands_page() -> str:
             continue
         lines += ["Example:\n", "```bash", EXAMPLES[name], "```\n"]
     if missing:
-        raise SystemExit(f"tools/docs_reference.py: no example for: {', '.join(missing)} (add one to EXAMPLES)")
+        raise SystemExit(
+            f"tools/docs_reference.py: no example for: {', '.join(missing)} (add one to EXAMPLES)"
+        )
     return "\n".join(lines)
 
 
@@ -183,11 +211,14 @@ def commands_page() -> str:
 
 
 def _configurable_section(cls) -> list[str]:
-    lines = [f"### `c.{cls.__name__}`\n", f"{_cell((cls.__doc__ or '').strip().splitlines()[0])} "
-             f"(`{cls.__module__}`)\n", "| setting | default | what |", "| --- | --- | --- |"]
+    lines = [
+        f"### `c.{cls.__name__}`\n",
+        f"{_cell((cls.__doc__ or '').strip().splitlines()[0])} (`{cls.__module__}`)\n",
+        "| setting | default | what |",
+        "| --- | --- | --- |",
+    ]
     for name, trait in sorted(cls.class_own_traits(config=True).items()):
-        lines.append(f"| `{name}` | {_default(trait.default())} | "
-                     f"{_cell(trait.help)} |")
+        lines.append(f"| `{name}` | {_default(trait.default())} | {_cell(trait.help)} |")
     return lines + [""]
 
 
@@ -198,12 +229,15 @@ def _bounds_section(bounds) -> list[str]:
         m = re.match(r"\s*(\w+)\s*:.*?#\s*(.*)$", line)
         if m:
             comments[m.group(1)] = m.group(2)
-    lines = [f"### `c.{bounds.__name__}`\n", " ".join((bounds.__doc__ or "").split()).replace("``", "`") +
-             f" (`{bounds.__module__}`; no traitlets class: read from `c.{bounds.__name__}`)\n",
-             "| setting | default | what |", "| --- | --- | --- |"]
+    lines = [
+        f"### `c.{bounds.__name__}`\n",
+        " ".join((bounds.__doc__ or "").split()).replace("``", "`")
+        + f" (`{bounds.__module__}`; no traitlets class: read from `c.{bounds.__name__}`)\n",
+        "| setting | default | what |",
+        "| --- | --- | --- |",
+    ]
     for field in dataclasses.fields(bounds):
-        lines.append(f"| `{field.name}` | `{field.default:_}` | "
-                     f"{_cell(comments.get(field.name, ''))} |")
+        lines.append(f"| `{field.name}` | `{field.default:_}` | {_cell(comments.get(field.name, ''))} |")
     return lines + [""]
 
 
@@ -217,15 +251,20 @@ def _course_settings(path: Path) -> list[tuple[str, str, str, str]]:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
             continue
         target = node.targets[0]
-        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Attribute)
-                and isinstance(target.value.value, ast.Name) and target.value.value.id == "c"):
+        if not (
+            isinstance(target, ast.Attribute)
+            and isinstance(target.value, ast.Attribute)
+            and isinstance(target.value.value, ast.Name)
+            and target.value.value.id == "c"
+        ):
             continue
         above, i = [], node.lineno - 2
         while i >= 0 and lines[i].lstrip().startswith("#"):
             above.insert(0, lines[i].lstrip()[1:].strip())
             i -= 1
-        found.append((target.value.attr, target.attr, ast.get_source_segment(source, node.value),
-                      " ".join(above)))
+        found.append(
+            (target.value.attr, target.attr, ast.get_source_segment(source, node.value), " ".join(above))
+        )
     return found
 
 
@@ -243,22 +282,25 @@ def _trait_help(classes: dict[str, type], owner: str, name: str) -> str:
 
 
 def config_page() -> str:
-    lines = [GENERATED.format(what="the traitlets' help strings and nbgrader_config.py"),
-             "# Configuration reference\n",
-             "The course is configured as any nbgrader course: in `nbgrader_config.py` at the "
-             "course's root, with traitlets (`c.Class.setting = value`). The course's own classes "
-             "and their settings come first; then every setting the course's `nbgrader_config.py` "
-             "makes, with the reason written beside it there and nbgrader's own description.\n",
-             "## The course's settings\n"]
+    lines = [
+        GENERATED.format(what="the traitlets' help strings and nbgrader_config.py"),
+        "# Configuration reference\n",
+        "The course is configured as any nbgrader course: in `nbgrader_config.py` at the "
+        "course's root, with traitlets (`c.Class.setting = value`). The course's own classes "
+        "and their settings come first; then every setting the course's `nbgrader_config.py` "
+        "makes, with the reason written beside it there and nbgrader's own description.\n",
+        "## The course's settings\n",
+    ]
     unlisted = configurables_in_source() - {name.rpartition(":")[2] for name in CONFIGURABLES}
     if unlisted:
         raise SystemExit(f"tools/docs_reference.py: add {', '.join(sorted(unlisted))} to CONFIGURABLES")
     for name in CONFIGURABLES:
         lines += _configurable_section(load(name))
     lines += _bounds_section(load(BOUNDS))
-    lines += ["## What the course's nbgrader_config.py sets\n",
-              "Each setting as the file writes it, why (the file's comment), and nbgrader's "
-              "description of it.\n"]
+    lines += [
+        "## What the course's nbgrader_config.py sets\n",
+        "Each setting as the file writes it, why (the file's comment), and nbgrader's description of it.\n",
+    ]
     classes = {**_nbgrader_classes(), **{load(n).__name__: load(n) for n in CONFIGURABLES}}
     for owner, name, value, comment in _course_settings(ROOT / "nbgrader_config.py"):
         lines += [f"### `c.{owner}.{name}`\n", "```python", f"c.{owner}.{name} = {value}", "```\n"]
@@ -279,11 +321,14 @@ def _first_paragraph(path: Path) -> str:
 
 
 def modules_page() -> str:
-    lines = [GENERATED.format(what="each module's docstring"), "# Modules\n",
-             "Every module of the two packages, with the first paragraph of its docstring: "
-             "`course_utils` is the learner side (what a student's kernel imports), "
-             "`course_grading` the instructor side (everything that grades). Why two packages: "
-             "see [the architecture](../architecture.md).\n"]
+    lines = [
+        GENERATED.format(what="each module's docstring"),
+        "# Modules\n",
+        "Every module of the two packages, with the first paragraph of its docstring: "
+        "`course_utils` is the learner side (what a student's kernel imports), "
+        "`course_grading` the instructor side (everything that grades). Why two packages: "
+        "see [the architecture](../architecture.md).\n",
+    ]
     for package in PACKAGES:
         lines += [f"## `{package}`\n", "| module | what it owns |", "| --- | --- |"]
         for path in sorted((ROOT / package).rglob("*.py")):

@@ -23,6 +23,7 @@ starting with a ``## `` heading) before the first cell whose source starts with 
 where the notebook already has a section with that heading, it is replaced instead (up to the
 next ``## `` heading), so running it again changes nothing.
 """
+
 from __future__ import annotations
 
 import re
@@ -38,18 +39,27 @@ HEADER = re.compile(r"^# %%(?: \[(\w+)\])?(.*)$")
 
 
 def _nbgrader(kind: str, opts: dict) -> dict | None:
-    base = {"schema_version": 3, "grade": False, "solution": False, "locked": False,
-            "task": False}
+    base = {"schema_version": 3, "grade": False, "solution": False, "locked": False, "task": False}
     if kind == "solution":
         return {**base, "solution": True, "grade_id": opts["id"]}
     if kind == "tests":
-        return {**base, "grade": True, "locked": True, "grade_id": opts["id"],
-                "points": float(opts.get("points", 1))}
+        return {
+            **base,
+            "grade": True,
+            "locked": True,
+            "grade_id": opts["id"],
+            "points": float(opts.get("points", 1)),
+        }
     if kind in ("locked", "question"):
         return {**base, "locked": True, "grade_id": opts["id"]}
     if kind == "answer":
-        return {**base, "solution": True, "grade": True, "grade_id": opts["id"],
-                "points": float(opts.get("points", 1))}
+        return {
+            **base,
+            "solution": True,
+            "grade": True,
+            "grade_id": opts["id"],
+            "points": float(opts.get("points", 1)),
+        }
     return None
 
 

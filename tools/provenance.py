@@ -1,6 +1,7 @@
 """What a training tool writes beside the checkpoint it saved: ``<checkpoint>.json``, the
 command, the configuration, what the model reached, and the machine and versions it ran on,
 with the checkpoint's size and sha256 (``tools/train_toy_model.py``, ``tools/train_gpt.py``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,9 @@ from pathlib import Path
 import torch
 
 
-def write_record(path: Path, *, tool: str, argv, config, model, history, device,
-                 train_seconds: float, **reached) -> dict:
+def write_record(
+    path: Path, *, tool: str, argv, config, model, history, device, train_seconds: float, **reached
+) -> dict:
     """Write and return the record of the checkpoint at ``path``, saved by ``tools/<tool>``
     run with ``argv`` (None: this process's arguments); ``reached``: what the model reached,
     in the order given."""

@@ -10,6 +10,7 @@ removed from the others. ``course_grading.authoring.cells.runs_learner_code`` de
 ``tests/test_run_all.py`` checks that every source notebook is tagged that way. Grading is not
 affected: nbgrader runs every cell whatever its tags, and scores a failing test cell 0.
 """
+
 from __future__ import annotations
 
 import sys

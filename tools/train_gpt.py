@@ -7,6 +7,7 @@ shipped checkpoint.
 The run is deterministic on the CPU for a given seed and thread count. Defaults are
 course_utils.language_model.GPTConfig; the model is the course's reference GPT.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,13 +18,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
-
-from course_grading.reference.gpt import GPT, generate
 from provenance import write_record  # noqa: E402 - tools/, this script's folder
 from training_cli import training_parser, training_run  # noqa: E402 - tools/, this script's folder
-from course_utils.language_model import (CHECKPOINT, CharTokenizer, GPTConfig,
-                                         build_gpt, load_text, perplexity, save_gpt, split,
-                                         train_lm)
+
+from course_grading.reference.gpt import GPT, generate
+from course_utils.language_model import (
+    CHECKPOINT,
+    CharTokenizer,
+    GPTConfig,
+    build_gpt,
+    load_text,
+    perplexity,
+    save_gpt,
+    split,
+    train_lm,
+)
 
 
 def main(argv=None) -> int:
@@ -35,10 +44,20 @@ def main(argv=None) -> int:
     train_ids, val_ids = split(tok.encode(text))
     model = build_gpt(GPT, config, len(tok))
     t0 = time.perf_counter()
-    history = train_lm(model, train_ids, steps=config.steps, block=config.block,
-                       batch_size=config.batch_size, lr=config.lr, warmup=config.warmup,
-                       weight_decay=config.weight_decay, device=device, seed=config.seed,
-                       show="text", redraw_every=20.0)
+    history = train_lm(
+        model,
+        train_ids,
+        steps=config.steps,
+        block=config.block,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        warmup=config.warmup,
+        weight_decay=config.weight_decay,
+        device=device,
+        seed=config.seed,
+        show="text",
+        redraw_every=20.0,
+    )
     train_seconds = time.perf_counter() - t0
     model.float().eval()
     ppl = perplexity(model, val_ids.to(device), config.block)
@@ -46,20 +65,39 @@ def main(argv=None) -> int:
     half = build_gpt(GPT, config, len(tok)).to(device)  # what the checkpoint holds: float16 weights
     half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
     ppl_half = perplexity(half.eval(), val_ids.to(device), config.block)
-    print(f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
-          f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
-          f"final loss {sum(history.losses[-50:]) / 50:.4f}")
-    print(f"perplexity per character: held-out {ppl:.3f} (float16 weights {ppl_half:.3f}), "
-          f"training text {ppl_train:.3f}")
+    print(
+        f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
+        f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
+        f"final loss {sum(history.losses[-50:]) / 50:.4f}"
+    )
+    print(
+        f"perplexity per character: held-out {ppl:.3f} (float16 weights {ppl_half:.3f}), "
+        f"training text {ppl_train:.3f}"
+    )
     if args.save:
         path = save_gpt(model, config, tok, args.out)
-        write_record(path, tool="train_gpt.py", argv=argv, config=config, model=model, history=history,
-                     device=device, train_seconds=train_seconds,
-                     vocab_size=len(tok), held_out_perplexity=round(ppl_half, 3),
-                     train_perplexity=round(ppl_train, 3), held_out_characters=len(val_ids))
+        write_record(
+            path,
+            tool="train_gpt.py",
+            argv=argv,
+            config=config,
+            model=model,
+            history=history,
+            device=device,
+            train_seconds=train_seconds,
+            vocab_size=len(tok),
+            held_out_perplexity=round(ppl_half, 3),
+            train_perplexity=round(ppl_train, 3),
+            held_out_characters=len(val_ids),
+        )
     prompt = torch.tensor([tok.encode("ROMEO:\n")], device=device)
-    sample = generate(half, prompt, config.max_len - prompt.size(1), temperature=0.8,
-                      generator=torch.Generator(device=device).manual_seed(0))
+    sample = generate(
+        half,
+        prompt,
+        config.max_len - prompt.size(1),
+        temperature=0.8,
+        generator=torch.Generator(device=device).manual_seed(0),
+    )
     print("sample:\n" + tok.decode(sample[0]))
     return 0
 

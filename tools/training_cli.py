@@ -3,6 +3,7 @@
 for ``d_model``, of the field's type, its default the field's), then ``--device``,
 ``--threads``, ``--save`` and ``--out``; and the configuration, device and thread count the
 parsed options give."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,12 +21,18 @@ def training_parser(description: str, config_cls, checkpoint: Path) -> argparse.
     parser = argparse.ArgumentParser(description=description)
     defaults = config_cls()
     for f in dataclasses.fields(config_cls):
-        parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)),
-                            default=getattr(defaults, f.name))
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            type=type(getattr(defaults, f.name)),
+            default=getattr(defaults, f.name),
+        )
     parser.add_argument("--device", default=None, help="cpu, cuda, mps (default: get_device())")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (0: torch's default); on a busy machine 1 is "
-                             "much faster than 2")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch CPU threads (0: torch's default); on a busy machine 1 is much faster than 2",
+    )
     parser.add_argument("--save", action="store_true", help="write the checkpoint and its JSON")
     parser.add_argument("--out", type=Path, default=checkpoint)
     return parser

@@ -5,6 +5,7 @@ the child runs (a child never blocks on a full pipe that nobody reads), keeps at
 ``MAX_BYTES`` (a record beyond that is itself a finding: ``evidence`` reads an ``overflow``
 line), and gives the bytes once the child has ended.
 """
+
 from __future__ import annotations
 
 import fcntl

@@ -8,6 +8,7 @@ the format of ``wire``. Before the first cell it arms its record on the pipe REC
 (``hooks``) and marks every call there. Nothing else of the grader is imported here; this
 process runs inside the sandbox.
 """
+
 import contextlib
 import importlib.machinery
 import io
@@ -88,19 +89,24 @@ def _built(cls, call, counter):
     """The student's class built with the call's arguments, holding the given parameters
     (matched by name, as the exercise names them), in eval mode."""
     import torch
-    module = cls(*[_decode(a, FOLDER) for a in call["init"]["args"]],
-                 **{k: _decode(v, FOLDER) for k, v in call["init"]["kwargs"].items()})
+
+    module = cls(
+        *[_decode(a, FOLDER) for a in call["init"]["args"]],
+        **{k: _decode(v, FOLDER) for k, v in call["init"]["kwargs"].items()},
+    )
     mine = dict(module.named_parameters())
     state = {k: _decode(v, FOLDER) for k, v in call["state"].items()}
     missing, extra = sorted(set(state) - set(mine)), sorted(set(mine) - set(state))
     if missing or extra:
-        raise ValueError(f"parameters differ from the exercise's names: missing {missing[:3]}, "
-                         f"unexpected {extra[:3]}")
+        raise ValueError(
+            f"parameters differ from the exercise's names: missing {missing[:3]}, unexpected {extra[:3]}"
+        )
     with torch.no_grad():
         for name, value in state.items():
             if tuple(mine[name].shape) != tuple(value.shape):
-                raise ValueError(f"parameter {name} has shape {tuple(mine[name].shape)}, "
-                                 f"expected {tuple(value.shape)}")
+                raise ValueError(
+                    f"parameter {name} has shape {tuple(mine[name].shape)}, expected {tuple(value.shape)}"
+                )
             mine[name].copy_(value)
     return module.eval()
 
@@ -109,6 +115,7 @@ def _call(target, args, kwargs, module):
     if not module:
         return target(*args, **kwargs)
     import torch
+
     with torch.no_grad():
         return target(*args, **kwargs)
 
@@ -126,7 +133,10 @@ def _recorded(folder):
 def main(folder, record_fd=None):
     """Run the cells, then every call; ``record_fd``: the pipe of the record (``hooks``)."""
     global FOLDER
-    mark, MARK = hooks.arm(record_fd, _recorded(folder)), hooks.MARK  # kept in this frame, before any cell runs
+    mark, MARK = (
+        hooks.arm(record_fd, _recorded(folder)),
+        hooks.MARK,
+    )  # kept in this frame, before any cell runs
     FOLDER = folder
     _stub_matplotlib()
     sys.modules.pop("building_blocks", None)  # the assignment's provided components, beside the cells
@@ -162,8 +172,12 @@ def main(folder, record_fd=None):
 def _one_call(grade_id, spec, function, index, call, counter, outputs, cell_errors, sink):
     """One call of an exercise, its output (or error) appended to ``outputs``."""
     if function is None:
-        outputs.append({"error": f"{spec['function']} is not defined"
-                        + (f" ({cell_errors[spec['function']]})" if spec["function"] in cell_errors else "")})
+        outputs.append(
+            {
+                "error": f"{spec['function']} is not defined"
+                + (f" ({cell_errors[spec['function']]})" if spec["function"] in cell_errors else "")
+            }
+        )
         return
     try:
         args = [_decode(a, FOLDER) for a in call["args"]]

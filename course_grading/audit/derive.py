@@ -19,6 +19,7 @@ and ``aten::one_hot`` decompose into public arithmetic alone), or, for a Python 
 products, as honest attention does), the audit event its code is prefixed with in the child;
 ``uncovered`` lists the calls that would leave no evidence at all.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,30 +28,40 @@ from functools import lru_cache
 
 def _x(*shape, grad=False):
     import torch
+
     gen = torch.Generator().manual_seed(0)
     return torch.randn(*shape, generator=gen, requires_grad=grad)
 
 
 def _softmaxes(f):
-    return [lambda: f(_x(2, 3, 4), -1), lambda: f(_x(2, 3, 4, grad=True), 0),
-            lambda: f(_x(3, 4), 1, dtype=_f64())]
+    return [
+        lambda: f(_x(2, 3, 4), -1),
+        lambda: f(_x(2, 3, 4, grad=True), 0),
+        lambda: f(_x(3, 4), 1, dtype=_f64()),
+    ]
 
 
 def _f64():
     import torch
+
     return torch.float64
 
 
 def _mask():
     import torch
+
     return torch.ones(4, 4).tril().bool()
 
 
 def _sdpa(f):
     q = lambda grad=False: _x(2, 3, 4, 8, grad=grad)  # noqa: E731
-    return [lambda: f(q(), q(), q()), lambda: f(q(), q(), q(), attn_mask=_mask()),
-            lambda: f(q(), q(), q(), is_causal=True), lambda: f(q(True), q(), q(), dropout_p=0.0),
-            lambda: f(q().double(), q().double(), q().double(), attn_mask=~_mask())]
+    return [
+        lambda: f(q(), q(), q()),
+        lambda: f(q(), q(), q(), attn_mask=_mask()),
+        lambda: f(q(), q(), q(), is_causal=True),
+        lambda: f(q(True), q(), q(), dropout_p=0.0),
+        lambda: f(q().double(), q().double(), q().double(), attn_mask=~_mask()),
+    ]
 
 
 def _module(cls, *args, inputs=1, **kwargs):
@@ -64,11 +75,13 @@ def _module(cls, *args, inputs=1, **kwargs):
         xs = [_x(2, 4, 8, grad=train) for _ in range(inputs)]
         with torch.enable_grad() if train else torch.no_grad():
             return m(*xs)
+
     return [lambda t=t: call(t) for t in (False, True)]
 
 
 def _params(cls):
     import inspect
+
     return inspect.signature(cls).parameters
 
 
@@ -78,37 +91,71 @@ def _mha_calls():
     def call(need_weights, train):
         m = nn.MultiheadAttention(8, 2, batch_first=True).train(train)
         return m(_x(2, 4, 8), _x(2, 4, 8), _x(2, 4, 8), need_weights=need_weights)
+
     return [lambda n=n, t=t: call(n, t) for n in (False, True) for t in (False, True)]
 
 
 def _mha_forward():
     import torch.nn.functional as F
+
     w, b, o = _x(24, 8), _x(24), _x(8, 8)
-    return [lambda n=n: F.multi_head_attention_forward(_x(4, 2, 8), _x(4, 2, 8), _x(4, 2, 8), 8, 2, w, b, None, None,
-                                                       False, 0.0, o, None, training=False, need_weights=n)
-            for n in (False, True)]
+    return [
+        lambda n=n: F.multi_head_attention_forward(
+            _x(4, 2, 8),
+            _x(4, 2, 8),
+            _x(4, 2, 8),
+            8,
+            2,
+            w,
+            b,
+            None,
+            None,
+            False,
+            0.0,
+            o,
+            None,
+            training=False,
+            need_weights=n,
+        )
+        for n in (False, True)
+    ]
 
 
 # The built-ins an honest solution may call unless its own exercise forbids them, by the thing
 # they compute (attention and the transformer's layers are never among them: the exercises write
 # those by hand, and later ones call the learner's own). Every check's list is some of these
 # groups and attention's built-ins (tests/test_audit_evidence.py).
-SOFTMAX = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
-           "torch.log_softmax", "torch.nn.functional.log_softmax", "torch.Tensor.log_softmax",
-           "torch.nn.Softmax.forward")
-ELEMENTARY = {"softmax": SOFTMAX,
-              "layer_norm": ("torch.nn.LayerNorm.forward", "torch.nn.functional.layer_norm", "torch.layer_norm",
-                             "torch.native_layer_norm"),
-              "cosine_similarity": ("torch.nn.functional.cosine_similarity", "torch.cosine_similarity"),
-              "embedding": ("torch.nn.functional.embedding", "torch.embedding"),
-              "one_hot": ("torch.nn.functional.one_hot",)}
+SOFTMAX = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.Tensor.softmax",
+    "torch.special.softmax",
+    "torch.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.nn.Softmax.forward",
+)
+ELEMENTARY = {
+    "softmax": SOFTMAX,
+    "layer_norm": (
+        "torch.nn.LayerNorm.forward",
+        "torch.nn.functional.layer_norm",
+        "torch.layer_norm",
+        "torch.native_layer_norm",
+    ),
+    "cosine_similarity": ("torch.nn.functional.cosine_similarity", "torch.cosine_similarity"),
+    "embedding": ("torch.nn.functional.embedding", "torch.embedding"),
+    "one_hot": ("torch.nn.functional.one_hot",),
+}
 
 
 # Python functions that reach no specific operator: the child prefixes their code with an audit
 # event ("python::NAME", ``hooks.mark_python``), recorded under NAME; by the built-ins that call them
 PYTHON = {"multi_head_attention_forward": "torch.nn.functional.multi_head_attention_forward"}
-CALLS_PYTHON = {"torch.nn.MultiheadAttention.forward": "multi_head_attention_forward",
-                "torch.nn.functional.multi_head_attention_forward": "multi_head_attention_forward"}
+CALLS_PYTHON = {
+    "torch.nn.MultiheadAttention.forward": "multi_head_attention_forward",
+    "torch.nn.functional.multi_head_attention_forward": "multi_head_attention_forward",
+}
 
 
 def allowed_for(builtins) -> tuple[str, ...]:
@@ -133,27 +180,41 @@ def _probes() -> dict:
         "torch.log_softmax": _softmaxes(torch.log_softmax),
         "torch.nn.functional.log_softmax": _softmaxes(F.log_softmax),
         "torch.Tensor.log_softmax": _softmaxes(torch.Tensor.log_softmax),
-        "torch.nn.Softmax.forward": [lambda: nn.Softmax(-1)(_x(2, 3)), lambda: nn.Softmax(0)(_x(2, 3, grad=True))],
+        "torch.nn.Softmax.forward": [
+            lambda: nn.Softmax(-1)(_x(2, 3)),
+            lambda: nn.Softmax(0)(_x(2, 3, grad=True)),
+        ],
         "torch.nn.functional.scaled_dot_product_attention": _sdpa(F.scaled_dot_product_attention),
         "torch.nn.MultiheadAttention.forward": _mha_calls(),
         "torch.nn.functional.multi_head_attention_forward": _mha_forward(),
         "torch.nn.TransformerEncoderLayer.forward": _module(nn.TransformerEncoderLayer, **dec),
         "torch.nn.TransformerDecoderLayer.forward": _module(nn.TransformerDecoderLayer, inputs=2, **dec),
-        "torch.nn.TransformerEncoder.forward": _module(nn.TransformerEncoder, layer(nn.TransformerEncoderLayer), 2,
-                                                       enable_nested_tensor=False),
-        "torch.nn.TransformerDecoder.forward": _module(nn.TransformerDecoder, layer(nn.TransformerDecoderLayer), 2,
-                                                       inputs=2),
+        "torch.nn.TransformerEncoder.forward": _module(
+            nn.TransformerEncoder, layer(nn.TransformerEncoderLayer), 2, enable_nested_tensor=False
+        ),
+        "torch.nn.TransformerDecoder.forward": _module(
+            nn.TransformerDecoder, layer(nn.TransformerDecoderLayer), 2, inputs=2
+        ),
         "torch.nn.Transformer.forward": _module(nn.Transformer, 8, 2, 1, 1, 16, 0.0, inputs=2),
-        "torch.nn.LayerNorm.forward": [lambda: nn.LayerNorm(8)(_x(2, 8)), lambda: nn.LayerNorm(8)(_x(2, 8, grad=True))],
-        "torch.nn.functional.layer_norm": [lambda: F.layer_norm(_x(2, 8), (8,)),
-                                           lambda: F.layer_norm(_x(2, 8, grad=True), (8,), _x(8), _x(8))],
+        "torch.nn.LayerNorm.forward": [
+            lambda: nn.LayerNorm(8)(_x(2, 8)),
+            lambda: nn.LayerNorm(8)(_x(2, 8, grad=True)),
+        ],
+        "torch.nn.functional.layer_norm": [
+            lambda: F.layer_norm(_x(2, 8), (8,)),
+            lambda: F.layer_norm(_x(2, 8, grad=True), (8,), _x(8), _x(8)),
+        ],
         "torch.layer_norm": [lambda: torch.layer_norm(_x(2, 8), (8,))],
         "torch.native_layer_norm": [lambda: torch.native_layer_norm(_x(2, 8), (8,), None, None, 1e-5)],
-        "torch.nn.functional.cosine_similarity": [lambda: F.cosine_similarity(_x(3, 5), _x(1, 5)),
-                                                  lambda: F.cosine_similarity(_x(3, 5, grad=True), _x(3, 5), 0)],
+        "torch.nn.functional.cosine_similarity": [
+            lambda: F.cosine_similarity(_x(3, 5), _x(1, 5)),
+            lambda: F.cosine_similarity(_x(3, 5, grad=True), _x(3, 5), 0),
+        ],
         "torch.cosine_similarity": [lambda: torch.cosine_similarity(_x(3, 5), _x(3, 5))],
-        "torch.nn.functional.embedding": [lambda: F.embedding(ids(), table()),
-                                          lambda: F.embedding(ids(), table(), padding_idx=0)],
+        "torch.nn.functional.embedding": [
+            lambda: F.embedding(ids(), table()),
+            lambda: F.embedding(ids(), table(), padding_idx=0),
+        ],
         "torch.embedding": [lambda: torch.embedding(table(), ids())],
         "torch.nn.functional.one_hot": [lambda: F.one_hot(ids()), lambda: F.one_hot(ids(), 6)],
     }
@@ -167,19 +228,33 @@ def _honest() -> list:
 
     def attention(grad):
         q = _x(2, 3, 4, 8, grad=grad)
-        s = (q @ q.transpose(-2, -1)) / 8 ** 0.5
+        s = (q @ q.transpose(-2, -1)) / 8**0.5
         s = s.masked_fill(~_mask(), float("-inf"))
         w = (s - s.amax(-1, keepdim=True)).exp()
         out = (w / w.sum(-1, keepdim=True)) @ q
         out = out.transpose(1, 2).contiguous().view(2, 4, 24).reshape(2, 4, 3, 8).permute(0, 2, 1, 3)
-        return torch.bmm(out.flatten(0, 1), q.flatten(0, 1).mT), torch.matmul(out, q.mT), torch.einsum("bhij->bij", s)
+        return (
+            torch.bmm(out.flatten(0, 1), q.flatten(0, 1).mT),
+            torch.matmul(out, q.mT),
+            torch.einsum("bhij->bij", s),
+        )
 
     def norms(grad):
         x = _x(3, 5, grad=grad)
         mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
         y = (x - mean) / torch.sqrt(var + 1e-5) * torch.rsqrt(var + 1) + x.std(-1, keepdim=True) ** 2
-        n = x.norm(dim=-1, keepdim=True) + torch.linalg.norm(x, dim=-1, keepdim=True) + torch.linalg.vector_norm(x)
-        return y, x / n.clamp(min=1e-8), (x * x).sum(-1).sqrt().clamp_min(1e-8), x @ x.T, torch.dot(x[0], x[1])
+        n = (
+            x.norm(dim=-1, keepdim=True)
+            + torch.linalg.norm(x, dim=-1, keepdim=True)
+            + torch.linalg.vector_norm(x)
+        )
+        return (
+            y,
+            x / n.clamp(min=1e-8),
+            (x * x).sum(-1).sqrt().clamp_min(1e-8),
+            x @ x.T,
+            torch.dot(x[0], x[1]),
+        )
 
     def lookups():
         table, idx = _x(5, 3), torch.tensor([[1, 2], [3, 0]])
@@ -192,10 +267,25 @@ def _honest() -> list:
         lin = nn.Linear(8, 16)
         h = F.gelu(lin(x)) + F.relu(lin(x)) + torch.tanh(lin(x)) + nn.Dropout(0.1).eval()(lin(x))
         tri = torch.triu(torch.ones(4, 4), 1).bool() | torch.tril(torch.ones(4, 4)).bool()
-        return (h.to(torch.float64).float(), tri, torch.cat([x, x], -1), torch.stack([x, x]), x.split(4, -1),
-                x.chunk(2, -1), torch.where(tri, 0.0, 1.0), x.max(-1), torch.empty(2), torch.ones_like(x))
-    return [lambda g=g: attention(g) for g in (False, True)] + [lambda g=g: norms(g) for g in (False, True)] \
-        + [lookups] + [lambda g=g: layers(g) for g in (False, True)]
+        return (
+            h.to(torch.float64).float(),
+            tri,
+            torch.cat([x, x], -1),
+            torch.stack([x, x]),
+            x.split(4, -1),
+            x.chunk(2, -1),
+            torch.where(tri, 0.0, 1.0),
+            x.max(-1),
+            torch.empty(2),
+            torch.ones_like(x),
+        )
+
+    return (
+        [lambda g=g: attention(g) for g in (False, True)]
+        + [lambda g=g: norms(g) for g in (False, True)]
+        + [lookups]
+        + [lambda g=g: layers(g) for g in (False, True)]
+    )
 
 
 def reached(call) -> frozenset:
@@ -216,7 +306,7 @@ def reached(call) -> frozenset:
 
 
 def base(op: str) -> str:
-    """"aten::_softmax.out" -> "_softmax"."""
+    """ "aten::_softmax.out" -> "_softmax"."""
     return op.split("::", 1)[-1].split(".", 1)[0]
 
 
@@ -262,7 +352,8 @@ def specific(builtins, allowed=()) -> frozenset:
             hits = {op for op in hits if op.startswith("_") or op in own}
             if not hits:
                 hits = {name for name in own if hasattr(torch.ops.aten, name)} | (
-                    {CALLS_PYTHON[builtin]} if builtin in CALLS_PYTHON else set())
+                    {CALLS_PYTHON[builtin]} if builtin in CALLS_PYTHON else set()
+                )
             names |= hits
     return frozenset(names)
 
@@ -281,5 +372,13 @@ def uncovered(builtins, allowed=()) -> list[str]:
     """The built-ins of ``builtins`` with a call that reaches no operator of ``specific``."""
     found, _ = _reached_by()
     spot = specific(builtins, allowed)
-    return sorted({b for b in builtins for ops in found.get(b, ()) if not {base(op) for op in ops} & spot
-                   and not own_names([b]) & spot and CALLS_PYTHON.get(b) not in spot})
+    return sorted(
+        {
+            b
+            for b in builtins
+            for ops in found.get(b, ())
+            if not {base(op) for op in ops} & spot
+            and not own_names([b]) & spot
+            and CALLS_PYTHON.get(b) not in spot
+        }
+    )

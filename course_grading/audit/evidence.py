@@ -5,14 +5,17 @@ count whatever their values: an escape tried anywhere (named by its cell and lin
 that was written to by other hands or cut short, or an operator the exercise may not run that
 ran during its calls, or after the first call on a thread the submission left running.
 """
+
 from __future__ import annotations
 
 import re
 
 from .forbidden import forbidden_ops, matches
 
-LINE = re.compile(r"op (?P<op>[\w:.]{1,200}) (?P<at>\S{1,300})|escape (?P<what>\S{1,300}) (?P<where>\S{1,300})"
-                  r"|(?P<mark>begin|end) (?P<gid>[\w.-]{1,200}) (?P<index>\d{1,6})|(?P<done>done)|(?P<over>overflow)")
+LINE = re.compile(
+    r"op (?P<op>[\w:.]{1,200}) (?P<at>\S{1,300})|escape (?P<what>\S{1,300}) (?P<where>\S{1,300})"
+    r"|(?P<mark>begin|end) (?P<gid>[\w.-]{1,200}) (?P<index>\d{1,6})|(?P<done>done)|(?P<over>overflow)"
+)
 
 
 MISSING = "the audit's record of its calls is missing"
@@ -25,7 +28,9 @@ def _where(where: str) -> str:
 def findings(record: bytes, calls: dict[str, tuple[str, int]], ended: str) -> dict[str, str]:
     """``calls``: {grade_id: (function, number of calls)} in the order the child runs them;
     ``ended``: '' or why the child ended early (as the grader saw it)."""
-    expected = [(kind, gid, i) for gid, (_, n) in calls.items() for i in range(n) for kind in ("begin", "end")]
+    expected = [
+        (kind, gid, i) for gid, (_, n) in calls.items() for i in range(n) for kind in ("begin", "end")
+    ]
     problem, marks, window, escape = "", [], None, ""
     ran: dict[str, list[tuple[str, str]]] = {gid: [] for gid in calls}  # gid -> [(op, when)]
     stray: list[tuple[str, str]] = []  # (op, where) after the first call, outside every call

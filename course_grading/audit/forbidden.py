@@ -9,6 +9,7 @@ fails an exercise when one of the operators it may not run (``forbidden_ops``: t
 lists, the operators derived from their built-ins, and ``EXTRA``) ran while its calls ran, or
 after, on a thread the submission left.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -18,12 +19,22 @@ from . import derive
 
 # routes to a native softmax or attention besides the checks' own lists
 SOFTMAX_ROUTES = ["_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*"]
-EXTRA = {"softmax": SOFTMAX_ROUTES + ["_scaled_dot_product*", "_native_multi_head_attention",
-                                      "_transformer_encoder_layer_fwd"],
-         "one_hot": ["one_hot"]}
+EXTRA = {
+    "softmax": SOFTMAX_ROUTES
+    + ["_scaled_dot_product*", "_native_multi_head_attention", "_transformer_encoder_layer_fwd"],
+    "one_hot": ["one_hot"],
+}
 # recorded beyond what the probes reach on the CPU (patterns as in the checks: "name*" a prefix)
-ROUTES = ("_safe_softmax", "_masked_softmax*", "_sparse_softmax*", "_sparse_log_softmax*", "_scaled_dot_product*",
-          "_native_multi_head_attention*", "_transformer_encoder_layer_fwd*", "_embedding_bag*")
+ROUTES = (
+    "_safe_softmax",
+    "_masked_softmax*",
+    "_sparse_softmax*",
+    "_sparse_log_softmax*",
+    "_scaled_dot_product*",
+    "_native_multi_head_attention*",
+    "_transformer_encoder_layer_fwd*",
+    "_embedding_bag*",
+)
 
 
 def _checks() -> dict[str, tuple[list[str], list[str]]]:
@@ -31,18 +42,28 @@ def _checks() -> dict[str, tuple[list[str], list[str]]]:
     (grader's side only: in the child ``course_utils.checks`` is a stand-in)."""
     from course_utils.checks import attention, embeddings, encoder, multi_head, similarity
 
-    found = {"softmax": (attention.SOFTMAX_BUILTINS, attention.SOFTMAX_OPS),
-             "embed": (embeddings.EMBED_BUILTINS, embeddings.EMBED_OPS),
-             "one_hot": (embeddings.ONE_HOT_BUILTINS, []),
-             "LayerNorm": (encoder.LAYER_NORM_BUILTINS, encoder.LAYER_NORM_OPS)}
+    found = {
+        "softmax": (attention.SOFTMAX_BUILTINS, attention.SOFTMAX_OPS),
+        "embed": (embeddings.EMBED_BUILTINS, embeddings.EMBED_OPS),
+        "one_hot": (embeddings.ONE_HOT_BUILTINS, []),
+        "LayerNorm": (encoder.LAYER_NORM_BUILTINS, encoder.LAYER_NORM_OPS),
+    }
     for name in ("simple_self_attention", "scaled_dot_product_attention"):
         found[name] = (attention.ATTENTION_BUILTINS, attention.ATTENTION_OPS)
     for name in ("cosine_similarity", "cosine_similarity_matrix", "most_similar", "analogy"):
         found[name] = (similarity.COSINE_BUILTINS, similarity.COSINE_OPS)
     for name in ("split_heads", "merge_heads", "MultiHeadAttention"):
         found[name] = (multi_head.MHA_BUILTINS, multi_head.MHA_OPS)
-    for name in ("FeedForward", "EncoderLayer", "Encoder", "DecoderLayer", "Decoder", "Transformer",
-                 "GPTBlock", "GPT"):
+    for name in (
+        "FeedForward",
+        "EncoderLayer",
+        "Encoder",
+        "DecoderLayer",
+        "Decoder",
+        "Transformer",
+        "GPTBlock",
+        "GPT",
+    ):
         found[name] = (encoder.EVERYWHERE, encoder.EVERYWHERE_OPS)
     return found
 
@@ -106,12 +127,14 @@ def _compute(name: str, op):
 
 def _out(compute):
     """The ``.out`` overload of ``compute``: the result written into ``out``."""
+
     def with_out(*args, out=None, **kwargs):
         result = compute(*args, **kwargs)
         if out is None:
             return result
         out.resize_(result.shape).copy_(result)
         return out
+
     return with_out
 
 
@@ -153,5 +176,10 @@ def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse
     return weight.index_select(0, indices.reshape(-1)).reshape(*indices.shape, *weight.shape[1:])
 
 
-COMPUTED = {"_softmax": _softmax, "_log_softmax": _log_softmax, "_safe_softmax": _safe_softmax,
-            "native_layer_norm": _layer_norm, "embedding": _embedding}
+COMPUTED = {
+    "_softmax": _softmax,
+    "_log_softmax": _log_softmax,
+    "_safe_softmax": _safe_softmax,
+    "native_layer_norm": _layer_norm,
+    "embedding": _embedding,
+}

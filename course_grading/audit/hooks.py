@@ -28,6 +28,7 @@ interpreter's own functions), so that a frame of theirs that code sees (a signal
 nothing to change; they read no module's globals and no builtin by name. A write that fails, or
 finds the pipe replaced, ends the process at once: the missing ``done`` is then the evidence.
 """
+
 import builtins
 import os
 import signal
@@ -36,11 +37,22 @@ import sys
 MARK = "course.audit.mark"  # sys.audit(MARK, "begin"|"end"|"done", gid, index)
 OP = "course.audit.op"  # sys.audit(OP, name): raised by the kernels, written by the hook
 NATIVE = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
-ESCAPES = {"sys.settrace": "tracing", "sys.setprofile": "profiling", "gc.get_objects": "gc.get_objects",
-           "gc.get_referrers": "gc.get_referrers", "gc.get_referents": "gc.get_referents",
-           "os.fork": "os.fork", "os.forkpty": "os.forkpty", "os.posix_spawn": "os.posix_spawn",
-           "os.spawn": "os.spawn", "os.exec": "os.exec", "os.system": "os.system",
-           "subprocess.Popen": "subprocess", "pty.spawn": "pty.spawn", "sys.addaudithook": "an audit hook"}
+ESCAPES = {
+    "sys.settrace": "tracing",
+    "sys.setprofile": "profiling",
+    "gc.get_objects": "gc.get_objects",
+    "gc.get_referrers": "gc.get_referrers",
+    "gc.get_referents": "gc.get_referents",
+    "os.fork": "os.fork",
+    "os.forkpty": "os.forkpty",
+    "os.posix_spawn": "os.posix_spawn",
+    "os.spawn": "os.spawn",
+    "os.exec": "os.exec",
+    "os.system": "os.system",
+    "subprocess.Popen": "subprocess",
+    "pty.spawn": "pty.spawn",
+    "sys.addaudithook": "an audit hook",
+}
 BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU")
 
 
@@ -53,6 +65,7 @@ def arm(fd, names=None):
     if fd is None:
         return lambda *args: None
     from .forbidden import recorded_ops
+
     ops = recorded_ops(names)  # torch imported (it makes ctypes types as it loads), then ctypes sealed
     no_new_programs()
     seal_ctypes()
@@ -80,16 +93,27 @@ def no_new_programs() -> bool:
         return False
 
     class Instruction(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
-                    ("k", ctypes.c_uint)]
+        _fields_ = [
+            ("code", ctypes.c_ushort),
+            ("jt", ctypes.c_ubyte),
+            ("jf", ctypes.c_ubyte),
+            ("k", ctypes.c_uint),
+        ]
 
     class Program(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Instruction))]
 
     load, jump_equal, ret = 0x20, 0x15, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_RET|K
     allow, refuse = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
-    code = [(load, 0, 0, 4), (jump_equal, 0, 4, arch[0]), (load, 0, 0, 0), (jump_equal, 1, 0, arch[1]),
-            (jump_equal, 0, 1, arch[2]), (ret, 0, 0, refuse), (ret, 0, 0, allow)]
+    code = [
+        (load, 0, 0, 4),
+        (jump_equal, 0, 4, arch[0]),
+        (load, 0, 0, 0),
+        (jump_equal, 1, 0, arch[1]),
+        (jump_equal, 0, 1, arch[2]),
+        (ret, 0, 0, refuse),
+        (ret, 0, 0, allow),
+    ]
     instructions = (Instruction * len(code))(*[Instruction(*c) for c in code])
     program = Program(len(code), instructions)
     libc = ctypes.CDLL(None, use_errno=True)
@@ -118,15 +142,23 @@ def seal_ctypes() -> bool:
     functions of ``_ctypes`` (``Py_DECREF``: no event either), which come back as the same objects
     if ``_imp.create_dynamic`` loads the module again. False, nothing changed: another
     interpreter, whose layout this does not know."""
-    import ctypes
-
     import _ctypes
+    import ctypes
 
     if sys.version_info[:2] != (3, 11) or ctypes.sizeof(ctypes.c_void_p) != 8:
         return False
     word = ctypes.c_ssize_t.from_address
-    roots = [_ctypes._SimpleCData.__base__] + [type(t) for t in (
-        _ctypes._SimpleCData, _ctypes._Pointer, _ctypes.Array, _ctypes.Structure, _ctypes.Union, _ctypes.CFuncPtr)]
+    roots = [_ctypes._SimpleCData.__base__] + [
+        type(t)
+        for t in (
+            _ctypes._SimpleCData,
+            _ctypes._Pointer,
+            _ctypes.Array,
+            _ctypes.Structure,
+            _ctypes.Union,
+            _ctypes.CFuncPtr,
+        )
+    ]
     types, todo = [], roots
     while todo:
         cls = todo.pop()
@@ -134,18 +166,31 @@ def seal_ctypes() -> bool:
             types.append(cls)
             todo.extend(type.__subclasses__(cls))
     wrapper = vars(_ctypes.CFuncPtr)["__call__"]
-    if any(word(id(t) + LAYOUT["tp_basicsize"]).value != t.__basicsize__
-           or word(id(t) + LAYOUT["tp_flags"]).value != t.__flags__ for t in types) \
-            or word(id(wrapper) + LAYOUT["d_wrapped"]).value != word(id(_ctypes.CFuncPtr) + LAYOUT["tp_call"]).value:
+    if (
+        any(
+            word(id(t) + LAYOUT["tp_basicsize"]).value != t.__basicsize__
+            or word(id(t) + LAYOUT["tp_flags"]).value != t.__flags__
+            for t in types
+        )
+        or word(id(wrapper) + LAYOUT["d_wrapped"]).value
+        != word(id(_ctypes.CFuncPtr) + LAYOUT["tp_call"]).value
+    ):
         return False
 
     class MethodDef(ctypes.Structure):  # a builtin function's C side (made before the seal)
-        _fields_ = [("name", ctypes.c_char_p), ("meth", ctypes.c_void_p), ("flags", ctypes.c_int),
-                    ("doc", ctypes.c_char_p)]
+        _fields_ = [
+            ("name", ctypes.c_char_p),
+            ("meth", ctypes.c_void_p),
+            ("flags", ctypes.c_int),
+            ("doc", ctypes.c_char_p),
+        ]
 
     counts = [vars(_ctypes)[name] for name in ("Py_INCREF", "Py_DECREF")]
-    if any(ctypes.cast(word(id(f) + LAYOUT["m_ml"]).value, ctypes.POINTER(MethodDef)).contents.name
-           != f.__name__.encode() for f in counts):
+    if any(
+        ctypes.cast(word(id(f) + LAYOUT["m_ml"]).value, ctypes.POINTER(MethodDef)).contents.name
+        != f.__name__.encode()
+        for f in counts
+    ):
         return False
 
     def sealed(*args, _audit=sys.audit, _event=SEALED, _any=BaseException):  # returns NULL, raises nothing:
@@ -153,6 +198,7 @@ def seal_ctypes() -> bool:
             _audit(_event)
         except _any:
             pass
+
     slots = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
     one_arg = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
     method = MethodDef(b"sealed", ctypes.cast(one_arg, ctypes.c_void_p).value, 0x0008, None)  # METH_O
@@ -195,8 +241,12 @@ def mark_python() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "'str' object is not callable": it will be
             module = compile(tree, function.__code__.co_filename, "exec")
-        code = next(c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == function.__name__)
-        function.__code__ = code.replace(co_consts=tuple(sys.audit if c == stand_in else c for c in code.co_consts))
+        code = next(
+            c for c in module.co_consts if isinstance(c, types.CodeType) and c.co_name == function.__name__
+        )
+        function.__code__ = code.replace(
+            co_consts=tuple(sys.audit if c == stand_in else c for c in code.co_consts)
+        )
 
 
 def install(fd: int, ops: dict) -> None:
@@ -217,7 +267,9 @@ def _hook_for(fd: int) -> None:
     stat = fstat(fd)
     pipe = (stat.st_dev, stat.st_ino)
     prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix)  # the installed packages, as named and as real
-    trusted = tuple(sorted({os.path.join(f(p), "") for p in prefixes for f in (os.path.abspath, os.path.realpath)}))
+    trusted = tuple(
+        sorted({os.path.join(f(p), "") for p in prefixes for f in (os.path.abspath, os.path.realpath)})
+    )
     python_source = (".py", ".pyc")
 
     def hook(event, args):  # one function, no nested one: its frame shows nothing to change
@@ -226,21 +278,33 @@ def _hook_for(fd: int) -> None:
             if length(args) == 1 and type_of(args[0]) is is_str:
                 ran = args[0]
         elif event == mark:
-            if length(args) == 3 and type_of(args[0]) is is_str and type_of(args[1]) is is_str \
-                    and type_of(args[2]) is is_int:
+            if (
+                length(args) == 3
+                and type_of(args[0]) is is_str
+                and type_of(args[1]) is is_str
+                and type_of(args[2]) is is_int
+            ):
                 line = "done" if args[0] == "done" else f"{args[0]} {args[1]} {args[2]}"
         elif event == "import" and length(args) > 1 and type_of(args[0]) is is_str:
             if args[0].split(".")[0] in native:
                 what = "import:" + args[0]
-            elif type_of(args[1]) is is_str and not args[1].endswith(python_source) \
-                    and not args[1].startswith(trusted):
+            elif (
+                type_of(args[1]) is is_str
+                and not args[1].endswith(python_source)
+                and not args[1].startswith(trusted)
+            ):
                 what = "native-module:" + args[1]
         elif event.startswith(("ctypes.", "cffi")):
             what = event
         elif event == "object.__setattr__" and length(args) > 1 and args[1] == "__code__":
             what = "a function's code replaced"
-        elif event == "open" and length(args) > 0 and type_of(args[0]) is is_str \
-                and args[0].startswith("/proc/") and args[0].endswith(("/mem", "/pagemap")):
+        elif (
+            event == "open"
+            and length(args) > 0
+            and type_of(args[0]) is is_str
+            and args[0].startswith("/proc/")
+            and args[0].endswith(("/mem", "/pagemap"))
+        ):
             what = "open:" + args[0]
         else:
             for name, said in escapes:
@@ -264,7 +328,7 @@ def _hook_for(fd: int) -> None:
                 raise OSError("the record's pipe was replaced")
             data = (line.replace("\n", " ")[:300] + "\n").encode("utf-8", "replace")
             while data:
-                data = data[write(fd, data):]
+                data = data[write(fd, data) :]
         except OSError:  # a record that cannot be written ends the process
             kill(getpid(), kill_signal)
         if what:
@@ -289,7 +353,8 @@ def _register(ops: dict, audit) -> None:
             ns, rest = name.split("::", 1)
             for key in BACKENDS:
                 if not torch._C._dispatch_has_kernel_for_dispatch_key(name, key) and not (
-                        key == "CPU" and compute is not None):
+                    key == "CPU" and compute is not None
+                ):
                     continue
                 lib = handles.get((ns, key))
                 if lib is None:
@@ -310,4 +375,5 @@ def _kernel(name: str, compute, audit):
         if compute is None:
             raise RuntimeError(refused)
         return compute(*args, **kwargs)
+
     return kernel

@@ -14,6 +14,7 @@ or a child that tried an escape or touched its record, disagrees whatever its va
 score gives points that the audit denies is flagged, with the reason; scanner findings are
 flagged as they are. Nothing here changes a score.
 """
+
 from __future__ import annotations
 
 import io
@@ -32,17 +33,17 @@ from typing import Callable
 
 import numpy as np
 
-from course_grading.authoring import building_blocks
 from course_grading import untrusted
+from course_grading.authoring import building_blocks
 from course_grading.authoring.cells import setup_and_solution_sources
 from course_grading.authoring.nbformat_tools import read_untrusted
 from course_grading.grading.red_flags import Flag, scan
+
 from ..sandbox import warm as warm_sandbox
 from ..sandbox.settings import Settings
 from . import SANDBOX_ENTRY, channel, evidence, forbidden, wire
 from .exercises import EXERCISES, Exercise, Init
 from .wire import Gen, Lookup, Prefix, T, ToyModel
-
 
 warm_sandbox.hand_audit(SANDBOX_ENTRY)  # before any sandbox starts: the sandbox runs the audit by name
 
@@ -63,8 +64,10 @@ class Verdict:
 
 # --------------------------------------------------------------------------- inputs and outputs
 
+
 def _as_reference_input(value):
     import torch
+
     if isinstance(value, T):
         return torch.from_numpy(value.array.copy())
     if isinstance(value, ToyModel):
@@ -73,9 +76,11 @@ def _as_reference_input(value):
         return torch.Generator().manual_seed(value.seed)
     if isinstance(value, Lookup):
         from course_utils.toy_task import LookupModel
+
         return LookupModel(**value.kwargs)
     if isinstance(value, Prefix):
         from course_utils.language_model import PrefixLM
+
         return PrefixLM(**value.kwargs)
     if isinstance(value, tuple):
         return tuple(_as_reference_input(v) for v in value)
@@ -88,12 +93,14 @@ def _toy_model():
     from course_utils.training import load_toy_model
 
     from ..reference.decoder import Transformer
+
     return load_toy_model(Transformer, "cpu")[0]
 
 
 def _reference_module(ref_cls, init: Init, rng):
     """The reference class built with ``init``, every parameter drawn from ``rng``."""
     import torch
+
     module = ref_cls(*init.args, **init.kwargs)
     with torch.no_grad():
         for _, p in module.named_parameters():
@@ -112,8 +119,9 @@ def _plan(ex: Exercise, rng) -> list[dict]:
     for entry in ex.inputs(rng):
         if ex.kind == "module":
             init, args, kwargs = entry
-            calls.append({"init": init, "module": _reference_module(ref, init, rng), "args": args,
-                          "kwargs": kwargs})
+            calls.append(
+                {"init": init, "module": _reference_module(ref, init, rng), "args": args, "kwargs": kwargs}
+            )
         else:
             args, kwargs = entry
             calls.append({"function": ref, "args": args, "kwargs": kwargs})
@@ -121,21 +129,31 @@ def _plan(ex: Exercise, rng) -> list[dict]:
 
 
 def _encode_call(call: dict, folder: Path, names: list) -> dict:
-    encoded = {"args": [wire.encode_input(a, folder, names) for a in call["args"]],
-               "kwargs": {k: wire.encode_input(v, folder, names) for k, v in call["kwargs"].items()}}
+    encoded = {
+        "args": [wire.encode_input(a, folder, names) for a in call["args"]],
+        "kwargs": {k: wire.encode_input(v, folder, names) for k, v in call["kwargs"].items()},
+    }
     if "init" in call:
-        encoded["init"] = {"args": [wire.encode_input(a, folder, names) for a in call["init"].args],
-                           "kwargs": {k: wire.encode_input(v, folder, names) for k, v in call["init"].kwargs.items()}}
-        encoded["state"] = {n: wire.encode_input(T(p.detach().numpy()), folder, names)
-                            for n, p in call["module"].named_parameters()}
+        encoded["init"] = {
+            "args": [wire.encode_input(a, folder, names) for a in call["init"].args],
+            "kwargs": {k: wire.encode_input(v, folder, names) for k, v in call["init"].kwargs.items()},
+        }
+        encoded["state"] = {
+            n: wire.encode_input(T(p.detach().numpy()), folder, names)
+            for n, p in call["module"].named_parameters()
+        }
     return encoded
 
 
 def _expected(call: dict, compare: str):
     import torch
+
     args = [_as_reference_input(a) for a in call["args"]]
-    kwargs = {k: _as_reference_input(v) for k, v in call["kwargs"].items()
-              if not (compare == "support" and k == "generator")}
+    kwargs = {
+        k: _as_reference_input(v)
+        for k, v in call["kwargs"].items()
+        if not (compare == "support" and k == "generator")
+    }
     with torch.no_grad():
         return (call["module"] if "module" in call else call["function"])(*args, **kwargs)
 
@@ -163,7 +181,9 @@ def _compare(kind: str, got_entry, expected, outputs: "_Outputs") -> str:
             return f"dtype {got_entry.get('dtype')}, expected {want}"
         if got_entry.get("device") != str(expected.device):
             return f"device {got_entry.get('device')}, expected {expected.device}"
-        expected = expected.detach().cpu().double().numpy() if expected.is_floating_point() else expected.numpy()
+        expected = (
+            expected.detach().cpu().double().numpy() if expected.is_floating_point() else expected.numpy()
+        )
     exp = np.asarray(expected)
     try:
         arr = np.asarray(got)
@@ -193,9 +213,19 @@ def _compare(kind: str, got_entry, expected, outputs: "_Outputs") -> str:
 
 # --------------------------------------------------------------------------- running
 
-def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, seed: int | None = None,
-          timeout: int = TIMEOUT, runner: Callable[[Path], str] | None = None,
-          blocks: Path | None = None, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Verdict]:
+
+def audit(
+    notebook,
+    assignment: str,
+    *,
+    sandboxed: bool = True,
+    settings=None,
+    seed: int | None = None,
+    timeout: int = TIMEOUT,
+    runner: Callable[[Path], str] | None = None,
+    blocks: Path | None = None,
+    bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS,
+) -> list[Verdict]:
     """Audit the graded functions and classes of ``notebook`` (a path) for ``assignment``;
     [] when the assignment has no audited exercises. ``blocks`` is the instructor's copy of the
     assignment's building_blocks.py, put beside the cells. ``settings`` (``sandbox.settings``)
@@ -212,9 +242,14 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, s
     folder = Path(tempfile.mkdtemp(prefix="course-audit-"))  # the grader's own, never the sandbox's
     try:
         names: list = []
-        calls = {gid: {"function": ex.function, "module": ex.kind == "module",
-                       "calls": [_encode_call(call, folder, names) for call in plans[gid]]}
-                 for gid, ex in exercises.items()}
+        calls = {
+            gid: {
+                "function": ex.function,
+                "module": ex.kind == "module",
+                "calls": [_encode_call(call, folder, names) for call in plans[gid]],
+            }
+            for gid, ex in exercises.items()
+        }
         (folder / wire.CALLS).write_text(json.dumps(calls), encoding="utf-8")
         (folder / wire.CELLS).write_text(json.dumps(setup_and_solution_sources(nb)), encoding="utf-8")
         (folder / wire.RECORDED).write_text(json.dumps(forbidden.recorded_names()), encoding="utf-8")
@@ -228,9 +263,15 @@ def audit(notebook, assignment: str, *, sandboxed: bool = True, settings=None, s
                 channel.write_record(folder, record)
         else:
             ended = _run_unsandboxed(folder, timeout)
-        found = _findings(folder, {gid: (ex.function, len(plans[gid])) for gid, ex in exercises.items()},
-                          ended, required=runner is None)
-        return [_judge(gid, ex, plans[gid], folder, ended, found.get(gid, "")) for gid, ex in exercises.items()]
+        found = _findings(
+            folder,
+            {gid: (ex.function, len(plans[gid])) for gid, ex in exercises.items()},
+            ended,
+            required=runner is None,
+        )
+        return [
+            _judge(gid, ex, plans[gid], folder, ended, found.get(gid, "")) for gid, ex in exercises.items()
+        ]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -255,8 +296,14 @@ def _run_unsandboxed(folder: Path, timeout: int) -> str:
     read, write = channel.open_pipe()
     command = [sys.executable, "-I", "-m", "course_grading.audit.child", str(folder), str(write)]
     try:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, cwd=folder, pass_fds=(write,))
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=folder,
+            pass_fds=(write,),
+        )
     finally:
         os.close(write)
     drain = channel.Drain(read)
@@ -269,7 +316,6 @@ def _run_unsandboxed(folder: Path, timeout: int) -> str:
         ended = f"the audit ran out of time ({timeout} s)"
     channel.write_record(folder, drain.finish())
     return ended
-
 
 
 class _Outputs:
@@ -293,8 +339,9 @@ class _Outputs:
 
     def load_json(self, name: str):
         data = self.read(name, OUTPUT_JSON["max_bytes"])
-        problem = untrusted.json_bound(data, OUTPUT_JSON["max_containers"], OUTPUT_JSON["max_values"],
-                                       OUTPUT_JSON["max_depth"])
+        problem = untrusted.json_bound(
+            data, OUTPUT_JSON["max_containers"], OUTPUT_JSON["max_values"], OUTPUT_JSON["max_depth"]
+        )
         if problem:
             raise untrusted.UntrustedFileError(name, problem)
         return json.loads(data.decode("utf-8"))
@@ -312,7 +359,12 @@ def _npy_problem(data: bytes) -> str:
         shape, _, dtype = reader(stream, max_header_size=10_000)
     except Exception:  # noqa: BLE001 - a header NumPy cannot read, of whatever kind
         return "is not an array file"
-    if dtype.hasobject or dtype.names is not None or dtype.subdtype is not None or dtype.kind not in "biufcUS":
+    if (
+        dtype.hasobject
+        or dtype.names is not None
+        or dtype.subdtype is not None
+        or dtype.kind not in "biufcUS"
+    ):
         return f"holds an array of {dtype}, not of numbers or text"
     if math.prod(shape) * dtype.itemsize != len(data) - stream.tell():
         return "holds fewer or more bytes than its header says"
@@ -361,16 +413,27 @@ def _judge_values(gid: str, ex: Exercise, plan: list[dict], folder: Path, ended:
 
 # --------------------------------------------------------------------------- review
 
-def review(submitted: Path, source: Path, assignment: str, scores: dict[str, float], *,
-           sandboxed: bool = True, settings=None,
-           bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
+
+def review(
+    submitted: Path,
+    source: Path,
+    assignment: str,
+    scores: dict[str, float],
+    *,
+    sandboxed: bool = True,
+    settings=None,
+    bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS,
+) -> list[Flag]:
     """Flags for one submission: scanner findings, and every exercise whose autograded score
     (``scores``: grade_id -> points) gives points that the audit denies (the notebook read
     within ``bounds``)."""
     flags = scan(submitted, source, bounds)
     blocks = Path(source).with_name(building_blocks.FILE_NAME)
-    for verdict in audit(submitted, assignment, sandboxed=sandboxed, settings=settings, blocks=blocks,
-                         bounds=bounds):
+    for verdict in audit(
+        submitted, assignment, sandboxed=sandboxed, settings=settings, blocks=blocks, bounds=bounds
+    ):
         if not verdict.agrees and scores.get(verdict.grade_id, 0) > 0:
-            flags.append(Flag(verdict.grade_id, f"audit disagrees with the autograded score: {verdict.reason}"))
+            flags.append(
+                Flag(verdict.grade_id, f"audit disagrees with the autograded score: {verdict.reason}")
+            )
     return flags

@@ -15,6 +15,7 @@ Everything crosses as plain data in one folder, never pickle:
   per call, a value being {"t": "out-….npy", "dtype", "device"}, {"nd": "out-….npy", "dtype"},
   {"seq": [...], "type": "tuple"|"list"} or {"py": JSON, "type": name}.
 """
+
 from __future__ import annotations
 
 import io
@@ -114,22 +115,28 @@ def decode_input(value, folder: str):
     if isinstance(value, dict) and value.get("toy_model"):
         if not _TOY:
             from building_blocks import Transformer  # the assignment's own, beside the cells
+
             from course_utils.training import load_toy_model
+
             _TOY.append(load_toy_model(Transformer, "cpu")[0])
         return _TOY[0]
     if isinstance(value, dict) and "lookup_model" in value:
         from course_utils.toy_task import LookupModel
+
         return LookupModel(**value["lookup_model"])
     if isinstance(value, dict) and "prefix_model" in value:
         from course_utils.language_model import PrefixLM
+
         return PrefixLM(**value["prefix_model"])
     if isinstance(value, dict) and "generator" in value:
         import torch
+
         return torch.Generator().manual_seed(int(value["generator"]))
     if isinstance(value, dict) and "nd" in value:
         return _LOAD(os.path.join(folder, value["nd"]), allow_pickle=False)
     if isinstance(value, dict) and "t" in value:
         import torch
+
         return torch.from_numpy(_LOAD(os.path.join(folder, value["t"]), allow_pickle=False))
     if isinstance(value, dict) and "tuple" in value:
         return tuple(decode_input(v, folder) for v in value["tuple"])
@@ -155,8 +162,10 @@ def encode_output(value, prefix: str, counter: list, folder: str):
         _SAVE(os.path.join(folder, name), value, allow_pickle=False)
         return {"nd": name, "dtype": str(value.dtype)}
     if isinstance(value, (tuple, list)):
-        return {"seq": [encode_output(v, prefix, counter, folder) for v in value], "type": type(value).__name__}
+        return {
+            "seq": [encode_output(v, prefix, counter, folder) for v in value],
+            "type": type(value).__name__,
+        }
     if isinstance(value, (bool, int, float, str, np.generic)) or value is None:
-        return {"py": value.item() if isinstance(value, np.generic) else value,
-                "type": type(value).__name__}
+        return {"py": value.item() if isinstance(value, np.generic) else value, "type": type(value).__name__}
     raise TypeError(f"returned a {type(value).__name__}")

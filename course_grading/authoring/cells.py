@@ -16,6 +16,7 @@ friends, spelled as nbgrader spells them), read from the course's configuration 
 given, else nbgrader's defaults. Everything that reads cells (release's leak check, the red-flag
 scanner, the feedback scrubber, the audit, the tests) uses this module.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,10 +44,12 @@ class Markers:
             return cls()
         solutions = config.get("ClearSolutions", {})
         hidden = config.get("ClearHiddenTests", {})
-        return cls(solutions.get("begin_solution_delimeter", cls.begin_solution),
-                   solutions.get("end_solution_delimeter", cls.end_solution),
-                   hidden.get("begin_test_delimeter", cls.begin_hidden),
-                   hidden.get("end_test_delimeter", cls.end_hidden))
+        return cls(
+            solutions.get("begin_solution_delimeter", cls.begin_solution),
+            solutions.get("end_solution_delimeter", cls.end_solution),
+            hidden.get("begin_test_delimeter", cls.begin_hidden),
+            hidden.get("end_test_delimeter", cls.end_hidden),
+        )
 
     @property
     def all(self) -> tuple[str, str, str, str]:
@@ -88,7 +91,9 @@ def is_code(cell) -> bool:
 def is_setup(cell) -> bool:
     """The locked setup cell: imports, seeding and the checks a notebook uses."""
     gid = grade_id(cell)
-    return is_code(cell) and bool(meta(cell).get("locked")) and isinstance(gid, str) and gid.startswith("setup")
+    return (
+        is_code(cell) and bool(meta(cell).get("locked")) and isinstance(gid, str) and gid.startswith("setup")
+    )
 
 
 def is_solution(cell) -> bool:
@@ -103,8 +108,11 @@ def is_grade(cell) -> bool:
 def setup_and_solution_sources(nb) -> list[tuple[str, str]]:
     """(grade_id, source) of the setup cell(s) and the solution code cells, in notebook order:
     what a graded function needs to be defined, without the tests and the demonstrations."""
-    return [(str(grade_id(c)), text(c.get("source"))) for c in nb.cells
-            if is_code(c) and (is_setup(c) or is_solution(c))]
+    return [
+        (str(grade_id(c)), text(c.get("source")))
+        for c in nb.cells
+        if is_code(c) and (is_setup(c) or is_solution(c))
+    ]
 
 
 def hidden_lines(source: str, markers: Markers = DEFAULT) -> set[str]:
@@ -137,7 +145,8 @@ def secret_regions(cell, markers: Markers = DEFAULT) -> tuple[list[str], list[st
     cell without delimiters is a region as a whole."""
     lines = text(cell.get("source")).splitlines()
     inside = is_solution(cell) and not any(
-        m in ln for ln in lines for m in (markers.begin_solution, markers.end_solution))
+        m in ln for ln in lines for m in (markers.begin_solution, markers.end_solution)
+    )
     secret, public = [], []
     for line in lines:
         if markers.opens(line):

@@ -5,6 +5,7 @@ execution counts, kernel and widget metadata, random cell ids), so that a notebo
 twice from the same content is byte-identical, and ``write_notebook`` writes it in one fixed
 layout. Committed notebooks (``solutions/`` and ``notebooks/``) are kept in this form.
 """
+
 from __future__ import annotations
 
 import copy
@@ -40,8 +41,7 @@ def normalize(nb) -> nbformat.NotebookNode:
     """
     nb = nbformat.from_dict(copy.deepcopy(dict(nb)))
     nb.nbformat, nb.nbformat_minor = 4, 5
-    nb.metadata = nbformat.from_dict({"kernelspec": dict(KERNELSPEC),
-                                      "language_info": dict(LANGUAGE_INFO)})
+    nb.metadata = nbformat.from_dict({"kernelspec": dict(KERNELSPEC), "language_info": dict(LANGUAGE_INFO)})
     used: set[str] = set()
     for index, cell in enumerate(nb.cells):
         cell.source = _source_text(cell.source)
@@ -58,8 +58,9 @@ def normalize(nb) -> nbformat.NotebookNode:
 
 def dumps(nb) -> str:
     """The text of normalized ``nb`` as ``write_notebook`` writes it."""
-    text = nbformat.writes(normalize(nb), version=4, indent=1, sort_keys=True,
-                           ensure_ascii=False, split_lines=True)
+    text = nbformat.writes(
+        normalize(nb), version=4, indent=1, sort_keys=True, ensure_ascii=False, split_lines=True
+    )
     return text if text.endswith("\n") else text + "\n"
 
 
@@ -73,16 +74,24 @@ def read_notebook(path) -> nbformat.NotebookNode:
     return nbformat.read(str(path), as_version=4)
 
 
-def read_untrusted(path=None, *, data: bytes | None = None, label: str | None = None,
-                   bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> nbformat.NotebookNode:
+def read_untrusted(
+    path=None,
+    *,
+    data: bytes | None = None,
+    label: str | None = None,
+    bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS,
+) -> nbformat.NotebookNode:
     """A notebook someone else wrote (a submission, an autograded notebook), from file ``path``
     (read through ``untrusted``: no link, a regular file) or from its bytes ``data``: held to
     ``bounds`` before anything parses it, then read as nbformat 4 (not validated: its readers
     take any field as it comes). Errors: UntrustedFileError (an OSError) naming what it is or
     the bound it passes; ValueError when it is not a notebook."""
     label = label or (os.fspath(path) if path is not None else "notebook")
-    value = (untrusted.read_notebook(path, label=label, bounds=bounds) if data is None
-             else untrusted.load_notebook(data, label, bounds))
+    value = (
+        untrusted.read_notebook(path, label=label, bounds=bounds)
+        if data is None
+        else untrusted.load_notebook(data, label, bounds)
+    )
     if not (isinstance(value, dict) and isinstance(value.get("cells", []), list)):
         raise ValueError(f"{label} is not a notebook")
     try:
@@ -119,7 +128,7 @@ def _unique_id(base: str, index: int, used: set[str]) -> str:
     candidate = base
     if candidate in used:
         suffix = f"-{index}"
-        candidate = base[:_MAX_ID_LENGTH - len(suffix)] + suffix
+        candidate = base[: _MAX_ID_LENGTH - len(suffix)] + suffix
     while candidate in used:  # only if an author named a cell like another's fallback id
         candidate = f"cell-{index}-{len(used)}"
     used.add(candidate)

@@ -13,23 +13,24 @@ check first: no module that imports the instructor side (``course_grading``), no
 solution or hidden test in the wheel, and no assignment's own (or a later assignment's)
 solution in any released folder.
 """
+
 from __future__ import annotations
 
 import ast
 import base64
 import hashlib
 import shutil
-import tomllib
 import zipfile
 from pathlib import Path
 
-import course_utils
+import tomllib
 
+import course_utils
 from course_grading.authoring import cells
 from course_grading.authoring.nbformat_tools import read_notebook
-from course_grading.errors import GradingError
-from course_grading.course.course import Course
 from course_grading.authoring.release import release, secret_lines
+from course_grading.course.course import Course
+from course_grading.errors import GradingError
 from course_grading.grading.red_flags import Flag
 
 DISTRIBUTION = "attention-course-learner"
@@ -44,6 +45,7 @@ class LearnerLeak(Flag):
 
 # --------------------------------------------------------------------------- what goes in
 
+
 def learner_files(package_dir: Path | None = None) -> dict[str, bytes]:
     """{path inside the wheel: bytes} of the learner package (code and shipped data)."""
     package_dir = Path(package_dir or Path(course_utils.__file__).resolve().parent)
@@ -51,7 +53,9 @@ def learner_files(package_dir: Path | None = None) -> dict[str, bytes]:
     for path in sorted(package_dir.rglob("*")):
         if not path.is_file() or path.is_symlink() or "__pycache__" in path.parts:
             continue
-        if path.suffix == ".py" or (path.suffix in DATA_SUFFIXES and "data" in path.relative_to(package_dir).parts):
+        if path.suffix == ".py" or (
+            path.suffix in DATA_SUFFIXES and "data" in path.relative_to(package_dir).parts
+        ):
             found[f"{PACKAGE}/{path.relative_to(package_dir).as_posix()}"] = path.read_bytes()
     return found
 
@@ -61,8 +65,7 @@ def course_secrets(course, assignments=None) -> dict[str, set[str]]:
     course = Course.of(course)
     names = assignments or course.source_assignments()
     markers = course.markers()
-    return {a: secret_lines(read_notebook(course.folders.source_notebook(a)), markers)
-            for a in names}
+    return {a: secret_lines(read_notebook(course.folders.source_notebook(a)), markers) for a in names}
 
 
 def _imports_grading(source: str) -> bool:
@@ -121,6 +124,7 @@ def release_leaks(course, secrets: dict[str, set[str]]) -> list[LearnerLeak]:
 
 # --------------------------------------------------------------------------- the wheel
 
+
 def _project(root: Path) -> dict:
     return tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
@@ -130,18 +134,30 @@ def _record_hash(data: bytes) -> str:
     return f"sha256={digest}"
 
 
-def write_wheel(files: dict[str, bytes], folder: Path, version: str, requires: list[str],
-                requires_python: str, summary: str) -> Path:
+def write_wheel(
+    files: dict[str, bytes],
+    folder: Path,
+    version: str,
+    requires: list[str],
+    requires_python: str,
+    summary: str,
+) -> Path:
     """A pure-Python wheel of ``files`` (deterministic bytes) in ``folder``."""
     dist = DISTRIBUTION.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    metadata = ["Metadata-Version: 2.1", f"Name: {DISTRIBUTION}", f"Version: {version}",
-                f"Summary: {summary}", f"Requires-Python: {requires_python}"]
+    metadata = [
+        "Metadata-Version: 2.1",
+        f"Name: {DISTRIBUTION}",
+        f"Version: {version}",
+        f"Summary: {summary}",
+        f"Requires-Python: {requires_python}",
+    ]
     metadata += [f"Requires-Dist: {r}" for r in requires]
     contents = dict(files)
     contents[f"{info}/METADATA"] = ("\n".join(metadata) + "\n").encode()
-    contents[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: course build-student\n"
-                                 b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+    contents[f"{info}/WHEEL"] = (
+        b"Wheel-Version: 1.0\nGenerator: course build-student\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    )
     contents[f"{info}/top_level.txt"] = f"{PACKAGE}\n".encode()
     record = [f"{name},{_record_hash(data)},{len(data)}" for name, data in contents.items()]
     record.append(f"{info}/RECORD,,")
@@ -250,8 +266,14 @@ def build(course, out, force: bool = False) -> dict[str, Path]:
     if out.exists() and force:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    wheel = write_wheel(files, out / "wheels", project["version"], list(project["dependencies"]),
-                        project.get("requires-python", ">=3.10"), project.get("description", ""))
+    wheel = write_wheel(
+        files,
+        out / "wheels",
+        project["version"],
+        list(project["dependencies"]),
+        project.get("requires-python", ">=3.10"),
+        project.get("description", ""),
+    )
     for assignment in course.source_assignments():
         source = course.folders.release / assignment
         for path in sorted(source.rglob("*")) if source.is_dir() else []:
@@ -260,8 +282,12 @@ def build(course, out, force: bool = False) -> dict[str, Path]:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target)
     shutil.copyfile(root / "scripts" / "constraints.txt", out / "constraints.txt")
-    values = dict(course_id=course_id, exchange=exchange, wheel=wheel.name,
-                  requires_python=project.get("requires-python", ">=3.10"))
+    values = dict(
+        course_id=course_id,
+        exchange=exchange,
+        wheel=wheel.name,
+        requires_python=project.get("requires-python", ">=3.10"),
+    )
     (out / "nbgrader_config.py").write_text(STUDENT_CONFIG.format(**values), encoding="utf-8")
     (out / "Dockerfile").write_text(DOCKERFILE.format(**values), encoding="utf-8")
     (out / "README.md").write_text(README.format(**values), encoding="utf-8")

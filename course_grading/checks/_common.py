@@ -9,6 +9,7 @@ own modules) and the kernel's own threads, and installs the recording on the ker
 event-loop threads: all before any cell of the submission runs, so that a cell placed before
 the setup cell finds it done already.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,8 +30,7 @@ def visible_first(check, fn) -> None:
 def forbidding(reference: str, *names: str) -> list[str]:
     """The dotted names of ``names`` in the module ``reference`` and of their ``forward``: what a
     hidden check forbids a submission to call (the reference it is compared with)."""
-    return [f"{reference}.{name}" for name in names] + [f"{reference}.{name}.forward"
-                                                        for name in names]
+    return [f"{reference}.{name}" for name in names] + [f"{reference}.{name}.forward" for name in names]
 
 
 def check_modules() -> list:
@@ -80,13 +80,19 @@ def gradients_reach(c, module, *args, **kwargs) -> None:
     with torch.enable_grad():
         out = c.call(module, *args, **kwargs)
         out = out[0] if isinstance(out, tuple) else out
-        c.that(isinstance(out, torch.Tensor) and out.requires_grad, "no gradient flows back "
-               "through the output: training would change nothing. Is forward (or a part of it) "
-               "under torch.no_grad(), or is a tensor detached or rebuilt from numbers on the way?")
+        c.that(
+            isinstance(out, torch.Tensor) and out.requires_grad,
+            "no gradient flows back "
+            "through the output: training would change nothing. Is forward (or a part of it) "
+            "under torch.no_grad(), or is a tensor detached or rebuilt from numbers on the way?",
+        )
         mix = torch.randn(out.shape, generator=generator(7), dtype=out.dtype)
         (out * mix).sum().backward()
     for name, p in module.named_parameters():
-        c.that(p.grad is not None and bool(p.grad.abs().sum() > 0), f"no gradient reaches "
-               f"{name}: is it used in forward, with tensor operations only (no torch.no_grad(), "
-               ".detach() or tensors rebuilt from numbers on the way)?")
+        c.that(
+            p.grad is not None and bool(p.grad.abs().sum() > 0),
+            f"no gradient reaches "
+            f"{name}: is it used in forward, with tensor operations only (no torch.no_grad(), "
+            ".detach() or tensors rebuilt from numbers on the way)?",
+        )
     c.ok("gradients reach every parameter")

@@ -29,6 +29,7 @@ moves them, and calls the learner's code through ``Check.call`` (forbidden built
 calls, the learner's line in messages), with the mode entered just before its recording starts
 (``Check.modes``) and left just after, so that the seal sees no mode left entered.
 """
+
 from __future__ import annotations
 
 import functools
@@ -65,18 +66,34 @@ _isinstance, _type, _tuple, _list, _dict, _len, _any = isinstance, type, tuple, 
 
 # Operators whose CPU tensors CUDA accepts beside device tensors: indices of indexing (moved to the
 # device by the operator), and copies, which move data between devices by design.
-_CPU_INDICES_OK = frozenset({"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index",
-                             "_unsafe_index_put"})
-_COPIES = frozenset({"copy_", "copy", "_to_copy", "_copy_from", "_copy_from_and_resize",
-                     "lift_fresh", "lift_fresh_copy", "detach", "alias"})
+_CPU_INDICES_OK = frozenset(
+    {"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"}
+)
+_COPIES = frozenset(
+    {
+        "copy_",
+        "copy",
+        "_to_copy",
+        "_copy_from",
+        "_copy_from_and_resize",
+        "lift_fresh",
+        "lift_fresh_copy",
+        "detach",
+        "alias",
+    }
+)
 
 # Not the learner's code: libraries, the course's own packages, and the building blocks a release
 # provides beside its notebook (as in course_utils.checks._core).
 _HERE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_LIBRARIES = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python",
-              os.path.join(_HERE, "course_utils") + os.sep,
-              os.path.join(_HERE, "course_grading") + os.sep, "<frozen",
-              os.sep + "building_blocks.py")
+_LIBRARIES = (
+    os.sep + "site-packages" + os.sep,
+    os.sep + "lib" + os.sep + "python",
+    os.path.join(_HERE, "course_utils") + os.sep,
+    os.path.join(_HERE, "course_grading") + os.sep,
+    "<frozen",
+    os.sep + "building_blocks.py",
+)
 
 
 class OnSecondDevice(torch.Tensor):
@@ -86,9 +103,16 @@ class OnSecondDevice(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem, requires_grad: bool = False):
-        self = _make_wrapper(cls, elem.size(), strides=elem.stride(),
-                             storage_offset=elem.storage_offset(), dtype=elem.dtype,
-                             layout=elem.layout, device=SECOND, requires_grad=requires_grad)
+        self = _make_wrapper(
+            cls,
+            elem.size(),
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            layout=elem.layout,
+            device=SECOND,
+            requires_grad=requires_grad,
+        )
         self.elem = elem
         return self
 
@@ -113,8 +137,10 @@ class OnSecondDevice(torch.Tensor):
         return _setitem(self, _index(index), value)
 
     def numpy(self, *args, **kwargs):
-        raise TypeError(f"can't convert {SECOND} device type tensor to numpy. Use Tensor.cpu() to "
-                        "copy the tensor to host memory first.")
+        raise TypeError(
+            f"can't convert {SECOND} device type tensor to numpy. Use Tensor.cpu() to "
+            "copy the tensor to host memory first."
+        )
 
     def __repr__(self) -> str:
         return f"tensor(..., device='{SECOND}', size={tuple(self.shape)}, dtype={self.dtype})"
@@ -181,8 +207,11 @@ def _run(func, args, kwargs, mode):
     device = kwargs.get("device")
     if wrapped and name not in _COPIES:
         indices = _indices(name, args) if name in _CPU_INDICES_OK else ()
-        stray = [t for t in found if not _isinstance(t, OnSecondDevice) and t.dim() > 0
-                 and not _any(t is i for i in indices)]
+        stray = [
+            t
+            for t in found
+            if not _isinstance(t, OnSecondDevice) and t.dim() > 0 and not _any(t is i for i in indices)
+        ]
         if stray:
             _mixed(mode, name, stray[0])
     for t in found:
@@ -227,21 +256,26 @@ def _describe(t) -> str:
 
 def _mixed(mode, name: str, stray) -> None:
     where = _learner_line()
-    message = (f"on a second device (the check moves its inputs{', and the module,' if mode and mode.module else ''} "
-               f"to another device, as a GPU would) your code mixes them with a tensor on the CPU "
-               f"({_describe(stray)}), in torch's {name}{where}. On a GPU this raises "
-               "\"Expected all tensors to be on the same device\". A tensor made inside your code "
-               "(torch.tensor, torch.Tensor, torch.ones, torch.arange, ... without device=) lands on "
-               "the CPU, and one kept as a plain attribute of a module stays there when the module "
-               "is moved: make new tensors on the device of the inputs, and register a module's "
-               "tensors as buffers.")
+    message = (
+        f"on a second device (the check moves its inputs{', and the module,' if mode and mode.module else ''} "
+        f"to another device, as a GPU would) your code mixes them with a tensor on the CPU "
+        f"({_describe(stray)}), in torch's {name}{where}. On a GPU this raises "
+        '"Expected all tensors to be on the same device". A tensor made inside your code '
+        "(torch.tensor, torch.Tensor, torch.ones, torch.arange, ... without device=) lands on "
+        "the CPU, and one kept as a plain attribute of a module stays there when the module "
+        "is moved: make new tensors on the device of the inputs, and register a module's "
+        "tensors as buffers."
+    )
     _fail(mode, message)
 
 
 def _escaped(mode, name: str) -> None:
-    _fail(mode, f"on a second device your code made a tensor on the '{SECOND}' device in a way the "
-          f"check cannot follow (in torch's {name}{_learner_line()}); make new tensors like the "
-          "inputs (device=x.device, or torch.zeros_like(x), x.new_ones(...)).")
+    _fail(
+        mode,
+        f"on a second device your code made a tensor on the '{SECOND}' device in a way the "
+        f"check cannot follow (in torch's {name}{_learner_line()}); make new tensors like the "
+        "inputs (device=x.device, or torch.zeros_like(x), x.new_ones(...)).",
+    )
 
 
 def _fail(mode, message: str) -> None:
@@ -313,6 +347,7 @@ class SecondDeviceMode(TorchDispatchMode):
 
 # --------------------------------------------------------------------------- the devices
 
+
 class StandIn:
     """The second device without a GPU (see the module's docstring)."""
 
@@ -324,12 +359,14 @@ class StandIn:
     def tensor(self, value):
         """``value`` (a tensor, or a tuple/list/dict of them) on this device; a leaf that
         requires grad stays one."""
+
         def move(t):
             if not _isinstance(t, _Tensor) or _isinstance(t, OnSecondDevice):
                 return t
             # a copy, as a move to another device makes: what the code does to it in place
             # stays there
             return OnSecondDevice(t.detach().clone(), requires_grad=t.requires_grad)
+
         return _map(move, value)
 
     def module(self, m):
@@ -361,10 +398,12 @@ class StandIn:
             raise CheckFailed(mode.failure)
         got, off = result
         if off:
-            c.fail(f"on a second device (the check moves its inputs to another device, as a GPU "
-                   f"would) your code returned a tensor on the CPU ({off}). The result belongs on "
-                   "the device of the inputs: make new tensors there (device=...), and don't move "
-                   "them (.cpu(), .to(...)) yourself.")
+            c.fail(
+                f"on a second device (the check moves its inputs to another device, as a GPU "
+                f"would) your code returned a tensor on the CPU ({off}). The result belongs on "
+                "the device of the inputs: make new tensors there (device=...), and don't move "
+                "them (.cpu(), .to(...)) yourself."
+            )
         return got
 
 
@@ -420,8 +459,10 @@ class Accelerator:
 
         got = _map(home, result)
         if off:
-            c.fail(f"on {self} your code returned a tensor on another device ({off[0]}). The "
-                   "result belongs on the device of the inputs.")
+            c.fail(
+                f"on {self} your code returned a tensor on another device ({off[0]}). The "
+                "result belongs on the device of the inputs."
+            )
         return got
 
 

@@ -7,6 +7,7 @@ float32 and cast with ``.double()`` is correct), gradients, devices. Expected va
 PyTorch's equivalents with the same weights, the sinusoidal table from the reference computed in
 float64.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,12 +15,35 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
 from course_utils.checks.encoder import (
-    D, EVERYWHERE, EVERYWHERE_OPS, ENCODER_LAYER_NAMES, ENCODER_NAMES, F64, FF, H,
-    LAYER_NORM_BUILTINS, LAYER_NORM_OPS, POSITIONS_HINT, compare, computing, encoder_layer_case,
-    encoder_layer_parts, encoder_outputs, encoder_parts, feed_forward, feed_forward_case, ffn_parts,
-    known, layer_norm_case, load, near, run_encoder_layers, torch_encoder_layer)
+    ENCODER_LAYER_NAMES,
+    ENCODER_NAMES,
+    EVERYWHERE,
+    EVERYWHERE_OPS,
+    F64,
+    FF,
+    LAYER_NORM_BUILTINS,
+    LAYER_NORM_OPS,
+    POSITIONS_HINT,
+    D,
+    H,
+    compare,
+    computing,
+    encoder_layer_case,
+    encoder_layer_parts,
+    encoder_outputs,
+    encoder_parts,
+    feed_forward,
+    feed_forward_case,
+    ffn_parts,
+    known,
+    layer_norm_case,
+    load,
+    near,
+    run_encoder_layers,
+    torch_encoder_layer,
+)
+from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
 
 from ._common import forbidding, gradients_reach
 from ._device import second_devices
@@ -36,69 +60,108 @@ def expected_outputs() -> dict[str, np.ndarray]:
 
 # -- LayerNorm -----------------------------------------------------------------------------------
 def check_layer_norm(LayerNorm) -> None:
-    c = Check("LayerNorm", LAYER_NORM_BUILTINS + forbidding(_REF, "LayerNorm"), hidden=True,
-              ops=LAYER_NORM_OPS)
+    c = Check(
+        "LayerNorm", LAYER_NORM_BUILTINS + forbidding(_REF, "LayerNorm"), hidden=True, ops=LAYER_NORM_OPS
+    )
     g = generator(11)
     ln2 = c.build(LayerNorm, 6, eps=0.1)
     r2 = known(lambda: nn.LayerNorm(6, eps=0.1), seed=3)
     load(c, ln2, r2, "weight, bias")
-    layer_norm_case(c, ln2, r2, torch.randn(4, 6, generator=g) * 0.2, "LayerNorm(6, eps=0.1) gives "
-                    "wrong values: use the eps argument, not a fixed 1e-5.", passed="honours eps")
+    layer_norm_case(
+        c,
+        ln2,
+        r2,
+        torch.randn(4, 6, generator=g) * 0.2,
+        "LayerNorm(6, eps=0.1) gives wrong values: use the eps argument, not a fixed 1e-5.",
+        passed="honours eps",
+    )
     ln = c.build(LayerNorm, 8)
     r = known(lambda: nn.LayerNorm(8), seed=0)
     load(c, ln, r, "weight, bias")
-    layer_norm_case(c, ln, r, torch.randn(2, 3, 4, 8, generator=g), "wrong for a 4-D input: "
-                    "normalise over dim=-1 only, whatever the number of leading dims.",
-                    passed="any number of leading dims")
+    layer_norm_case(
+        c,
+        ln,
+        r,
+        torch.randn(2, 3, 4, 8, generator=g),
+        "wrong for a 4-D input: normalise over dim=-1 only, whatever the number of leading dims.",
+        passed="any number of leading dims",
+    )
     out = c.call(ln, torch.full((2, 8), 3.0))
-    c.that(bool(torch_isfinite(out).all()), "a constant vector (variance 0) gives NaN or inf: "
-           "eps inside the square root prevents the division by zero.")
-    c.close(out, r.bias.detach().expand(2, 8), "a constant vector should normalise to 0, "
-            "leaving only the bias.", passed="constant input -> bias, no NaN")
+    c.that(
+        bool(torch_isfinite(out).all()),
+        "a constant vector (variance 0) gives NaN or inf: "
+        "eps inside the square root prevents the division by zero.",
+    )
+    c.close(
+        out,
+        r.bias.detach().expand(2, 8),
+        "a constant vector should normalise to 0, leaving only the bias.",
+        passed="constant input -> bias, no NaN",
+    )
     x = torch.randn(2, 5, 8, generator=g) * 3 + 1
     before = x.clone()
     c.call(ln, x)
-    c.that(torch_equal(x, before), "LayerNorm modified its input in place; compute into new "
-           "tensors.", "input left unchanged")
+    c.that(
+        torch_equal(x, before),
+        "LayerNorm modified its input in place; compute into new tensors.",
+        "input left unchanged",
+    )
     with torch.enable_grad():
         c.call(ln, x).sum().backward()
-    c.that(ln.weight.grad is not None and ln.bias.grad is not None,
-           "no gradient reached weight or bias: they must be nn.Parameter used in forward.",
-           "gradients reach weight and bias")
+    c.that(
+        ln.weight.grad is not None and ln.bias.grad is not None,
+        "no gradient reached weight or bias: they must be nn.Parameter used in forward.",
+        "gradients reach weight and bias",
+    )
     ln64 = c.build(LayerNorm, 8).double()
     load(c, ln64, r, "weight, bias")
     got = c.call(ln64, x.double())
     c.that(got.dtype == torch.float64, "float64 in should give float64 out.")
-    layer_norm_case(c, ln64, r.double(), x.double(), "wrong values in float64.",
-                    passed="float64", **F64)
+    layer_norm_case(c, ln64, r.double(), x.double(), "wrong values in float64.", passed="float64", **F64)
     r.float()
     with computing():
         want = F.layer_norm(x, r.normalized_shape, r.weight, r.bias, r.eps)
     for dev in second_devices():
         lnd = c.build(LayerNorm, 8)
         load(c, lnd, r, "weight, bias")
-        compare(c, dev.call(c, dev.module(lnd), dev.tensor(x)), want, f"wrong values on {dev}.",
-                atol=1e-4, rtol=1e-4, passed=f"runs on {dev}")
+        compare(
+            c,
+            dev.call(c, dev.module(lnd), dev.tensor(x)),
+            want,
+            f"wrong values on {dev}.",
+            atol=1e-4,
+            rtol=1e-4,
+            passed=f"runs on {dev}",
+        )
     c.done()
 
 
 # -- FeedForward ---------------------------------------------------------------------------------
 def check_feed_forward(FeedForward) -> None:
-    c = Check("FeedForward", EVERYWHERE + forbidding(_REF, "FeedForward"), hidden=True,
-              ops=EVERYWHERE_OPS)
+    c = Check("FeedForward", EVERYWHERE + forbidding(_REF, "FeedForward"), hidden=True, ops=EVERYWHERE_OPS)
     g = generator(21)
     f = c.build(FeedForward, D, FF)
     parts = known(lambda: ffn_parts(D, FF), seed=4)
     load(c, f, parts, "linear1, linear2")
-    feed_forward_case(c, f, parts, torch.randn(7, D, generator=g) * 2, "wrong for a 2-D input: "
-                      "the same network applies to each position, whatever the leading dims.",
-                      passed="works position by position on any leading shape")
+    feed_forward_case(
+        c,
+        f,
+        parts,
+        torch.randn(7, D, generator=g) * 2,
+        "wrong for a 2-D input: the same network applies to each position, whatever the leading dims.",
+        passed="works position by position on any leading shape",
+    )
     x = torch.randn(2, 5, D, generator=g)
     x3 = x.clone()
     x3[:, 3] = x3[:, 0]
     out = c.call(f, x3)
-    c.close(out[:, 3], out[:, 0], "the same vector at two positions gave different outputs: "
-            "the feed-forward network must not mix positions.", passed="position-wise")
+    c.close(
+        out[:, 3],
+        out[:, 0],
+        "the same vector at two positions gave different outputs: "
+        "the feed-forward network must not mix positions.",
+        passed="position-wise",
+    )
     with computing():
         want = feed_forward(parts, x)
     fd = c.build(FeedForward, D, FF, dropout=0.5)
@@ -107,27 +170,36 @@ def check_feed_forward(FeedForward) -> None:
     with torch.random.fork_rng(devices=[]):
         noisy = c.call(fd, x)
     fd.eval()
-    c.that(not near(noisy, want, 1e-6, 1e-6), "FeedForward(..., dropout=0.5) in training mode "
-           "gave the same output as without dropout: use the dropout argument (nn.Dropout).")
-    c.close(c.call(fd, x), want, "in eval mode dropout must do nothing.",
-            passed="dropout active in training only")
+    c.that(
+        not near(noisy, want, 1e-6, 1e-6),
+        "FeedForward(..., dropout=0.5) in training mode "
+        "gave the same output as without dropout: use the dropout argument (nn.Dropout).",
+    )
+    c.close(
+        c.call(fd, x), want, "in eval mode dropout must do nothing.", passed="dropout active in training only"
+    )
     f.train()
-    c.close(c.call(f, x), want, "with dropout=0.0 (the default) training mode should give "
-            "the eval output: is there a Dropout with a fixed probability?",
-            passed="dropout=0.0 by default")
+    c.close(
+        c.call(f, x),
+        want,
+        "with dropout=0.0 (the default) training mode should give "
+        "the eval output: is there a Dropout with a fixed probability?",
+        passed="dropout=0.0 by default",
+    )
     f64 = c.build(FeedForward, D, FF).double()
     load(c, f64, parts, "linear1, linear2")
     got = c.call(f64, x.double())
     c.that(got.dtype == torch.float64, "float64 in should give float64 out.")
-    feed_forward_case(c, f64, parts.double(), x.double(), "wrong values in float64.",
-                      passed="float64", **F64)
+    feed_forward_case(c, f64, parts.double(), x.double(), "wrong values in float64.", passed="float64", **F64)
     fg = c.build(FeedForward, D, FF)
     load(c, fg, parts, "linear1, linear2")
     with torch.enable_grad():
         c.call(fg, x).sum().backward()
     for name, p in fg.named_parameters():
-        c.that(p.grad is not None and bool(p.grad.abs().sum() > 0), f"no gradient reaches "
-               f"{name}: use the layers in forward, with tensor operations only.")
+        c.that(
+            p.grad is not None and bool(p.grad.abs().sum() > 0),
+            f"no gradient reaches {name}: use the layers in forward, with tensor operations only.",
+        )
     c.ok("gradients reach linear1 and linear2")
     for dev in second_devices():  # in training mode: dropout's mask must be made there too
         fdd = c.build(FeedForward, D, FF, dropout=0.5)
@@ -142,8 +214,7 @@ def check_feed_forward(FeedForward) -> None:
 
 # -- EncoderLayer --------------------------------------------------------------------------------
 def check_encoder_layer(EncoderLayer) -> None:
-    c = Check("EncoderLayer", EVERYWHERE + forbidding(_REF, "EncoderLayer"), hidden=True,
-              ops=EVERYWHERE_OPS)
+    c = Check("EncoderLayer", EVERYWHERE + forbidding(_REF, "EncoderLayer"), hidden=True, ops=EVERYWHERE_OPS)
     g = generator(31)
     x = torch.randn(2, 6, D, generator=g)
     for norm_first in (False, True):
@@ -151,29 +222,50 @@ def check_encoder_layer(EncoderLayer) -> None:
         layer = c.build(EncoderLayer, D, H, FF, norm_first=norm_first)
         parts = known(lambda: encoder_layer_parts(D, FF), seed=5)
         load(c, layer, parts, ENCODER_LAYER_NAMES)
-        encoder_layer_case(c, layer, parts, x, None, norm_first,
-                           f"wrong {kind}-norm output with mask=None.",
-                           passed=f"norm_first={norm_first}: mask=None")
+        encoder_layer_case(
+            c,
+            layer,
+            parts,
+            x,
+            None,
+            norm_first,
+            f"wrong {kind}-norm output with mask=None.",
+            passed=f"norm_first={norm_first}: mask=None",
+        )
         lay64 = c.build(EncoderLayer, D, H, FF, norm_first=norm_first).double()
         load(c, lay64, parts, ENCODER_LAYER_NAMES)
         x64 = torch.randn(3, 4, D, generator=g, dtype=torch.float64)
         causal = torch.ones(4, 4, dtype=torch.bool).tril()
-        got = encoder_layer_case(c, lay64, parts, x64, causal, norm_first, "wrong with a "
-                                 "(seq, seq) mask in float64.",
-                                 passed=f"norm_first={norm_first}: float64, (seq, seq) mask", **F64)
+        got = encoder_layer_case(
+            c,
+            lay64,
+            parts,
+            x64,
+            causal,
+            norm_first,
+            "wrong with a (seq, seq) mask in float64.",
+            passed=f"norm_first={norm_first}: float64, (seq, seq) mask",
+            **F64,
+        )
         c.that(got.dtype == torch.float64, "float64 in should give float64 out.")
     default = c.build(EncoderLayer, D, H, FF)
-    c.that(not getattr(default, "norm_first", False), "norm_first should default to False "
-           "(post-norm, as in the paper).", "post-norm by default")
+    c.that(
+        not getattr(default, "norm_first", False),
+        "norm_first should default to False (post-norm, as in the paper).",
+        "post-norm by default",
+    )
     parts = known(lambda: encoder_layer_parts(D, FF), seed=6)
     drop = c.build(EncoderLayer, D, H, FF, dropout=0.5)
     load(c, drop, parts, ENCODER_LAYER_NAMES)
     drop.train()
     want = run_encoder_layers([torch_encoder_layer(parts, H)], x)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        c.that(not near(c.call(drop, x), want, 1e-6, 1e-6), "EncoderLayer(..., dropout=0.5) "
-               "in training mode behaves as if there were no dropout: pass dropout on.",
-               "uses its dropout argument")
+        c.that(
+            not near(c.call(drop, x), want, 1e-6, 1e-6),
+            "EncoderLayer(..., dropout=0.5) "
+            "in training mode behaves as if there were no dropout: pass dropout on.",
+            "uses its dropout argument",
+        )
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
     layer = c.build(EncoderLayer, D, H, FF)
     load(c, layer, parts, ENCODER_LAYER_NAMES)
@@ -183,8 +275,7 @@ def check_encoder_layer(EncoderLayer) -> None:
         layer = c.build(EncoderLayer, D, H, FF)
         load(c, layer, parts, ENCODER_LAYER_NAMES)
         got = dev.call(c, dev.module(layer), dev.tensor(x), dev.tensor(mask))
-        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3,
-                passed=f"runs on {dev}")
+        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3, passed=f"runs on {dev}")
     c.done()
 
 
@@ -196,16 +287,24 @@ def check_encoder(Encoder) -> None:
     load(c, enc3, parts3, ENCODER_NAMES, POSITIONS_HINT)
     long = torch.randint(0, 12, (2, 40), generator=generator(32))
     want, mistakes = encoder_outputs(parts3, long, None, exact_table(40, D))
-    compare(c, c.call(enc3, long), want, "wrong for 3 layers and a sequence of max_len tokens: "
-            "use num_layers and max_len.", mistakes, passed="3 layers, max_len tokens")
+    compare(
+        c,
+        c.call(enc3, long),
+        want,
+        "wrong for 3 layers and a sequence of max_len tokens: use num_layers and max_len.",
+        mistakes,
+        passed="3 layers, max_len tokens",
+    )
     src = torch.tensor([[3, 7, 1, 9, 4, 0], [2, 2, 5, 8, 0, 0]])
     mask = (src != 0)[:, None, None, :]
     parts = known(lambda: encoder_parts(20, D, FF, 2), seed=8)
     enc64 = c.build(Encoder, 20, D, H, FF, 2).double()
     load(c, enc64, parts, ENCODER_NAMES, POSITIONS_HINT)
     got = c.call(enc64, src, mask)
-    c.that(isinstance(got, torch.Tensor) and got.dtype == torch.float64, "a float64 encoder "
-           "should give float64 outputs: add the positions in the embeddings' dtype.")
+    c.that(
+        isinstance(got, torch.Tensor) and got.dtype == torch.float64,
+        "a float64 encoder should give float64 outputs: add the positions in the embeddings' dtype.",
+    )
     want, mistakes = encoder_outputs(parts, src, mask, exact_table(6, D), torch.float64)
     compare(c, got, want, "wrong values in float64.", mistakes, passed="float64", **F64)
     enc = c.build(Encoder, 20, D, H, FF, 2)
@@ -216,6 +315,5 @@ def check_encoder(Encoder) -> None:
         load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)
         got = dev.call(c, dev.module(enc), dev.tensor(src), dev.tensor(mask))
         want, _ = encoder_outputs(parts, src, mask, exact_table(6, D))
-        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3,
-                passed=f"runs on {dev}")
+        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3, passed=f"runs on {dev}")
     c.done()

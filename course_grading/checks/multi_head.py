@@ -5,6 +5,7 @@ out_proj) and compares with the reference, which equals ``torch.nn.MultiheadAtte
 (tests/test_reference_04_05.py), at a stated tolerance. When the numbers are off it runs the
 usual mistakes on the same weights and names the one that reproduces them.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,16 @@ from course_grading.reference import attention as ref_attention
 from course_grading.reference import multi_head as ref
 from course_utils.checks import multi_head as visible
 from course_utils.checks.kit import Check, generator, torch_equal
-from course_utils.checks.multi_head import (ATOL32, NAMES, RTOL32, expect_projections, compare,
-                                            expect_value_error, forward, near)
+from course_utils.checks.multi_head import (
+    ATOL32,
+    NAMES,
+    RTOL32,
+    compare,
+    expect_projections,
+    expect_value_error,
+    forward,
+    near,
+)
 
 from ._common import visible_first
 from ._device import second_devices
@@ -51,8 +60,9 @@ MISTAKES = {
 }
 
 
-def reference_module(d_model: int, num_heads: int, seed: int, bias: bool = True,
-                     dtype=torch.float32) -> ref.MultiHeadAttention:
+def reference_module(
+    d_model: int, num_heads: int, seed: int, bias: bool = True, dtype=torch.float32
+) -> ref.MultiHeadAttention:
     """The reference with fixed, clearly non-zero weights and biases."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -60,8 +70,10 @@ def reference_module(d_model: int, num_heads: int, seed: int, bias: bool = True,
     g = generator(seed + 1000)
     with torch.no_grad():
         for name, p in r.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.1 if name.endswith("bias") else
-                                                          1.2 / math.sqrt(d_model)))
+            p.copy_(
+                torch.randn(p.shape, generator=g)
+                * (0.1 if name.endswith("bias") else 1.2 / math.sqrt(d_model))
+            )
     return r.to(dtype).eval()
 
 
@@ -75,8 +87,21 @@ def _variant(r, query, key, value, mask=None, **mistake):
         return None, None
 
 
-def _variant_forward(r, query, key, value, mask=None, *, split="ok", merge="ok", scale="d_head",
-                     out_proj=True, ignore_mask=False, k_from="key", v_from="value"):
+def _variant_forward(
+    r,
+    query,
+    key,
+    value,
+    mask=None,
+    *,
+    split="ok",
+    merge="ok",
+    scale="d_head",
+    out_proj=True,
+    ignore_mask=False,
+    k_from="key",
+    v_from="value",
+):
     h, d = r.num_heads, r.d_model
     src = {"query": query, "key": key, "value": value}
 
@@ -101,6 +126,7 @@ def _variant_forward(r, query, key, value, mask=None, *, split="ok", merge="ok",
 
 def _mistakes(r, query, key, value, mask=None):
     """mistakes(kind) for visible.compare: what each usual mistake gives on these inputs."""
+
     def mistakes(kind: str):
         table = visible.WEIGHT_MISTAKES if kind == "weights" else visible.OUTPUT_MISTAKES
         for name, message in table.items():
@@ -108,15 +134,39 @@ def _mistakes(r, query, key, value, mask=None):
             cand = w if kind == "weights" else out
             if cand is not None:
                 yield cand, message
+
     return mistakes
 
 
-def _compare(c: Check, m, r, what: str, query, key, value, mask=None, atol=ATOL32, rtol=RTOL32,
-             passed: str | None = None):
+def _compare(
+    c: Check,
+    m,
+    r,
+    what: str,
+    query,
+    key,
+    value,
+    mask=None,
+    atol=ATOL32,
+    rtol=RTOL32,
+    passed: str | None = None,
+):
     with torch.no_grad():
         expected = r(query, key, value, mask)
-    return compare(c, m, what, query, key, value, expected, _mistakes(r, query, key, value, mask),
-                   mask=mask, atol=atol, rtol=rtol, passed=passed)
+    return compare(
+        c,
+        m,
+        what,
+        query,
+        key,
+        value,
+        expected,
+        _mistakes(r, query, key, value, mask),
+        mask=mask,
+        atol=atol,
+        rtol=rtol,
+        passed=passed,
+    )
 
 
 def _visible_cases(g):
@@ -142,8 +192,11 @@ def expected_outputs() -> dict[str, np.ndarray]:
     x, q, k, v = _visible_cases(generator(21))
     arrays.update(mha_x=x, mha_query=q, mha_key=k, mha_value=v)
     causal = ref_attention.causal_mask(5)
-    for case, (query, key, value, mask) in {"self": (x, x, x, None), "cross": (q, k, v, None),
-                                            "causal": (x, x, x, causal)}.items():
+    for case, (query, key, value, mask) in {
+        "self": (x, x, x, None),
+        "cross": (q, k, v, None),
+        "causal": (x, x, x, causal),
+    }.items():
         with torch.no_grad():
             want, want_w = r(query, key, value, mask)
         for name, kwargs in MISTAKES.items():
@@ -157,6 +210,7 @@ def expected_outputs() -> dict[str, np.ndarray]:
 
 # -- split_heads / merge_heads ------------------------------------------------------------------
 
+
 def check_split_heads(split_heads) -> None:
     visible_first(visible.check_split_heads, split_heads)
     c = Check("split_heads", _FORBIDDEN, hidden=True, ops=visible.MHA_OPS)
@@ -164,8 +218,12 @@ def check_split_heads(split_heads) -> None:
     for b, s, d, h in ((1, 7, 15, 5), (3, 2, 8, 1), (2, 4, 6, 6), (2, 6, 16, 4)):
         x = torch.randn(b, s, d, generator=g)
         got = c.call(split_heads, x, h)
-        c.shape(got, (b, h, s, d // h), f"split_heads for x {(b, s, d)} and num_heads={h}",
-                "Read the sizes from x.shape and num_heads; don't hard-code them.")
+        c.shape(
+            got,
+            (b, h, s, d // h),
+            f"split_heads for x {(b, s, d)} and num_heads={h}",
+            "Read the sizes from x.shape and num_heads; don't hard-code them.",
+        )
         if not near(got, ref.split_heads(x, h), 0, 0):
             for cand, message in visible.split_candidates(x, h):
                 if near(got, cand, 0, 0):
@@ -179,13 +237,22 @@ def check_split_heads(split_heads) -> None:
     out = c.call(split_heads, xg, 4)
     if out.requires_grad:
         out.sum().backward()
-    c.that(xg.grad is not None and bool((xg.grad == 1).all()),
-           "gradients don't flow back through split_heads: use tensor operations "
-           "(view/reshape/transpose), no .numpy() or .detach().", "gradients flow through")
+    c.that(
+        xg.grad is not None and bool((xg.grad == 1).all()),
+        "gradients don't flow back through split_heads: use tensor operations "
+        "(view/reshape/transpose), no .numpy() or .detach().",
+        "gradients flow through",
+    )
     x = torch.randn(2, 5, 12, generator=g)
     for dev in second_devices():
-        c.close(dev.call(c, split_heads, dev.tensor(x), 3), ref.split_heads(x, 3),
-                f"wrong values on {dev}.", atol=0, rtol=0, passed=f"runs on {dev}")
+        c.close(
+            dev.call(c, split_heads, dev.tensor(x), 3),
+            ref.split_heads(x, 3),
+            f"wrong values on {dev}.",
+            atol=0,
+            rtol=0,
+            passed=f"runs on {dev}",
+        )
     c.done()
 
 
@@ -196,8 +263,12 @@ def check_merge_heads(merge_heads) -> None:
     for b, h, s, dh in ((1, 5, 7, 3), (3, 1, 2, 8), (2, 6, 4, 1), (2, 4, 6, 4)):
         x = torch.randn(b, h, s, dh, generator=g)
         got = c.call(merge_heads, x)
-        c.shape(got, (b, s, h * dh), f"merge_heads for x {(b, h, s, dh)}",
-                "Read every size from x.shape; don't hard-code them.")
+        c.shape(
+            got,
+            (b, s, h * dh),
+            f"merge_heads for x {(b, h, s, dh)}",
+            "Read every size from x.shape; don't hard-code them.",
+        )
         if not near(got, ref.merge_heads(x), 0, 0):
             for cand, message in visible.merge_candidates(x):
                 if near(got, cand, 0, 0):
@@ -206,28 +277,50 @@ def check_merge_heads(merge_heads) -> None:
     c.ok("batch 1, one head, d_head = 1, and other sizes")
     # what attention returns: made by a matmul, then transposed views come in too
     t = torch.randn(2, 5, 3, 4, generator=g).transpose(1, 2)  # (2, 3, 5, 4), not contiguous
-    c.close(c.call(merge_heads, t), ref.merge_heads(t), "wrong values for a non-contiguous "
-            "input (a transposed view).", atol=0, rtol=0, passed="non-contiguous input")
+    c.close(
+        c.call(merge_heads, t),
+        ref.merge_heads(t),
+        "wrong values for a non-contiguous input (a transposed view).",
+        atol=0,
+        rtol=0,
+        passed="non-contiguous input",
+    )
     y = torch.randn(2, 6, 12, generator=g)
-    c.close(c.call(merge_heads, ref.split_heads(y, 3)), y,
-            "merge_heads(split_heads(y, 3)) should give y back.", atol=0, rtol=0,
-            passed="undoes split_heads on random numbers")
+    c.close(
+        c.call(merge_heads, ref.split_heads(y, 3)),
+        y,
+        "merge_heads(split_heads(y, 3)) should give y back.",
+        atol=0,
+        rtol=0,
+        passed="undoes split_heads on random numbers",
+    )
     x64 = torch.randn(2, 2, 3, 4, generator=g, dtype=torch.float64)
-    c.that(c.call(merge_heads, x64).dtype == torch.float64, "float64 input should stay "
-           "float64.", "keeps float64")
+    c.that(
+        c.call(merge_heads, x64).dtype == torch.float64, "float64 input should stay float64.", "keeps float64"
+    )
     xg = torch.randn(2, 2, 3, 4, generator=g, requires_grad=True)
     out = c.call(merge_heads, xg)
     if out.requires_grad:
         out.sum().backward()
-    c.that(xg.grad is not None and bool((xg.grad == 1).all()),
-           "gradients don't flow back through merge_heads.", "gradients flow through")
+    c.that(
+        xg.grad is not None and bool((xg.grad == 1).all()),
+        "gradients don't flow back through merge_heads.",
+        "gradients flow through",
+    )
     for dev in second_devices():
-        c.close(dev.call(c, merge_heads, dev.tensor(t)), ref.merge_heads(t),
-                f"wrong values on {dev}.", atol=0, rtol=0, passed=f"runs on {dev}")
+        c.close(
+            dev.call(c, merge_heads, dev.tensor(t)),
+            ref.merge_heads(t),
+            f"wrong values on {dev}.",
+            atol=0,
+            rtol=0,
+            passed=f"runs on {dev}",
+        )
     c.done()
 
 
 # -- MultiHeadAttention -------------------------------------------------------------------------
+
 
 def _built(c: Check, cls, d_model: int, num_heads: int, **kwargs):
     m = c.build(cls, d_model, num_heads, **kwargs)
@@ -239,11 +332,13 @@ def _eval_without_dropout(c: Check, m, r, args, what: str) -> None:
     out, w = forward(c, m, what, *args)
     with torch.no_grad():
         want, want_w = r(*args)
-    c.that(near(w, want_w, ATOL64, RTOL64) and near(out, want, ATOL64, RTOL64),
-           f"{what}: with dropout={P_DROP} the results differ from the ones without dropout, "
-           "although the module is in eval mode. After model.eval() dropout must do nothing: "
-           "use dropout that follows the module's training flag (as the module's own dropout "
-           "layer does), not dropout that is always on.")
+    c.that(
+        near(w, want_w, ATOL64, RTOL64) and near(out, want, ATOL64, RTOL64),
+        f"{what}: with dropout={P_DROP} the results differ from the ones without dropout, "
+        "although the module is in eval mode. After model.eval() dropout must do nothing: "
+        "use dropout that follows the module's training flag (as the module's own dropout "
+        "layer does), not dropout that is always on.",
+    )
 
 
 def _dropout_case(d_model: int, num_heads: int):
@@ -256,12 +351,14 @@ def _dropout_case(d_model: int, num_heads: int):
     with torch.no_grad():
         r.v_proj.weight.copy_(torch.eye(d_model, dtype=torch.float64))
         r.v_proj.bias.zero_()
-        r.out_proj.weight.copy_(torch.linalg.qr(
-            torch.randn(d_model, d_model, generator=g, dtype=torch.float64))[0])
+        r.out_proj.weight.copy_(
+            torch.linalg.qr(torch.randn(d_model, d_model, generator=g, dtype=torch.float64))[0]
+        )
     query = torch.randn(2, 5, d_model, generator=g, dtype=torch.float64)
     key = torch.randn(2, d_head, d_model, generator=g, dtype=torch.float64)
-    O = torch.linalg.qr(torch.randn(2, num_heads, d_head, d_head, generator=g,
-                                    dtype=torch.float64))[0]  # (b, h, k, d_head), orthogonal
+    O = torch.linalg.qr(torch.randn(2, num_heads, d_head, d_head, generator=g, dtype=torch.float64))[
+        0
+    ]  # (b, h, k, d_head), orthogonal
     return r, (query, key, ref.merge_heads(O)), O
 
 
@@ -310,11 +407,29 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
     # masks per sequence: (b, 1, q, k) and padding (b, 1, 1, k), in cross-attention
     per = torch.rand(2, 1, 4, 6, generator=g) > 0.5
     per[..., 0] = True
-    _compare(c, m, r, "(b, 1, q, k) mask", q, k, v, mask=per,
-             passed="a (b, 1, q, k) mask, a different one per sequence")
+    _compare(
+        c,
+        m,
+        r,
+        "(b, 1, q, k) mask",
+        q,
+        k,
+        v,
+        mask=per,
+        passed="a (b, 1, q, k) mask, a different one per sequence",
+    )
     keep = torch.tensor([[True] * 6, [True, True, True, False, False, False]])
-    _, w = _compare(c, m, r, "(b, 1, 1, k) padding mask", q, k, v, mask=keep[:, None, None],
-                    passed="a (b, 1, 1, k) padding mask")
+    _, w = _compare(
+        c,
+        m,
+        r,
+        "(b, 1, 1, k) padding mask",
+        q,
+        k,
+        v,
+        mask=keep[:, None, None],
+        passed="a (b, 1, 1, k) padding mask",
+    )
     c.that(bool((w[1, :, :, 3:] == 0).all()), "padded keys should get weight 0 in every head.")
     x1 = torch.randn(1, 3, D, generator=g)
     _compare(c, m, r, "batch of 1", x1, x1, x1, passed="batch of 1")
@@ -324,8 +439,9 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
         rr = reference_module(d, h, seed=32 + d, bias=bias)
         c.load_by_name(mm, rr, NAMES)
         xx = torch.randn(3, 5, d, generator=g)
-        _compare(c, mm, rr, f"d_model={d}, num_heads={h}, bias={bias}", xx, xx, xx,
-                 mask=keep.new_ones(3, 1, 1, 5))
+        _compare(
+            c, mm, rr, f"d_model={d}, num_heads={h}, bias={bias}", xx, xx, xx, mask=keep.new_ones(3, 1, 1, 5)
+        )
     c.ok("one head, d_head = 1, and bias=False")
     expect_value_error(c, MultiHeadAttention, 16, 5)
     # float64, d_head = 6
@@ -335,8 +451,19 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
     c.load_by_name(m64, r64, NAMES)
     q64 = torch.randn(2, 4, 18, generator=g, dtype=torch.float64)
     k64, v64 = (torch.randn(2, 6, 18, generator=g, dtype=torch.float64) for _ in range(2))
-    _compare(c, m64, r64, "float64", q64, k64, v64, mask=per, atol=ATOL64, rtol=RTOL64,
-             passed=f"float64 matches to {ATOL64:g}")
+    _compare(
+        c,
+        m64,
+        r64,
+        "float64",
+        q64,
+        k64,
+        v64,
+        mask=per,
+        atol=ATOL64,
+        rtol=RTOL64,
+        passed=f"float64 matches to {ATOL64:g}",
+    )
     # dropout: only in training, off by default
     before = x.clone()
     m.train()
@@ -350,8 +477,10 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
     out, _ = forward(c, mg, "backward", q, k, v)
     out.sum().backward()
     for name, p in mg.named_parameters():
-        c.that(p.grad is not None and bool(p.grad.abs().sum() > 0), f"no gradient reaches "
-               f"{name}: every projection must be used, with tensor operations only.")
+        c.that(
+            p.grad is not None and bool(p.grad.abs().sum() > 0),
+            f"no gradient reaches {name}: every projection must be used, with tensor operations only.",
+        )
     c.ok("gradients reach all four projections")
     # on a second device: a tensor made inside forward without device= (the scale, a mask)
     # stays on the CPU and fails there, as on a GPU (float64, d_head = 6, a mask per sequence)
@@ -363,6 +492,5 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
         with torch.no_grad():
             want, want_w = r64(q64, k64, v64, per)
         c.close(out, want, f"wrong output on {dev}.", atol=ATOL64, rtol=RTOL64)
-        c.close(w, want_w, f"wrong weights on {dev}.", atol=ATOL64, rtol=RTOL64,
-                passed=f"runs on {dev}")
+        c.close(w, want_w, f"wrong weights on {dev}.", atol=ATOL64, rtol=RTOL64, passed=f"runs on {dev}")
     c.done()

@@ -6,16 +6,16 @@ module, a sequence of exactly max_len and of one position, the default max_len, 
 training only and on the sum, float64 (a table built in float32 and cast with ``.double()`` is
 correct), gradients, devices.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import torch
 
 from course_grading.reference import positional as ref
-from course_utils.checks.kit import Check, generator, torch_isfinite
 from course_utils.checks.encoder import near
-from course_utils.checks.positional import (TABLE_MISTAKES, add, compare_added, diagnose_table,
-                                            table_buffer)
+from course_utils.checks.kit import Check, generator, torch_isfinite
+from course_utils.checks.positional import TABLE_MISTAKES, add, compare_added, diagnose_table, table_buffer
 
 from ._device import second_devices
 
@@ -27,16 +27,17 @@ _FORBIDDEN = [
 ]
 
 
-def table(max_len, d, *, base=10000.0, start=0, exponent="2i", layout="interleaved",
-          multiply=False) -> torch.Tensor:
+def table(
+    max_len, d, *, base=10000.0, start=0, exponent="2i", layout="interleaved", multiply=False
+) -> torch.Tensor:
     """The sinusoidal table in float64, with one known mistake switched on."""
     pos = torch.arange(start, start + max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     cols = torch.arange(d, dtype=torch.float64)  # column index j
     pair = torch.div(cols, 2, rounding_mode="floor")  # i, with j = 2i or 2i + 1
     power = {"2i": 2 * pair / d, "i": pair / d, "j": cols / d, "2j": 2 * cols / d}[exponent]
-    freq = base ** power if multiply else 1.0 / base ** power
+    freq = base**power if multiply else 1.0 / base**power
     angle = pos * freq  # (max_len, d)
-    even = (cols % 2 == 0)
+    even = cols % 2 == 0
     if layout == "swapped":
         return torch.where(even, torch.cos(angle), torch.sin(angle))
     if layout == "blocks":  # [sin of every pair | cos of every pair]
@@ -49,10 +50,15 @@ def table(max_len, d, *, base=10000.0, start=0, exponent="2i", layout="interleav
 
 
 _MISTAKE_ARGS = {
-    "swapped": dict(layout="swapped"), "start_at_1": dict(start=1), "exponent_i": dict(exponent="i"),
-    "exponent_j": dict(exponent="j"), "exponent_2j": dict(exponent="2j"),
-    "base_1000": dict(base=1000.0), "multiplied": dict(multiply=True),
-    "blocks": dict(layout="blocks"), "sin_only": dict(layout="sin_only"),
+    "swapped": dict(layout="swapped"),
+    "start_at_1": dict(start=1),
+    "exponent_i": dict(exponent="i"),
+    "exponent_j": dict(exponent="j"),
+    "exponent_2j": dict(exponent="2j"),
+    "base_1000": dict(base=1000.0),
+    "multiplied": dict(multiply=True),
+    "blocks": dict(layout="blocks"),
+    "sin_only": dict(layout="sin_only"),
 }
 assert set(_MISTAKE_ARGS) == set(TABLE_MISTAKES)
 
@@ -86,19 +92,33 @@ def check_sinusoidal_positional_encoding(sinusoidal_positional_encoding) -> None
     c = Check("sinusoidal_positional_encoding", _FORBIDDEN, hidden=True)
     for max_len, d in ((1, 8), (7, 2), (100, 64), (1000, 128), (3, 512)):
         pe = c.call(sinusoidal_positional_encoding, max_len, d)
-        c.that(isinstance(pe, torch.Tensor), f"should return a torch tensor, got "
-               f"{type(pe).__name__}.")
-        c.shape(pe, (max_len, d), f"sinusoidal_positional_encoding({max_len}, {d})",
-                "Read the sizes from the arguments.")
-        c.that(pe.dtype == torch.get_default_dtype(), f"the table is {pe.dtype} for "
-               f"({max_len}, {d}); return torch's default dtype.")
-        diagnose_table(c, pe.double(), exact(max_len, d), mistakes(max_len, d), max_len,
-                       f"{max_len} positions, d_model = {d}")
+        c.that(isinstance(pe, torch.Tensor), f"should return a torch tensor, got {type(pe).__name__}.")
+        c.shape(
+            pe,
+            (max_len, d),
+            f"sinusoidal_positional_encoding({max_len}, {d})",
+            "Read the sizes from the arguments.",
+        )
+        c.that(
+            pe.dtype == torch.get_default_dtype(),
+            f"the table is {pe.dtype} for ({max_len}, {d}); return torch's default dtype.",
+        )
+        diagnose_table(
+            c,
+            pe.double(),
+            exact(max_len, d),
+            mistakes(max_len, d),
+            max_len,
+            f"{max_len} positions, d_model = {d}",
+        )
     c.ok("sizes from 1 × 8 to 1000 × 128, and d_model = 512")
     pe = c.call(sinusoidal_positional_encoding, 200, 32)
     c.that(not pe.requires_grad, "the table should not require gradients: it is fixed.")
-    c.that(bool(torch_isfinite(pe).all()) and bool((pe.abs() <= 1 + 1e-6).all()),
-           "every entry is a sine or a cosine, so it lies in [-1, 1].", "entries in [-1, 1]")
+    c.that(
+        bool(torch_isfinite(pe).all()) and bool((pe.abs() <= 1 + 1e-6).all()),
+        "every entry is a sine or a cosine, so it lies in [-1, 1].",
+        "entries in [-1, 1]",
+    )
     c.done()
 
 
@@ -109,18 +129,38 @@ def check_positional_encoding(PositionalEncoding) -> None:
     table_buffer(c, m, 50, 16)
     m.eval()
     t50, wrong50 = exact(51, 16), mistakes(51, 16)
-    compare_added(c, m, torch.randn(3, 50, 16, generator=g), t50, "a sequence of exactly max_len",
-                  wrong50)
-    compare_added(c, m, torch.randn(1, 1, 16, generator=g), t50, "a single position", wrong50,
-                  passed="seq = max_len and seq = 1")
+    compare_added(c, m, torch.randn(3, 50, 16, generator=g), t50, "a sequence of exactly max_len", wrong50)
+    compare_added(
+        c,
+        m,
+        torch.randn(1, 1, 16, generator=g),
+        t50,
+        "a single position",
+        wrong50,
+        passed="seq = max_len and seq = 1",
+    )
     m.train()
-    compare_added(c, m, torch.randn(4, 9, 16, generator=g), t50, "training mode, default "
-                  "dropout=0.0", wrong50, passed="no dropout by default, even in training mode")
+    compare_added(
+        c,
+        m,
+        torch.randn(4, 9, 16, generator=g),
+        t50,
+        "training mode, default dropout=0.0",
+        wrong50,
+        passed="no dropout by default, even in training mode",
+    )
     m6 = c.build(PositionalEncoding, 6)
     m6.eval()
     table_buffer(c, m6, 5000, 6, "PositionalEncoding(6), whose max_len should default to 5000")
-    compare_added(c, m6, torch.randn(2, 600, 6, generator=g), exact(601, 6), "default max_len, "
-                  "600 positions", mistakes(601, 6), passed="max_len defaults to 5000")
+    compare_added(
+        c,
+        m6,
+        torch.randn(2, 600, 6, generator=g),
+        exact(601, 6),
+        "default max_len, 600 positions",
+        mistakes(601, 6),
+        passed="max_len defaults to 5000",
+    )
     # .double() converts buffers (not plain attributes): float64 in, float64 out
     m64 = c.build(PositionalEncoding, 16, max_len=50).double().eval()
     x64 = torch.randn(2, 5, 16, generator=g, dtype=torch.float64)
@@ -130,8 +170,9 @@ def check_positional_encoding(PositionalEncoding) -> None:
     md = c.build(PositionalEncoding, 16, max_len=50, dropout=0.5)
     md.eval()
     xd = torch.randn(3, 8, 16, generator=g)
-    compare_added(c, md, xd, t50, "dropout=0.5 in eval mode", wrong50,
-                  passed="dropout does nothing in eval mode")
+    compare_added(
+        c, md, xd, t50, "dropout=0.5 in eval mode", wrong50, passed="dropout does nothing in eval mode"
+    )
     md.train()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
@@ -139,24 +180,40 @@ def check_positional_encoding(PositionalEncoding) -> None:
     full = xd.double() + t50[:8]
     dropped = out.abs() < 1e-12
     if not dropped.any() and not near(out, full, 1e-6, 1e-6):
-        c.fail("with dropout=0.5 in training mode the output changes but no entry is 0: "
-               "dropout seems to act on only one part of the sum. Apply it to x + PE.")
-    c.that(bool(dropped.any()), "with dropout=0.5 in training mode nothing was dropped: keep "
-           "an nn.Dropout(dropout) and apply it in forward.")
+        c.fail(
+            "with dropout=0.5 in training mode the output changes but no entry is 0: "
+            "dropout seems to act on only one part of the sum. Apply it to x + PE."
+        )
+    c.that(
+        bool(dropped.any()),
+        "with dropout=0.5 in training mode nothing was dropped: keep "
+        "an nn.Dropout(dropout) and apply it in forward.",
+    )
     kept_ok = near(out[~dropped], 2 * full[~dropped], 1e-4, 1e-4)
-    c.that(kept_ok, "with dropout, every entry of the output should be either 0 or "
-           "2 × (x + PE) for p = 0.5: apply dropout to the sum x + PE, not to the table "
-           "or to x alone.", "dropout applies to x + PE in training mode")
+    c.that(
+        kept_ok,
+        "with dropout, every entry of the output should be either 0 or "
+        "2 × (x + PE) for p = 0.5: apply dropout to the sum x + PE, not to the table "
+        "or to x alone.",
+        "dropout applies to x + PE in training mode",
+    )
     # gradients flow to x, not to the table
     xg = torch.randn(2, 4, 16, generator=g, requires_grad=True)
     add(c, m.eval(), xg, "backward").sum().backward()
-    c.that(xg.grad is not None and bool((xg.grad == 1).all()), "the gradient with respect "
-           "to x should be 1 everywhere (the output is x plus a constant).",
-           "gradients flow to x, none to the table")
+    c.that(
+        xg.grad is not None and bool((xg.grad == 1).all()),
+        "the gradient with respect to x should be 1 everywhere (the output is x plus a constant).",
+        "gradients flow to x, none to the table",
+    )
     x = torch.randn(2, 7, 16, generator=g)
     # on a second device: the table must move with the module (a buffer) and be the one used
     for dev in second_devices():
         mc = dev.module(c.build(PositionalEncoding, 16, max_len=50).eval())
-        c.close(dev.call(c, mc, dev.tensor(x)), x.double() + t50[:7], f"wrong values on {dev}.",
-                atol=1e-4, passed=f"runs on {dev}")
+        c.close(
+            dev.call(c, mc, dev.tensor(x)),
+            x.double() + t50[:7],
+            f"wrong values on {dev}.",
+            atol=1e-4,
+            passed=f"runs on {dev}",
+        )
     c.done()

@@ -1,4 +1,5 @@
 """Hidden checks for 02_cosine_similarity, and the expected outputs its visible checks store."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,8 +41,12 @@ def expected_outputs() -> dict[str, np.ndarray]:
     q = rng.normal(size=6)
     return {
         "king_queen": np.float64(ref.cosine_similarity(visible.KING, visible.QUEEN)),
-        "matrix_A": A, "matrix_B": B, "matrix_expected": ref.cosine_similarity_matrix(A, B),
-        "similar_E": E, "similar_query": q, "similar_ids": ref.most_similar(q, E, k=3),
+        "matrix_A": A,
+        "matrix_B": B,
+        "matrix_expected": ref.cosine_similarity_matrix(A, B),
+        "similar_E": E,
+        "similar_query": q,
+        "similar_ids": ref.most_similar(q, E, k=3),
     }
 
 
@@ -50,18 +55,30 @@ def check_cosine_similarity(cosine_similarity) -> None:
     c = _check("cosine_similarity")
     rng = np.random.default_rng(11)
     u, v = rng.normal(size=7), rng.normal(size=7)
-    c.close(c.call(cosine_similarity, 5.0 * u, v), ref.cosine_similarity(u, v),
-            "cosine should not change when a vector is scaled: normalise both u and v.",
-            passed="ignores the vectors' lengths")
-    c.close(c.call(cosine_similarity, u, 0.1 * v), ref.cosine_similarity(u, v),
-            "cosine should not change when a vector is scaled: normalise both u and v.",
-            passed="ignores the other vector's length too")
-    c.close(c.call(cosine_similarity, u, -u), -1.0,
-            "opposite vectors have cosine -1 (similarity, not distance).",
-            passed="opposite vectors give -1")
-    c.close(c.call(cosine_similarity, [1, 2, 2], [2, 1, 2]), 8 / 9,
-            "plain Python lists of ints should work too (convert with np.asarray).",
-            passed="lists of ints")
+    c.close(
+        c.call(cosine_similarity, 5.0 * u, v),
+        ref.cosine_similarity(u, v),
+        "cosine should not change when a vector is scaled: normalise both u and v.",
+        passed="ignores the vectors' lengths",
+    )
+    c.close(
+        c.call(cosine_similarity, u, 0.1 * v),
+        ref.cosine_similarity(u, v),
+        "cosine should not change when a vector is scaled: normalise both u and v.",
+        passed="ignores the other vector's length too",
+    )
+    c.close(
+        c.call(cosine_similarity, u, -u),
+        -1.0,
+        "opposite vectors have cosine -1 (similarity, not distance).",
+        passed="opposite vectors give -1",
+    )
+    c.close(
+        c.call(cosine_similarity, [1, 2, 2], [2, 1, 2]),
+        8 / 9,
+        "plain Python lists of ints should work too (convert with np.asarray).",
+        passed="lists of ints",
+    )
     c.done()
 
 
@@ -72,17 +89,27 @@ def check_cosine_similarity_matrix(cosine_similarity_matrix) -> None:
     A, B = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
     A2 = A * np.array([[0.1], [10.0], [3.0]])
     B2 = B * np.array([[7.0], [0.5], [1.0], [2.0], [0.01]])
-    c.close(c.call(cosine_similarity_matrix, A2, B2), ref.cosine_similarity_matrix(A, B),
-            "rows of different lengths must not matter: normalise each row of A and of B.",
-            passed="ignores row lengths")
+    c.close(
+        c.call(cosine_similarity_matrix, A2, B2),
+        ref.cosine_similarity_matrix(A, B),
+        "rows of different lengths must not matter: normalise each row of A and of B.",
+        passed="ignores row lengths",
+    )
     C = rng.normal(size=(4, 4))
     D = rng.normal(size=(4, 4)) * np.array([[1.0, 9.0, 0.2, 3.0]])
-    c.close(c.call(cosine_similarity_matrix, C, D), ref.cosine_similarity_matrix(C, D),
-            "with square inputs, normalising columns instead of rows (axis 0 vs 1) gives "
-            "wrong values.", passed="normalises rows, not columns")
+    c.close(
+        c.call(cosine_similarity_matrix, C, D),
+        ref.cosine_similarity_matrix(C, D),
+        "with square inputs, normalising columns instead of rows (axis 0 vs 1) gives wrong values.",
+        passed="normalises rows, not columns",
+    )
     got = c.call(cosine_similarity_matrix, A, A)
-    c.close(np.diag(to_numpy(got)), np.ones(3), "a row has cosine 1 with itself.",
-            passed="diagonal of cos(A, A) is 1")
+    c.close(
+        np.diag(to_numpy(got)),
+        np.ones(3),
+        "a row has cosine 1 with itself.",
+        passed="diagonal of cos(A, A) is 1",
+    )
     c.done()
 
 
@@ -94,10 +121,17 @@ def check_most_similar(most_similar) -> None:
     target = E[4] / np.linalg.norm(E[4]) * 0.3
     got = np.asarray(c.call(most_similar, target, E, k=2, exclude=(4,)))
     c.that(4 not in got.tolist(), "an id in exclude was returned.", "never returns excluded ids")
-    c.that(len(got) == 2, f"with exclude, still return k ids (got {len(got)}): drop the "
-           "excluded ids before taking the top k, not after.", "still k ids with exclude")
-    c.that(got.tolist() == ref.most_similar(target, E, k=2, exclude=(4,)).tolist(),
-           "wrong ids once exclude is used.", "right ids with exclude")
+    c.that(
+        len(got) == 2,
+        f"with exclude, still return k ids (got {len(got)}): drop the "
+        "excluded ids before taking the top k, not after.",
+        "still k ids with exclude",
+    )
+    c.that(
+        got.tolist() == ref.most_similar(target, E, k=2, exclude=(4,)).tolist(),
+        "wrong ids once exclude is used.",
+        "right ids with exclude",
+    )
     best3 = [int(i) for i in ref.most_similar(q, E, k=3)]
     want = ref.most_similar(q, E, k=3, exclude=best3).tolist()
     for excl in (tuple(best3), list(best3), set(best3)):
@@ -105,26 +139,37 @@ def check_most_similar(most_similar) -> None:
             got = np.asarray(c.call(most_similar, q, E, k=3, exclude=excl))
         except CheckFailed as exc:
             if "IndexError" in str(exc):
-                c.fail(f"raised an IndexError with exclude={excl!r}. NumPy reads a tuple "
-                       "index as one index per axis; turn exclude into a list first.")
+                c.fail(
+                    f"raised an IndexError with exclude={excl!r}. NumPy reads a tuple "
+                    "index as one index per axis; turn exclude into a list first."
+                )
             raise
-        c.that(not set(got.tolist()) & set(best3),
-               f"with exclude={excl!r} an excluded id came back: every id in exclude must "
-               "be left out, not just the first.")
+        c.that(
+            not set(got.tolist()) & set(best3),
+            f"with exclude={excl!r} an excluded id came back: every id in exclude must "
+            "be left out, not just the first.",
+        )
         c.that(got.tolist() == want, f"wrong ids with exclude={excl!r}.")
     c.ok("several excluded ids, given as a tuple, a list or a set")
     # every row left after the exclusion points away from the query
     F = np.array([[1.0, 0.0], [-1.0, 0.1], [-1.0, -0.2], [-0.5, -1.0]])
     got = np.asarray(c.call(most_similar, np.array([2.0, 0.0]), F, k=2, exclude=(0,)))
-    c.that(0 not in got.tolist(),
-           "an excluded id came back when all the other cosines are negative: give excluded "
-           "ids a score that no cosine can fall below (0 is not enough).",
-           "excluded ids lose even against negative cosines")
-    c.that(got.tolist() == ref.most_similar(np.array([2.0, 0.0]), F, k=2, exclude=(0,)).tolist(),
-           "wrong ids when every candidate has a negative cosine: still highest first.")
+    c.that(
+        0 not in got.tolist(),
+        "an excluded id came back when all the other cosines are negative: give excluded "
+        "ids a score that no cosine can fall below (0 is not enough).",
+        "excluded ids lose even against negative cosines",
+    )
+    c.that(
+        got.tolist() == ref.most_similar(np.array([2.0, 0.0]), F, k=2, exclude=(0,)).tolist(),
+        "wrong ids when every candidate has a negative cosine: still highest first.",
+    )
     got = np.asarray(c.call(most_similar, q, E, k=5))
-    c.that(got.tolist() == ref.most_similar(q, E, k=5).tolist(),
-           "k=5 gives wrong ids: take exactly the k highest cosines.", "k=5")
+    c.that(
+        got.tolist() == ref.most_similar(q, E, k=5).tolist(),
+        "k=5 gives wrong ids: take exactly the k highest cosines.",
+        "k=5",
+    )
     got = np.asarray(c.call(most_similar, q, E))
     c.that(len(got) == 5, "the default k is 5.", "default k=5")
     c.done()
@@ -135,18 +180,27 @@ def check_analogy(analogy) -> None:
     c = _check("analogy")
     rng = np.random.default_rng(5)
     E2 = rng.normal(size=(30, 8))
-    for (a, b, cc) in [(0, 1, 2), (5, 9, 11), (3, 20, 7)]:
+    for a, b, cc in [(0, 1, 2), (5, 9, 11), (3, 20, 7)]:
         got = np.asarray(c.call(analogy, a, b, cc, E2, k=4)).tolist()
         want = ref.analogy(a, b, cc, E2, k=4).tolist()
-        c.that(len(got) == 4, f"with k=4 return 4 ids (got {len(got)}): pass k on, and "
-               "exclude a, b, c before taking the top k, not after.")
+        c.that(
+            len(got) == 4,
+            f"with k=4 return 4 ids (got {len(got)}): pass k on, and "
+            "exclude a, b, c before taking the top k, not after.",
+        )
         c.that(not {a, b, cc} & set(got), "a, b and c must never be answers: exclude them.")
-        c.that(got == want, "wrong ids for a random analogy: nearest by cosine to "
-               "E[b] - E[a] + E[c], most similar first (is the sign of a or b flipped?).")
+        c.that(
+            got == want,
+            "wrong ids for a random analogy: nearest by cosine to "
+            "E[b] - E[a] + E[c], most similar first (is the sign of a or b flipped?).",
+        )
     c.ok("excludes a, b, c; right ids, right order, right signs")
     # without exclusion, b itself would win here
     E3 = np.array([[1.0, 0.0], [0.0, 1.0], [0.9, 0.1], [-0.8, 0.9], [0.5, -1.0]])
     got = np.atleast_1d(np.asarray(c.call(analogy, 0, 1, 2, E3)))
-    c.that(int(got[0]) not in (0, 1, 2), "one of the input words came back: exclude a, b, c.",
-           "inputs excluded even when they are nearest")
+    c.that(
+        int(got[0]) not in (0, 1, 2),
+        "one of the input words came back: exclude a, b, c.",
+        "inputs excluded even when they are nearest",
+    )
     c.done()

@@ -1,6 +1,7 @@
 """``course check``: one learner's notebook graded against the full hidden tests, exactly as
 the instructor's autograder would, in a throw-away course directory (the course's gradebook
 and folders are never touched)."""
+
 from __future__ import annotations
 
 import json
@@ -11,11 +12,11 @@ from pathlib import Path
 import nbformat
 
 from course_grading import untrusted
-from course_grading.grading.autograde import grade_submission, sandbox_available
 from course_grading.authoring.nbformat_tools import read_notebook
-from course_grading.errors import GradingError
 from course_grading.course.course import Course
 from course_grading.course.nbgrader_setup import GradingRun, generate
+from course_grading.errors import GradingError
+from course_grading.grading.autograde import grade_submission, sandbox_available
 from course_grading.reports.results import SubmissionResult
 from course_grading.sandbox import installed, warm
 
@@ -47,9 +48,14 @@ def check(path, course, sandboxed=True, audit=True) -> SubmissionResult:
         target = scratch.submitted / CHECK_STUDENT / assignment / f"{assignment}.ipynb"
         target.parent.mkdir(parents=True)
         target.write_bytes(data)
-        run = GradingRun(course, root=str(scratch.root), submitted=str(scratch.submitted),
-                         db_url=f"sqlite:///{scratch.root / 'gradebook.db'}", sandbox=sandbox_available(sandboxed),
-                         audit=audit)
+        run = GradingRun(
+            course,
+            root=str(scratch.root),
+            submitted=str(scratch.submitted),
+            db_url=f"sqlite:///{scratch.root / 'gradebook.db'}",
+            sandbox=sandbox_available(sandboxed),
+            audit=audit,
+        )
         if run.sandbox:  # its imports overlap with generating the assignment
             warm.ensure_warm(course.sandbox_settings(scratch.root))
         try:
@@ -112,6 +118,7 @@ def load_submission(path: Path, data: bytes | None = None) -> nbformat.NotebookN
 def _nbgrader_ids(nb) -> set[str]:
     """The grade ids of ``nb``'s cells (a learner's: only those that are strings count)."""
     from course_grading.authoring.cells import grade_id
+
     return {gid for c in nb.cells if isinstance(c, dict) and isinstance(gid := grade_id(c), str)}
 
 
@@ -127,8 +134,10 @@ def identify_assignment(course: Course, path: Path, nb) -> str:
     by_name = [n for n in (path.stem, path.parent.name) if n in sources]
     overlap = {a: len(ids & _graded_ids(sources[a])) for a in known}
     if not by_name and not any(overlap.values()):
-        raise GradingError(f"cannot tell which assignment {path} belongs to: "
-                           f"name it <assignment>.ipynb, one of {', '.join(known)}")
+        raise GradingError(
+            f"cannot tell which assignment {path} belongs to: "
+            f"name it <assignment>.ipynb, one of {', '.join(known)}"
+        )
     assignment = by_name[0] if by_name else max(known, key=overlap.get)
     foreign = sorted(ids - _nbgrader_ids(sources[assignment]))
     if foreign or not overlap[assignment]:
@@ -147,8 +156,11 @@ def model_answers(course, assignment: str) -> dict[str, str]:
         nb = _assignment_source(Course.of(course), assignment)
     except (OSError, ValueError):
         return {}
-    return {grade_id(c): text(c.get("source")).strip() for c in nb.cells
-            if is_solution(c) and meta(c).get("grade") and isinstance(grade_id(c), str)}
+    return {
+        grade_id(c): text(c.get("source")).strip()
+        for c in nb.cells
+        if is_solution(c) and meta(c).get("grade") and isinstance(grade_id(c), str)
+    }
 
 
 def _assignment_source(course: Course, assignment: str):
@@ -156,5 +168,8 @@ def _assignment_source(course: Course, assignment: str):
 
 
 def _graded_ids(nb) -> set[str]:
-    return {c.metadata["nbgrader"]["grade_id"] for c in nb.cells
-            if c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("solution")}
+    return {
+        c.metadata["nbgrader"]["grade_id"]
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade") or c.metadata.get("nbgrader", {}).get("solution")
+    }

@@ -31,6 +31,7 @@ starts before anything heavy is imported, so that its own imports (torch, IPytho
 another core while this process imports nbgrader, and a thread imports what this process needs
 once the kernel has run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,21 +42,43 @@ import threading
 import warnings
 from pathlib import Path
 
-from course_grading.commands.handlers import (EXPORT_CSV, GRADES_CSV, UsageError, _one_line, cmd_autograde,
-                                              cmd_build_student, cmd_check, cmd_doctor, cmd_export,
-                                              cmd_feedback, cmd_release, cmd_report, cmd_roster_import,
-                                              cmd_start, cmd_status)
+from course_grading.commands.handlers import (
+    EXPORT_CSV,
+    GRADES_CSV,
+    UsageError,
+    _one_line,
+    cmd_autograde,
+    cmd_build_student,
+    cmd_check,
+    cmd_doctor,
+    cmd_export,
+    cmd_feedback,
+    cmd_release,
+    cmd_report,
+    cmd_roster_import,
+    cmd_start,
+    cmd_status,
+)
 from course_grading.course.course import Course
-from course_grading.course.course_dir import (HOW_TO_NAME, RootConfigError, course_config_near,
-                                             find_submissions, search_root)
+from course_grading.course.course_dir import (
+    HOW_TO_NAME,
+    RootConfigError,
+    course_config_near,
+    find_submissions,
+    search_root,
+)
 
 GRADING_MODULES = ("course_grading.grading.autograde", "torch")  # what the workers' fork server imports
 LOGGER = "course_grading.nbgrader"  # nbgrader_setup.LOG: shown with -v
-NO_SANDBOX_HELP = ("run student code WITHOUT the bubblewrap sandbox (it can then read and "
-                   "change the gradebook); a warning says so. Without it, `autograde` refuses to "
-                   "grade where bubblewrap does not run")
-DB_HELP = ("gradebook database URL, e.g. postgresql://user@host/grades (default: "
-           "CourseDirectory.db_url in nbgrader_config.py, else sqlite:///<root>/gradebook.db)")
+NO_SANDBOX_HELP = (
+    "run student code WITHOUT the bubblewrap sandbox (it can then read and "
+    "change the gradebook); a warning says so. Without it, `autograde` refuses to "
+    "grade where bubblewrap does not run"
+)
+DB_HELP = (
+    "gradebook database URL, e.g. postgresql://user@host/grades (default: "
+    "CourseDirectory.db_url in nbgrader_config.py, else sqlite:///<root>/gradebook.db)"
+)
 
 
 def run() -> None:
@@ -68,6 +91,7 @@ def main(argv=None, exiting=False) -> int:
     Unless the process ``exiting`` right after, the imports started early have ended by then
     (a caller in the same process never meets a module half imported)."""
     from course_grading.sandbox.installed import safe_path
+
     sys.path[:] = safe_path(sys.path)  # nothing is imported from the current directory
     args = build_parser().parse_args(argv)
     verbose = getattr(args, "verbose", False)
@@ -92,6 +116,7 @@ def main(argv=None, exiting=False) -> int:
                 importer = threading.Thread(target=early, daemon=True)
                 importer.start()
             from course_grading.errors import GradingError, gradebook_problem
+
             try:
                 return args.run(args, course)
             except GradingError as exc:
@@ -106,6 +131,7 @@ def main(argv=None, exiting=False) -> int:
                     importer = None
                 if early is not None:  # the sandbox started early ends with the command, even
                     from course_grading.sandbox import warm  # one refused before grading began
+
                     warm.stop_warm()
     except (UsageError, OSError) as exc:
         print(f"course: error: {_one_line(exc)}", file=sys.stderr)
@@ -143,14 +169,17 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser; each subcommand stores its function as ``run``."""
     # Accepted before or after the subcommand; SUPPRESS keeps a subparser from resetting them.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
-                        help="show nbgrader's log")
-    common.add_argument("--root", default=argparse.SUPPRESS,
-                        help="course directory (default: $COURSE_ROOT, else CourseDirectory.root "
-                             "in ~/.jupyter/nbgrader_config.py, else the clone this command was "
-                             "installed from; never the current folder)")
-    parser = argparse.ArgumentParser(prog="course", description=__doc__.splitlines()[0],
-                                     parents=[common])
+    common.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show nbgrader's log"
+    )
+    common.add_argument(
+        "--root",
+        default=argparse.SUPPRESS,
+        help="course directory (default: $COURSE_ROOT, else CourseDirectory.root "
+        "in ~/.jupyter/nbgrader_config.py, else the clone this command was "
+        "installed from; never the current folder)",
+    )
+    parser = argparse.ArgumentParser(prog="course", description=__doc__.splitlines()[0], parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     start = sub.add_parser("start", parents=[common], help="open the course in JupyterLab")
@@ -163,48 +192,71 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     check.set_defaults(run=cmd_check)
 
-    status = sub.add_parser("status", parents=[common],
-                            help="where you stand: every notebook and exercise, from your notebooks")
-    status.add_argument("--notebooks", metavar="DIR",
-                        help="the folder holding your NN_topic/NN_topic.ipynb or NN_topic.ipynb "
-                             "(default: notebooks/ of the course)")
+    status = sub.add_parser(
+        "status", parents=[common], help="where you stand: every notebook and exercise, from your notebooks"
+    )
+    status.add_argument(
+        "--notebooks",
+        metavar="DIR",
+        help="the folder holding your NN_topic/NN_topic.ipynb or NN_topic.ipynb "
+        "(default: notebooks/ of the course)",
+    )
     status.add_argument("--no-cache", action="store_true", help="grade every started notebook again")
     status.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
     status.set_defaults(run=cmd_status)
 
-    doctor = sub.add_parser("doctor", parents=[common],
-                            help="check this environment: one OK/FAIL line per thing the course needs")
-    doctor.add_argument("--test", action="store_true",
-                        help="what the test suite needs is required too (FAIL, not WARN)")
+    doctor = sub.add_parser(
+        "doctor", parents=[common], help="check this environment: one OK/FAIL line per thing the course needs"
+    )
+    doctor.add_argument(
+        "--test", action="store_true", help="what the test suite needs is required too (FAIL, not WARN)"
+    )
     doctor.add_argument("--quiet", action="store_true", help="show only what is not OK")
-    doctor.add_argument("--instructor", action="store_true",
-                        help="also the instructor's server and exchange: the Formgrader's CSP, "
-                             "frame-ancestors, the exchange's modes and owner, a PostgreSQL gradebook")
-    doctor.add_argument("--start", action="store_true",
-                        help="exit 1 only for a FAIL that keeps the course from working (scripts/start.sh)")
+    doctor.add_argument(
+        "--instructor",
+        action="store_true",
+        help="also the instructor's server and exchange: the Formgrader's CSP, "
+        "frame-ancestors, the exchange's modes and owner, a PostgreSQL gradebook",
+    )
+    doctor.add_argument(
+        "--start",
+        action="store_true",
+        help="exit 1 only for a FAIL that keeps the course from working (scripts/start.sh)",
+    )
     doctor.set_defaults(run=cmd_doctor)
 
     release = sub.add_parser("release", parents=[common], help="regenerate notebooks/ from solutions/")
     release.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
-    release.add_argument("--check", action="store_true",
-                         help="write nothing; exit 1 if notebooks/ is out of date")
+    release.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if notebooks/ is out of date"
+    )
     release.set_defaults(run=cmd_release)
 
     autograde = sub.add_parser("autograde", parents=[common], help="grade submitted/ in parallel")
     autograde.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     autograde.add_argument("--student", nargs="+", action="extend", metavar="S", help="only these students")
     autograde.add_argument("--jobs", type=_positive_int, help="worker processes (default: CPU count)")
-    autograde.add_argument("--csv", help=f"grades file (default: {GRADES_CSV}, which a partial run keeps whole "
-                                           "for the class; a file named here holds this run's grades only)")
+    autograde.add_argument(
+        "--csv",
+        help=f"grades file (default: {GRADES_CSV}, which a partial run keeps whole "
+        "for the class; a file named here holds this run's grades only)",
+    )
     autograde.add_argument("--db", help=DB_HELP)
-    autograde.add_argument("--no-report", action="store_true",
-                           help="skip the class report (one job per submission: run `course report` at the end)")
+    autograde.add_argument(
+        "--no-report",
+        action="store_true",
+        help="skip the class report (one job per submission: run `course report` at the end)",
+    )
     autograde.add_argument("--no-sandbox", action="store_true", help=NO_SANDBOX_HELP)
-    autograde.add_argument("--no-audit", action="store_true",
-                           help="skip the integrity audit and the red-flag scan")
-    autograde.add_argument("--resume", action="store_true",
-                           help="keep the grades of an earlier (interrupted) run that still stand: "
-                                "grade only what is new, changed or not graded yet")
+    autograde.add_argument(
+        "--no-audit", action="store_true", help="skip the integrity audit and the red-flag scan"
+    )
+    autograde.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the grades of an earlier (interrupted) run that still stand: "
+        "grade only what is new, changed or not graded yet",
+    )
     autograde.set_defaults(run=cmd_autograde)
 
     feedback = sub.add_parser("feedback", parents=[common], help="HTML feedback into feedback/")
@@ -215,40 +267,64 @@ def build_parser() -> argparse.ArgumentParser:
 
     export = sub.add_parser("export", parents=[common], help="nbgrader's CSV export of the gradebook")
     export.add_argument("--to", help=f"CSV file (default: {EXPORT_CSV})")
-    export.add_argument("--format", default="nbgrader", choices=("nbgrader", "canvas", "moodle", "wide"),
-                        help="nbgrader's columns (default), a Canvas or Moodle grade import, or "
-                             "one row per student with a column per assignment")
-    export.add_argument("--fill", metavar="CANVAS_CSV",
-                        help="with --format canvas: fill the gradebook CSV downloaded from Canvas "
-                             "(its ids, sections and points kept) instead of writing a new file")
-    export.add_argument("--match", default="username", choices=("username", "email", "idnumber"),
-                        help="with --format moodle: the one column Moodle matches users by (default: username)")
-    export.add_argument("--roster", metavar="CSV",
-                        help="only the students of this class list (the LMS's participants download); "
-                             "every other gradebook student is named")
+    export.add_argument(
+        "--format",
+        default="nbgrader",
+        choices=("nbgrader", "canvas", "moodle", "wide"),
+        help="nbgrader's columns (default), a Canvas or Moodle grade import, or "
+        "one row per student with a column per assignment",
+    )
+    export.add_argument(
+        "--fill",
+        metavar="CANVAS_CSV",
+        help="with --format canvas: fill the gradebook CSV downloaded from Canvas "
+        "(its ids, sections and points kept) instead of writing a new file",
+    )
+    export.add_argument(
+        "--match",
+        default="username",
+        choices=("username", "email", "idnumber"),
+        help="with --format moodle: the one column Moodle matches users by (default: username)",
+    )
+    export.add_argument(
+        "--roster",
+        metavar="CSV",
+        help="only the students of this class list (the LMS's participants download); "
+        "every other gradebook student is named",
+    )
     export.add_argument("--db", help=DB_HELP)
     export.set_defaults(run=cmd_export)
 
     roster = sub.add_parser("roster", parents=[common], help="the class list: names and emails")
     roster_sub = roster.add_subparsers(dest="roster_command", required=True, metavar="ACTION")
-    roster_import = roster_sub.add_parser("import", parents=[common],
-                                          help="students from a CSV (id, first_name, last_name, email) "
-                                               "into the gradebook, as `nbgrader db student import`")
+    roster_import = roster_sub.add_parser(
+        "import",
+        parents=[common],
+        help="students from a CSV (id, first_name, last_name, email) "
+        "into the gradebook, as `nbgrader db student import`",
+    )
     roster_import.add_argument("csv", metavar="CSV")
-    roster_import.add_argument("--id-column", metavar="NAME",
-                               help="the column holding the student id (the hub user name), where "
-                                    "the file's own would be taken wrongly or is missing")
+    roster_import.add_argument(
+        "--id-column",
+        metavar="NAME",
+        help="the column holding the student id (the hub user name), where "
+        "the file's own would be taken wrongly or is missing",
+    )
     roster_import.add_argument("--db", help=DB_HELP)
     roster_import.set_defaults(run=cmd_roster_import)
 
-    class_report = sub.add_parser("report", parents=[common],
-                                  help="class report from the gradebook: pass rates, scores, failures")
+    class_report = sub.add_parser(
+        "report", parents=[common], help="class report from the gradebook: pass rates, scores, failures"
+    )
     class_report.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     class_report.add_argument("--db", help=DB_HELP)
     class_report.set_defaults(run=cmd_report)
 
-    student = sub.add_parser("build-student", parents=[common],
-                             help="the student side: the learner wheel, the releases, a Dockerfile")
+    student = sub.add_parser(
+        "build-student",
+        parents=[common],
+        help="the student side: the learner wheel, the releases, a Dockerfile",
+    )
     student.add_argument("out", help="folder to write (empty or new)")
     student.add_argument("--force", action="store_true", help="replace what OUT already holds")
     student.set_defaults(run=cmd_build_student)
@@ -279,16 +355,21 @@ def find_root(explicit=None) -> Path:
     near = course_config_near(os.getcwd())
     if found is None:
         if near is not None:
-            raise UsageError(f"{near} is not used: a course directory is never taken from the "
-                             f"current folder (a submission or a download may be one); {HOW_TO_NAME}")
+            raise UsageError(
+                f"{near} is not used: a course directory is never taken from the "
+                f"current folder (a submission or a download may be one); {HOW_TO_NAME}"
+            )
         raise UsageError(f"no course directory: {HOW_TO_NAME}")
     root, named_by = found
     if not (root / "nbgrader_config.py").is_file():
         by = "" if named_by == "--root" else f" ({named_by})"
         raise UsageError(f"{root}{by} is not a course directory: it has no nbgrader_config.py")
     if named_by != "--root" and near is not None and not _within(near, root):
-        print(f"course: note: using the course {root} ({named_by}); {near} is not used (name "
-              "another course with --root DIR or COURSE_ROOT=DIR)", file=sys.stderr)
+        print(
+            f"course: note: using the course {root} ({named_by}); {near} is not used (name "
+            "another course with --root DIR or COURSE_ROOT=DIR)",
+            file=sys.stderr,
+        )
     return root
 
 
@@ -312,12 +393,17 @@ def _absolute_paths(args, here: str) -> None:
             setattr(args, name, os.path.join(here, value))
     db = getattr(args, "db", None)
     prefix = "sqlite:///"
-    if isinstance(db, str) and db.startswith(prefix) and not db[len(prefix):].startswith("/") \
-            and db[len(prefix):] not in ("", ":memory:"):
-        args.db = prefix + os.path.join(here, db[len(prefix):])
+    if (
+        isinstance(db, str)
+        and db.startswith(prefix)
+        and not db[len(prefix) :].startswith("/")
+        and db[len(prefix) :] not in ("", ":memory:")
+    ):
+        args.db = prefix + os.path.join(here, db[len(prefix) :])
 
 
 # --------------------------------------------------------------------------- starting early
+
 
 def _grades_here(args, course: Course) -> bool:
     """Whether the command grades exactly one submission in this process, sandboxed."""
@@ -369,6 +455,7 @@ def _import_report_side() -> None:
     """matplotlib for the class report, imported while workers grade."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot  # noqa: F401 - imported for later, in this thread
     except Exception:  # noqa: BLE001 - only an optimisation: the report imports it anyway
@@ -381,8 +468,8 @@ def _import_trusted_side() -> None:
     while this process only waits for the sandbox."""
     _import_report_side()
     try:
-        import course_grading.reference.generation  # noqa: F401 - torch and the references
         import course_grading.audit.trusted  # noqa: F401 - imported for later, in this thread
+        import course_grading.reference.generation  # noqa: F401 - torch and the references
     except Exception:  # noqa: BLE001 - only an optimisation: the grader imports them anyway
         pass
 

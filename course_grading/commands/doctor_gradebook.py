@@ -14,6 +14,7 @@ Each FAIL's fix is a command for this machine where one can be known:
   piped to ``psql`` as the server's superuser (``postgres`` on this machine, through Debian's
   ``--cluster`` where there is one).
 """
+
 from __future__ import annotations
 
 import getpass
@@ -46,13 +47,21 @@ def check_gradebook(db_url: str, root: Path) -> Line | None:
     try:
         engine = create_engine(db_url, connect_args={"connect_timeout": 5})
     except ImportError as exc:
-        return Line(FAIL, WHAT, f"{shown}: its driver does not import ({exc}; the course's is psycopg2, "
-                    "named by postgresql+psycopg2://)", f"{sys.executable} -m pip install {_driver(exc.name)}")
+        return Line(
+            FAIL,
+            WHAT,
+            f"{shown}: its driver does not import ({exc}; the course's is psycopg2, "
+            "named by postgresql+psycopg2://)",
+            f"{sys.executable} -m pip install {_driver(exc.name)}",
+        )
     try:
         with engine.connect() as connection:
-            tables, usage, create = connection.execute(text(
-                "SELECT EXISTS (SELECT FROM pg_tables WHERE schemaname = 'public' AND tablename = 'assignment'),"
-                " has_schema_privilege('public', 'USAGE'), has_schema_privilege('public', 'CREATE')")).one()
+            tables, usage, create = connection.execute(
+                text(
+                    "SELECT EXISTS (SELECT FROM pg_tables WHERE schemaname = 'public' AND tablename = 'assignment'),"
+                    " has_schema_privilege('public', 'USAGE'), has_schema_privilege('public', 'CREATE')"
+                )
+            ).one()
     except Exception as exc:  # noqa: BLE001 - the driver's own error says why
         return _unconnected(shown, exc, url, root)
     finally:
@@ -60,8 +69,13 @@ def check_gradebook(db_url: str, root: Path) -> Line | None:
     if tables and usage:
         return Line(OK, WHAT, f"{shown}: connected, nbgrader's tables there")
     if not (usage and create):
-        return Line(FAIL, WHAT, f"{shown}: {url.username} may not {'use' if tables else 'create'} "
-                    "nbgrader's tables in the schema public", _create(url, root))
+        return Line(
+            FAIL,
+            WHAT,
+            f"{shown}: {url.username} may not {'use' if tables else 'create'} "
+            "nbgrader's tables in the schema public",
+            _create(url, root),
+        )
     return Line(OK, WHAT, f"{shown}: connected (nbgrader makes its tables when it first grades)")
 
 
@@ -73,17 +87,29 @@ def _unconnected(shown: str, exc: Exception, url, root: Path) -> Line:
     # libpq gives a refused connection no SQLSTATE: its message is all there is to tell the
     # server's rules (pg_hba.conf, the administrator's) from a role or database missing
     if "pg_hba.conf" in first:
-        return Line(FAIL, WHAT, f"{shown}: {first}", "the server refuses this host: add a line for "
-                    f"it to the server's pg_hba.conf (database {url.database}, user {url.username}), "
-                    "then reload the server (its configuration is the server's administrator's)")
-    return Line(FAIL, WHAT, f"{shown}: {first} (the fix makes the role, its password and the "
-                "database as the URL says, as the server's superuser)", _create(url, root))
+        return Line(
+            FAIL,
+            WHAT,
+            f"{shown}: {first}",
+            "the server refuses this host: add a line for "
+            f"it to the server's pg_hba.conf (database {url.database}, user {url.username}), "
+            "then reload the server (its configuration is the server's administrator's)",
+        )
+    return Line(
+        FAIL,
+        WHAT,
+        f"{shown}: {first} (the fix makes the role, its password and the "
+        "database as the URL says, as the server's superuser)",
+        _create(url, root),
+    )
 
 
 def _driver(module: str | None) -> str:
     """What pip installs for a driver's module: the course's own pin for psycopg2."""
     if module == "psycopg2":
-        pinned = [f"{r.name}{r.specifier}" for r in _requirements("postgres") if r.name.startswith("psycopg2")]
+        pinned = [
+            f"{r.name}{r.specifier}" for r in _requirements("postgres") if r.name.startswith("psycopg2")
+        ]
         return shlex.quote(pinned[0] if pinned else "psycopg2-binary")
     return shlex.quote(DRIVERS.get(str(module), str(module)))
 
@@ -92,7 +118,7 @@ def _answers(url) -> bool:
     """Whether something listens where the URL points (a server, however it then answers)."""
     host, port = str(url.host or url.query.get("host") or ""), url.port or 5432
     if host.startswith("/") or not host:  # a socket folder; libpq's default ones for none
-        for folder in ([host] if host else ["/var/run/postgresql", "/tmp"]):
+        for folder in [host] if host else ["/var/run/postgresql", "/tmp"]:
             with socket.socket(socket.AF_UNIX) as probe:
                 probe.settimeout(5)
                 if probe.connect_ex(os.path.join(folder, f".s.PGSQL.{port}")) == 0:
@@ -128,8 +154,10 @@ def _cluster(port: int) -> tuple[str, str, str, str] | None:
 def _start(url) -> str:
     where = f"{url.host or 'localhost'}:{url.port or 5432}"
     if not _local(url):
-        return (f"none from here: the server at {where} runs on another machine; start it there, or "
-                "fix the host and port of CourseDirectory.db_url in nbgrader_config.py")
+        return (
+            f"none from here: the server at {where} runs on another machine; start it there, or "
+            "fix the host and port of CourseDirectory.db_url in nbgrader_config.py"
+        )
     cluster = _cluster(url.port or 5432)
     if cluster:
         return system.as_root(f"pg_ctlcluster {cluster[0]} {cluster[1]} start")
@@ -137,8 +165,10 @@ def _start(url) -> str:
         return system.as_root("systemctl start postgresql")
     if not (shutil.which("pg_ctl") or list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))):
         return system.install("postgresql") or "install PostgreSQL's server"
-    return (f"start the PostgreSQL server of port {url.port or 5432} as its owner (pg_ctl -D ITS_DATA_FOLDER "
-            "start): no cluster of this machine's is known to be on that port")
+    return (
+        f"start the PostgreSQL server of port {url.port or 5432} as its owner (pg_ctl -D ITS_DATA_FOLDER "
+        "start): no cluster of this machine's is known to be on that port"
+    )
 
 
 def _create(url, root: Path) -> str:
@@ -165,14 +195,20 @@ def sql(db_url: str) -> str:
     url = make_url(db_url)
     user = url.username or getpass.getuser()  # libpq's defaults: the user's name for both
     role, database = _literal(user), _literal(url.database or user)
-    lines = [f"SELECT format('CREATE ROLE %I LOGIN', {role}) "
-             f"WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {role})\\gexec"]
+    lines = [
+        f"SELECT format('CREATE ROLE %I LOGIN', {role}) "
+        f"WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {role})\\gexec"
+    ]
     if url.password is not None:
-        lines.append(f"SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', {role}, {_literal(url.password)})\\gexec")
-    lines += [f"SELECT format('CREATE DATABASE %I OWNER %I', {database}, {role}) "
-              f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = {database})\\gexec",
-              f"\\connect {_psql_word(url.database or user)}",
-              f"SELECT format('GRANT ALL ON SCHEMA public TO %I', {role})\\gexec"]
+        lines.append(
+            f"SELECT format('ALTER ROLE %I LOGIN PASSWORD %L', {role}, {_literal(url.password)})\\gexec"
+        )
+    lines += [
+        f"SELECT format('CREATE DATABASE %I OWNER %I', {database}, {role}) "
+        f"WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = {database})\\gexec",
+        f"\\connect {_psql_word(url.database or user)}",
+        f"SELECT format('GRANT ALL ON SCHEMA public TO %I', {role})\\gexec",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -15,6 +15,7 @@ the instructor's own files, which the server runs anyway).
 ``python -m course_grading.commands.doctor_instructor configure-server`` (the fix of both server
 lines) writes both settings where they win (``server_config``).
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,12 @@ def check_csp_extension(config) -> Line:
     enabled = dict(config.ServerApp.get("jpserver_extensions", {}) or {})
     if enabled.get(EXTENSION):
         return Line(OK, what, f"{EXTENSION} enabled: the Formgrader's pages run no script but their own")
-    return Line(FAIL, what, f"{EXTENSION} is not enabled: a student's notebook could run script in "
-                "the Formgrader's pages", CONFIGURE)
+    return Line(
+        FAIL,
+        what,
+        f"{EXTENSION} is not enabled: a student's notebook could run script in the Formgrader's pages",
+        CONFIGURE,
+    )
 
 
 def check_framing(config) -> Line:
@@ -53,8 +58,12 @@ def check_framing(config) -> Line:
     if FRAMING in policy:
         return Line(OK, what, f"Content-Security-Policy: {policy}")
     found = f"Content-Security-Policy: {policy}" if policy else "no Content-Security-Policy header set"
-    return Line(FAIL, what, f"{found}: under JupyterHub (frame-ancestors 'none') the Formgrader tab "
-                "stays blank", CONFIGURE)
+    return Line(
+        FAIL,
+        what,
+        f"{found}: under JupyterHub (frame-ancestors 'none') the Formgrader tab stays blank",
+        CONFIGURE,
+    )
 
 
 def configure_server(folder=None) -> Path:
@@ -69,8 +78,11 @@ def configure_server(folder=None) -> Path:
         server.setdefault("jpserver_extensions", {})[EXTENSION] = True
         settings = {**server_config.json_only(effective), **server.get("tornado_settings", {})}
         headers = settings["headers"] = {**(effective.get("headers") or {}), **settings.get("headers", {})}
-        policy = [p.strip() for p in str(headers.get("Content-Security-Policy", "")).split(";")
-                  if p.strip() and not p.strip().startswith("frame-ancestors")]
+        policy = [
+            p.strip()
+            for p in str(headers.get("Content-Security-Policy", "")).split(";")
+            if p.strip() and not p.strip().startswith("frame-ancestors")
+        ]
         headers["Content-Security-Policy"] = "; ".join(policy + [FRAMING])
         server["tornado_settings"] = settings
 
@@ -110,16 +122,26 @@ def check_exchange(exchange: Path, course_id: str, me: int | None = None) -> Lin
     what = "exchange"
     me = os.getuid() if me is None else me
     if not exchange.is_dir():
-        return Line(FAIL, what, f"{exchange} does not exist (c.Exchange.root)",
-                    " && ".join(_as_root_unless_mine(f"{command} {shlex.quote(str(exchange))}", exchange)
-                                for command in ("mkdir -p", "chmod 1777")))
+        return Line(
+            FAIL,
+            what,
+            f"{exchange} does not exist (c.Exchange.root)",
+            " && ".join(
+                _as_root_unless_mine(f"{command} {shlex.quote(str(exchange))}", exchange)
+                for command in ("mkdir -p", "chmod 1777")
+            ),
+        )
     wrong = _mode_line(what, exchange, ROOT_MODE, None, sudo=exchange.stat().st_uid != me)
     if wrong:
         return wrong
     course = exchange / course_id
     if not course.is_dir():
         return Line(OK, what, f"{exchange}: 1777; no release of {course_id} yet")
-    for path, mode in ((course, COURSE_MODE), (course / "outbound", OUTBOUND_MODE), (course / "inbound", INBOUND_MODE)):
+    for path, mode in (
+        (course, COURSE_MODE),
+        (course / "outbound", OUTBOUND_MODE),
+        (course / "inbound", INBOUND_MODE),
+    ):
         if path.is_dir():
             wrong = _mode_line(what, path, mode, me, sudo=path.stat().st_uid != me)
             if wrong:
@@ -140,8 +162,14 @@ def diagnose(course) -> list[Line]:
     try:
         course = course.config
     except Exception as exc:  # noqa: BLE001 - a broken configuration: say so, check no further
-        return lines + [Line(FAIL, "exchange", f"{root}/nbgrader_config.py cannot be read: "
-                             f"{type(exc).__name__}: {str(exc)[:200]}", f"fix {root}/nbgrader_config.py")]
+        return lines + [
+            Line(
+                FAIL,
+                "exchange",
+                f"{root}/nbgrader_config.py cannot be read: {type(exc).__name__}: {str(exc)[:200]}",
+                f"fix {root}/nbgrader_config.py",
+            )
+        ]
     exchange = Path(course.Exchange.get("root", "/srv/nbgrader/exchange"))
     course_id = str(course.CourseDirectory.get("course_id", "")) or "attention-course"
     lines.append(check_exchange(exchange, course_id))

@@ -2,6 +2,7 @@
 ``Course`` (``cli`` parses, finds the course, and calls one of these). Each imports what it
 needs when it runs, so that starting the command stays quick.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,9 +76,14 @@ def cmd_check(args, course: Course) -> int:
             print(_indented(e.message))
     written = [e for e in result.exercises if e.manual]
     auto = [e for e in result.exercises if not e.manual]
-    print(f"total  {sum(e.score for e in auto):g}/{sum(e.max_score for e in auto):g}"
-          + (f" (tests); written answers, graded by hand: {sum(e.max_score for e in written):g} points"
-             if written else ""))
+    print(
+        f"total  {sum(e.score for e in auto):g}/{sum(e.max_score for e in auto):g}"
+        + (
+            f" (tests); written answers, graded by hand: {sum(e.max_score for e in written):g} points"
+            if written
+            else ""
+        )
+    )
     answers = _model_answers(course, result.assignment) if any(e.pending for e in written) else {}
     for e in written:
         if e.pending and answers.get(e.grade_id):
@@ -89,23 +95,29 @@ def cmd_check(args, course: Course) -> int:
 
 
 def _indented(text: str) -> str:
-    return textwrap.fill(text, width=96, initial_indent="      ", subsequent_indent="      ",
-                         break_on_hyphens=False)
+    return textwrap.fill(
+        text, width=96, initial_indent="      ", subsequent_indent="      ", break_on_hyphens=False
+    )
 
 
 def _print_written(e, width: int) -> None:
     """A written answer in ``course check``: graded by hand, so no PASS or FAIL; one left
     as released is still to write."""
     if e.pending:
-        print(f"HAND  {e.grade_id.ljust(width)}  ?/{e.max_score:g}  written answer, graded by hand "
-              "(an instructor scores it; the model answer is below)")
+        print(
+            f"HAND  {e.grade_id.ljust(width)}  ?/{e.max_score:g}  written answer, graded by hand "
+            "(an instructor scores it; the model answer is below)"
+        )
     else:
-        print(f"TODO  {e.grade_id.ljust(width)}  0/{e.max_score:g}  written answer, graded by hand: "
-              "not answered yet (write it in the cell under the question)")
+        print(
+            f"TODO  {e.grade_id.ljust(width)}  0/{e.max_score:g}  written answer, graded by hand: "
+            "not answered yet (write it in the cell under the question)"
+        )
 
 
 def _model_answers(course: Course, assignment: str) -> dict[str, str]:
     from course_grading.commands.check import model_answers
+
     return model_answers(course, assignment)
 
 
@@ -116,12 +128,15 @@ def cmd_status(args, course: Course) -> int:
     def grading(assignment: str) -> None:
         print(f"grading {assignment} …", file=sys.stderr, flush=True)
 
-    found, seconds = timed_status(course, args.notebooks, sandboxed=not args.no_sandbox,
-                                  use_cache=not args.no_cache, on_grading=grading)
+    found, seconds = timed_status(
+        course, args.notebooks, sandboxed=not args.no_sandbox, use_cache=not args.no_cache, on_grading=grading
+    )
     print(format_status(found, width=shutil.get_terminal_size((100, 24)).columns))
     graded = sum(n.graded for n in found)
-    print(f"({graded} notebook{'s' * (graded != 1)} graded, {sum(n.cached for n in found)} unchanged "
-          f"since the last run, in {seconds:.1f} s)")
+    print(
+        f"({graded} notebook{'s' * (graded != 1)} graded, {sum(n.cached for n in found)} unchanged "
+        f"since the last run, in {seconds:.1f} s)"
+    )
     return 1 if any(n.error for n in found) else 0
 
 
@@ -132,13 +147,18 @@ def cmd_doctor(args, course: Course) -> int:
     lines = diagnose(test=args.test)
     if args.instructor:
         from course_grading.commands.doctor_instructor import diagnose as instructor_lines
+
         lines += instructor_lines(course.root)
     text = format_lines(lines, quiet=args.quiet)
     if text:
         print(text)
     failed = sum(line.status == FAIL for line in lines)
     if failed or not args.quiet:
-        print(f"{failed} problem{'s' * (failed != 1)} found" if failed else "everything the course needs is here")
+        print(
+            f"{failed} problem{'s' * (failed != 1)} found"
+            if failed
+            else "everything the course needs is here"
+        )
     if args.start:
         return 1 if any(line.status == FAIL and line.blocks_start for line in lines) else 0
     return 1 if failed else 0
@@ -162,17 +182,28 @@ def cmd_release(args, course: Course) -> int:
 
 def cmd_autograde(args, course: Course) -> int:
     """The score table and CSV; exit 1 only if grading broke for some submission."""
-    from course_grading.reports import class_report, results as out
     from course_grading.grading.autograde import Interrupted, autograde
+    from course_grading.reports import class_report
+    from course_grading.reports import results as out
 
     try:
-        results = autograde(course, students=args.student, assignments=args.assignments or None,
-                            jobs=args.jobs, db_url=args.db, sandboxed=not args.no_sandbox,
-                            audit=not args.no_audit, resume=args.resume)
+        results = autograde(
+            course,
+            students=args.student,
+            assignments=args.assignments or None,
+            jobs=args.jobs,
+            db_url=args.db,
+            sandboxed=not args.no_sandbox,
+            audit=not args.no_audit,
+            resume=args.resume,
+        )
     except Interrupted as stop:
-        print(f"course: interrupted after {stop.graded} of {stop.total} submissions; the same "
-              "command with --resume grades the rest (a grade that still stands is kept, an "
-              "error row is tried again)", file=sys.stderr)
+        print(
+            f"course: interrupted after {stop.graded} of {stop.total} submissions; the same "
+            "command with --resume grades the rest (a grade that still stands is kept, an "
+            "error row is tried again)",
+            file=sys.stderr,
+        )
         return 130
     print(out.format_table(results))
     # a run that graded part of the class keeps the class's reports whole (the rest from the
@@ -190,8 +221,10 @@ def cmd_autograde(args, course: Course) -> int:
         print("class report: {}, {}".format(*class_report.write_report(reported, course.root)))
     broken = [r for r in results if r.error]
     for r in broken:
-        print(f"course: error: grading failed for {r.student}/{r.assignment}: {_one_line(r.error)}",
-              file=sys.stderr)
+        print(
+            f"course: error: grading failed for {r.student}/{r.assignment}: {_one_line(r.error)}",
+            file=sys.stderr,
+        )
     return 1 if broken else 0
 
 
@@ -207,6 +240,7 @@ def cmd_feedback(args, course: Course) -> int:
     for path in pages:
         print(path.relative_to(course.root))
     from course_grading.reports.feedback import awaiting_manual
+
     for note in awaiting_manual(course, args.assignments or None, args.student, db_url=args.db):
         print(f"course: note: {note}", file=sys.stderr)
     for problem in problems:

@@ -26,13 +26,14 @@ with any other id is refused and named, and nothing of the file is written); nam
 are written through ``reports_csv.clean`` (control and invisible characters escaped, at most
 ``MAX_FIELD`` characters). A row names each student once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from course_grading import untrusted
-from course_grading.errors import GradingError
 from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.errors import GradingError
 from course_grading.reports.lms.canvas import posting_cell
 from course_grading.reports.reports_csv import clean, read_rows
 
@@ -77,33 +78,49 @@ def _columns(header: list[str], id_column: str | None = None) -> dict[str, int]:
         found["lms_id"] = folded.index("id")  # Canvas's own numeric id, never the student id
     if id_column is not None:
         if _fold(id_column) not in folded:
-            raise GradingError(f"the roster has no column {clean(id_column)!r} (its header: "
-                               f"{', '.join(map(clean, header[:8]))})")
+            raise GradingError(
+                f"the roster has no column {clean(id_column)!r} (its header: "
+                f"{', '.join(map(clean, header[:8]))})"
+            )
         found["id"] = folded.index(_fold(id_column))
     if "id" not in found:
-        raise GradingError(f"the roster has no id column (its header: {', '.join(map(clean, header[:8]))}); "
-                           "name one id, first_name, last_name, email, or say which column is the "
-                           "student id (the hub user name) with --id-column")
+        raise GradingError(
+            f"the roster has no id column (its header: {', '.join(map(clean, header[:8]))}); "
+            "name one id, first_name, last_name, email, or say which column is the "
+            "student id (the hub user name) with --id-column"
+        )
     return found
 
 
 def canvas_gradebook(header: list[str]) -> bool:
     """Whether a header is Canvas's gradebook export's (Student, ID, ..., SIS Login ID)."""
-    return len(header) > 3 and "Student" in header[0] and _fold(header[1]) == "id" and \
-        "sisloginid" in (_fold(h) for h in header)
+    return (
+        len(header) > 3
+        and "Student" in header[0]
+        and _fold(header[1]) == "id"
+        and "sisloginid" in (_fold(h) for h in header)
+    )
 
 
 def _not_a_student(row: list[str], canvas: bool) -> bool:
     """Canvas's rows that are no student: Points Possible, the posting row, its test student."""
-    return canvas and bool(row) and ("Points Possible" in row[0] or row[0].strip() == CANVAS_TEST_STUDENT
-                                     or all(posting_cell(c) for c in row))
+    return (
+        canvas
+        and bool(row)
+        and (
+            "Points Possible" in row[0]
+            or row[0].strip() == CANVAS_TEST_STUDENT
+            or all(posting_cell(c) for c in row)
+        )
+    )
 
 
 def read_roster(path, id_column: str | None = None) -> list[RosterEntry]:
     """The rows of roster CSV file ``path``; GradingError (nothing imported) naming each row
     whose id is not a plain name, is empty, or repeats an earlier row's."""
-    rows, _ = read_rows(path, MAX_ROSTER_BYTES, fix="save the roster as CSV UTF-8",
-                        what="roster not imported")
+    rows, _ = read_rows(
+        path, MAX_ROSTER_BYTES, fix="save the roster as CSV UTF-8", what="roster not imported"
+    )
     rows = [row for row in rows if any(cell.strip() for cell in row)]
     if not rows:
         raise GradingError(f"{path} is empty")
@@ -113,16 +130,20 @@ def read_roster(path, id_column: str | None = None) -> list[RosterEntry]:
     for line, row in enumerate(rows[1:], start=2):
         if _not_a_student(row, canvas):
             continue
+
         def cell(column):
             index = columns.get(column)
             value = row[index].strip() if index is not None and index < len(row) else ""
             return clean(value, MAX_FIELD) if value else None
+
         student = row[columns["id"]].strip() if columns["id"] < len(row) else ""
         if not untrusted.plain_name(student):
             shown = untrusted.shown_name(student) if student else "an empty id"
-            problems.append(f"line {line}: {shown} is not a valid student id (ASCII letters, "
-                            f"digits and . _ - @, not starting with . - or @, at most "
-                            f"{untrusted.MAX_NAME} characters)")
+            problems.append(
+                f"line {line}: {shown} is not a valid student id (ASCII letters, "
+                f"digits and . _ - @, not starting with . - or @, at most "
+                f"{untrusted.MAX_NAME} characters)"
+            )
             continue
         if student in seen:
             problems.append(f"line {line}: {student} is listed twice")
@@ -130,7 +151,7 @@ def read_roster(path, id_column: str | None = None) -> list[RosterEntry]:
         seen.add(student)
         first, last = cell("first_name"), cell("last_name")
         if canvas and first is None and last is None:  # Canvas's "Student": "Last, First"
-            last, _, first = (row[0].strip().partition(", ") if row[0].strip() else ("", "", ""))
+            last, _, first = row[0].strip().partition(", ") if row[0].strip() else ("", "", "")
             first, last = (clean(first, MAX_FIELD) or None), (clean(last, MAX_FIELD) or None)
         entries.append(RosterEntry(student, first, last, cell("email"), cell("lms_id")))
     if problems:
@@ -147,8 +168,15 @@ def import_roster(course, path, db_url=None, id_column: str | None = None) -> li
     coursedir = course_directory(course, db_url=db_url)
     with gradebook(coursedir) as gb:
         for entry in entries:
-            fields = {k: v for k, v in (("first_name", entry.first_name), ("last_name", entry.last_name),
-                                        ("email", entry.email), ("lms_user_id", entry.lms_id))
-                      if v is not None}
+            fields = {
+                k: v
+                for k, v in (
+                    ("first_name", entry.first_name),
+                    ("last_name", entry.last_name),
+                    ("email", entry.email),
+                    ("lms_user_id", entry.lms_id),
+                )
+                if v is not None
+            }
             gb.update_or_create_student(entry.id, **fields)
     return entries

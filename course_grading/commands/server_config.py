@@ -9,6 +9,7 @@ file, which loses to an extension named in any folder's ``jupyter_server_config.
 
     python -m course_grading.commands.server_config enable NAME...
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,10 @@ def update(change: Callable[[dict], None], folder=None) -> Path:
 
 
 def enable(names, folder=None) -> Path:
-    return update(lambda server: server.setdefault("jpserver_extensions", {}).update(
-        {name: True for name in names}), folder)
+    return update(
+        lambda server: server.setdefault("jpserver_extensions", {}).update({name: True for name in names}),
+        folder,
+    )
 
 
 def _first_writable(folders: list[str]) -> str:
@@ -47,8 +50,10 @@ def _first_writable(folders: list[str]) -> str:
         existing = next(p for p in (Path(folder), *Path(folder).parents) if p.exists())
         if os.path.isabs(folder) and os.access(existing, os.W_OK):
             return folder
-    raise SystemExit("course: error: no folder of Jupyter's configuration path is writable: "
-                     "set JUPYTER_CONFIG_DIR to one and run this again")
+    raise SystemExit(
+        "course: error: no folder of Jupyter's configuration path is writable: "
+        "set JUPYTER_CONFIG_DIR to one and run this again"
+    )
 
 
 def json_only(settings) -> dict:

@@ -18,6 +18,7 @@ notebook costs one ``course check`` of it.
 Milestones, as TinyTorch's ``tito`` shows them: what the learner can do once every exercise of
 some notebooks passes.
 """
+
 from __future__ import annotations
 
 import copy
@@ -29,9 +30,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_grading.grading import ledger
-from course_grading.errors import GradingError
 from course_grading.course.course import Course
+from course_grading.errors import GradingError
+from course_grading.grading import ledger
 from course_grading.reports.reports_csv import clean
 from course_grading.reports.results import ExerciseResult, SubmissionResult
 
@@ -45,7 +46,10 @@ NOT_IMPLEMENTED = "not implemented yet"
 # notebook the course does not have is left out
 MILESTONES = (
     ("Word vectors: look words up and find their neighbours", ("01_embeddings", "02_cosine_similarity")),
-    ("Attention: tokens that look at each other, one head and many", ("03_attention", "04_multi_head_attention")),
+    (
+        "Attention: tokens that look at each other, one head and many",
+        ("03_attention", "04_multi_head_attention"),
+    ),
     ("The encoder: positions, layer norm, a stack of layers", ("05_positional_encoding", "06_encoder")),
     ("A whole transformer: encoder and decoder", ("07_decoder",)),
     ("Generation: your transformer writes dates", ("08_generation",)),
@@ -55,8 +59,8 @@ MILESTONES = (
 
 @dataclass
 class ExerciseStatus:
-    name: str           # the exercise (its solution cell's grade id), or a grade cell's id
-    state: str          # PASSED, FAILED or NOT_STARTED
+    name: str  # the exercise (its solution cell's grade id), or a grade cell's id
+    state: str  # PASSED, FAILED or NOT_STARTED
     score: float = 0.0
     max_score: float = 0.0
     message: str = ""
@@ -68,7 +72,7 @@ class NotebookStatus:
     assignment: str
     path: Path
     exercises: list[ExerciseStatus] = field(default_factory=list)
-    error: str = ""     # the notebook could not be graded
+    error: str = ""  # the notebook could not be graded
     cached: bool = False
     graded: bool = False  # graded by this run
 
@@ -111,13 +115,17 @@ def status(course, folder=None, sandboxed=True, use_cache=True, on_grading=None)
     ones take none)."""
     course = Course.of(course)
     folder = Path(folder) if folder else course.folders.release
-    return [notebook_status(course, assignment, notebook_path(folder, assignment), sandboxed,
-                            use_cache, on_grading)
-            for assignment in course.source_assignments()]
+    return [
+        notebook_status(
+            course, assignment, notebook_path(folder, assignment), sandboxed, use_cache, on_grading
+        )
+        for assignment in course.source_assignments()
+    ]
 
 
-def notebook_status(course, assignment: str, path: Path, sandboxed=True, use_cache=True,
-                    on_grading=None) -> NotebookStatus:
+def notebook_status(
+    course, assignment: str, path: Path, sandboxed=True, use_cache=True, on_grading=None
+) -> NotebookStatus:
     from course_grading.commands.check import load_submission, read_submission
 
     course = Course.of(course)
@@ -137,8 +145,10 @@ def notebook_status(course, assignment: str, path: Path, sandboxed=True, use_cac
     if order and untouched == set(order):  # nothing written yet: nothing to grade
         found.exercises = [ExerciseStatus(name, NOT_STARTED) for name in order]
         return found
-    key = hashlib.sha256(f"{CACHE_FORMAT}\0{sandboxed}\0{ledger.course_version(course, assignment)}\0".encode()
-                         + _graded_part(nb)).hexdigest()
+    key = hashlib.sha256(
+        f"{CACHE_FORMAT}\0{sandboxed}\0{ledger.course_version(course, assignment)}\0".encode()
+        + _graded_part(nb)
+    ).hexdigest()
     result = _read_cache(key) if use_cache else None
     found.cached = result is not None
     if result is None:
@@ -179,10 +189,11 @@ def _grade(course: Course, path: Path, sandboxed: bool) -> SubmissionResult:
 
 def _exercise(graded: ExerciseResult, untouched: set[str]) -> ExerciseStatus:
     """A grade cell's result as an exercise's status (``test_softmax`` grades ``softmax``)."""
-    name = graded.grade_id[len("test_"):] if graded.grade_id.startswith("test_") else graded.grade_id
+    name = graded.grade_id[len("test_") :] if graded.grade_id.startswith("test_") else graded.grade_id
     if graded.manual:  # answered (it waits for a hand) or left as released
-        return ExerciseStatus(graded.grade_id, WRITTEN if graded.pending else NOT_STARTED,
-                              0.0, graded.max_score, manual=True)
+        return ExerciseStatus(
+            graded.grade_id, WRITTEN if graded.pending else NOT_STARTED, 0.0, graded.max_score, manual=True
+        )
     if graded.passed:
         state = PASSED
     elif name in untouched or NOT_IMPLEMENTED in graded.message:
@@ -201,8 +212,12 @@ def _solution_sources(nb) -> dict[str, str]:
     for cell in nb.cells:
         meta = cells.meta(cell) if isinstance(cell, dict) else {}
         gid = meta.get("grade_id") if isinstance(meta, dict) else None
-        if isinstance(meta, dict) and meta.get("solution") and isinstance(gid, str) \
-                and cell.get("cell_type") == "code":
+        if (
+            isinstance(meta, dict)
+            and meta.get("solution")
+            and isinstance(gid, str)
+            and cell.get("cell_type") == "code"
+        ):
             found[gid] = cells.text(cell.get("source", ""))
     return found
 
@@ -240,9 +255,14 @@ def _read_cache(key: str) -> SubmissionResult | None:
         data = json.loads((cache_folder() / f"{key}.json").read_text(encoding="utf-8"))
         if data.get("format") != CACHE_FORMAT:
             return None
-        return SubmissionResult("you", str(data["assignment"]), [
-            ExerciseResult(str(g), float(s), float(m), str(msg), bool(manual), bool(pending))
-            for g, s, m, msg, manual, pending in data["exercises"]])
+        return SubmissionResult(
+            "you",
+            str(data["assignment"]),
+            [
+                ExerciseResult(str(g), float(s), float(m), str(msg), bool(manual), bool(pending))
+                for g, s, m, msg, manual, pending in data["exercises"]
+            ],
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -252,16 +272,26 @@ def _write_cache(key: str, result: SubmissionResult) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "assignment": result.assignment,
-                                   "exercises": [[e.grade_id, e.score, e.max_score, e.message,
-                                                  e.manual, e.pending]
-                                                 for e in result.exercises]}), encoding="utf-8")
+        tmp.write_text(
+            json.dumps(
+                {
+                    "format": CACHE_FORMAT,
+                    "assignment": result.assignment,
+                    "exercises": [
+                        [e.grade_id, e.score, e.max_score, e.message, e.manual, e.pending]
+                        for e in result.exercises
+                    ],
+                }
+            ),
+            encoding="utf-8",
+        )
         os.replace(tmp, folder / f"{key}.json")
     except OSError:
         pass  # no cache: the next run grades again
 
 
 # --------------------------------------------------------------------------- showing it
+
 
 def milestones(found: list[NotebookStatus]) -> list[tuple[str, tuple[str, ...], int, int]]:
     """(milestone, its notebooks, exercises passed, exercises in all) for each milestone whose
@@ -300,32 +330,46 @@ def format_status(found: list[NotebookStatus], width: int = 100) -> str:
         elif nb.state == NOT_STARTED:
             summary = f"{MARKS[NOT_STARTED]} not started"
         else:
-            summary = (f"{MARKS[nb.state]} {nb.count(PASSED)} of {len(nb.tested)} exercises"
-                       + (f", {score:g}/{total:g} points" if total else ""))
+            summary = f"{MARKS[nb.state]} {nb.count(PASSED)} of {len(nb.tested)} exercises" + (
+                f", {score:g}/{total:g} points" if total else ""
+            )
             written = [e for e in nb.exercises if e.manual]
             if written:
-                summary += (f"; written answers: {sum(e.state == WRITTEN for e in written)} of "
-                            f"{len(written)} answered (graded by hand)")
+                summary += (
+                    f"; written answers: {sum(e.state == WRITTEN for e in written)} of "
+                    f"{len(written)} answered (graded by hand)"
+                )
         lines.append(f"{nb.assignment:<26} {summary}")
         if nb.error or nb.state == NOT_STARTED:
             continue
         for e in nb.exercises:
             if e.manual:
-                what = ("written: graded by hand (`course check` shows a model answer)"
-                        if e.state == WRITTEN else "not answered yet: graded by hand")
+                what = (
+                    "written: graded by hand (`course check` shows a model answer)"
+                    if e.state == WRITTEN
+                    else "not answered yet: graded by hand"
+                )
                 lines.append(f"  {MARKS[e.state]} {e.name:<{name_width}}  {what}")
                 continue
             what = "not started" if e.state == NOT_STARTED else f"{e.score:g}/{e.max_score:g}"
             lines.append(f"  {MARKS[e.state]} {e.name:<{name_width}}  {what}")
             if e.state == FAILED and e.message:  # the whole message: its end is usually the hint
-                lines.append(textwrap.fill(clean(e.message), width=max(40, width - 2),
-                                           initial_indent="      ", subsequent_indent="      ",
-                                           break_on_hyphens=False))
+                lines.append(
+                    textwrap.fill(
+                        clean(e.message),
+                        width=max(40, width - 2),
+                        initial_indent="      ",
+                        subsequent_indent="      ",
+                        break_on_hyphens=False,
+                    )
+                )
     exercises = [e for n in found for e in n.tested]
     lines.append("")
-    lines.append(f"{sum(e.state == PASSED for e in exercises)} of {len(exercises)} exercises pass, "
-                 f"{sum(e.state == FAILED for e in exercises)} fail, "
-                 f"{sum(e.state == NOT_STARTED for e in exercises)} not started")
+    lines.append(
+        f"{sum(e.state == PASSED for e in exercises)} of {len(exercises)} exercises pass, "
+        f"{sum(e.state == FAILED for e in exercises)} fail, "
+        f"{sum(e.state == NOT_STARTED for e in exercises)} not started"
+    )
     step = next_step(found)
     if step:
         lines.append(f"next: {step}")

@@ -3,6 +3,7 @@
 folders (``~/.jupyter``, the environment's, the system's), which may name the course root and
 the folders a sandbox must hide. A configuration file runs as Python: only these are read,
 never one found in the current folder. Loads traitlets only."""
+
 from __future__ import annotations
 
 import os
@@ -27,11 +28,17 @@ def jupyter_config_files(absolute_only: bool = True) -> list[Path]:
     ``JUPYTER_CONFIG_PATH``) are skipped when ``absolute_only``."""
     try:
         from jupyter_core.paths import jupyter_config_path
+
         folders = jupyter_config_path()
     except Exception:  # noqa: BLE001 - without jupyter_core there are none to read
         return []
-    return [Path(d) / name for d in folders if os.path.isabs(d) or not absolute_only for name in CONFIG_FILES
-            if (Path(d) / name).is_file()]
+    return [
+        Path(d) / name
+        for d in folders
+        if os.path.isabs(d) or not absolute_only
+        for name in CONFIG_FILES
+        if (Path(d) / name).is_file()
+    ]
 
 
 def jupyter_server_config():
@@ -46,8 +53,10 @@ def jupyter_server_config():
 
     merged, from_d = Config(), {}
     for folder in reversed(jupyter_config_path()):  # the first folder wins: merged last
-        for path in [*sorted(Path(folder, "jupyter_server_config.d").glob("*.json")),
-                     Path(folder, "jupyter_server_config.json")]:
+        for path in [
+            *sorted(Path(folder, "jupyter_server_config.d").glob("*.json")),
+            Path(folder, "jupyter_server_config.json"),
+        ]:
             from_d.update(_extensions(path))
         for name in ("jupyter_server_config.py", "jupyter_server_config.json"):  # traitlets' order
             try:

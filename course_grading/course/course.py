@@ -16,6 +16,7 @@ Loading is lazy and cheap: importing this module loads no nbgrader, and a comman
 asks for the configuration never reads it. A ``Course`` pickles with its configuration, so a
 grading worker receives the configuration its command read.
 """
+
 from __future__ import annotations
 
 import copy
@@ -118,8 +119,10 @@ class Course:
         known = self.source_assignments()
         unknown = [a for a in requested or [] if a not in known]
         if unknown:
-            raise GradingError(f"unknown assignment {unknown[0]!r} ({self.folders.source.name}/ has: "
-                               f"{', '.join(known) or 'none'})")
+            raise GradingError(
+                f"unknown assignment {unknown[0]!r} ({self.folders.source.name}/ has: "
+                f"{', '.join(known) or 'none'})"
+            )
         return list(requested) if requested else known
 
 

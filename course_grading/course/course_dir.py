@@ -1,5 +1,6 @@
 """Where a course lives and what was submitted to it: plain folder walks
 (the ``course`` entry point uses them before anything heavy is loaded: no nbgrader import)."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,10 @@ from course_grading.untrusted import plain_name
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 ROOT_VARIABLE = "COURSE_ROOT"
-HOW_TO_NAME = (f"name the course with --root DIR (or {ROOT_VARIABLE}=DIR, or "
-               "c.CourseDirectory.root in ~/.jupyter/nbgrader_config.py)")
+HOW_TO_NAME = (
+    f"name the course with --root DIR (or {ROOT_VARIABLE}=DIR, or "
+    "c.CourseDirectory.root in ~/.jupyter/nbgrader_config.py)"
+)
 
 
 class CourseRoot(NamedTuple):
@@ -63,9 +66,11 @@ def _jupyter_config_root() -> CourseRoot | None:
         if not (isinstance(root, str) and root):
             continue
         if not os.path.isabs(os.path.expanduser(root)):  # it would follow the current folder
-            raise RootConfigError(f"CourseDirectory.root in {path} is a relative path ({root}): "
-                                  "a course directory is never taken from the current folder; "
-                                  "make it absolute, or use --root DIR")
+            raise RootConfigError(
+                f"CourseDirectory.root in {path} is a relative path ({root}): "
+                "a course directory is never taken from the current folder; "
+                "make it absolute, or use --root DIR"
+            )
         return CourseRoot(Path(os.path.expanduser(root)).resolve(), f"CourseDirectory.root in {path}")
     return None
 
@@ -80,8 +85,9 @@ def course_config_near(folder) -> Path | None:
     return None
 
 
-def find_submissions(submitted: Path, students=None, assignments=None,
-                     refused: list | None = None) -> list[tuple[str, str]]:
+def find_submissions(
+    submitted: Path, students=None, assignments=None, refused: list | None = None
+) -> list[tuple[str, str]]:
     """(student, assignment) for each folder ``submitted/<student>/<assignment>/`` whose
     student folder's name is a valid student id (``untrusted.plain_name``: ASCII letters,
     digits, ``. _ - @``, not starting with ``. - @``, at most MAX_NAME characters). The name of each other student folder (not
@@ -106,8 +112,13 @@ def _wanted(name: str, chosen) -> bool:
 
 
 # nbgrader's CourseDirectory defaults (tests/test_pipeline.py compares them with nbgrader's own)
-FOLDER_DEFAULTS = {"source": "source", "release": "release", "submitted": "submitted",
-                   "autograded": "autograded", "feedback": "feedback"}
+FOLDER_DEFAULTS = {
+    "source": "source",
+    "release": "release",
+    "submitted": "submitted",
+    "autograded": "autograded",
+    "feedback": "feedback",
+}
 
 
 @dataclass(frozen=True)
@@ -117,8 +128,8 @@ class Folders:
     ``course.Course.folders``."""
 
     root: Path
-    source: Path      # the instructor's notebooks (this course: solutions)
-    release: Path     # what students get (this course: notebooks)
+    source: Path  # the instructor's notebooks (this course: solutions)
+    release: Path  # what students get (this course: notebooks)
     submitted: Path
     autograded: Path
     feedback: Path
@@ -133,9 +144,15 @@ class Folders:
     def moved(self, root: Path) -> Folders:
         """These folders, for a course at ``root`` that names them as this one does (``course
         check``'s throw-away course): each folder under this root moves, the others stay."""
-        return Folders(root, **{k: root / getattr(self, k).relative_to(self.root)
-                                if getattr(self, k).is_relative_to(self.root) else getattr(self, k)
-                                for k in FOLDER_DEFAULTS})
+        return Folders(
+            root,
+            **{
+                k: root / getattr(self, k).relative_to(self.root)
+                if getattr(self, k).is_relative_to(self.root)
+                else getattr(self, k)
+                for k in FOLDER_DEFAULTS
+            },
+        )
 
     def shown(self, folder: Path) -> str:
         """``folder`` as a message names it: from the root when it lies under the root."""

@@ -6,6 +6,7 @@ tests can run the pipeline on a small course in a temporary folder. nbgrader's l
 ``course_grading.nbgrader`` logger, which prints nothing unless a handler is added
 (``course -v``).
 """
+
 from __future__ import annotations
 
 import io
@@ -25,7 +26,6 @@ from course_grading.grading.nbgrader_patches import record_failures
 from course_grading.preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook
 from course_grading.sandbox import bubblewrap
 
-
 LOG = logging.getLogger("course_grading.nbgrader")
 LOG.setLevel(logging.INFO)
 LOG.propagate = False
@@ -33,6 +33,7 @@ LOG.addHandler(logging.NullHandler())
 
 
 # --------------------------------------------------------------------------- configuration
+
 
 @dataclass(frozen=True)
 class GradingRun:
@@ -61,12 +62,14 @@ class GradingRun:
         """The CourseDirectory of this run; ``traits``: nbgrader's (student_id, assignment_id,
         a staged ``submitted_directory``, ...)."""
         traits.setdefault("submitted_directory", self.submitted)
-        return course_directory(self.course, root=self.root, db_url=self.db_url,
-                                sandbox=self.sandbox, **traits)
+        return course_directory(
+            self.course, root=self.root, db_url=self.db_url, sandbox=self.sandbox, **traits
+        )
 
 
-def course_directory(course, *, root=None, db_url: str | None = None, sandbox: bool = False,
-                     **traits) -> CourseDirectory:
+def course_directory(
+    course, *, root=None, db_url: str | None = None, sandbox: bool = False, **traits
+) -> CourseDirectory:
     """A CourseDirectory configured from ``course``'s configuration (a ``Course``, or its
     root), for the course folders at ``root`` (default the course's own), with ``db_url`` when
     given (else the configuration's, which follows ``root``). ``sandbox=True`` runs every
@@ -119,6 +122,7 @@ def gradebook(coursedir: CourseDirectory) -> Gradebook:
 
 # --------------------------------------------------------------------------- running nbgrader
 
+
 def run_converter(converter) -> None:
     """Start an nbgrader converter, keeping its log; raise a typed GradingError if it fails:
     GradebookBusy (another grader at the same rows: retry), GradebookError, NbgraderFailure
@@ -131,19 +135,22 @@ def run_converter(converter) -> None:
     try:
         converter.start()
     except Exception as exc:
-        raise from_converter(converter.coursedir.db_url, recorded[-1] if recorded else None, exc,
-                             buffer.getvalue()) from exc
+        raise from_converter(
+            converter.coursedir.db_url, recorded[-1] if recorded else None, exc, buffer.getvalue()
+        ) from exc
     finally:
         LOG.removeHandler(handler)
 
 
-def generate(course, assignment: str, release_dir, record=True, *, root=None,
-             db_url: str | None = None) -> None:
+def generate(
+    course, assignment: str, release_dir, record=True, *, root=None, db_url: str | None = None
+) -> None:
     """nbgrader generate_assignment of one assignment into ``release_dir``. With ``record``
     it also records the assignment (its cells, hidden tests included) in the gradebook, which
     autograde needs; without, no gradebook is opened (SaveCells only writes to it)."""
-    coursedir = course_directory(course, root=root, db_url=db_url, release_directory=str(release_dir),
-                                 assignment_id=assignment)
+    coursedir = course_directory(
+        course, root=root, db_url=db_url, release_directory=str(release_dir), assignment_id=assignment
+    )
     converter = GenerateAssignment(coursedir=coursedir, config=coursedir.config, log=LOG)
     converter.force = True
     converter.create_assignment = True

@@ -6,6 +6,7 @@ in worker processes, one submission each at a time. A broken submission becomes 
 go on. With ``audit`` each result also carries the red-flag scanner's findings and the
 integrity audit's disagreements (``audit.trusted.review``).
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -21,24 +22,26 @@ from pathlib import Path
 from nbgrader.converters import Autograde
 from nbgrader.coursedir import CourseDirectory
 
-from course_grading.audit.trusted import review
-from course_grading.course.course_dir import find_submissions
-from course_grading.errors import GradingError, SubmissionRefused, retriable, short
-from course_grading.course.course import Course
-from course_grading.course.nbgrader_setup import LOG, GradingRun, run_converter
-from course_grading.grading import hand_grades, ledger, nbgrader_patches, staging, workers
 from course_grading import untrusted
+from course_grading.audit.trusted import review
+from course_grading.course.course import Course
+from course_grading.course.course_dir import find_submissions
+from course_grading.course.nbgrader_setup import LOG, GradingRun, run_converter
+from course_grading.errors import GradingError, SubmissionRefused, retriable, short
+from course_grading.grading import hand_grades, ledger, nbgrader_patches, staging, workers
 from course_grading.grading.progress import Progress
-from course_grading.preprocessors.limited_execute import UNREAD_MESSAGES
 from course_grading.grading.recorded import LOCK_RETRIES, already_graded, how, prepare_gradebook
 from course_grading.grading.red_flags import Flag, scan
+from course_grading.preprocessors.limited_execute import UNREAD_MESSAGES
 from course_grading.reports.results import SubmissionResult, exercise_results
 from course_grading.sandbox import bubblewrap, installed, warm
 from course_grading.sandbox.settings import Settings
 
 OUTPUT_FLAG = "outputs"  # Flag.where of kernel messages built to cost the grader (LimitedExecute)
-INVALID_ID = (f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
-              f". _ - @, not starting with . - or @, at most {untrusted.MAX_NAME} characters): not graded")
+INVALID_ID = (
+    f"not a valid student id: submitted/{{}} (a student id is ASCII letters, digits and "
+    f". _ - @, not starting with . - or @, at most {untrusted.MAX_NAME} characters): not graded"
+)
 WORKER_FLAG = "grader"  # Flag.where of a submission whose grading worker died
 
 
@@ -51,9 +54,18 @@ class Interrupted(KeyboardInterrupt):
         self.graded, self.total = graded, total
 
 
-def autograde(course, submitted_dir=None, students=None, assignments=None, jobs=None,
-              progress=True, db_url=None, sandboxed=True, audit=True,
-              resume=False) -> list[SubmissionResult]:
+def autograde(
+    course,
+    submitted_dir=None,
+    students=None,
+    assignments=None,
+    jobs=None,
+    progress=True,
+    db_url=None,
+    sandboxed=True,
+    audit=True,
+    resume=False,
+) -> list[SubmissionResult]:
     """Grade every submission ``submitted/<student>/<assignment>/`` (optionally filtered).
 
     The gradebook learns missing assignments from ``solutions/`` (``notebooks/`` is never
@@ -79,22 +91,33 @@ def autograde(course, submitted_dir=None, students=None, assignments=None, jobs=
     course.select_assignments(assignments)
     refused: list[str] = []
     pairs = find_submissions(submitted, students, assignments, refused)
-    invalid = [SubmissionResult(untrusted.shown_name(name), "", error=INVALID_ID.format(untrusted.shown_name(name)))
-               for name in refused]  # never recorded in the gradebook
+    invalid = [
+        SubmissionResult(untrusted.shown_name(name), "", error=INVALID_ID.format(untrusted.shown_name(name)))
+        for name in refused
+    ]  # never recorded in the gradebook
     if not pairs:
         if invalid:
             return invalid
         raise GradingError(f"no submissions to grade under {submitted}")
     known = set(course.source_assignments())
-    run = GradingRun(course, submitted=str(submitted), db_url=db_url,
-                     sandbox=sandbox_available(sandboxed, refuse=True), audit=audit)
+    run = GradingRun(
+        course,
+        submitted=str(submitted),
+        db_url=db_url,
+        sandbox=sandbox_available(sandboxed, refuse=True),
+        audit=audit,
+    )
     tasks = [(run, student, assignment, assignment in known) for student, assignment in pairs]
     earlier: list[SubmissionResult] = []
     if resume:
         earlier, tasks = already_graded(run, tasks)
         if progress and earlier:
-            print(f"resuming: {len(earlier)} of {len(earlier) + len(tasks)} submissions already "
-                  f"graded (unchanged since), {len(tasks)} to grade", file=sys.stderr, flush=True)
+            print(
+                f"resuming: {len(earlier)} of {len(earlier) + len(tasks)} submissions already "
+                f"graded (unchanged since), {len(tasks)} to grade",
+                file=sys.stderr,
+                flush=True,
+            )
         if not tasks:
             return sorted(earlier + invalid, key=lambda r: (r.student, r.assignment))
         pairs = [(t[1], t[2]) for t in tasks]
@@ -107,18 +130,31 @@ def autograde(course, submitted_dir=None, students=None, assignments=None, jobs=
         warm.ensure_warm(settings)
     try:
         prepare_gradebook(run, sorted({a for _, a in pairs} & known), sorted({s for s, _ in pairs}))
-        results = _grade_all(tasks, jobs, progress, settings if run.sandbox else None,
-                             settings.grader_memory_mb, already=len(earlier),
-                             ledger_root=course.root)
+        results = _grade_all(
+            tasks,
+            jobs,
+            progress,
+            settings if run.sandbox else None,
+            settings.grader_memory_mb,
+            already=len(earlier),
+            ledger_root=course.root,
+        )
     finally:
         if warm_here:
             warm.stop_warm()
     return sorted(earlier + results + invalid, key=lambda r: (r.student, r.assignment))
 
 
-def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
-               sandbox: Settings | None = None, memory_mb: int = 0, *, already: int = 0,
-               ledger_root=None) -> list[SubmissionResult]:
+def _grade_all(
+    tasks: list[tuple],
+    jobs: int,
+    progress: bool,
+    sandbox: Settings | None = None,
+    memory_mb: int = 0,
+    *,
+    already: int = 0,
+    ledger_root=None,
+) -> list[SubmissionResult]:
     """Run ``_grade_task`` over ``tasks``, in ``jobs`` worker processes when more than one
     (each starts its warm sandbox with ``sandbox`` settings as soon as it exists, when given; each
     bounded to ``memory_mb`` of its own, when given). A worker that dies costs only the
@@ -142,8 +178,12 @@ def _grade_all(tasks: list[tuple], jobs: int, progress: bool,
                 ledger.write(ledger_root, result)
             except OSError as exc:  # grading goes on; only --resume would grade it again
                 if not unrecorded:
-                    print(f"course: warning: cannot record what was graded ({exc}): --resume will "
-                          "grade it again", file=sys.stderr, flush=True)
+                    print(
+                        f"course: warning: cannot record what was graded ({exc}): --resume will "
+                        "grade it again",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 unrecorded.append(result)
         if shown is not None:
             shown.done(result)
@@ -197,8 +237,16 @@ def _dispatch(tasks: list[tuple], jobs: int, done, sandbox: Settings | None, mem
         done(outcome if isinstance(outcome, SubmissionResult) else _worker_failed(tasks[index], outcome))
 
     context = start_fork_server()
-    workers.run(_grade_task, tasks, jobs, finished, context=context, initializer=_start_worker,
-                initargs=(_kernel_threads(jobs), sandbox, _warnings_ignored()), memory_mb=memory_mb)
+    workers.run(
+        _grade_task,
+        tasks,
+        jobs,
+        finished,
+        context=context,
+        initializer=_start_worker,
+        initargs=(_kernel_threads(jobs), sandbox, _warnings_ignored()),
+        memory_mb=memory_mb,
+    )
 
 
 def _worker_failed(task: tuple, outcome) -> SubmissionResult:
@@ -206,8 +254,9 @@ def _worker_failed(task: tuple, outcome) -> SubmissionResult:
     instructor looks at what it does), or whose grading raised past ``_grade_task``."""
     _, student, assignment, _ = task
     if isinstance(outcome, workers.WorkerDied):
-        return SubmissionResult(student, assignment, error=str(outcome),
-                                flags=[Flag(WORKER_FLAG, str(outcome))])
+        return SubmissionResult(
+            student, assignment, error=str(outcome), flags=[Flag(WORKER_FLAG, str(outcome))]
+        )
     return SubmissionResult(student, assignment, error=short(str(outcome)))
 
 
@@ -219,8 +268,10 @@ def _warnings_ignored() -> bool:
     the instructor's terminal."""
     import warnings
 
-    return any(action == "ignore" and message is None and category is Warning and module is None
-               for action, message, category, module, _ in warnings.filters)
+    return any(
+        action == "ignore" and message is None and category is Warning and module is None
+        for action, message, category, module, _ in warnings.filters
+    )
 
 
 def _start_worker(env: dict[str, str], sandbox: Settings | None, quiet: bool = False) -> None:
@@ -233,6 +284,7 @@ def _start_worker(env: dict[str, str], sandbox: Settings | None, quiet: bool = F
     nbgrader_patches.validate_schema_once()
     if quiet:
         import warnings
+
         warnings.simplefilter("ignore")
     if sandbox is not None:
         try:
@@ -269,7 +321,9 @@ def _grade_task(run: GradingRun, student: str, assignment: str, known: bool) -> 
     """Grade one submission (in a worker process); any failure becomes an error result."""
     if not known:
         where = run.course.folders
-        return SubmissionResult(student, assignment, error=f"no assignment {assignment!r} in {where.shown(where.source)}/")
+        return SubmissionResult(
+            student, assignment, error=f"no assignment {assignment!r} in {where.shown(where.source)}/"
+        )
     try:
         installed.verify()  # a worker that imported another copy of the course grades nothing
         return grade_submission(run, student, assignment)
@@ -277,8 +331,12 @@ def _grade_task(run: GradingRun, student: str, assignment: str, known: bool) -> 
         return SubmissionResult(student, assignment, error=short(f"{type(exc).__name__}: {exc}"))
 
 
-def _scan_only(folder: Path, coursedir: CourseDirectory, assignment: str,
-               bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list:
+def _scan_only(
+    folder: Path,
+    coursedir: CourseDirectory,
+    assignment: str,
+    bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS,
+) -> list:
     """The scanner's red flags of a submission whose grading failed (nothing of it runs)."""
     flags = []
     try:
@@ -317,14 +375,16 @@ def grade_submission(run: GradingRun, student: str, assignment: str) -> Submissi
         flags: list = []
         try:
             flags = staging.stage(coursedir, submitted, student, assignment, Path(stage), bounds)
-            key = ledger.submission_key(run.graded, assignment, Path(stage) / student / assignment,
-                                        coursedir.db_url, how(run))
+            key = ledger.submission_key(
+                run.graded, assignment, Path(stage) / student / assignment, coursedir.db_url, how(run)
+            )
             coursedir.submitted_directory = stage
             UNREAD_MESSAGES.clear()
             result = _autograde(coursedir, student, assignment)
             result.key = key
-            flags += [Flag(OUTPUT_FLAG, f"output the grader would not read ({why})")
-                      for why in UNREAD_MESSAGES]
+            flags += [
+                Flag(OUTPUT_FLAG, f"output the grader would not read ({why})") for why in UNREAD_MESSAGES
+            ]
         except SubmissionRefused as exc:
             flags = exc.flags
             result = SubmissionResult(student, assignment, error=str(exc))
@@ -368,8 +428,9 @@ def _review(coursedir: CourseDirectory, result: SubmissionResult, sandboxed: boo
     settings = Settings.from_config(coursedir.config)  # the kernels' own (nbgrader_setup.configure)
     bounds = untrusted.NotebookBounds.from_config(coursedir.config)
     for path, source in _with_sources(folder, coursedir, result.assignment):
-        flags += review(path, source, result.assignment, scores, sandboxed=sandboxed,
-                        settings=settings, bounds=bounds)
+        flags += review(
+            path, source, result.assignment, scores, sandboxed=sandboxed, settings=settings, bounds=bounds
+        )
     return flags
 
 

@@ -8,6 +8,7 @@ nbgrader's ``Gradebook`` take its engine from ``engine_for``, which keeps one pe
 disposes of the engine's pool (its connections are closed; a new pool opens the next), only
 the compiled statements are kept. Sessions stay one per ``Gradebook``, as before.
 """
+
 from __future__ import annotations
 
 import threading

@@ -13,6 +13,7 @@ answer whose text changed (a resubmission) stays in the queue, as nbgrader puts 
 The autograded notebooks are read as untrusted (within the notebook bounds), like every
 notebook a student wrote.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -41,7 +42,9 @@ def answers(coursedir, student: str, assignment: str) -> dict[tuple[str, str], s
             grade_id = meta.get("grade_id")
             if meta.get("solution") and meta.get("grade") and isinstance(grade_id, str):
                 source = cells.text(cell.get("source", ""))
-                found[(path.stem, grade_id)] = hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+                found[(path.stem, grade_id)] = hashlib.sha256(
+                    source.encode("utf-8", "surrogatepass")
+                ).hexdigest()
     return found
 
 
@@ -58,8 +61,13 @@ def keep_graded(coursedir, student: str, assignment: str, before: dict[tuple[str
             manual = manual_cells(nb.notebook)
             for grade in nb.grades:
                 key = (nb.name, grade.name)
-                if (grade.name in manual and grade.manual_score is not None and grade.needs_manual_grade
-                        and key in after and before.get(key) == after[key]):
+                if (
+                    grade.name in manual
+                    and grade.manual_score is not None
+                    and grade.needs_manual_grade
+                    and key in after
+                    and before.get(key) == after[key]
+                ):
                     grade.needs_manual_grade = False
                     kept.append(grade.name)
         if kept:

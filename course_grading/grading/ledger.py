@@ -24,6 +24,7 @@ the record of every submission it is about to grade, and writes it again once th
 come back (so a run that regrades the class, interrupted, resumes regrading what it had not
 reached).
 """
+
 from __future__ import annotations
 
 import functools
@@ -57,7 +58,9 @@ def _hash_tree(digest, folder: Path, prefix: str = "") -> None:
             digest.update(f"D {name}\0".encode("utf-8", "surrogateescape"))
             _hash_tree(digest, Path(entry.path), f"{name}/")
         elif entry.is_file(follow_symlinks=False):
-            digest.update(f"F {name} {entry.stat(follow_symlinks=False).st_size}\0".encode("utf-8", "surrogateescape"))
+            digest.update(
+                f"F {name} {entry.stat(follow_symlinks=False).st_size}\0".encode("utf-8", "surrogateescape")
+            )
             with open(entry.path, "rb") as fh:
                 for block in iter(lambda: fh.read(1 << 20), b""):
                     digest.update(block)
@@ -125,16 +128,22 @@ def submission_key(course, assignment: str, staged_folder, db_url: str, how: str
 
 # --------------------------------------------------------------------------- records
 
+
 def record_path(root, student: str, assignment: str) -> Path:
     return Path(root) / FOLDER / assignment / f"{student}.json"
 
 
 def _as_dict(result: SubmissionResult) -> dict:
-    return {"format": FORMAT, "key": result.key, "student": result.student,
-            "assignment": result.assignment,
-            "exercises": [[e.grade_id, e.score, e.max_score, e.message, e.manual, e.pending]
-                          for e in result.exercises],
-            "flags": [[f.where, f.reason] for f in result.flags]}
+    return {
+        "format": FORMAT,
+        "key": result.key,
+        "student": result.student,
+        "assignment": result.assignment,
+        "exercises": [
+            [e.grade_id, e.score, e.max_score, e.message, e.manual, e.pending] for e in result.exercises
+        ],
+        "flags": [[f.where, f.reason] for f in result.flags],
+    }
 
 
 def write(root, result: SubmissionResult) -> None:
@@ -179,8 +188,10 @@ def read(root, student: str, assignment: str) -> SubmissionResult | None:
         data = json.loads(record_path(root, student, assignment).read_text(encoding="utf-8"))
         if data.get("format") != FORMAT or data["student"] != student or data["assignment"] != assignment:
             return None
-        exercises = [ExerciseResult(str(g), float(s), float(m), str(msg), manual is True, pending is True)
-                     for g, s, m, msg, manual, pending in data["exercises"]]
+        exercises = [
+            ExerciseResult(str(g), float(s), float(m), str(msg), manual is True, pending is True)
+            for g, s, m, msg, manual, pending in data["exercises"]
+        ]
         flags = [Flag(str(w), str(r)) for w, r in data["flags"]]
         if not (isinstance(data["key"], str) and data["key"]):
             return None

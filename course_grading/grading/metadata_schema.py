@@ -7,6 +7,7 @@ cell, most of it that check, and a submission's cells are validated several time
 below: the schema is checked once per schema object, then the metadata is validated as
 ``jsonschema.validate`` does it (the same validator class, the same best-matching error).
 """
+
 from __future__ import annotations
 
 import threading

@@ -15,6 +15,7 @@ which are tested) rather than let a patch misfire.
 * ``validate_schema_once``: the metadata schema checked once
   (``nbgrader.nbgraderformat.common.jsonschema``, ``metadata_schema``).
 """
+
 from __future__ import annotations
 
 import nbgrader
@@ -44,13 +45,15 @@ def check_version(version: str = nbgrader.__version__) -> None:
         raise UntestedNbgrader(
             f"nbgrader {version} is installed; the course patches nbgrader's internals and was tested "
             f"with nbgrader >={'.'.join(map(str, low))},<{'.'.join(map(str, high))} "
-            "(install that: bash scripts/setup.sh)")
+            "(install that: bash scripts/setup.sh)"
+        )
 
 
 check_version()
 
 
 # --------------------------------------------------------------------------- the gradebook schema
+
 
 def _alembic_head() -> str:
     """The gradebook schema revision, as nbgrader.api.get_alembic_version finds it by running
@@ -73,8 +76,13 @@ use_alembic_head()
 
 # The converter steps inside which nbgrader catches exceptions and only logs them
 # (BaseConverter.convert_notebooks); the last one that raised is what failed.
-STEPS = ("init_destination", "init_assignment", "convert_single_notebook", "set_permissions",
-         "_clean_old_notebooks")
+STEPS = (
+    "init_destination",
+    "init_assignment",
+    "convert_single_notebook",
+    "set_permissions",
+    "_clean_old_notebooks",
+)
 
 
 def record_failures(converter, recorded: list) -> None:
@@ -98,6 +106,7 @@ def record_failures(converter, recorded: list) -> None:
 
 
 # --------------------------------------------------------------------------- in a grading worker
+
 
 def share_engines() -> None:
     """Every nbgrader ``Gradebook`` opened in this process from now on takes its engine from

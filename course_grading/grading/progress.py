@@ -19,6 +19,7 @@ next ones come from all the workers at once, so a rate taken from the first alon
 1 of 20, 6:23 left) was several times the real one. Every text a student could choose goes
 through ``reports_csv.clean`` first.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,10 @@ import time
 
 from course_grading.reports.reports_csv import clean
 
-BAR_FORMAT = ("{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
-              "[{elapsed} elapsed, ETA {remaining}, {rate_fmt}]{postfix}")
+BAR_FORMAT = (
+    "{desc} {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} "
+    "[{elapsed} elapsed, ETA {remaining}, {rate_fmt}]{postfix}"
+)
 UNIT = "submission"
 
 
@@ -67,9 +70,18 @@ class Progress:
         if is_terminal(self.stream):
             # a terminal not sized yet (a fresh pty) says 0 x 0, where tqdm would draw nothing
             known = min(_size(self.stream)) > 0
-            self.bar = _bar_class()(total=total, initial=already, desc=desc, unit=UNIT, file=self.stream,
-                                    bar_format=BAR_FORMAT, dynamic_ncols=known, ncols=None if known else 100,
-                                    nrows=None if known else 24, leave=True)
+            self.bar = _bar_class()(
+                total=total,
+                initial=already,
+                desc=desc,
+                unit=UNIT,
+                file=self.stream,
+                bar_format=BAR_FORMAT,
+                dynamic_ncols=known,
+                ncols=None if known else 100,
+                nrows=None if known else 24,
+                leave=True,
+            )
             self.bar.pace = self.pace
 
     def done(self, result) -> None:

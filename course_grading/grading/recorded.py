@@ -2,6 +2,7 @@
 it (``prepare_gradebook``, one recorder at a time on a shared PostgreSQL gradebook), and which
 results of an earlier run still stand and need no grading again (``already_graded``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,24 +36,34 @@ def already_graded(run: GradingRun, tasks: list[tuple]) -> tuple[list[Submission
     candidates: dict[tuple[str, str], SubmissionResult] = {}
     for _, student, assignment, known in tasks:
         old = ledger.read(coursedir.root, student, assignment) if known else None
-        if old is not None and old.key == _current_key(run, coursedir, submitted, student, assignment,
-                                                       bounds):
+        if old is not None and old.key == _current_key(
+            run, coursedir, submitted, student, assignment, bounds
+        ):
             candidates[(student, assignment)] = old
     standing = _still_recorded(coursedir, candidates) if candidates else set()
-    return ([candidates[pair] for pair in sorted(standing)],
-            [task for task in tasks if (task[1], task[2]) not in standing])
+    return (
+        [candidates[pair] for pair in sorted(standing)],
+        [task for task in tasks if (task[1], task[2]) not in standing],
+    )
 
 
-def _current_key(run: GradingRun, coursedir: CourseDirectory, submitted: Path, student: str,
-                 assignment: str, bounds: untrusted.NotebookBounds) -> str:
+def _current_key(
+    run: GradingRun,
+    coursedir: CourseDirectory,
+    submitted: Path,
+    student: str,
+    assignment: str,
+    bounds: untrusted.NotebookBounds,
+) -> str:
     """The key a grade of the submission would have now; '' when it would not be graded."""
     with tempfile.TemporaryDirectory(prefix="course-resume-") as stage:
         try:
             staging.stage(coursedir, submitted, student, assignment, Path(stage), bounds)
         except Exception:  # noqa: BLE001 - refused, unreadable: graded again (an error row)
             return ""
-        return ledger.submission_key(run.graded, assignment, Path(stage) / student / assignment,
-                                     coursedir.db_url, how(run))
+        return ledger.submission_key(
+            run.graded, assignment, Path(stage) / student / assignment, coursedir.db_url, how(run)
+        )
 
 
 def how(run: GradingRun) -> str:
@@ -73,8 +84,11 @@ def _still_recorded(coursedir: CourseDirectory, candidates: dict) -> set[tuple[s
                 continue
             if uncomputed(submission):
                 continue
-            held = {g.name: (float(g.score or 0), float(g.max_score))
-                    for nb in submission.notebooks for g in nb.grades}
+            held = {
+                g.name: (float(g.score or 0), float(g.max_score))
+                for nb in submission.notebooks
+                for g in nb.grades
+            }
             if held != {e.grade_id: (e.score, e.max_score) for e in old.exercises}:
                 continue
             folder = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment))
@@ -109,8 +123,9 @@ def prepare_gradebook(run: GradingRun, assignments: list[str], students: list[st
 
 
 # a PostgreSQL advisory lock's key: "the course's assignments are being recorded"
-RECORDING_LOCK = int.from_bytes(hashlib.sha256(b"attention-course: recording assignments").digest()[:8],
-                                "big", signed=True)
+RECORDING_LOCK = int.from_bytes(
+    hashlib.sha256(b"attention-course: recording assignments").digest()[:8], "big", signed=True
+)
 
 
 @contextlib.contextmanager

@@ -10,13 +10,16 @@ reference implementations, and obfuscated code.
 
 A flag is a reason for the instructor to look, not a penalty: nothing here changes a score.
 """
+
 from __future__ import annotations
 
 import copy
 import re
 from dataclasses import dataclass
 
-from course_grading.authoring.cells import is_setup, meta as _meta, text as _text, visible_part
+from course_grading.authoring.cells import is_setup, visible_part
+from course_grading.authoring.cells import meta as _meta
+from course_grading.authoring.cells import text as _text
 from course_grading.authoring.nbformat_tools import read_notebook, read_untrusted
 from course_grading.untrusted import NOTEBOOK_BOUNDS, NotebookBounds
 
@@ -28,29 +31,47 @@ META_KEYS = ("grade", "solution", "locked", "points", "task", "schema_version")
 # across every following blank line from every line start: 600,000 blank lines took minutes).
 # tests/test_scan.py times each one on adversarial code.
 PATTERNS = [
-    ("patches a comparison function",
-     r"\b(np|numpy|torch|math)\s*\.\s*(allclose|isclose|array_equal|equal|all|any|abs|max|isfinite)\s*=(?!=)"
-     r"|\b(np|numpy|torch)\s*\.\s*testing\s*\.\s*\w+\s*=(?!=)|\btorch\s*\.\s*Tensor\s*\.\s*\w+\s*=(?!=)"
-     r"|setattr\(\s*(np|numpy|torch)\b"),
-    ("patches the checks", r"^[ \t]*check_\w+\s*=(?!=)|^[ \t]*def\s+check_\w+|course_(?:utils|grading)[./\\]checks"
-                           r"|\bCheckFailed\b|\b_core\b|^[ \t]*(Check|quiet|to_numpy)\s*=(?!=)"),
-    ("IPython input or AST transformer / hook",
-     r"input_transformers|ast_transformers|register_transformer|register_magic|events\s*\.\s*register"
-     r"|set_custom_exc|\bshell\s*\.\s*(run_cell|ex)\b|get_ipython\s*\(\s*\)\s*\.\s*(run_cell|ast|input|events|set_hook)"),
-    ("sends Jupyter messages itself (forged outputs, statuses or replies)",
-     r"\bsession\s*\.\s*send\b|\biopub_(socket|thread|pub_socket)\b|\bshell_streams?\b|\bsend_multipart\b"
-     r"|\bget_parent\s*\(|\.\s*kernel\s*\.\s*session\b"),
+    (
+        "patches a comparison function",
+        r"\b(np|numpy|torch|math)\s*\.\s*(allclose|isclose|array_equal|equal|all|any|abs|max|isfinite)\s*=(?!=)"
+        r"|\b(np|numpy|torch)\s*\.\s*testing\s*\.\s*\w+\s*=(?!=)|\btorch\s*\.\s*Tensor\s*\.\s*\w+\s*=(?!=)"
+        r"|setattr\(\s*(np|numpy|torch)\b",
+    ),
+    (
+        "patches the checks",
+        r"^[ \t]*check_\w+\s*=(?!=)|^[ \t]*def\s+check_\w+|course_(?:utils|grading)[./\\]checks"
+        r"|\bCheckFailed\b|\b_core\b|^[ \t]*(Check|quiet|to_numpy)\s*=(?!=)",
+    ),
+    (
+        "IPython input or AST transformer / hook",
+        r"input_transformers|ast_transformers|register_transformer|register_magic|events\s*\.\s*register"
+        r"|set_custom_exc|\bshell\s*\.\s*(run_cell|ex)\b|get_ipython\s*\(\s*\)\s*\.\s*(run_cell|ast|input|events|set_hook)",
+    ),
+    (
+        "sends Jupyter messages itself (forged outputs, statuses or replies)",
+        r"\bsession\s*\.\s*send\b|\biopub_(socket|thread|pub_socket)\b|\bshell_streams?\b|\bsend_multipart\b"
+        r"|\bget_parent\s*\(|\.\s*kernel\s*\.\s*session\b",
+    ),
     ("reads or writes the gradebook / nbgrader", r"gradebook|\bsqlite3\b|\bnbgrader\b|\.db\b"),
-    ("process control (exit, signals, fork)",
-     r"\bos\s*\.\s*(_exit|kill|killpg|fork|forkpty|abort|setsid)\b|\bsignal\s*\.\s*(signal|alarm|setitimer|pthread)"
-     r"|\bsys\s*\.\s*exit\b|\bfaulthandler\b|\bmultiprocessing\b|\bsubprocess\b|\bctypes\b"),
+    (
+        "process control (exit, signals, fork)",
+        r"\bos\s*\.\s*(_exit|kill|killpg|fork|forkpty|abort|setsid)\b|\bsignal\s*\.\s*(signal|alarm|setitimer|pthread)"
+        r"|\bsys\s*\.\s*exit\b|\bfaulthandler\b|\bmultiprocessing\b|\bsubprocess\b|\bctypes\b",
+    ),
     ("network access", r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\burlopen\b"),
-    ("reaches into the grading side (reference implementations, hidden checks)",
-     r"\bcourse_grading\b|course_utils\s*\.\s*reference|from\s+course_utils\s+import\s+reference"),
-    ("tampers with builtins or loaded modules",
-     r"__builtins__|\bbuiltins\b|sys\s*\.\s*modules|sys\s*\.\s*(settrace|setprofile|stdout|stderr)\s*="
-     r"|\bwarnings\s*\.\s*(showwarning|warn)\s*=(?!=)"),
-    ("obfuscated or dynamic code", r"(?<![.\w])(exec|eval|compile)\s*\(|\b__import__\b|\bimportlib\b|\bbase64\b|\bcodecs\b|\bmarshal\b|\bpickle\b"),
+    (
+        "reaches into the grading side (reference implementations, hidden checks)",
+        r"\bcourse_grading\b|course_utils\s*\.\s*reference|from\s+course_utils\s+import\s+reference",
+    ),
+    (
+        "tampers with builtins or loaded modules",
+        r"__builtins__|\bbuiltins\b|sys\s*\.\s*modules|sys\s*\.\s*(settrace|setprofile|stdout|stderr)\s*="
+        r"|\bwarnings\s*\.\s*(showwarning|warn)\s*=(?!=)",
+    ),
+    (
+        "obfuscated or dynamic code",
+        r"(?<![.\w])(exec|eval|compile)\s*\(|\b__import__\b|\bimportlib\b|\bbase64\b|\bcodecs\b|\bmarshal\b|\bpickle\b",
+    ),
 ]
 _COMPILED = [(why, re.compile(p, re.MULTILINE)) for why, p in PATTERNS]
 
@@ -68,6 +89,7 @@ class Flag:
 
 def _checksum(cell) -> str:
     from nbgrader.utils import compute_checksum
+
     try:
         return compute_checksum(cell)
     except Exception:  # a malformed cell: its checksum cannot match
@@ -155,21 +177,38 @@ def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Fl
         metadata = cell.get("metadata")
         if not isinstance(metadata, dict) and metadata is not None:
             flags.append(Flag(where, "cell metadata that is not a mapping"))
-        elif isinstance(metadata, dict) and "nbgrader" in metadata and not isinstance(metadata["nbgrader"], dict):
+        elif (
+            isinstance(metadata, dict)
+            and "nbgrader" in metadata
+            and not isinstance(metadata["nbgrader"], dict)
+        ):
             flags.append(Flag(where, "nbgrader metadata that is not a mapping"))
         elif meta and grade_id is None:
-            flags.append(Flag(where, "nbgrader metadata without a grade id"
-                                     + (" (claims points)" if meta.get("grade") or meta.get("task") else "")))
+            flags.append(
+                Flag(
+                    where,
+                    "nbgrader metadata without a grade id"
+                    + (" (claims points)" if meta.get("grade") or meta.get("task") else ""),
+                )
+            )
         tags = _tags(cell)
         carried = source_tags.get(grade_id or _string(cell.get("id")), set())  # the source's own tags
-        odd_tags = [t for t in tags if t not in carried and (
-            "skip" in t.lower() or "raises" in t.lower() or "hide" in t.lower())]
+        odd_tags = [
+            t
+            for t in tags
+            if t not in carried and ("skip" in t.lower() or "raises" in t.lower() or "hide" in t.lower())
+        ]
         if odd_tags:
             flags.append(Flag(where, f"tagged {', '.join(odd_tags)}"))
         original = source_cells.get(grade_id)
         if grade_id and original is None:
-            flags.append(Flag(where, "nbgrader cell that is not in the assignment"
-                                     + (" (claims points)" if meta.get("grade") else "")))
+            flags.append(
+                Flag(
+                    where,
+                    "nbgrader cell that is not in the assignment"
+                    + (" (claims points)" if meta.get("grade") else ""),
+                )
+            )
         if original is not None:
             if grade_id in seen:
                 flags.append(Flag(where, "nbgrader cell duplicated"))
@@ -184,14 +223,21 @@ def scan(submitted, source, bounds: NotebookBounds = NOTEBOOK_BOUNDS) -> list[Fl
                     flags.append(Flag(where, f"answer cell turned into a {cell.get('cell_type')} cell"))
             elif want.get("grade") or want.get("locked"):
                 if cell.get("cell_type") != original.get("cell_type") or (
-                        visible_part(_source(cell)) != visible_part(_source(original))):
+                    visible_part(_source(cell)) != visible_part(_source(original))
+                ):
                     flags.append(Flag(where, "locked/test cell edited"))
                 elif meta.get("checksum") and meta["checksum"] != _checksum(cell):
                     flags.append(Flag(where, "nbgrader checksum edited"))
-        student_code = cell.get("cell_type") == "code" and _source(cell).strip() not in unchanged and not (
-            original is not None and (_meta(original).get("locked") or _meta(original).get("grade"))
-            and not _meta(original).get("solution")
-            and visible_part(_source(cell)) == visible_part(_source(original)))
+        student_code = (
+            cell.get("cell_type") == "code"
+            and _source(cell).strip() not in unchanged
+            and not (
+                original is not None
+                and (_meta(original).get("locked") or _meta(original).get("grade"))
+                and not _meta(original).get("solution")
+                and visible_part(_source(cell)) == visible_part(_source(original))
+            )
+        )
         if student_code and index < first_setup:
             flags.append(Flag(where, "code that runs before the setup cell"))
         if student_code:

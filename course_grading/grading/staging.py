@@ -7,6 +7,7 @@ assignment ships); a submission whose notebook was left out, or whose folder is 
 refused (``SubmissionRefused``, flagged). ``expect_notebooks`` refuses a submission that holds
 no notebook of the assignment.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,17 +23,36 @@ from course_grading.grading.red_flags import Flag
 FILES_FLAG = "files"  # Flag.where of what is wrong with a submission's files
 
 
-def stage(coursedir: CourseDirectory, submitted: Path, student: str, assignment: str, stage: Path,
-          bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
+def stage(
+    coursedir: CourseDirectory,
+    submitted: Path,
+    student: str,
+    assignment: str,
+    stage: Path,
+    bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS,
+) -> list[Flag]:
     """``stage_copy`` of the submission, with the notebooks and modules of the assignment's
     source folder in ``coursedir``."""
-    return stage_copy(submitted, student, assignment, stage, expected_notebooks(coursedir, assignment),
-                      _provided_modules(source_of(coursedir, assignment)), bounds)
+    return stage_copy(
+        submitted,
+        student,
+        assignment,
+        stage,
+        expected_notebooks(coursedir, assignment),
+        _provided_modules(source_of(coursedir, assignment)),
+        bounds,
+    )
 
 
-def stage_copy(submitted: Path, student: str, assignment: str, stage: Path,
-                     notebooks: list[str], provided: frozenset[str] = frozenset(),
-                     bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[Flag]:
+def stage_copy(
+    submitted: Path,
+    student: str,
+    assignment: str,
+    stage: Path,
+    notebooks: list[str],
+    provided: frozenset[str] = frozenset(),
+    bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS,
+) -> list[Flag]:
     """Copy ``submitted/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
     following no symbolic link (``untrusted.copy_tree``); return a flag for each file left
     out (a link, a FIFO or other special file, a file over its size cap, a notebook beyond
@@ -57,8 +77,13 @@ def stage_copy(submitted: Path, student: str, assignment: str, stage: Path,
         except untrusted.UntrustedFileError as exc:
             raise _refused(f"{exc}: not graded") from None
         try:
-            left = untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
-                                       label=f"{where}/{assignment}", notebook_bounds=bounds)
+            left = untrusted.copy_tree(
+                assignment,
+                stage / student / assignment,
+                dir_fd=student_fd,
+                label=f"{where}/{assignment}",
+                notebook_bounds=bounds,
+            )
         except untrusted.UntrustedFileError as exc:
             raise _refused(f"{exc}: not graded") from None
         finally:
@@ -145,5 +170,6 @@ def expect_notebooks(coursedir: CourseDirectory, student: str, assignment: str) 
     expected = expected_notebooks(coursedir, assignment)
     found = sorted(p.name for p in folder.glob("*.ipynb"))
     if not set(expected) & set(found):
-        raise GradingError(f"no {' or '.join(expected)} in the submission "
-                           f"(found: {', '.join(found) or 'no notebooks'})")
+        raise GradingError(
+            f"no {' or '.join(expected)} in the submission (found: {', '.join(found) or 'no notebooks'})"
+        )

@@ -27,6 +27,7 @@ Ctrl-C: workers ignore SIGINT (a terminal sends it to the whole process group); 
 dispatcher, interrupted, stops them with SIGTERM, which they turn into ``SystemExit`` so
 that their clean-up runs (kernels, warm sandboxes), then SIGKILL after a grace period.
 """
+
 from __future__ import annotations
 
 import collections
@@ -41,7 +42,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 STOP_GRACE_S = 10  # how long stopped workers get to clean up before SIGKILL
-WATCH_S = 0.25     # how often the resident memory of workers without a cgroup is looked at
+WATCH_S = 0.25  # how often the resident memory of workers without a cgroup is looked at
 FAILED_STARTS = 3  # consecutive workers dying before they are ready: no worker can start here
 
 
@@ -114,9 +115,18 @@ def start_fork_server(preload: tuple[str, ...]):
     return context
 
 
-def run(function: Callable, tasks: list[tuple], jobs: int, on_result: Callable, *,
-        context=None, initializer: Callable | None = None, initargs: tuple = (),
-        memory_mb: int = 0, retries: int = 1) -> None:
+def run(
+    function: Callable,
+    tasks: list[tuple],
+    jobs: int,
+    on_result: Callable,
+    *,
+    context=None,
+    initializer: Callable | None = None,
+    initargs: tuple = (),
+    memory_mb: int = 0,
+    retries: int = 1,
+) -> None:
     """Call ``function(*task)`` for every task in ``jobs`` worker processes (made by
     ``context``, each running ``initializer(*initargs)`` first), and ``on_result(index,
     outcome)`` here as each ends: the function's return value, ``TaskRaised`` or
@@ -137,7 +147,8 @@ def run(function: Callable, tasks: list[tuple], jobs: int, on_result: Callable, 
             watching = [w for w in workers if w.watch_rss]
             ready = multiprocessing.connection.wait(
                 [w.conn for w in workers] + [w.process.sentinel for w in workers],
-                timeout=WATCH_S if watching else None)
+                timeout=WATCH_S if watching else None,
+            )
             for worker in watching:
                 worker.check_memory()
             for worker in list(workers):
@@ -177,8 +188,9 @@ def _stop(workers: list["_Worker"]) -> None:
         worker.stop()
     deadline = time.monotonic() + STOP_GRACE_S
     while time.monotonic() < deadline and any(w.process.is_alive() for w in workers):
-        multiprocessing.connection.wait([w.process.sentinel for w in workers if w.process.is_alive()],
-                                        timeout=1)
+        multiprocessing.connection.wait(
+            [w.process.sentinel for w in workers if w.process.is_alive()], timeout=1
+        )
         for worker in workers:  # again: a SystemExit raised where Python ignores it (a
             if worker.task is not None:  # finalizer, a weakref callback) is lost
                 worker.terminate()
@@ -200,10 +212,15 @@ class _Worker:
         self.ready = False
         self.task: int | None = None
         self.conn, child = context.Pipe()
-        spec = {"cgroup": str(self.group.memory_path) if self.group else None,
-                "data_bytes": _backstop_mb(memory_mb) << 20 if self.watch_rss else 0}
-        self.process = context.Process(target=_worker_main, name="course-grading-worker",
-                                       args=(child, function, initializer, initargs, spec))
+        spec = {
+            "cgroup": str(self.group.memory_path) if self.group else None,
+            "data_bytes": _backstop_mb(memory_mb) << 20 if self.watch_rss else 0,
+        }
+        self.process = context.Process(
+            target=_worker_main,
+            name="course-grading-worker",
+            args=(child, function, initializer, initargs, spec),
+        )
         try:
             self.process.start()
         except BaseException:
@@ -276,6 +293,7 @@ class _Worker:
         """Its exit code and whether it went over its memory bound; its pipe and cgroup gone
         (what it left in its cgroup is killed)."""
         from course_grading.sandbox.bubblewrap import Cgroups
+
         self.process.join(0)
         over = self.over_memory or (self.group is not None and self.group.oom_kills() > 0)
         if self.group is not None:
@@ -292,9 +310,9 @@ def _memory_group(memory_mb: int):
     for, or none can be made here)."""
     if not memory_mb:
         return None
-    from course_grading.sandbox.bubblewrap import Cgroups, GRADER_GROUP
-    group = Cgroups(files={"memory": {"memory.limit_in_bytes": str(memory_mb << 20)}},
-                    prefix=GRADER_GROUP)
+    from course_grading.sandbox.bubblewrap import GRADER_GROUP, Cgroups
+
+    group = Cgroups(files={"memory": {"memory.limit_in_bytes": str(memory_mb << 20)}}, prefix=GRADER_GROUP)
     if group.memory:
         return group
     group.remove()
@@ -327,8 +345,9 @@ def _worker_main(conn, function, initializer, initargs, spec: dict) -> None:
         with open(os.path.join(spec["cgroup"], "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))
     if spec.get("data_bytes"):  # the soft limit: the sandboxes it starts lift it again
-        resource.setrlimit(resource.RLIMIT_DATA,
-                           (spec["data_bytes"], resource.getrlimit(resource.RLIMIT_DATA)[1]))
+        resource.setrlimit(
+            resource.RLIMIT_DATA, (spec["data_bytes"], resource.getrlimit(resource.RLIMIT_DATA)[1])
+        )
     if initializer is not None:
         initializer(*initargs)
     conn.send("ready")
@@ -364,7 +383,9 @@ def _exit(signum, frame) -> None:
 def _quiet_stop(hook):
     """A stop (``_exit``) raised where Python ignores exceptions (a finalizer, a weakref
     callback) is lost, and sent again by the dispatcher: nothing to report."""
+
     def quiet(unraisable):
         if not isinstance(unraisable.exc_value, SystemExit):
             hook(unraisable)
+
     return quiet

@@ -13,6 +13,7 @@ written answer, on the Formgrader's submission page only. ``kernel_messages`` (r
 kernel's messages) and ``hidden_split`` (running a cell's hidden tests apart) are parts of
 ``LimitedExecute``.
 """
+
 from .feedback_style import FeedbackStyle
 from .grader_rubric import GraderRubric
 from .hidden_outputs import HideHiddenOutputs
@@ -26,6 +27,18 @@ from .trusted_metadata import TrustedMetadata
 FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs, SanitizeNotebook]
 FEEDBACK_LAST = [FeedbackStyle]  # after nbconvert's CSSHTMLHeaderPreprocessor, which sets the page's CSS
 
-__all__ = ["FEEDBACK_LAST", "FEEDBACK_PREPROCESSORS", "FeedbackStyle", "GraderRubric", "HideHiddenOutputs", "LimitedExecute", "LinkedSubmission",
-           "RefuseLinks", "RequireSetup", "SanitizeNotebook", "ScrubHiddenTracebacks", "SetupCellFailed",
-           "TrustedMetadata"]
+__all__ = [
+    "FEEDBACK_LAST",
+    "FEEDBACK_PREPROCESSORS",
+    "FeedbackStyle",
+    "GraderRubric",
+    "HideHiddenOutputs",
+    "LimitedExecute",
+    "LinkedSubmission",
+    "RefuseLinks",
+    "RequireSetup",
+    "SanitizeNotebook",
+    "ScrubHiddenTracebacks",
+    "SetupCellFailed",
+    "TrustedMetadata",
+]

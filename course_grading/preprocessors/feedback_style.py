@@ -10,6 +10,7 @@ width, breaking inside a long word only where nothing else fits.
 Only CSS, written by the course (nothing of a submission), inlined in the page's own
 ``<style>``, as nbgrader's template does with its own; nothing loads from elsewhere.
 """
+
 from __future__ import annotations
 
 from nbgrader.preprocessors import NbGraderPreprocessor

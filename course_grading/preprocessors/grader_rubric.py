@@ -12,6 +12,7 @@ file, and every other rendering (feedback, which ``GenerateFeedback`` renders wi
 exporter settings but without those ids) is left as it is: a student never sees it. The cell
 is the course's own text; ``SanitizeNotebook``, after it, renders it like any markdown.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -52,8 +53,11 @@ class GraderRubric(Preprocessor):
             cells.append(cell)
             m = meta(cell)
             if m.get("solution") and m.get("grade") and m.get("grade_id") in rubrics:
-                cells.append(nbformat.v4.new_markdown_cell(f"{HEADING}\n\n{rubrics[m['grade_id']]}",
-                                                           metadata={"tags": [RUBRIC_TAG]}))
+                cells.append(
+                    nbformat.v4.new_markdown_cell(
+                        f"{HEADING}\n\n{rubrics[m['grade_id']]}", metadata={"tags": [RUBRIC_TAG]}
+                    )
+                )
         nb.cells = cells
         return nb, resources
 

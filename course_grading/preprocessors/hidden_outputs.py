@@ -19,6 +19,7 @@ attribute) cannot reach a cell of theirs: ``LimitedExecute`` runs every hidden p
 the notebook's cells, so whatever prints it from then on prints into a hidden part's output,
 after its marker.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,10 +30,13 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from course_grading.authoring.cells import Markers, hidden_lines, text
+
 from .hidden_split import is_hidden_marker
 
-GRADING_FILES = (Path(__file__).resolve().parents[1],  # course_grading
-                 Path(__file__).resolve().parents[2] / "course_utils" / "checks")
+GRADING_FILES = (
+    Path(__file__).resolve().parents[1],  # course_grading
+    Path(__file__).resolve().parents[2] / "course_utils" / "checks",
+)
 MIN_LINE = 12  # shorter lines ("return x", "pass") are too common to withhold when quoted
 HIDDEN_NOTE = "[the hidden tests ran here: what they printed is not part of the feedback]\n"
 WITHHELD_NOTE = "[output not shown: this cell's hidden tests were not run apart from it]\n"
@@ -46,8 +50,11 @@ def grading_lines() -> frozenset[str]:
     for folder in GRADING_FILES:
         for path in sorted(folder.rglob("*.py")) if folder.is_dir() else []:
             try:
-                found |= {ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()
-                          if len(ln.strip()) >= MIN_LINE}
+                found |= {
+                    ln.strip()
+                    for ln in path.read_text(encoding="utf-8").splitlines()
+                    if len(ln.strip()) >= MIN_LINE
+                }
             except (OSError, UnicodeDecodeError):
                 continue
     return frozenset(found)
@@ -88,9 +95,12 @@ class _LineFilter:
         if len(plain) < MIN_LINE:
             return plain in self.short
         long = self.long
-        return any(plain.startswith(secret, i)
-                   for i in range(len(plain) - MIN_LINE + 1) if plain[i:i + MIN_LINE] in long
-                   for secret in long[plain[i:i + MIN_LINE]])
+        return any(
+            plain.startswith(secret, i)
+            for i in range(len(plain) - MIN_LINE + 1)
+            if plain[i : i + MIN_LINE] in long
+            for secret in long[plain[i : i + MIN_LINE]]
+        )
 
     def clean(self, value: str) -> str:
         lines = value.splitlines(keepends=True)
@@ -101,8 +111,11 @@ def _visible_outputs(cell, markers: Markers, filt: _LineFilter) -> list:
     outputs = list(cell.get("outputs", []))
     cut = next((i for i, o in enumerate(outputs) if is_hidden_marker(o)), None)
     if cut is not None:
-        ran = bool(((outputs[cut].get("data") or {}).get("application/vnd.course.hidden-tests+json")
-                    or {}).get("hidden_tests"))
+        ran = bool(
+            ((outputs[cut].get("data") or {}).get("application/vnd.course.hidden-tests+json") or {}).get(
+                "hidden_tests"
+            )
+        )
         tail = [new_output("stream", name="stdout", text=HIDDEN_NOTE)] if ran else []
         outputs = outputs[:cut]
     elif markers.begin_hidden in text(cell.get("source")) and outputs:
@@ -116,12 +129,17 @@ def _visible_outputs(cell, markers: Markers, filt: _LineFilter) -> list:
 def _clean(output, filt: _LineFilter):
     kind = output.get("output_type")
     if kind == "stream":
-        return new_output("stream", name=output.get("name", "stdout"), text=filt.clean(text(output.get("text"))))
+        return new_output(
+            "stream", name=output.get("name", "stdout"), text=filt.clean(text(output.get("text")))
+        )
     if kind == "error":
         frames = [filt.clean(str(frame)) for frame in output.get("traceback") or []]
-        return new_output("error", ename=filt.clean(str(output.get("ename", ""))).strip() or "Error",
-                          evalue=filt.clean(str(output.get("evalue", ""))),
-                          traceback=[f for f in frames if f.strip()])
+        return new_output(
+            "error",
+            ename=filt.clean(str(output.get("ename", ""))).strip() or "Error",
+            evalue=filt.clean(str(output.get("evalue", ""))),
+            traceback=[f for f in frames if f.strip()],
+        )
     if kind in ("display_data", "execute_result"):
         plain = (output.get("data") or {}).get("text/plain")
         if plain is None:

@@ -2,6 +2,7 @@
 (``split_hidden``) and the marker output the grader puts before what that part printed
 (``hidden_marker``, recognised by ``HIDDEN_MIME``).
 """
+
 from __future__ import annotations
 
 from nbformat.v4 import new_output
@@ -17,8 +18,10 @@ MAX_SPLIT_SOURCE = 64 * 2**10  # characters of a test cell parsed to run its hid
 def hidden_marker(ran: bool = True) -> dict:
     """The output the grader puts where a cell's hidden tests begin (``ran``), or at the end
     of a cell whose hidden tests did not run (its visible part raised, or no time was left)."""
-    return new_output("display_data", data={HIDDEN_MIME: {"hidden_tests": ran},
-                                            "text/plain": HIDDEN_TEXT if ran else NOT_RUN_TEXT})
+    return new_output(
+        "display_data",
+        data={HIDDEN_MIME: {"hidden_tests": ran}, "text/plain": HIDDEN_TEXT if ran else NOT_RUN_TEXT},
+    )
 
 
 def is_hidden_marker(output) -> bool:
@@ -40,8 +43,11 @@ def split_hidden(source: str, markers: Markers = Markers()):
     if at is None:
         return None
     visible, hidden = "".join(lines[:at]), "".join(lines[at:])
-    if (lines[at][:1].isspace() or source.lstrip().startswith("%%")
-            or not (_complete(visible) and _complete(hidden))):
+    if (
+        lines[at][:1].isspace()
+        or source.lstrip().startswith("%%")
+        or not (_complete(visible) and _complete(hidden))
+    ):
         return None, source
     if not visible.strip():
         return "pass\n", hidden

@@ -3,6 +3,7 @@ before it is deserialised (``read_message``, ``WeighingChannel``), too deep or t
 replaced by a stub of their kind without being read, and the kernel client's wait for a kernel
 that has just started (``wait_for_ready``).
 """
+
 from __future__ import annotations
 
 import re
@@ -14,11 +15,11 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.session import extract_dates
 
 UNREAD_ENAME = "OutputUnreadable"
-HEADER_BYTES = 65_536   # a message's header and parent header, each (a kernel's are ~300 bytes)
-MAX_DEPTH = 100         # containers nested in a message's metadata or content, at most
-READ_VALUES = 10_000    # values a message over its cell's allowance may hold and still be read
-WEIGHT = "course_wire_bytes"   # the bytes a message arrived as (a key of the message dict)
-UNREAD = "course_unread"       # why a message was replaced by a stub without being read
+HEADER_BYTES = 65_536  # a message's header and parent header, each (a kernel's are ~300 bytes)
+MAX_DEPTH = 100  # containers nested in a message's metadata or content, at most
+READ_VALUES = 10_000  # values a message over its cell's allowance may hold and still be read
+WEIGHT = "course_wire_bytes"  # the bytes a message arrived as (a key of the message dict)
+UNREAD = "course_unread"  # why a message was replaced by a stub without being read
 
 
 def message_size(msg: dict) -> int:
@@ -40,7 +41,6 @@ def message_size(msg: dict) -> int:
         else:
             size += 8
     return size
-
 
 
 _STRUCTURE = re.compile(rb'["\[\]{},]')
@@ -80,9 +80,16 @@ def json_shape(data: bytes, max_values: int | None = None, max_depth: int = MAX_
 
 def _dropped() -> dict:
     """A message that belongs to no request (nbclient passes over it)."""
-    return {"header": {"msg_id": "", "msg_type": "course_dropped"}, "msg_id": "",
-            "msg_type": "course_dropped", "parent_header": {}, "metadata": {}, "content": {},
-            "buffers": [], WEIGHT: 0}
+    return {
+        "header": {"msg_id": "", "msg_type": "course_dropped"},
+        "msg_id": "",
+        "msg_type": "course_dropped",
+        "parent_header": {},
+        "metadata": {},
+        "content": {},
+        "buffers": [],
+        WEIGHT: 0,
+    }
 
 
 def _stub_content(msg_type: str, reason: str) -> dict | None:
@@ -93,11 +100,15 @@ def _stub_content(msg_type: str, reason: str) -> dict | None:
         # so it counts as stderr (nbgrader scores a grade cell with stderr 0)
         "stream": {"name": "stderr", "text": ""},
         "error": error,
-        "execute_result": {"execution_count": None, "metadata": {},
-                           "data": {"text/plain": f"[course: {reason}]"}},
+        "execute_result": {
+            "execution_count": None,
+            "metadata": {},
+            "data": {"text/plain": f"[course: {reason}]"},
+        },
         "display_data": {"data": {}, "metadata": {}, "transient": {}},
         "update_display_data": {"data": {}, "metadata": {}, "transient": {}},
-        "comm_open": {}, "comm_msg": {},
+        "comm_open": {},
+        "comm_msg": {},
         "execute_input": {},
         "execute_reply": {"status": "error", "execution_count": None, **error},
     }.get(msg_type)
@@ -109,7 +120,9 @@ def read_message(session, frames: list, allowance) -> dict:
     it holds; heavier, it is read only if it holds at most READ_VALUES values. Deeper nesting
     than MAX_DEPTH, or too many values, and it is replaced by a stub of its kind (``UNREAD``
     says why); a message whose header cannot be read belongs to no request."""
-    if len(frames) < 5 or any(len(f) > HEADER_BYTES or json_shape(f, HEADER_BYTES) is None for f in frames[1:3]):
+    if len(frames) < 5 or any(
+        len(f) > HEADER_BYTES or json_shape(f, HEADER_BYTES) is None for f in frames[1:3]
+    ):
         return _dropped()
     if session.auth is not None and not compare_digest(bytes(frames[0]), session.sign(frames[1:5])):
         return _dropped()
@@ -117,7 +130,9 @@ def read_message(session, frames: list, allowance) -> dict:
         header, parent = session.unpack(frames[1]), session.unpack(frames[2])
     except (ValueError, TypeError, RecursionError):
         return _dropped()
-    if not (isinstance(header, dict) and isinstance(parent, dict) and isinstance(header.get("msg_type"), str)):
+    if not (
+        isinstance(header, dict) and isinstance(parent, dict) and isinstance(header.get("msg_type"), str)
+    ):
         return _dropped()
     msg_type, weight = header["msg_type"], sum(len(f) for f in frames[1:])
     limit = None if weight <= allowance(msg_type) else READ_VALUES
@@ -133,15 +148,25 @@ def read_message(session, frames: list, allowance) -> dict:
     elif limit is None:
         reason = f"a message of {weight} bytes nested deeper than {MAX_DEPTH} levels"
     else:
-        reason = (f"a message of {weight} bytes, over what this cell may still produce and too "
-                  f"large to read (over {READ_VALUES} values or {MAX_DEPTH} levels deep)")
+        reason = (
+            f"a message of {weight} bytes, over what this cell may still produce and too "
+            f"large to read (over {READ_VALUES} values or {MAX_DEPTH} levels deep)"
+        )
     content = _stub_content(msg_type, reason)
     if content is None:
         return _dropped()
     header, parent = extract_dates(header), extract_dates(parent)
-    return {"header": header, "msg_id": header.get("msg_id"), "msg_type": msg_type,
-            "parent_header": parent, "metadata": {}, "content": content, "buffers": [],
-            WEIGHT: weight, UNREAD: reason}
+    return {
+        "header": header,
+        "msg_id": header.get("msg_id"),
+        "msg_type": msg_type,
+        "parent_header": parent,
+        "metadata": {},
+        "content": content,
+        "buffers": [],
+        WEIGHT: weight,
+        UNREAD: reason,
+    }
 
 
 class WeighingChannel(AsyncZMQSocketChannel):

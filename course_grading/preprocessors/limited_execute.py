@@ -41,6 +41,7 @@ submission bounded, and the hidden tests of the notebook run after all its cells
 How a message is read and weighed lives in ``kernel_messages``; where a cell's hidden part begins, and the
 marker before its output, in ``hidden_split``.
 """
+
 from __future__ import annotations
 
 import types
@@ -53,23 +54,49 @@ from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
 from course_grading.authoring.cells import Markers, is_grade
+
 from ..checks import KERNEL_ARGUMENT
 from .hidden_split import HIDDEN_MIME, hidden_marker, is_hidden_marker, split_hidden
-from .kernel_messages import (MAX_DEPTH, UNREAD, UNREAD_ENAME, WEIGHT, WeighingChannel,
-                              json_shape, message_size, wait_for_ready)
+from .kernel_messages import (
+    MAX_DEPTH,
+    UNREAD,
+    UNREAD_ENAME,
+    WEIGHT,
+    WeighingChannel,
+    json_shape,
+    message_size,
+    wait_for_ready,
+)
 
 # what other modules import from here
-__all__ = ["BUDGET_ENAME", "HIDDEN_MIME", "MAX_DEPTH", "UNREAD_ENAME", "UNREAD_MESSAGES",
-           "LimitedExecute", "OutputLost", "is_hidden_marker", "json_shape", "split_hidden",
-           "wait_for_ready"]
+__all__ = [
+    "BUDGET_ENAME",
+    "HIDDEN_MIME",
+    "MAX_DEPTH",
+    "UNREAD_ENAME",
+    "UNREAD_MESSAGES",
+    "LimitedExecute",
+    "OutputLost",
+    "is_hidden_marker",
+    "json_shape",
+    "split_hidden",
+    "wait_for_ready",
+]
 
 BUDGET_ENAME = "TimeBudgetSpent"
 _NOTICE_START = "\n[course: output dropped"
-_COUNTED = {"stream", "display_data", "execute_result", "error", "update_display_data",
-            "comm_open", "comm_msg"}
+_COUNTED = {
+    "stream",
+    "display_data",
+    "execute_result",
+    "error",
+    "update_display_data",
+    "comm_open",
+    "comm_msg",
+}
 _KEPT_ON_CLEAR = ("error",)
 
-BUDGET_GRACE = 1        # seconds a kernel interrupted at the end of the time budget has to stop
+BUDGET_GRACE = 1  # seconds a kernel interrupted at the end of the time budget has to stop
 # What the kernel sent that was never read (UNREAD), "cell N: why", for the grader of this
 # process to flag: kept here, in the grader's memory, where nothing the student wrote can add
 # to it or take from it (a notice in the notebook could be forged or printed over).
@@ -86,17 +113,24 @@ class LimitedExecute(Execute):
 
     max_output_bytes = Integer(1_000_000, help="output one cell may produce in all (bytes)").tag(config=True)
     max_notebook_output_bytes = Integer(
-        10_000_000, help="output one notebook may produce in all (bytes)").tag(config=True)
+        10_000_000, help="output one notebook may produce in all (bytes)"
+    ).tag(config=True)
     max_total_seconds = Integer(
-        180, help="seconds one notebook's cells may run in all, hidden tests included (0: no "
-                  "limit); each request runs for at most Execute.timeout").tag(config=True)
+        180,
+        help="seconds one notebook's cells may run in all, hidden tests included (0: no "
+        "limit); each request runs for at most Execute.timeout",
+    ).tag(config=True)
 
     max_message_bytes = Integer(
-        64_000_000, help="largest message taken from the kernel (bytes); a larger one is "
-                         "dropped, and its cell's score cannot be computed").tag(config=True)
+        64_000_000,
+        help="largest message taken from the kernel (bytes); a larger one is "
+        "dropped, and its cell's score cannot be computed",
+    ).tag(config=True)
     queued_messages = Integer(
-        4, help="messages from the kernel held waiting for the grader at most (the kernel "
-                "holds more, then drops them)").tag(config=True)
+        4,
+        help="messages from the kernel held waiting for the grader at most (the kernel "
+        "holds more, then drops them)",
+    ).tag(config=True)
 
     _CELL_NOTICE = _NOTICE_START + ": this cell's output is over {} bytes]\n"
     _NOTEBOOK_NOTICE = _NOTICE_START + ": this notebook's output is over {} bytes]\n"
@@ -109,8 +143,8 @@ class LimitedExecute(Execute):
         self._used_notebook = 0
         self._noticed: set[tuple[int, str]] = set()
         self._deadline: float | None = None
-        self._cut = False             # the time budget ran out while a request ran
-        self._part_start = 0          # first output index of the request now running
+        self._cut = False  # the time budget ran out while a request ran
+        self._part_start = 0  # first output index of the request now running
         self._prefix: list | None = None  # outputs to put back before the hidden part's own
         self._cell_index_now: int | None = None
         self._deferred: list[tuple[int, str]] = []  # (cell index, hidden part) to run at the end
@@ -124,8 +158,11 @@ class LimitedExecute(Execute):
         (``course_grading.checks._common``) when the notebook uses the course's checks (its
         setup and test cells, restored from the gradebook, name them): what they rely on is
         recorded then."""
-        uses_checks = any(name in str(cell.get("source", "")) for cell in self.nb.cells
-                          for name in ("course_utils", "course_grading"))
+        uses_checks = any(
+            name in str(cell.get("source", ""))
+            for cell in self.nb.cells
+            for name in ("course_utils", "course_grading")
+        )
         if uses_checks and KERNEL_ARGUMENT not in self.extra_arguments:
             self.extra_arguments = [*self.extra_arguments, KERNEL_ARGUMENT]
         return await super().async_start_new_kernel(**kwargs)
@@ -159,6 +196,7 @@ class LimitedExecute(Execute):
             kc._created_context = True  # destroyed with the client
             kc.wait_for_ready = types.MethodType(wait_for_ready, kc)
             return kc
+
         self.km.client = client
         try:
             return await super().async_start_new_kernel_client()
@@ -173,8 +211,13 @@ class LimitedExecute(Execute):
         statuses), as much as one cell's output."""
         if msg_type not in _COUNTED or self._cell_index_now is None:
             return self.max_output_bytes
-        return max(0, min(self.max_output_bytes - self._used_cell.get(self._cell_index_now, 0),
-                          self.max_notebook_output_bytes - self._used_notebook))
+        return max(
+            0,
+            min(
+                self.max_output_bytes - self._used_cell.get(self._cell_index_now, 0),
+                self.max_notebook_output_bytes - self._used_notebook,
+            ),
+        )
 
     # --------------------------------------------------------------------------- time
 
@@ -251,19 +294,28 @@ class LimitedExecute(Execute):
         for cell_index, hidden in deferred:
             cell = self.nb.cells[cell_index]
             if self._cut or self._spent():
-                cell.outputs.append(self._budget_error(
-                    f"the hidden tests did not run: {self._budget_text()} was spent before them"))
+                cell.outputs.append(
+                    self._budget_error(
+                        f"the hidden tests did not run: {self._budget_text()} was spent before them"
+                    )
+                )
                 cell.outputs.append(hidden_marker(ran=False))
                 continue
             original = cell.source
             try:
-                await self._request(cell, cell_index, hidden, None, True, prefix=[*cell.outputs, hidden_marker()])
+                await self._request(
+                    cell, cell_index, hidden, None, True, prefix=[*cell.outputs, hidden_marker()]
+                )
             finally:
                 cell.source = original
             if self._cut:  # say why where feedback shows it: before the marker
                 at = next(i for i, o in enumerate(cell.outputs) if is_hidden_marker(o))
-                cell.outputs.insert(at, self._budget_error(
-                    f"interrupted: {self._budget_text()} was spent while this cell's hidden tests ran"))
+                cell.outputs.insert(
+                    at,
+                    self._budget_error(
+                        f"interrupted: {self._budget_text()} was spent while this cell's hidden tests ran"
+                    ),
+                )
                 self._settle(cell)
 
     async def _request(self, cell, cell_index, source, execution_count, store_history, prefix=None):
@@ -280,9 +332,11 @@ class LimitedExecute(Execute):
             if "IOPub" not in str(exc):
                 raise
             if not self._cut:
-                raise OutputLost(f"the output of cell {cell_index} did not arrive whole (a message over "
-                                 f"{self.max_message_bytes} bytes, or output sent faster than it was read): "
-                                 "its score cannot be computed") from None
+                raise OutputLost(
+                    f"the output of cell {cell_index} did not arrive whole (a message over "
+                    f"{self.max_message_bytes} bytes, or output sent faster than it was read): "
+                    "its score cannot be computed"
+                ) from None
             # interrupted at the end of the budget and still running: nothing runs after it
             if not any(o.get("output_type") == "error" for o in cell.outputs):
                 cell.outputs.append(self._budget_error(""))
@@ -303,8 +357,11 @@ class LimitedExecute(Execute):
             cell.outputs = [o for o in cell.outputs if o.get("output_type") != "execute_result"]
         if self._cut:
             for output in cell.outputs:
-                if output.get("output_type") == "error" and output.get("ename") in ("CellTimeoutError", BUDGET_ENAME) \
-                        and not output.get("evalue"):
+                if (
+                    output.get("output_type") == "error"
+                    and output.get("ename") in ("CellTimeoutError", BUDGET_ENAME)
+                    and not output.get("evalue")
+                ):
                     output["evalue"] = f"interrupted: {self._budget_text()} was spent"
 
     # --------------------------------------------------------------------------- messages
@@ -344,7 +401,11 @@ class LimitedExecute(Execute):
         cell_used = self._used_cell.get(cell_index, 0) + size
         notebook_used = self._used_notebook + size
         unread = msg.get(UNREAD)
-        if not unread and cell_used <= self.max_output_bytes and notebook_used <= self.max_notebook_output_bytes:
+        if (
+            not unread
+            and cell_used <= self.max_output_bytes
+            and notebook_used <= self.max_notebook_output_bytes
+        ):
             self._used_cell[cell_index] = cell_used
             self._used_notebook = notebook_used
             return msg
@@ -357,9 +418,14 @@ class LimitedExecute(Execute):
         if msg_type == "stream" and content.get("name") == "stderr":
             self._notice(cell, cell_index, which, stream="stderr", detail=unread)
         elif msg_type == "execute_result" and "execute_result" not in kinds:  # a stub of the first
-            return dict(msg, content={"execution_count": content.get("execution_count"), "metadata": {},
-                                      "data": {"text/plain": str((content.get("data") or {}).get(
-                                          "text/plain", ""))[:200]}})
+            return dict(
+                msg,
+                content={
+                    "execution_count": content.get("execution_count"),
+                    "metadata": {},
+                    "data": {"text/plain": str((content.get("data") or {}).get("text/plain", ""))[:200]},
+                },
+            )
         return None
 
     def _notice(self, cell, cell_index, which, stream="stdout", detail=None):
@@ -378,8 +444,11 @@ class LimitedExecute(Execute):
 
     def _display_targets(self, display_id, cell_index) -> list[int]:
         """The outputs of the running request that a display update of ``display_id`` reaches."""
-        return [i for i in (self._display_id_map.get(display_id) or {}).get(cell_index, [])
-                if i >= self._part_start]
+        return [
+            i
+            for i in (self._display_id_map.get(display_id) or {}).get(cell_index, [])
+            if i >= self._part_start
+        ]
 
     def _update_display_id(self, display_id, msg):
         """Display updates reach only outputs of the request that is running: never another
@@ -416,9 +485,12 @@ class LimitedExecute(Execute):
 
 def _kept_on_clear(output) -> bool:
     stream = output.get("output_type") == "stream"
-    return (output.get("output_type") in _KEPT_ON_CLEAR or is_hidden_marker(output)
-            or (stream and output.get("name") == "stderr")
-            or (stream and str(output.get("text", "")).startswith(_NOTICE_START)))
+    return (
+        output.get("output_type") in _KEPT_ON_CLEAR
+        or is_hidden_marker(output)
+        or (stream and output.get("name") == "stderr")
+        or (stream and str(output.get("text", "")).startswith(_NOTICE_START))
+    )
 
 
 def _cut_error(msg: dict) -> dict:
@@ -428,6 +500,9 @@ def _cut_error(msg: dict) -> dict:
 
 def _cut_error_content(content: dict) -> dict:
     traceback = content.get("traceback") or []
-    return {**content, "ename": str(content.get("ename", ""))[:200],
-            "evalue": str(content.get("evalue", ""))[:2000],
-            "traceback": [str(t)[:4000] for t in (traceback if isinstance(traceback, list) else [])[-40:]]}
+    return {
+        **content,
+        "ename": str(content.get("ename", ""))[:200],
+        "evalue": str(content.get("evalue", ""))[:2000],
+        "traceback": [str(t)[:4000] for t in (traceback if isinstance(traceback, list) else [])[-40:]],
+    }

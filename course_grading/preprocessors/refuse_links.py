@@ -9,6 +9,7 @@ symbolic link or not a regular file or folder: nbgrader then reports the submiss
 and records no score. (``course autograde`` grades a copy that follows no link and leaves such
 files out instead; this finds nothing there.)
 """
+
 from __future__ import annotations
 
 import os

@@ -24,6 +24,7 @@ course's without a second run. The second run costs a kernel start, and happens 
 setup cell failed. Listed right after the Execute preprocessor in
 ``Autograde.autograde_preprocessors``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,8 +34,10 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from course_grading.authoring.cells import grade_id, is_code, is_setup, text
 
-STUDENTS_FAULT = ("[course: the setup cell failed because of the cells that ran before it (it "
-                  "runs without error on its own): graded as it is]\n")
+STUDENTS_FAULT = (
+    "[course: the setup cell failed because of the cells that ran before it (it "
+    "runs without error on its own): graded as it is]\n"
+)
 
 
 class SetupCellFailed(Exception):
@@ -66,10 +69,10 @@ class RequireSetup(NbGraderPreprocessor):
                 raise SetupCellFailed(f"{failure}: no score can be computed")
             alone = self.run_alone(nb, cell, resources)
             if alone is not None:
-                raise SetupCellFailed(f"{failure}, and fails on its own too ({alone}): no score "
-                                      "can be computed")
-            cell.setdefault("outputs", []).append(
-                new_output("stream", name="stdout", text=STUDENTS_FAULT))
+                raise SetupCellFailed(
+                    f"{failure}, and fails on its own too ({alone}): no score can be computed"
+                )
+            cell.setdefault("outputs", []).append(new_output("stream", name="stdout", text=STUDENTS_FAULT))
         return nb, resources
 
     def run_alone(self, nb, cell, resources) -> str | None:

@@ -26,6 +26,7 @@ again) and among the feedback preprocessors.
   (``untrusted.plain_name``) is removed (the Formgrader and feedback templates put the grade id
   into the page unescaped; the course's own grade ids are plain).
 """
+
 from __future__ import annotations
 
 import bleach
@@ -35,17 +36,52 @@ from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from traitlets import Any, Bool, Integer, List, Set, Unicode
 
-from .. import untrusted
 from course_grading.authoring.cells import text
+
+from .. import untrusted
 from .hidden_split import HIDDEN_MIME
 
 HEADINGS = ["h1", "h2", "h3", "h4", "h5", "h6"]
 # bleach's tags, and what nbconvert's markdown renderer, a table, a formula and a folded hint
 # (<details><summary>: no script, no attribute beyond class) need
-TAGS = sorted({*bleach.ALLOWED_TAGS, *HEADINGS, "p", "br", "hr", "pre", "span", "div", "table",
-               "thead", "tbody", "tfoot", "tr", "th", "td", "caption", "img", "sup", "sub", "del",
-               "s", "dl", "dt", "dd", "kbd", "var", "samp", "small", "mark", "u", "q", "cite",
-               "details", "summary"})
+TAGS = sorted(
+    {
+        *bleach.ALLOWED_TAGS,
+        *HEADINGS,
+        "p",
+        "br",
+        "hr",
+        "pre",
+        "span",
+        "div",
+        "table",
+        "thead",
+        "tbody",
+        "tfoot",
+        "tr",
+        "th",
+        "td",
+        "caption",
+        "img",
+        "sup",
+        "sub",
+        "del",
+        "s",
+        "dl",
+        "dt",
+        "dd",
+        "kbd",
+        "var",
+        "samp",
+        "small",
+        "mark",
+        "u",
+        "q",
+        "cite",
+        "details",
+        "summary",
+    }
+)
 ATTRIBUTES = {
     "*": ["class"],
     **{h: ["class", "id"] for h in HEADINGS},  # the renderer's heading anchors
@@ -74,15 +110,18 @@ class SanitizeNotebook(SanitizeHTML):
     attributes = Any(default_value=ATTRIBUTES, config=True, help="HTML attributes kept, per tag")
     styles = List(Unicode(), default_value=STYLES, config=True, help="CSS properties kept in style")
     protocols = List(Unicode(), default_value=PROTOCOLS, config=True, help="URL schemes kept")
-    safe_output_keys = Set(default_value=SAFE_OUTPUT_KEYS, config=True,
-                           help="Output types kept as they are")
-    sanitized_output_types = Set(default_value={"text/html", "text/markdown"}, config=True,
-                                 help="Output types kept after cleaning")
+    safe_output_keys = Set(default_value=SAFE_OUTPUT_KEYS, config=True, help="Output types kept as they are")
+    sanitized_output_types = Set(
+        default_value={"text/html", "text/markdown"}, config=True, help="Output types kept after cleaning"
+    )
     max_rendered_chars = Integer(
-        500_000, min=0, config=True,
+        500_000,
+        min=0,
+        config=True,
         help="Characters of markdown rendered per notebook (nbconvert's renderer costs about "
-             "10 microseconds a character): past them, a markdown cell or output is shown as its "
-             "text, escaped. The course's own cells, judged once per process, do not count.")
+        "10 microseconds a character): past them, a markdown cell or output is shown as its "
+        "text, escaped. The course's own cells, judged once per process, do not count.",
+    )
 
     def preprocess(self, nb, resources):
         self._rendering_left = self.max_rendered_chars
@@ -93,11 +132,17 @@ class SanitizeNotebook(SanitizeHTML):
 
     def preprocess_cell(self, cell, resources, cell_index):
         grading = cell.get("metadata", {}).get("nbgrader")
-        if isinstance(grading, dict) and "grade_id" in grading and not untrusted.plain_name(grading["grade_id"]):
+        if (
+            isinstance(grading, dict)
+            and "grade_id" in grading
+            and not untrusted.plain_name(grading["grade_id"])
+        ):
             del cell.metadata["nbgrader"]
         if "attachments" in cell:
-            cell.attachments = {name: {k: v for k, v in (item or {}).items() if k in SAFE_ATTACHMENTS}
-                                for name, item in (cell.attachments or {}).items()}
+            cell.attachments = {
+                name: {k: v for k, v in (item or {}).items() if k in SAFE_ATTACHMENTS}
+                for name, item in (cell.attachments or {}).items()
+            }
         kind = cell.get("cell_type")
         if kind == "markdown":
             cell.source = self.sanitize_markdown(text(cell.get("source")), cell.get("attachments"))
@@ -139,18 +184,25 @@ class SanitizeNotebook(SanitizeHTML):
         it does not allow, comments removed)."""
         from bleach.css_sanitizer import CSSSanitizer
 
-        return bleach.clean(html_str, tags=self.tags, attributes=self.attributes,
-                            protocols=self.protocols, strip=self.strip,
-                            strip_comments=self.strip_comments,
-                            css_sanitizer=CSSSanitizer(allowed_css_properties=self.styles))
+        return bleach.clean(
+            html_str,
+            tags=self.tags,
+            attributes=self.attributes,
+            protocols=self.protocols,
+            strip=self.strip,
+            strip_comments=self.strip_comments,
+            css_sanitizer=CSSSanitizer(allowed_css_properties=self.styles),
+        )
 
     def sanitize_markdown(self, source: str, attachments=None) -> str:
         """``source`` when nbconvert renders it to HTML that bleach leaves as it is, else that
         HTML cleaned, as one HTML block of markdown (rendered as it is, math included); markdown
         that nbconvert cannot render at all becomes its text, escaped."""
         # the course's prose is the same in every submission: judged once per process
-        key = (source, repr((self.tags, self.attributes, self.styles, self.protocols,
-                             self.strip, self.strip_comments)))
+        key = (
+            source,
+            repr((self.tags, self.attributes, self.styles, self.protocols, self.strip, self.strip_comments)),
+        )
         if not attachments and key in _SEEN:
             return _SEEN[key]
         left = getattr(self, "_rendering_left", self.max_rendered_chars)

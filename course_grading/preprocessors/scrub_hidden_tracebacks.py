@@ -1,4 +1,5 @@
 """``ScrubHiddenTracebacks``: hidden-test lines out of the tracebacks in feedback."""
+
 from __future__ import annotations
 
 import re
@@ -29,6 +30,9 @@ class ScrubHiddenTracebacks(NbGraderPreprocessor):
 
 def _scrub(frame: str, hidden: set[str]) -> str:
     """A traceback entry without the lines that quote ``hidden`` code."""
-    kept = [line for line in frame.split("\n")
-            if _TRACEBACK_CODE.match(_ANSI.sub("", line)).group(1).strip() not in hidden]
+    kept = [
+        line
+        for line in frame.split("\n")
+        if _TRACEBACK_CODE.match(_ANSI.sub("", line)).group(1).strip() not in hidden
+    ]
     return "\n".join(kept)

@@ -20,6 +20,7 @@ every cell's nbgrader metadata what the gradebook (the instructor's source) says
 Nothing here changes what the red-flag scanner reads: it scans the submitted file, where every
 such edit is flagged ("nbgrader metadata edited", "not in the assignment", "duplicated").
 """
+
 from __future__ import annotations
 
 from nbformat import NotebookNode
@@ -33,8 +34,11 @@ class TrustedMetadata(NbGraderPreprocessor):
     """Every cell's nbgrader metadata from the gradebook, or none (see the module)."""
 
     def preprocess(self, nb, resources):
-        known = _known_cells(resources["nbgrader"]["db_url"], resources["nbgrader"]["notebook"],
-                             resources["nbgrader"]["assignment"])
+        known = _known_cells(
+            resources["nbgrader"]["db_url"],
+            resources["nbgrader"]["notebook"],
+            resources["nbgrader"]["assignment"],
+        )
         seen: set[str] = set()
         for cell in nb.cells:
             if not isinstance(cell.get("metadata"), dict):
@@ -66,9 +70,17 @@ def _known_cells(db_url: str, notebook: str, assignment: str) -> dict[str, dict]
         found = {}
         for source in nb.source_cells:
             name = source.name
-            points = graded[name].max_score if name in graded else tasks[name].max_score if name in tasks else None
-            meta = {"grade": name in graded, "grade_id": name, "locked": bool(source.locked),
-                    "schema_version": SCHEMA_VERSION, "solution": name in solutions, "task": name in tasks}
+            points = (
+                graded[name].max_score if name in graded else tasks[name].max_score if name in tasks else None
+            )
+            meta = {
+                "grade": name in graded,
+                "grade_id": name,
+                "locked": bool(source.locked),
+                "schema_version": SCHEMA_VERSION,
+                "solution": name in solutions,
+                "task": name in tasks,
+            }
             if points is not None:
                 meta["points"] = float(points)
             found[name] = meta

@@ -1,4 +1,5 @@
 """03_attention: softmax, scaled dot-product attention and the causal mask (torch)."""
+
 from __future__ import annotations
 
 import math

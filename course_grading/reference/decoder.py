@@ -17,6 +17,7 @@ purpose: each is copied verbatim into the students' ``building_blocks.py``
 (``course_grading.authoring.building_blocks``), where it must read whole, as the notebook
 teaches it, not as a subclass of the other.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,8 +37,9 @@ class DecoderLayer(nn.Module):
     ``memory``. Post-norm by default, pre-norm with norm_first=True (as in EncoderLayer).
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False):
+    def __init__(
+        self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, norm_first: bool = False
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
@@ -54,8 +56,13 @@ class DecoderLayer(nn.Module):
     def _cross(self, x, memory, mask):
         return self.dropout(self.cross_attn(x, memory, memory, mask)[0])  # (b, t, d_model)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         # x (b, t, d_model), memory (b, s, d_model)
         if self.norm_first:
             x = x + self._self(self.norm1(x), tgt_mask)  # (b, t, d_model)
@@ -71,17 +78,31 @@ class DecoderLayer(nn.Module):
 class Decoder(nn.Module):
     """Target embedding × √d_model + sinusoidal positions, then ``num_layers`` decoder layers."""
 
-    def __init__(self, vocab_size: int, d_model: int, num_heads: int, d_ff: int, num_layers: int,
-                 max_len: int = 512, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        max_len: int = 512,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.d_model = d_model
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+            [DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
 
-    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         x = self.embedding(tgt) * math.sqrt(self.d_model)  # (b, t, d_model)
         x = self.pos_encoding(x)  # (b, t, d_model)
         for layer in self.layers:
@@ -99,9 +120,17 @@ class Transformer(nn.Module):
     √d_model-scaled embeddings start on the same scale as the positional encodings.
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 128,
-                 num_heads: int = 4, d_ff: int = 512, num_layers: int = 2, max_len: int = 512,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 128,
+        num_heads: int = 4,
+        d_ff: int = 512,
+        num_layers: int = 2,
+        max_len: int = 512,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.encoder = Encoder(src_vocab_size, d_model, num_heads, d_ff, num_layers, max_len, dropout)
         self.decoder = Decoder(tgt_vocab_size, d_model, num_heads, d_ff, num_layers, max_len, dropout)
@@ -113,13 +142,23 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.encoder(src, src_mask)  # (b, s, d_model)
 
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-               memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         h = self.decoder(tgt, memory, tgt_mask, memory_mask)  # (b, t, d_model)
         return self.generator(h)  # (b, t, tgt_vocab_size)
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
-                tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         memory = self.encode(src, src_mask)  # (b, s, d_model)
         return self.decode(tgt, memory, tgt_mask, src_mask)  # (b, t, tgt_vocab_size)
 
@@ -132,5 +171,12 @@ def make_padding_mask(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     return (ids != pad_id)[:, None, None, :]  # (b, 1, 1, s)
 
 
-__all__ = ["DecoderLayer", "Decoder", "Transformer", "make_padding_mask",
-           "Encoder", "FeedForward", "LayerNorm"]
+__all__ = [
+    "DecoderLayer",
+    "Decoder",
+    "Transformer",
+    "make_padding_mask",
+    "Encoder",
+    "FeedForward",
+    "LayerNorm",
+]

@@ -1,4 +1,5 @@
 """01_embeddings: from token ids to vectors (NumPy)."""
+
 from __future__ import annotations
 
 import numpy as np

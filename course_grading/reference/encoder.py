@@ -11,6 +11,7 @@ Attention weights are not stored on the modules: every ``self_attn`` is the cour
 MultiHeadAttention, which returns ``(output, weights)``, and
 ``course_utils.plots.transformer.attention_maps`` reads the weights with forward hooks.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,8 +60,9 @@ class EncoderLayer(nn.Module):
     norm_first=True  (pre-norm, GPT-2 and later): x = x + attn(norm1(x)); x = x + ffn(norm2(x)).
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False):
+    def __init__(
+        self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, norm_first: bool = False
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout)
@@ -85,14 +87,23 @@ class EncoderLayer(nn.Module):
 class Encoder(nn.Module):
     """Token embedding × √d_model + sinusoidal positions, then ``num_layers`` post-norm layers."""
 
-    def __init__(self, vocab_size: int, d_model: int, num_heads: int, d_ff: int, num_layers: int,
-                 max_len: int = 512, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        max_len: int = 512,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.d_model = d_model
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embedding(src) * math.sqrt(self.d_model)  # (b, s, d_model)

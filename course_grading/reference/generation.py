@@ -5,6 +5,7 @@ has them: ``memory = model.encode(src, src_mask)`` and
 ``logits = model.decode(ys, memory, tgt_mask, memory_mask)`` with logits ``(b, t, vocab)``.
 The logits at the LAST position predict the next token.
 """
+
 from __future__ import annotations
 
 import torch
@@ -13,8 +14,9 @@ from .attention import causal_mask
 
 
 @torch.no_grad()
-def greedy_decode(model, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int,
-                  src_mask: torch.Tensor | None = None) -> torch.Tensor:
+def greedy_decode(
+    model, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int, src_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Append the most likely next token until every row has produced eos_id or L == max_len.
 
     src (b, s) -> ys (b, L), L <= max_len, ys[:, 0] == bos_id; after a row's eos_id the row
@@ -33,8 +35,9 @@ def greedy_decode(model, src: torch.Tensor, max_len: int, bos_id: int, eos_id: i
     return ys
 
 
-def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None) -> torch.Tensor:
+def filter_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
     """The logits ``sample_next_token`` samples from: scaled by 1/temperature, -inf outside the
     top_k highest and outside the nucleus. (b, vocab) -> (b, vocab). softmax of it gives the
     renormalised distribution."""
@@ -53,9 +56,13 @@ def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
     return logits
 
 
-def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """One token per row from logits (b, vocab): temperature, then top-k, then top-p (the token
     that crosses top_p is kept), renormalised, sampled with torch.multinomial. -> (b,) long."""
     probs = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)  # (b, V)
@@ -63,8 +70,16 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
 
 
 @torch.no_grad()
-def sample_decode(model, src: torch.Tensor, max_len: int, bos_id: int, eos_id: int,
-                  src_mask: torch.Tensor | None = None, sample_fn=None, **sample_kwargs):
+def sample_decode(
+    model,
+    src: torch.Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    src_mask: torch.Tensor | None = None,
+    sample_fn=None,
+    **sample_kwargs,
+):
     """greedy_decode's loop with the argmax replaced by ``sample_fn(logits, **sample_kwargs)``
     (default: sample_next_token), e.g. ``temperature=0.8, top_p=0.9, generator=g``."""
     sample_fn = sample_fn or sample_next_token
@@ -81,8 +96,15 @@ def sample_decode(model, src: torch.Tensor, max_len: int, bos_id: int, eos_id: i
 
 
 @torch.no_grad()
-def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos_id: int,
-                eos_id: int, length_penalty: float = 1.0) -> torch.Tensor:
+def beam_search(
+    model,
+    src: torch.Tensor,
+    beam_size: int,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    length_penalty: float = 1.0,
+) -> torch.Tensor:
     """Beam search for ONE source sentence, src (1, s) -> (L,) starting with bos_id.
 
     Each step extends every live hypothesis by every token and keeps the beam_size best
@@ -96,8 +118,9 @@ def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos_id: 
     finished: list[tuple[float, torch.Tensor]] = []  # (total log-prob, sequence)
     while live.size(0) > 0 and live.size(1) < max_len:
         beams, L = live.shape
-        logits = model.decode(live, memory.expand(beams, -1, -1),
-                              causal_mask(L, device=src.device), None)  # (beams, L, V)
+        logits = model.decode(
+            live, memory.expand(beams, -1, -1), causal_mask(L, device=src.device), None
+        )  # (beams, L, V)
         logp = torch.log_softmax(logits[:, -1].double(), dim=-1)  # (beams, V)
         total = (live_scores[:, None] + logp).flatten()  # (beams * V,) every extension
         top = torch.topk(total, min(beam_size, total.numel()))
@@ -112,7 +135,7 @@ def beam_search(model, src: torch.Tensor, beam_size: int, max_len: int, bos_id: 
     def normalised(item):
         score, seq = item
         n = max(seq.numel() - 1, 1)  # tokens after bos
-        return score / n ** length_penalty
+        return score / n**length_penalty
 
     return max(candidates, key=normalised)[1]
 

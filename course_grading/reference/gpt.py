@@ -10,6 +10,7 @@ far, each ``(b, num_heads, t, d_head)``: ``split_heads(attn.k_proj(ln1(x)))`` an
 ``v_proj``. A block's ``forward(x, past)`` returns its output and ``present``, that pair extended
 by the positions of ``x``; the model's ``forward(ids, past)`` takes and returns one pair per block.
 """
+
 from __future__ import annotations
 
 import torch
@@ -57,15 +58,22 @@ class GPT(nn.Module):
     """Token + learned position embeddings, ``num_layers`` GPTBlocks, a final LayerNorm and a
     linear head to the vocabulary: ids (b, t) -> logits (b, t, vocab_size), and the cache."""
 
-    def __init__(self, vocab_size: int, d_model: int = 128, num_heads: int = 4, d_ff: int = 512,
-                 num_layers: int = 4, max_len: int = 256, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        num_heads: int = 4,
+        d_ff: int = 512,
+        num_layers: int = 4,
+        max_len: int = 256,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.max_len = max_len
         self.tok_embedding = nn.Embedding(vocab_size, d_model)
         self.pos_embedding = nn.Embedding(max_len, d_model)  # learned positions, as in GPT-2
         self.dropout = nn.Dropout(dropout)
-        self.blocks = nn.ModuleList(
-            [GPTBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.blocks = nn.ModuleList([GPTBlock(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
         self.ln_f = LayerNorm(d_model)
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)
 
@@ -73,9 +81,11 @@ class GPT(nn.Module):
         t_past = 0 if past is None else past[0][0].size(2)  # positions already in the cache
         t = ids.size(1)
         if t_past + t > self.max_len:
-            raise ValueError(f"{t_past + t} positions ({t_past} cached + {t} new) do not fit in "
-                             f"max_len={self.max_len}: the model has no position embedding "
-                             "beyond it")
+            raise ValueError(
+                f"{t_past + t} positions ({t_past} cached + {t} new) do not fit in "
+                f"max_len={self.max_len}: the model has no position embedding "
+                "beyond it"
+            )
         positions = torch.arange(t_past, t_past + t, device=ids.device)  # (t,) continue the cache
         x = self.dropout(self.tok_embedding(ids) + self.pos_embedding(positions))  # (b, t, d_model)
         present = []
@@ -86,9 +96,16 @@ class GPT(nn.Module):
 
 
 @torch.no_grad()
-def generate(model, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, use_cache: bool = True,
-             generator: torch.Generator | None = None) -> torch.Tensor:
+def generate(
+    model,
+    ids: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Append ``max_new_tokens`` tokens to ids (b, t), one at a time, each drawn by
     ``sample_next_token`` from the last position's logits (temperature 0: the argmax).
 

@@ -6,6 +6,7 @@ Attribute names follow PyTorch and Llama-style models (the graders load known we
 
 so its state_dict keys are ``q_proj.weight``, ``q_proj.bias``, ..., ``out_proj.bias``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -43,8 +44,10 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}: "
-                             "every head needs the same size d_model // num_heads")
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+                "every head needs the same size d_model // num_heads"
+            )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_Q side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)

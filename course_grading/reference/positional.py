@@ -6,14 +6,14 @@ The table is a *non-persistent* buffer: it follows ``.to(device)``/``.double()``
 gets no gradient, and is left out of ``state_dict()`` because it is a fixed function of
 (max_len, d_model): checkpoints stay small and load into a model built with another max_len.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 
-def sinusoidal_positional_encoding(max_len: int, d_model: int,
-                                   base: float = 10000.0) -> torch.Tensor:
+def sinusoidal_positional_encoding(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """(max_len, d_model): PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] = cos(same).
 
     Positions start at 0. Computed in float64, returned in torch's default dtype (float32).
@@ -34,8 +34,9 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model),
-                             persistent=False)  # (max_len, d_model)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )  # (max_len, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(x + self.pe[: x.size(1)])  # (b, seq, d_model)

@@ -1,4 +1,5 @@
 """02_cosine_similarity: comparing vectors by angle (NumPy)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +28,7 @@ def most_similar(query, E, k: int = 5, exclude=()) -> np.ndarray:
 
 
 def analogy(a: int, b: int, c: int, E, k: int = 1) -> np.ndarray:
-    """"a is to b as c is to ?": the k ids nearest to ``E[b] - E[a] + E[c]``, not a, b or c."""
+    """ "a is to b as c is to ?": the k ids nearest to ``E[b] - E[a] + E[c]``, not a, b or c."""
     E = np.asarray(E)
     target = E[b] - E[a] + E[c]
     return most_similar(target, E, k=k, exclude=(a, b, c)).astype(np.int64)

@@ -11,6 +11,7 @@
 it from the gradebook (every submission ever autograded, whichever grader did it) and the
 failure messages in ``autograded/``. matplotlib is imported only to draw (Agg backend).
 """
+
 from __future__ import annotations
 
 import os
@@ -104,11 +105,15 @@ def write_csv(stats: list[ExerciseStats], path) -> Path:
     rows = [header]
     for s in stats:
         failed_grading = s.exercise == GRADING_FAILED
-        row = [s.assignment, s.exercise, s.attempts,
-               "" if failed_grading else s.passed,
-               "" if failed_grading else f"{s.pass_rate:.3f}",
-               "" if failed_grading else f"{s.mean_score:.3g}",
-               "" if failed_grading else f"{s.max_score:g}"]
+        row = [
+            s.assignment,
+            s.exercise,
+            s.attempts,
+            "" if failed_grading else s.passed,
+            "" if failed_grading else f"{s.pass_rate:.3f}",
+            "" if failed_grading else f"{s.mean_score:.3g}",
+            "" if failed_grading else f"{s.max_score:g}",
+        ]
         failures = s.common_failures()
         for i in range(TOP_FAILURES):
             row += list(failures[i]) if i < len(failures) else ["", ""]
@@ -126,6 +131,7 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
     """Score histogram (percent of the maximum, per submission; one colour per assignment)
     next to horizontal pass-rate bars for every exercise, labelled ``passed/attempts``."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -137,8 +143,7 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
     assignments = sorted({r.assignment for r in graded})
     bars = [s for s in stats if s.exercise != GRADING_FAILED]
     height = max(4.0, 1.2 + 0.32 * len(bars))
-    fig, (hist, rates) = plt.subplots(1, 2, figsize=(13, height),
-                                      gridspec_kw={"width_ratios": [1, 1.25]})
+    fig, (hist, rates) = plt.subplots(1, 2, figsize=(13, height), gridspec_kw={"width_ratios": [1, 1.25]})
 
     bins = [i * 10 for i in range(11)]
     data = [[_percent(r) for r in graded if r.assignment == a] for a in assignments]
@@ -158,8 +163,14 @@ def plot(results: list[SubmissionResult], stats: list[ExerciseStats], path) -> P
     if graded:
         mean = sum(map(_percent, graded)) / len(graded)
         hist.axvline(mean, color="black", linestyle="--", linewidth=1)
-        hist.annotate(f"mean {mean:.0f}%", (mean, 1), xycoords=("data", "axes fraction"),
-                      xytext=(3, -12), textcoords="offset points", fontsize=8)
+        hist.annotate(
+            f"mean {mean:.0f}%",
+            (mean, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            fontsize=8,
+        )
     hist.yaxis.get_major_locator().set_params(integer=True)
 
     labels = [_label(f"{s.assignment}: {s.exercise}" if len(assignments) > 1 else s.exercise) for s in bars]
@@ -205,8 +216,10 @@ def write_report(results: list[SubmissionResult], root, csv_path=None, png_path=
     """Write the class report of ``results``; return the CSV and PNG paths."""
     root = Path(root)
     stats = exercise_stats(results)
-    return (write_csv(stats, csv_path or root / REPORT_CSV),
-            plot(results, stats, png_path or root / REPORT_PNG))
+    return (
+        write_csv(stats, csv_path or root / REPORT_CSV),
+        plot(results, stats, png_path or root / REPORT_PNG),
+    )
 
 
 def gradebook_results(course, assignments=None, db_url=None) -> list[SubmissionResult]:
@@ -215,16 +228,21 @@ def gradebook_results(course, assignments=None, db_url=None) -> list[SubmissionR
     submission with a cell that has no score (its autograding failed) is an error row."""
     coursedir = course_directory(course, db_url=db_url)
     with gradebook(coursedir) as gb:
-        found = sorted((s.student.id, s.assignment.name, uncomputed(s)) for a in gb.assignments
-                       if not assignments or a.name in assignments for s in a.submissions)
+        found = sorted(
+            (s.student.id, s.assignment.name, uncomputed(s))
+            for a in gb.assignments
+            if not assignments or a.name in assignments
+            for s in a.submissions
+        )
     results = []
     for student, assignment, broken in found:
         if broken:
             results.append(SubmissionResult(student, assignment, error=NOT_GRADED))
             continue
         try:
-            results.append(SubmissionResult(student, assignment,
-                                            exercise_results(coursedir, student, assignment)))
+            results.append(
+                SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
+            )
         except MissingEntry:
             results.append(SubmissionResult(student, assignment, error="not graded"))
     return results

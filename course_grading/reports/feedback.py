@@ -7,20 +7,21 @@ link (``untrusted.copy_tree``): a folder or notebook that is a link gets no feed
 file that is one is left out, each said in ``FeedbackIncomplete``; the other students' feedback
 is generated all the same.
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
 
-from nbgrader.converters import GenerateFeedback
 from nbgrader.api import MissingEntry
+from nbgrader.converters import GenerateFeedback
 
 from course_grading import untrusted
-from course_grading.course.course_dir import find_submissions
-from course_grading.errors import GradingError
 from course_grading.course.course import Course
+from course_grading.course.course_dir import find_submissions
 from course_grading.course.nbgrader_setup import LOG, course_directory, gradebook, run_converter
+from course_grading.errors import GradingError
 from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS
 from course_grading.reports.reports_csv import write_rows
 from course_grading.reports.results import pending_points, uncomputed
@@ -54,18 +55,19 @@ def feedback(course, assignments=None, students=None, db_url=None) -> list[Path]
         coursedir = course_directory(course, db_url=db_url, student_id=student, assignment_id=assignment)
         with tempfile.TemporaryDirectory(prefix="course-feedback-") as stage:
             try:
-                left = _stage(autograded, student, assignment, Path(stage),
-                              course.notebook_bounds)
+                left = _stage(autograded, student, assignment, Path(stage), course.notebook_bounds)
             except untrusted.UntrustedFileError as exc:
                 problems.append(f"no feedback for {student}/{assignment}: autograded/{exc}")
                 continue
             notebooks = [item for item in left if item.path.endswith(".ipynb") and "/" not in item.path]
-            problems += [f"no feedback for {student}/{assignment}/{item.shown}: {item.reason}"
-                         for item in notebooks]
+            problems += [
+                f"no feedback for {student}/{assignment}/{item.shown}: {item.reason}" for item in notebooks
+            ]
             if notebooks:  # none of it through a link: this student gets no feedback
                 continue
-            problems += [f"feedback for {student}/{assignment} without {item.shown}: {item.reason}"
-                         for item in left]
+            problems += [
+                f"feedback for {student}/{assignment} without {item.shown}: {item.reason}" for item in left
+            ]
             coursedir.autograded_directory = stage
             converter = GenerateFeedback(coursedir=coursedir, config=coursedir.config, log=LOG)
             converter.preprocessors = feedback_preprocessors(converter.preprocessors)
@@ -74,8 +76,9 @@ def feedback(course, assignments=None, students=None, db_url=None) -> list[Path]
                 run_converter(converter)
             except GradingError as exc:
                 problems.append(f"no feedback for {student}/{assignment}: {exc}")
-    pages = sorted(p for student, assignment in pairs
-                   for p in (where.feedback / student / assignment).glob("*.html"))
+    pages = sorted(
+        p for student, assignment in pairs for p in (where.feedback / student / assignment).glob("*.html")
+    )
     if problems:
         raise FeedbackIncomplete(problems, pages)
     return pages
@@ -95,8 +98,10 @@ def awaiting_manual(course, assignments=None, students=None, db_url=None) -> lis
                     continue
                 pending = pending_points(submission)
                 if pending:
-                    lines.append(f"{submission.student.id}/{assignment.name}: {pending:g} points of written "
-                                 "answers not graded by hand yet (its feedback shows them as 0)")
+                    lines.append(
+                        f"{submission.student.id}/{assignment.name}: {pending:g} points of written "
+                        "answers not graded by hand yet (its feedback shows them as 0)"
+                    )
     return sorted(lines)
 
 
@@ -107,28 +112,53 @@ def feedback_preprocessors(configured: list) -> list:
     from traitlets.utils.importstring import import_item
 
     listed = {import_item(p) if isinstance(p, str) else p for p in configured}
-    return [*(p for p in FEEDBACK_PREPROCESSORS if p not in listed), *configured,
-            *(p for p in FEEDBACK_LAST if p not in listed)]
+    return [
+        *(p for p in FEEDBACK_PREPROCESSORS if p not in listed),
+        *configured,
+        *(p for p in FEEDBACK_LAST if p not in listed),
+    ]
 
 
-def _stage(autograded: Path, student: str, assignment: str, stage: Path,
-           bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS) -> list[untrusted.LeftOut]:
+def _stage(
+    autograded: Path,
+    student: str,
+    assignment: str,
+    stage: Path,
+    bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS,
+) -> list[untrusted.LeftOut]:
     """Copy ``autograded/<student>/<assignment>/`` to ``stage/<student>/<assignment>/``,
     following no link; what was left out (UntrustedFileError when a folder is a link)."""
     base = untrusted.open_folder(autograded)
     try:
         student_fd = untrusted.open_folder(student, dir_fd=base, label=student)
         try:
-            return untrusted.copy_tree(assignment, stage / student / assignment, dir_fd=student_fd,
-                                       label=f"{student}/{assignment}", notebook_bounds=bounds)
+            return untrusted.copy_tree(
+                assignment,
+                stage / student / assignment,
+                dir_fd=student_fd,
+                label=f"{student}/{assignment}",
+                notebook_bounds=bounds,
+            )
         finally:
             os.close(student_fd)
     finally:
         os.close(base)
 
 
-EXPORT_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
-                  "email", "raw_score", "late_submission_penalty", "score", "max_score", "note"]
+EXPORT_COLUMNS = [
+    "assignment",
+    "duedate",
+    "timestamp",
+    "student_id",
+    "last_name",
+    "first_name",
+    "email",
+    "raw_score",
+    "late_submission_penalty",
+    "score",
+    "max_score",
+    "note",
+]
 
 
 def export(course, path, assignments=None, students=None, db_url=None) -> Path:
@@ -147,8 +177,15 @@ def export(course, path, assignments=None, students=None, db_url=None) -> Path:
             for student in gb.students:
                 if students and student.id not in students:
                     continue
-                row = [assignment.name, assignment.duedate, "", student.id, student.last_name,
-                       student.first_name, student.email]
+                row = [
+                    assignment.name,
+                    assignment.duedate,
+                    "",
+                    student.id,
+                    student.last_name,
+                    student.first_name,
+                    student.email,
+                ]
                 try:
                     submission = gb.find_submission(assignment.name, student.id)
                 except MissingEntry:
@@ -156,8 +193,13 @@ def export(course, path, assignments=None, students=None, db_url=None) -> Path:
                 else:
                     penalty = submission.late_submission_penalty
                     row[2] = submission.timestamp
-                    row += [submission.score, penalty, max(0.0, submission.score - penalty),
-                            assignment.max_score, note(submission)]
+                    row += [
+                        submission.score,
+                        penalty,
+                        max(0.0, submission.score - penalty),
+                        assignment.max_score,
+                        note(submission),
+                    ]
                 rows.append(["" if cell is None else str(cell) for cell in row])
     return write_rows(Path(path).resolve(), rows)
 

@@ -36,6 +36,7 @@ The column rules each format follows, from the importers' published source:
 Every cell goes through ``reports_csv.safe_cell`` (no text taken for a spreadsheet formula; a
 student's name comes from the roster, which students fill in at their LMS).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -131,12 +132,14 @@ class StudentGrades:
 
     @property
     def display_name(self) -> str:
-        """"Last, First" (Canvas's sortable name), else the id."""
+        """ "Last, First" (Canvas's sortable name), else the id."""
         names = [n for n in (self.last_name, self.first_name) if n]
         return ", ".join(names) or self.id
 
 
-def collect(course, assignments=None, students=None, db_url=None) -> tuple[dict[str, float], list[StudentGrades]]:
+def collect(
+    course, assignments=None, students=None, db_url=None
+) -> tuple[dict[str, float], list[StudentGrades]]:
     """({assignment: max score}, one StudentGrades per gradebook student), in the gradebook's
     order of assignments (as nbgrader lists them) and by student id."""
     coursedir = course_directory(course, db_url=db_url)
@@ -149,8 +152,14 @@ def collect(course, assignments=None, students=None, db_url=None) -> tuple[dict[
         for student in sorted(gb.students, key=lambda s: s.id):
             if students and student.id not in students:
                 continue
-            row = StudentGrades(student.id, student.first_name or "", student.last_name or "",
-                                student.email or "", {}, student.lms_user_id or "")
+            row = StudentGrades(
+                student.id,
+                student.first_name or "",
+                student.last_name or "",
+                student.email or "",
+                {},
+                student.lms_user_id or "",
+            )
             for name in names:
                 grade = Grade(name, maxima[name], due=dues[name])
                 try:
@@ -175,8 +184,9 @@ def _manual_points(submission) -> float:
     total = 0.0
     for nb in submission.notebooks:
         manual = manual_cells(nb.notebook)
-        total += sum(float(g.manual_score) for g in nb.grades
-                     if g.name in manual and g.manual_score is not None)
+        total += sum(
+            float(g.manual_score) for g in nb.grades if g.name in manual and g.manual_score is not None
+        )
     return total
 
 
@@ -184,8 +194,9 @@ def _comments(submission) -> list[str]:
     """The grader's comments of a gradebook submission, "grade id: comment", notebook order."""
     found = []
     for nb in sorted(submission.notebooks, key=lambda n: n.name):
-        found += [f"{c.name}: {' '.join(c.comment.split())}" for c in nb.comments
-                  if c.comment and c.comment.strip()]
+        found += [
+            f"{c.name}: {' '.join(c.comment.split())}" for c in nb.comments if c.comment and c.comment.strip()
+        ]
     return found
 
 
@@ -206,8 +217,11 @@ def canvas_rows(maxima: dict[str, float], found: list[StudentGrades], ids: dict 
 
 def wide_rows(maxima: dict[str, float], found: list[StudentGrades]) -> list[list]:
     names = list(maxima)
-    rows = [WIDE_STUDENT_COLUMNS + [f"{n}{suffix}" for n in names for suffix in WIDE_PER_ASSIGNMENT]
-            + ["total", "total_awaiting_manual", "max_total", "note"]]
+    rows = [
+        WIDE_STUDENT_COLUMNS
+        + [f"{n}{suffix}" for n in names for suffix in WIDE_PER_ASSIGNMENT]
+        + ["total", "total_awaiting_manual", "max_total", "note"]
+    ]
     for s in found:
         row = [s.id, s.last_name, s.first_name, s.email]
         notes = []
@@ -221,8 +235,12 @@ def wide_rows(maxima: dict[str, float], found: list[StudentGrades]) -> list[list
         waiting = sum(s.grades[n].awaiting_manual for n in names)
         if waiting:  # the total so far is no final grade: say so first
             notes.insert(0, f"partial total: {waiting:g} points wait for grading by hand")
-        row += [sum(s.grades[n].points_so_far for n in names), waiting, sum(maxima.values()),
-                "; ".join(notes)]
+        row += [
+            sum(s.grades[n].points_so_far for n in names),
+            waiting,
+            sum(maxima.values()),
+            "; ".join(notes),
+        ]
         rows.append(row)
     return rows
 
@@ -237,8 +255,17 @@ class Exported:
     problems: list = field(default_factory=list)
 
 
-def export(course, path, fmt: str, assignments=None, students=None, db_url=None, *,
-           match: str = "username", roster=None) -> Exported:
+def export(
+    course,
+    path,
+    fmt: str,
+    assignments=None,
+    students=None,
+    db_url=None,
+    *,
+    match: str = "username",
+    roster=None,
+) -> Exported:
     """Write the grades in format ``fmt`` (canvas, moodle, wide) to ``path``. Moodle's file
     identifies students by ``match`` (``lms.moodle.IDENTIFIERS``); with ``roster`` (an LMS's
     participants or class list) only its students are written, the others named."""
@@ -246,15 +273,22 @@ def export(course, path, fmt: str, assignments=None, students=None, db_url=None,
     left_out: list[str] = []
     if roster is not None:
         from course_grading.reports.lms.moodle import only_listed
+
         found, left_out = only_listed(found, roster, match if fmt == "moodle" else "username")
     if fmt == "moodle":
         from course_grading.reports.lms.moodle import moodle_rows
+
         rows, missing = moodle_rows(maxima, found, match)
         left_out += missing
     else:
         from course_grading.reports.lms.canvas import canvas_ids
+
         rows = canvas_rows(maxima, found, canvas_ids(course)) if fmt == "canvas" else wide_rows(maxima, found)
     written = write_rows(Path(path).resolve(), rows)
-    notes = [f"{s.id}/{n}: left blank, {s.grades[n].why_blank}" for s in found for n in maxima
-             if s.grades[n].why_blank]
+    notes = [
+        f"{s.id}/{n}: left blank, {s.grades[n].why_blank}"
+        for s in found
+        for n in maxima
+        if s.grades[n].why_blank
+    ]
     return Exported(written, notes, left_out)

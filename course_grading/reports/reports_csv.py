@@ -12,6 +12,7 @@ a formula, also after leading spaces and in full-width or small forms (``＝``, 
 such text cell is written with a leading apostrophe, which spreadsheets show as text. Numbers
 stay numbers.
 """
+
 from __future__ import annotations
 
 import csv

@@ -2,14 +2,15 @@
 out (the score table, ``reports/grades.csv``, ``reports/flags.csv``), read back from the
 gradebook and the autograded notebooks. Every text is written through ``reports_csv.clean``:
 whatever a student put in a tag, a cell id or an exception, the reports are written."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from course_grading.authoring import cells
 from course_grading import untrusted
+from course_grading.authoring import cells
 from course_grading.authoring.nbformat_tools import read_untrusted
 from course_grading.errors import short, strip_ansi
 from course_grading.reports.reports_csv import clean, write_rows
@@ -94,8 +95,10 @@ def uncomputed(submission) -> bool:
     uncomputed (``pending_points``)."""
     for nb in submission.notebooks:
         manual = manual_cells(nb.notebook)
-        if any(g.auto_score is None and g.manual_score is None and not awaits_manual(g, manual)
-               for g in nb.grades):
+        if any(
+            g.auto_score is None and g.manual_score is None and not awaits_manual(g, manual)
+            for g in nb.grades
+        ):
             return True
     return False
 
@@ -117,8 +120,10 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
 
     with gradebook(coursedir) as gb:
         for notebook in sorted(gb.find_assignment(assignment).notebooks, key=lambda n: n.name):
-            path = Path(coursedir.format_path(coursedir.autograded_directory, student, assignment),
-                        f"{notebook.name}.ipynb")
+            path = Path(
+                coursedir.format_path(coursedir.autograded_directory, student, assignment),
+                f"{notebook.name}.ipynb",
+            )
             order, messages = _failure_messages(path, untrusted.NotebookBounds.from_config(coursedir.config))
             submitted = gb.find_submission_notebook(notebook.name, assignment, student)
             grades = {g.name: g for g in submitted.grades}
@@ -126,7 +131,9 @@ def exercise_results(coursedir: CourseDirectory, student: str, assignment: str) 
             manual = manual_cells(notebook)
             known = [name for name in dict.fromkeys(order) if name in grades]  # cells nbgrader graded
             for name in known + sorted(set(grades) - set(known)):
-                results.append(_exercise(grades[name], name in manual, messages.get(name), comments.get(name)))
+                results.append(
+                    _exercise(grades[name], name in manual, messages.get(name), comments.get(name))
+                )
     return results
 
 
@@ -135,20 +142,29 @@ def _exercise(grade, manual: bool, failure: str | None, comment: str | None = No
     was left unanswered (0, "not answered"), or has the instructor's score and comment (its
     first line, where the answer lost points)."""
     if manual and grade.auto_score is None and grade.manual_score is None:
-        return ExerciseResult(grade.name, 0.0, float(grade.max_score), NEEDS_MANUAL, manual=True, pending=True)
+        return ExerciseResult(
+            grade.name, 0.0, float(grade.max_score), NEEDS_MANUAL, manual=True, pending=True
+        )
     score = float(grade.score or 0)
     if manual:
         comment = clean(short(next(iter((comment or "").strip().splitlines()), "")))
-        message = (NOT_ANSWERED if grade.manual_score is None else
-                   "" if score >= grade.max_score else comment or "graded by hand")
+        message = (
+            NOT_ANSWERED
+            if grade.manual_score is None
+            else ""
+            if score >= grade.max_score
+            else comment or "graded by hand"
+        )
         return ExerciseResult(grade.name, score, float(grade.max_score), message, manual=True)
-    message = "" if score >= grade.max_score else (
-        failure or (NEEDS_MANUAL if grade.needs_manual_grade else ""))
+    message = (
+        "" if score >= grade.max_score else (failure or (NEEDS_MANUAL if grade.needs_manual_grade else ""))
+    )
     return ExerciseResult(grade.name, score, float(grade.max_score), message)
 
 
-def _failure_messages(path: Path, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS
-                      ) -> tuple[list[str], dict[str, str]]:
+def _failure_messages(
+    path: Path, bounds: untrusted.NotebookBounds = untrusted.NOTEBOOK_BOUNDS
+) -> tuple[list[str], dict[str, str]]:
     """Grade cell ids of an autograded notebook in order, and each one's first error line
     (the notebook read as untrusted: within the notebook bounds before it is parsed)."""
     try:
@@ -174,8 +190,9 @@ def _cell_failure(cell) -> str:
             return clean(short(text.splitlines()[0])) if text.strip() else "error"
     for output in outputs:
         if output.get("output_type") == "stream" and output.get("name") == "stderr":
-            first = next((ln for ln in strip_ansi(cells.text(output.get("text", ""))).splitlines()
-                          if ln.strip()), "")
+            first = next(
+                (ln for ln in strip_ansi(cells.text(output.get("text", ""))).splitlines() if ln.strip()), ""
+            )
             return clean(short("stderr: " + first))
     return ""
 
@@ -189,8 +206,16 @@ def write_csv(results: list[SubmissionResult], path) -> Path:
         flagged = _flagged(r)
         for e in r.exercises:  # a written answer waiting for the instructor has no score yet
             message = " | ".join(m for m in (flagged.get(e.grade_id, ""), e.message) if m)
-            rows.append([r.student, r.assignment, e.grade_id, "" if e.pending else f"{e.score:g}",
-                         f"{e.max_score:g}", message])
+            rows.append(
+                [
+                    r.student,
+                    r.assignment,
+                    e.grade_id,
+                    "" if e.pending else f"{e.score:g}",
+                    f"{e.max_score:g}",
+                    message,
+                ]
+            )
     return write_rows(path, rows)
 
 
@@ -202,7 +227,11 @@ def _flagged(result: SubmissionResult) -> dict[str, str]:
     found: dict[str, list[str]] = {}
     for flag in result.flags:
         found.setdefault(str(flag.where), []).append(flag.reason)
-    return {e.grade_id: "flagged: " + "; ".join(found[e.grade_id]) for e in result.exercises if e.grade_id in found}
+    return {
+        e.grade_id: "flagged: " + "; ".join(found[e.grade_id])
+        for e in result.exercises
+        if e.grade_id in found
+    }
 
 
 def format_table(results: list[SubmissionResult]) -> str:
@@ -219,15 +248,21 @@ def format_table(results: list[SubmissionResult]) -> str:
                 table.append([clean(r.student), f"ERROR: {clean(r.error)}"])
                 continue
             flagged = _flagged(r)
-            scores = {e.grade_id: e.shown() + (f" {FLAGGED}" if e.grade_id in flagged else "") for e in r.exercises}
+            scores = {
+                e.grade_id: e.shown() + (f" {FLAGGED}" if e.grade_id in flagged else "") for e in r.exercises
+            }
             table.append([clean(r.student), *(scores.get(x, "-") for x in exercises), r.total()])
         blocks.append(f"{clean(assignment) or NO_ASSIGNMENT}\n{_columns(table)}")
     if any(_flagged(r) for r in results):
-        blocks.append(f"{FLAGGED}: flagged (the FLAG lines, reports/flags.csv): a reason to look; the score is "
-                      "as graded")
+        blocks.append(
+            f"{FLAGGED}: flagged (the FLAG lines, reports/flags.csv): a reason to look; the score is "
+            "as graded"
+        )
     if any(e.pending for r in results for e in r.exercises):
-        blocks.append("manual: a written answer that needs manual grading (the Formgrader's "
-                      "\"Manual Grading\"); its points are in no total until then")
+        blocks.append(
+            "manual: a written answer that needs manual grading (the Formgrader's "
+            '"Manual Grading"); its points are in no total until then'
+        )
     return "\n\n".join(blocks)
 
 
@@ -240,8 +275,9 @@ def _columns(table: list[list[str]]) -> str:
 
 def format_flags(results: list[SubmissionResult]) -> str:
     """One line per flag (student, assignment, where, why); '' when nothing was flagged."""
-    return "\n".join(f"FLAG {clean(r.student)}/{clean(r.assignment)} {clean(flag)}"
-                     for r in results for flag in r.flags)
+    return "\n".join(
+        f"FLAG {clean(r.student)}/{clean(r.assignment)} {clean(flag)}" for r in results for flag in r.flags
+    )
 
 
 def write_flags_csv(results: list[SubmissionResult], path) -> Path:

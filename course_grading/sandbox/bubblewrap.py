@@ -28,6 +28,7 @@ container without user namespaces), ``available()`` says why, ``fix()`` what mak
 this machine, and the grader refuses to grade a class (or, for one notebook, runs the kernel
 unsandboxed, loudly).
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,16 +62,48 @@ IPC_MB = 1  # a single-use sandbox's socket folder
 # (/home, /root, /srv, /opt, /mnt, /run, ...: other courses, other copies of the reference,
 # runtime files of the instructor's own Jupyter) is an empty folder, but for the Python
 # environment and the course's packages, mounted back read-only where they live.
-SYSTEM_FOLDERS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "var", "tmp",
-                  "dev", "proc", "sys", "nix", "gnu")
+SYSTEM_FOLDERS = (
+    "bin",
+    "sbin",
+    "lib",
+    "lib32",
+    "lib64",
+    "libx32",
+    "usr",
+    "etc",
+    "var",
+    "tmp",
+    "dev",
+    "proc",
+    "sys",
+    "nix",
+    "gnu",
+)
 # ... less what a system keeps for root alone (a sandbox of a root grader runs as root's uid)
-SYSTEM_SECRETS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers",
-                  "/etc/sudoers.d", "/etc/ssh", "/etc/ssl/private", "/var/backups", "/var/cache",
-                  "/var/lib", "/var/log", "/var/mail", "/var/spool")
-UNSANDBOXED_WARNING = ("WARNING: grading WITHOUT a sandbox ({why}): student code runs with your "
-                       "rights and can read or change the gradebook. To sandbox it: {fix}")
-UNSANDBOXED_REFUSAL = ("grading needs the bubblewrap sandbox, which does not run here ({why}). "
-                       "To fix it: {fix}; or grade unsandboxed with --no-sandbox")
+SYSTEM_SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/var/backups",
+    "/var/cache",
+    "/var/lib",
+    "/var/log",
+    "/var/mail",
+    "/var/spool",
+)
+UNSANDBOXED_WARNING = (
+    "WARNING: grading WITHOUT a sandbox ({why}): student code runs with your "
+    "rights and can read or change the gradebook. To sandbox it: {fix}"
+)
+UNSANDBOXED_REFUSAL = (
+    "grading needs the bubblewrap sandbox, which does not run here ({why}). "
+    "To fix it: {fix}; or grade unsandboxed with --no-sandbox"
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -80,9 +113,26 @@ def available() -> tuple[bool, str]:
     if bwrap is None:
         return False, "bubblewrap (bwrap) is not installed"
     try:
-        probe = subprocess.run([bwrap, *_namespace_options(), "--ro-bind", "/", "/", "--dev", "/dev",
-                                "--proc", "/proc", "--tmpfs", "/tmp", "--", "true"],
-                               capture_output=True, text=True, timeout=30)
+        probe = subprocess.run(
+            [
+                bwrap,
+                *_namespace_options(),
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--tmpfs",
+                "/tmp",
+                "--",
+                "true",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, f"bubblewrap does not run: {exc}"
     if probe.returncode != 0:
@@ -99,7 +149,8 @@ def fix() -> str:
         "none here: this system forbids the user namespaces bubblewrap needs, and no kernel "
         "setting of it is to blame (a container's seccomp or AppArmor profile is): grade on a "
         "machine or VM, or in a container started with --security-opt seccomp=unconfined "
-        "--security-opt apparmor=unconfined")
+        "--security-opt apparmor=unconfined"
+    )
 
 
 def sandbox_ids() -> tuple[int, int]:
@@ -113,9 +164,22 @@ def _namespace_options() -> list[str]:
     # --cap-drop ALL: none inside it either. --as-pid-1: the server is PID 1, which nothing in
     # the sandbox can kill, stop or trace; when it ends, everything in the sandbox ends.
     uid, gid = sandbox_ids()
-    return ["--unshare-user", "--uid", str(uid), "--gid", str(gid), "--unshare-net",
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-            "--new-session", "--cap-drop", "ALL", "--as-pid-1"]
+    return [
+        "--unshare-user",
+        "--uid",
+        str(uid),
+        "--gid",
+        str(gid),
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--as-pid-1",
+    ]
 
 
 def inside(path: Path, folder: Path) -> bool:
@@ -129,8 +193,13 @@ def inside(path: Path, folder: Path) -> bool:
 def _python_dirs() -> list[Path]:
     """Folders the sandboxed Python needs to read: its environment (and whatever else is on
     its path) and the course's packages."""
-    found = [Path(sys.prefix), Path(sys.base_prefix), LEARNER_PACKAGE, GRADING_PACKAGE,
-             Path(sys.executable).resolve().parent]
+    found = [
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        LEARNER_PACKAGE,
+        GRADING_PACKAGE,
+        Path(sys.executable).resolve().parent,
+    ]
     found += [Path(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)]
     found = [p.resolve() for p in dict.fromkeys(found)]
     return [p for p in found if not any(inside(p, q) and p != q for q in found)]
@@ -139,8 +208,11 @@ def _python_dirs() -> list[Path]:
 def outside_system() -> list[Path]:
     """The folders of / that are not the system's (see SYSTEM_FOLDERS)."""
     try:
-        return sorted(p for p in Path("/").iterdir()
-                      if p.is_dir() and not p.is_symlink() and p.name not in SYSTEM_FOLDERS)
+        return sorted(
+            p
+            for p in Path("/").iterdir()
+            if p.is_dir() and not p.is_symlink() and p.name not in SYSTEM_FOLDERS
+        )
     except OSError:
         return []
 
@@ -156,8 +228,9 @@ def private_folders() -> list[Path]:
     return list(dict.fromkeys([Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"), sandbox_home()]))
 
 
-def bwrap_options(settings: Settings, base: Path, *, single: bool = False,
-                  hide_secrets: bool = False) -> list[str]:
+def bwrap_options(
+    settings: Settings, base: Path, *, single: bool = False, hide_secrets: bool = False
+) -> list[str]:
     """bwrap options for a sandbox server whose grader-side folder is ``base``: ``spool``
     bound read-only, ``jobs`` where the server mounts its jobs, ``ipc`` (the kernels' sockets)
     writable; with ``single``, ``work`` and ``ipc`` are size-limited tmpfs of the sandbox's own
@@ -167,9 +240,14 @@ def bwrap_options(settings: Settings, base: Path, *, single: bool = False,
     options = [*_namespace_options(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     private = private_folders()
     hidden = [Path(h) for h in (*settings.hidden, *SYSTEM_SECRETS)]
-    hidden_dirs = [h for h in [*outside_system(), *hidden] if h.is_dir() and not h.is_symlink()
-                   and not any(inside(h, p) for p in private)]
-    hidden_dirs = [h for h in dict.fromkeys(hidden_dirs) if not any(inside(h, o) and h != o for o in hidden_dirs)]
+    hidden_dirs = [
+        h
+        for h in [*outside_system(), *hidden]
+        if h.is_dir() and not h.is_symlink() and not any(inside(h, p) for p in private)
+    ]
+    hidden_dirs = [
+        h for h in dict.fromkeys(hidden_dirs) if not any(inside(h, o) and h != o for o in hidden_dirs)
+    ]
     for folder in hidden_dirs:
         options += ["--size", str(HIDDEN_MB << 20), "--tmpfs", str(folder)]
     for folder in private:  # after the hidden ones, which may hold one ($HOME in a hidden /home)
@@ -179,17 +257,35 @@ def bwrap_options(settings: Settings, base: Path, *, single: bool = False,
         if any(inside(folder, h) for h in (*hidden_dirs, *private)):
             options += ["--ro-bind", str(folder), str(folder)]
     for file in hidden:
-        if file.is_file() and not file.is_symlink() and not any(inside(file, h) for h in (*hidden_dirs, *private)):
+        if (
+            file.is_file()
+            and not file.is_symlink()
+            and not any(inside(file, h) for h in (*hidden_dirs, *private))
+        ):
             options += ["--ro-bind", "/dev/null", str(file)]
     if hide_secrets:
         for folder in SECRET_FOLDERS:
             if folder.is_dir():
                 options += ["--size", "65536", "--tmpfs", str(folder), "--remount-ro", str(folder)]
-    options += ["--ro-bind", str(base / "spool"), str(base / "spool"),
-                "--ro-bind", str(base / "jobs"), str(base / "jobs")]
+    options += [
+        "--ro-bind",
+        str(base / "spool"),
+        str(base / "spool"),
+        "--ro-bind",
+        str(base / "jobs"),
+        str(base / "jobs"),
+    ]
     if single:  # its one job's folder and socket folder: tmpfs of its own
-        options += ["--size", size, "--tmpfs", str(base / "work"),
-                    "--size", str(IPC_MB << 20), "--tmpfs", str(base / "ipc")]
+        options += [
+            "--size",
+            size,
+            "--tmpfs",
+            str(base / "work"),
+            "--size",
+            str(IPC_MB << 20),
+            "--tmpfs",
+            str(base / "ipc"),
+        ]
     else:  # the sockets of every kernel (each child sees its own only, read-only once bound)
         options += ["--bind", str(base / "ipc"), str(base / "ipc")]
     for folder in hidden_dirs:
@@ -199,6 +295,7 @@ def bwrap_options(settings: Settings, base: Path, *, single: bool = False,
 
 
 # --------------------------------------------------------------------------- cgroups
+
 
 def _cgroup_base(controller: str) -> Path | None:
     """This process's own cgroup (v1) of ``controller``, when it is writable."""
@@ -221,16 +318,22 @@ class Cgroups:
     ``files`` (instead of ``limits``) makes other groups: ``{controller: {file: value}}``
     under ``prefix`` (a grading worker's own memory bound, ``workers``)."""
 
-    def __init__(self, limits: Settings | None = None, *, files: dict | None = None,
-                 prefix: str = "course-sandbox-"):
+    def __init__(
+        self, limits: Settings | None = None, *, files: dict | None = None, prefix: str = "course-sandbox-"
+    ):
         self.paths: list[Path] = []
         self.memory = False
         self.memory_path: Path | None = None
         name = f"{prefix}{os.getpid()}-{uuid.uuid4().hex[:12]}"  # whose: ``left_by``
-        settings = files if files is not None else {
-            "pids": {"pids.max": str(limits.processes)},
-            "memory": {"memory.limit_in_bytes": str(limits.memory_mb << 20)},
-            "cpu": {}}
+        settings = (
+            files
+            if files is not None
+            else {
+                "pids": {"pids.max": str(limits.processes)},
+                "memory": {"memory.limit_in_bytes": str(limits.memory_mb << 20)},
+                "cpu": {},
+            }
+        )
         for controller, files in settings.items():
             base = _cgroup_base(controller)
             if base is None:
@@ -278,6 +381,7 @@ class Cgroups:
     def remove(self) -> None:
         """Kill what is left in the groups, then remove them."""
         import signal
+
         for path in self.paths:
             try:
                 for pid in (path / "cgroup.procs").read_text().split():
@@ -294,6 +398,7 @@ class Cgroups:
                     break
                 except OSError:
                     import time
+
                     time.sleep(0.05)
         self.paths, self.memory_path = [], None
 
@@ -301,33 +406,67 @@ class Cgroups:
 # What a kernel keeps of the grader's environment: locale and time zone, thread counts, and the
 # CPU kernels torch and the BLAS libraries may use (set where older builds compute wrong results
 # on a processor, or to grade as another machine would).
-KEPT_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                    "ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "OPENBLAS_CORETYPE",
-                    "OPENBLAS_L2_SIZE")
+KEPT_ENVIRONMENT = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "ATEN_CPU_CAPABILITY",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_L2_SIZE",
+)
 
 
 def _environment(home: str) -> dict[str, str]:
     env = {k: os.environ[k] for k in KEPT_ENVIRONMENT if k in os.environ}
-    env.update(HOME=home, PYTHONNOUSERSITE="1", MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1",
-               COURSE_SANDBOXED="1")
+    env.update(
+        HOME=home, PYTHONNOUSERSITE="1", MPLBACKEND="agg", PYTHONDONTWRITEBYTECODE="1", COURSE_SANDBOXED="1"
+    )
     return env
 
 
-def wrap(command: list[str], settings: Settings, base: Path, *, single: bool = False,
-         hide_secrets: bool = False, cpu_seconds: int | None = None) -> tuple[list[str], "Cgroups"]:
+def wrap(
+    command: list[str],
+    settings: Settings,
+    base: Path,
+    *,
+    single: bool = False,
+    hide_secrets: bool = False,
+    cpu_seconds: int | None = None,
+) -> tuple[list[str], "Cgroups"]:
     """The full command line that runs ``command`` in a sandbox (``bwrap_options``), and its
     cgroups (call ``remove()`` on them when the process has ended)."""
     groups = Cgroups(settings)
-    rlimits = {"RLIMIT_CPU": cpu_seconds or settings.cpu_seconds, "RLIMIT_FSIZE": settings.file_mb << 20,
-               "RLIMIT_NOFILE": settings.open_files, "RLIMIT_CORE": 0,
-               # as high as allowed: a grading worker's own bound (workers.py) is not the sandbox's
-               "RLIMIT_DATA": resource.getrlimit(resource.RLIMIT_DATA)[1]}
+    rlimits = {
+        "RLIMIT_CPU": cpu_seconds or settings.cpu_seconds,
+        "RLIMIT_FSIZE": settings.file_mb << 20,
+        "RLIMIT_NOFILE": settings.open_files,
+        "RLIMIT_CORE": 0,
+        # as high as allowed: a grading worker's own bound (workers.py) is not the sandbox's
+        "RLIMIT_DATA": resource.getrlimit(resource.RLIMIT_DATA)[1],
+    }
     if not groups.memory:
         rlimits["RLIMIT_AS"] = (settings.memory_mb + 2048) << 20  # address space > resident memory
-    spec = {"rlimits": rlimits, "cgroups": [str(p) for p in groups.paths],
-            "env": _environment(str(sandbox_home())), "quiet": True}
-    argv = [sys.executable, "-I", str(EXEC), json.dumps(spec), "--", shutil.which("bwrap") or "bwrap",
-            *bwrap_options(settings, base, single=single, hide_secrets=hide_secrets), "--", *command]
+    spec = {
+        "rlimits": rlimits,
+        "cgroups": [str(p) for p in groups.paths],
+        "env": _environment(str(sandbox_home())),
+        "quiet": True,
+    }
+    argv = [
+        sys.executable,
+        "-I",
+        str(EXEC),
+        json.dumps(spec),
+        "--",
+        shutil.which("bwrap") or "bwrap",
+        *bwrap_options(settings, base, single=single, hide_secrets=hide_secrets),
+        "--",
+        *command,
+    ]
     return argv, groups
 
 
@@ -337,10 +476,10 @@ def configure(config, *roots) -> bool:
     kept in ``SandboxKernelManager.hidden_folders``). Returns False, changing nothing, when
     no sandbox is available here."""
     from .settings import course_folders
+
     ok, _ = available()
     if not ok:
         return False
     config.SandboxKernelManager.hidden_folders = list(course_folders(config, *roots))
-    config.Execute.kernel_manager_class = (
-        "course_grading.sandbox.sandbox_kernel_manager.SandboxKernelManager")
+    config.Execute.kernel_manager_class = "course_grading.sandbox.sandbox_kernel_manager.SandboxKernelManager"
     return True

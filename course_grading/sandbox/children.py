@@ -7,6 +7,7 @@ keeps the privilege to make its socket folder read-only once the kernel has boun
 (``ReadOnlyLater``, ``wait_for_sockets``). ``probe`` tells whether a child can have all of it here;
 ``mount_points`` and ``under`` read the mounts.
 """
+
 import os
 import re
 import select
@@ -73,10 +74,8 @@ def fresh_namespaces(keep: list, hide=(), *, private: list, base: str, megabytes
     appear; ``hide``: folders covered by an empty read-only tmpfs."""
     covered = list(private)
     points = mount_points()
-    carried = [m for m in points
-               if any(under(m, c) and m != c for c in covered) and not under(m, base)]
-    carried = [m for m in dict.fromkeys(carried)
-               if not any(under(m, o) and m != o for o in carried)]
+    carried = [m for m in points if any(under(m, c) and m != c for c in covered) and not under(m, base)]
+    carried = [m for m in dict.fromkeys(carried) if not any(under(m, o) and m != o for o in carried)]
     isolate.enter_namespaces()
     stage_root = "/dev/shm"
     isolate.tmpfs(stage_root, megabytes, mode=0o1777)  # the staging area, then /dev/shm

@@ -7,6 +7,7 @@ SPEC_JSON: {"rlimits": {"RLIMIT_CPU": n, ...}, "cgroups": ["/sys/fs/cgroup/pids/
 by the parent), sets the resource limits, replaces the environment and executes COMMAND (bwrap),
 so that everything the student's code starts inherits all of it.
 """
+
 import json
 import os
 import resource
@@ -15,7 +16,7 @@ import sys
 
 def main(argv):
     spec = json.loads(argv[1])
-    command = argv[argv.index("--") + 1:]
+    command = argv[argv.index("--") + 1 :]
     for group in spec.get("cgroups", []):
         with open(os.path.join(group, "cgroup.procs"), "w") as fh:
             fh.write(str(os.getpid()))

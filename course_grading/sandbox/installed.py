@@ -14,6 +14,7 @@ submission) it would import that instead of the installed package, and grade wit
 The sandboxed processes import from ``python -I`` (no such entries) and add a kernel's own
 folder after the installed packages (``warm_server``).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,6 +38,7 @@ def installed_locations() -> dict[str, Path] | None:
     """Where the installed distribution keeps each course package (an editable install: in
     its project folder); None when the course is not installed as a distribution."""
     from importlib import metadata
+
     try:
         dist = metadata.distribution(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -66,9 +68,11 @@ def verify() -> None:
             found = {Path(p).resolve() for p in getattr(module, "__path__", []) if os.path.isdir(p)}
         if found != {expected[name]}:
             where = ", ".join(sorted(str(f) for f in found))
-            raise ImportMismatch(f"this grader imports {name} from {where}, not the installed "
-                                 f"course ({expected[name]}): grading stopped (start it from "
-                                 "another folder, or reinstall the course)")
+            raise ImportMismatch(
+                f"this grader imports {name} from {where}, not the installed "
+                f"course ({expected[name]}): grading stopped (start it from "
+                "another folder, or reinstall the course)"
+            )
 
 
 def safe_path(entries, cwd: str | None = None) -> list[str]:

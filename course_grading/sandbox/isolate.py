@@ -21,6 +21,7 @@ it forks enters another before any student code runs:
 symbolic link, within a budget: the grader uses it to copy a submission in, the warm server to
 fill a job's working folder.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -41,9 +42,14 @@ MS_REMOUNT, MS_NOATIME, MS_NODIRATIME, MS_BIND, MS_REC = 32, 1024, 2048, 4096, 1
 MS_PRIVATE, MS_RELATIME = 1 << 18, 1 << 21
 MNT_DETACH = 2
 # statvfs flags -> the mount flags a remount must repeat (a locked mount refuses to lose them)
-_KEEP_FLAGS = {os.ST_NOSUID: MS_NOSUID, os.ST_NODEV: MS_NODEV, os.ST_NOEXEC: MS_NOEXEC,
-               os.ST_NOATIME: MS_NOATIME, os.ST_NODIRATIME: MS_NODIRATIME,
-               os.ST_RELATIME: MS_RELATIME}
+_KEEP_FLAGS = {
+    os.ST_NOSUID: MS_NOSUID,
+    os.ST_NODEV: MS_NODEV,
+    os.ST_NOEXEC: MS_NOEXEC,
+    os.ST_NOATIME: MS_NOATIME,
+    os.ST_NODIRATIME: MS_NODIRATIME,
+    os.ST_RELATIME: MS_RELATIME,
+}
 
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 PR_CAPBSET_DROP = 24
@@ -73,8 +79,16 @@ def _check(result: int, what: str) -> int:
 
 
 def prctl(option: int, value: int = 0, arg3: int = 0) -> int:
-    return _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(value), ctypes.c_ulong(arg3),
-                              ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl({option})")
+    return _check(
+        _libc.prctl(
+            ctypes.c_int(option),
+            ctypes.c_ulong(value),
+            ctypes.c_ulong(arg3),
+            ctypes.c_ulong(0),
+            ctypes.c_ulong(0),
+        ),
+        f"prctl({option})",
+    )
 
 
 def _write(path: str, text: str) -> None:
@@ -111,8 +125,10 @@ def mount(source, target, fstype, flags: int, data: str | None = None) -> None:
     def enc(s):
         return None if s is None else os.fsencode(s)
 
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-           f"mount {target}")
+    _check(
+        _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {target}",
+    )
 
 
 def unmount(target: str) -> None:
@@ -158,8 +174,9 @@ def new_session_keyring() -> bool:
     number = _KEYCTL.get(os.uname().machine)
     if number is None:
         return False
-    result = _libc.syscall(ctypes.c_long(number), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING),
-                           ctypes.c_void_p(None))
+    result = _libc.syscall(
+        ctypes.c_long(number), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), ctypes.c_void_p(None)
+    )
     if result < 0:
         if ctypes.get_errno() in (errno.ENOSYS, errno.EPERM, errno.EACCES):
             return False
@@ -172,8 +189,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def _last_cap() -> int:
@@ -238,6 +258,7 @@ def set_dumpable(value: bool) -> None:
 
 # --------------------------------------------------------------------------- copying
 
+
 class CopyError(OSError):
     """A folder could not be copied within its budget."""
 
@@ -252,8 +273,9 @@ def open_folder(path: str, dir_fd: int | None = None) -> int:
     return os.open(path, _DIR, dir_fd=dir_fd)
 
 
-def copy_tree(source_fd: int, target_fd: int, *, max_bytes: int, max_entries: int = 10_000,
-              skip=SKIPPED) -> int:
+def copy_tree(
+    source_fd: int, target_fd: int, *, max_bytes: int, max_entries: int = 10_000, skip=SKIPPED
+) -> int:
     """Copy the regular files and folders under the folder ``source_fd`` into the (empty)
     folder ``target_fd``; symbolic links, devices, sockets and pipes are left out, nothing is
     followed and nothing existing is written through. Returns the bytes copied; CopyError when
@@ -297,8 +319,9 @@ def _copy_file(name: str, source_fd: int, target_fd: int, budget: dict) -> None:
     try:
         if not stat.S_ISREG(os.fstat(src).st_mode):
             return
-        dst = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                      0o600, dir_fd=target_fd)
+        dst = os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=target_fd
+        )
         try:
             while True:
                 chunk = os.read(src, 1 << 20)
@@ -309,7 +332,7 @@ def _copy_file(name: str, source_fd: int, target_fd: int, budget: dict) -> None:
                     raise CopyError(errno.EFBIG, "more data than the folder may hold")
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(dst, view):]
+                    view = view[os.write(dst, view) :]
         finally:
             os.close(dst)
     finally:

@@ -7,15 +7,31 @@ imported afresh, whole, by a kernel that may. A kernel's child then lifts the re
 (``trusted_imports``); both fix the course's packages to their installed folders
 (``fix_paths``). ``named`` turns a name of the grader's spec into its module or function.
 """
+
 import importlib
 import os
 import re
 import sys
 
-PRELOAD = ("numpy", "torch", "torch.nn", "torch.nn.functional", "matplotlib", "matplotlib.pyplot",
-           "matplotlib_inline.backend_inline", "ipywidgets", "IPython", "ipykernel.kernelapp",
-           "ipykernel.ipkernel", "ipykernel.zmqshell", "ipykernel.debugger", "course_utils",
-           "course_utils.toy_task", "course_utils.training", "course_utils.minilm")
+PRELOAD = (
+    "numpy",
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "matplotlib",
+    "matplotlib.pyplot",
+    "matplotlib_inline.backend_inline",
+    "ipywidgets",
+    "IPython",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.zmqshell",
+    "ipykernel.debugger",
+    "course_utils",
+    "course_utils.toy_task",
+    "course_utils.training",
+    "course_utils.minilm",
+)
 PACKAGES = ("course_utils.checks", "course_utils.plots", "course_utils.widgets")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?")
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
@@ -78,12 +94,16 @@ def preload(refuse: Refuse, audit: dict | None = None) -> None:
 
     def glove():
         import course_utils
+
         course_utils.load_glove()
+
     _step(refuse, glove)
 
     def recording():  # what torch imports the first time a check records operators
         from course_utils.checks.kit import prepare_recording
+
         prepare_recording()
+
     _step(refuse, recording)
     for name in audit.get("warm_up", ()):  # what an audit looks up first (the operators it records)
         _step(refuse, lambda name=name: named(name)())
@@ -138,5 +158,6 @@ def trusted_imports(refuse: Refuse) -> None:
 def fix_paths() -> None:
     import course_grading
     import course_utils
+
     for package in (course_grading, course_utils):
         package.__path__ = package_folders(package)

@@ -1,4 +1,5 @@
 """``SandboxKernelManager``: the grading kernel, a job of a sandbox server (``warm``)."""
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,6 @@ from traitlets import List, Unicode
 from . import warm
 from .settings import Sandbox, Settings
 
-
 POLL_S = 0.01  # how often a kernel that was asked to end is looked at
 
 
@@ -28,9 +28,12 @@ class SandboxKernelManager(AsyncKernelManager):
     connection file stays on the grader's side. Its limits come from ``c.Sandbox``.
     """
 
-    hidden_folders = List(Unicode(), help="Folders every sandboxed process finds empty: the "
-                                          "course folders (set by course_grading's pipeline) "
-                                          "and any other.").tag(config=True)
+    hidden_folders = List(
+        Unicode(),
+        help="Folders every sandboxed process finds empty: the "
+        "course folders (set by course_grading's pipeline) "
+        "and any other.",
+    ).tag(config=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -42,18 +45,23 @@ class SandboxKernelManager(AsyncKernelManager):
         self.transport = "ipc"
         self.ip = str(self._folder / "kernel")  # replaced by the job's socket folder
         self.connection_file = str(self._folder / "connection.json")
-        self._spec = KernelSpec(argv=[sys.executable, "-m", "ipykernel_launcher", "-f",
-                                      "{connection_file}"],
-                                display_name="Python 3 (sandboxed)", language="python",
-                                interrupt_mode="message", env={}, metadata={})
+        self._spec = KernelSpec(
+            argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            display_name="Python 3 (sandboxed)",
+            language="python",
+            interrupt_mode="message",
+            env={},
+            metadata={},
+        )
 
     @property
     def kernel_spec(self):  # the notebook's kernelspec name is ignored on purpose
         return self._spec
 
     def sandbox_settings(self) -> Settings:
-        return Settings.from_config(self.config, hidden=[*self.hidden_folders,
-                                                         *Sandbox(config=self.config).hidden_folders])
+        return Settings.from_config(
+            self.config, hidden=[*self.hidden_folders, *Sandbox(config=self.config).hidden_folders]
+        )
 
     async def _async_pre_start_kernel(self, **kw):
         self._end_job()  # a restart: the previous job goes first

@@ -24,6 +24,7 @@ warm sandbox first.
 Importing this module loads traitlets only (the ``course`` command starts the warm sandbox
 before it imports nbgrader).
 """
+
 from __future__ import annotations
 
 import os
@@ -37,37 +38,59 @@ from course_grading.course import config as course_config
 
 # nbgrader's default exchange (0.9) and the one its documentation uses
 DEFAULT_EXCHANGES = ("/usr/local/share/nbgrader/exchange", "/srv/nbgrader/exchange")
-STEP_DIRECTORIES = ("source_directory", "release_directory", "submitted_directory",
-                    "autograded_directory", "feedback_directory", "solution_directory")
+STEP_DIRECTORIES = (
+    "source_directory",
+    "release_directory",
+    "submitted_directory",
+    "autograded_directory",
+    "feedback_directory",
+    "solution_directory",
+)
 
 
 class Sandbox(Configurable):
     """The bubblewrap sandbox of every grading kernel and integrity audit."""
 
-    warm = Bool(True, help="Fork grading kernels and audits from one warm, pre-loaded sandbox "
-                           "per grading process (else every kernel starts a sandbox of its own, "
-                           "about 2 s more each).").tag(config=True)
-    memory_mb = Integer(3072, help="Memory of a whole sandbox, MB (a cgroup where the machine "
-                                   "allows, else each process's address space).").tag(config=True)
+    warm = Bool(
+        True,
+        help="Fork grading kernels and audits from one warm, pre-loaded sandbox "
+        "per grading process (else every kernel starts a sandbox of its own, "
+        "about 2 s more each).",
+    ).tag(config=True)
+    memory_mb = Integer(
+        3072,
+        help="Memory of a whole sandbox, MB (a cgroup where the machine "
+        "allows, else each process's address space).",
+    ).tag(config=True)
     cpu_seconds = Integer(600, help="CPU seconds of each sandboxed process.").tag(config=True)
     processes = Integer(128, help="Tasks (threads count) in a sandbox.").tag(config=True)
     file_mb = Integer(64, help="Largest file a sandboxed process may write, MB.").tag(config=True)
     open_files = Integer(1024, help="Open files of each sandboxed process.").tag(config=True)
-    tmpfs_mb = Integer(256, help="Size of each private writable folder of a sandboxed process "
-                                 "(/tmp, /var/tmp, /dev/shm, $HOME, its working folder), MB; "
-                                 "nothing else it sees is writable.").tag(config=True)
-    hidden_folders = List(Unicode(), help="More folders every sandboxed process finds empty, "
-                                          "besides the course folders the configuration "
-                                          "names.").tag(config=True)
-    grader_memory_mb = Integer(1024, min=0, help="Memory of each grading worker process itself "
-                                                 "(nbgrader reading and writing the notebook, the "
-                                                 "scanner, the audit's comparisons; its kernels "
-                                                 "have memory_mb), MB: a memory cgroup of its own "
-                                                 "where the machine allows, else a watch of its "
-                                                 "resident memory. A worker over it is killed and "
-                                                 "the submission it graded is an error row, "
-                                                 "flagged. Unsandboxed kernels (--no-sandbox) "
-                                                 "count in it too. 0: no bound.").tag(config=True)
+    tmpfs_mb = Integer(
+        256,
+        help="Size of each private writable folder of a sandboxed process "
+        "(/tmp, /var/tmp, /dev/shm, $HOME, its working folder), MB; "
+        "nothing else it sees is writable.",
+    ).tag(config=True)
+    hidden_folders = List(
+        Unicode(),
+        help="More folders every sandboxed process finds empty, "
+        "besides the course folders the configuration "
+        "names.",
+    ).tag(config=True)
+    grader_memory_mb = Integer(
+        1024,
+        min=0,
+        help="Memory of each grading worker process itself "
+        "(nbgrader reading and writing the notebook, the "
+        "scanner, the audit's comparisons; its kernels "
+        "have memory_mb), MB: a memory cgroup of its own "
+        "where the machine allows, else a watch of its "
+        "resident memory. A worker over it is killed and "
+        "the submission it graded is an error row, "
+        "flagged. Unsandboxed kernels (--no-sandbox) "
+        "count in it too. 0: no bound.",
+    ).tag(config=True)
 
 
 @dataclass(frozen=True)
@@ -94,7 +117,6 @@ class Settings:
             hidden = [*manager.get("hidden_folders", []), *sandbox.hidden_folders]
         values = {f.name: getattr(sandbox, f.name) for f in fields(cls) if f.name != "hidden"}
         return cls(hidden=_normalized(hidden), **values)
-
 
 
 def _normalized(folders) -> tuple[str, ...]:
@@ -146,7 +168,7 @@ def _named_folders(config: Config) -> list[str]:
             found.append(value)
     db_url = course.get("db_url")
     if isinstance(db_url, str) and db_url.startswith("sqlite:///"):
-        found.append(os.path.dirname(db_url[len("sqlite:///"):]) or "/")
+        found.append(os.path.dirname(db_url[len("sqlite:///") :]) or "/")
     for section in ("Exchange", "ExchangeFactory"):
         for key in ("root", "cache"):
             value = config.get(section, {}).get(key)
@@ -159,5 +181,6 @@ def course_settings(config: Config, config_root, *roots) -> Settings:
     """The settings every sandbox of the course at ``config_root`` (whose configuration is
     ``config``) is started with, hiding ``roots`` too: what ``configure`` gives the grading
     kernels, for whoever starts first (``course.Course.sandbox_settings``)."""
-    return Settings.from_config(config, hidden=(*course_folders(config, config_root, *roots),
-                                                *Sandbox(config=config).hidden_folders))
+    return Settings.from_config(
+        config, hidden=(*course_folders(config, config_root, *roots), *Sandbox(config=config).hidden_folders)
+    )

@@ -15,6 +15,7 @@ copied into a folder a sandbox could write.
 The audit is the grader's: it hands its entry point here by name (``hand_audit``), and every
 server started after is given it, so that nothing of the sandbox imports the audit.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -34,8 +35,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import isolate
-from .bubblewrap import (GRADING_PACKAGE, LEARNER_PACKAGE, SECRET_FOLDERS, SECRET_MODULES,
-                         available, inside, private_folders, sandbox_home, wrap)
+from .bubblewrap import (
+    GRADING_PACKAGE,
+    LEARNER_PACKAGE,
+    SECRET_FOLDERS,
+    SECRET_MODULES,
+    available,
+    inside,
+    private_folders,
+    sandbox_home,
+    wrap,
+)
 from .settings import Settings
 
 OUT_NAME = re.compile(r"out-[A-Za-z0-9_.-]{1,200}\.(json|npy)")
@@ -51,9 +61,9 @@ class Job:
     """One kernel or audit in a server."""
 
     token: str
-    path: str                     # its working folder, as the sandbox sees it
-    spool: Path                   # the grader's copy of its files (read-only in the sandbox)
-    ipc: Path | None = None       # a kernel's socket folder, as the sandbox sees it
+    path: str  # its working folder, as the sandbox sees it
+    spool: Path  # the grader's copy of its files (read-only in the sandbox)
+    ipc: Path | None = None  # a kernel's socket folder, as the sandbox sees it
     ipc_here: Path | None = None  # the same folder, as the grader reaches it
 
 
@@ -70,20 +80,38 @@ class SandboxServer:
             (self.folder / name).mkdir(mode=0o700)
         _seed(self.folder / "spool" / "seed")
         ours, theirs = socket.socketpair()
-        spec = {"base": str(self.folder), "isolate": PRIVATE_NAMESPACES, "preload": warm, "single": not warm,
-                "tmpfs_mb": settings.tmpfs_mb, "home": str(sandbox_home()),
-                "private": [str(p) for p in private_folders()],
-                "secret_folders": [str(p) for p in SECRET_FOLDERS],
-                "secret_modules": list(SECRET_MODULES), "audit": dict(_AUDIT) or None}
-        command = [sys.executable, "-I", "-m", "course_grading.sandbox.warm_server",
-                   str(theirs.fileno()), json.dumps(spec)]
-        argv, self.groups = wrap(command, settings, self.folder, single=not warm,
-                                 hide_secrets=hide_secrets)
+        spec = {
+            "base": str(self.folder),
+            "isolate": PRIVATE_NAMESPACES,
+            "preload": warm,
+            "single": not warm,
+            "tmpfs_mb": settings.tmpfs_mb,
+            "home": str(sandbox_home()),
+            "private": [str(p) for p in private_folders()],
+            "secret_folders": [str(p) for p in SECRET_FOLDERS],
+            "secret_modules": list(SECRET_MODULES),
+            "audit": dict(_AUDIT) or None,
+        }
+        command = [
+            sys.executable,
+            "-I",
+            "-m",
+            "course_grading.sandbox.warm_server",
+            str(theirs.fileno()),
+            json.dumps(spec),
+        ]
+        argv, self.groups = wrap(command, settings, self.folder, single=not warm, hide_secrets=hide_secrets)
         self.log = (self.folder / "server.log").open("wb")
         try:
-            self.process = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL, stderr=self.log,
-                                            cwd=self.folder, start_new_session=True)
+            self.process = subprocess.Popen(
+                argv,
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=self.log,
+                cwd=self.folder,
+                start_new_session=True,
+            )
         except BaseException:
             self.groups.remove()
             self.log.close()
@@ -138,13 +166,15 @@ class SandboxServer:
         expected = {"course_utils": [str(LEARNER_PACKAGE)], "course_grading": [str(GRADING_PACKAGE)]}
         if found != expected:
             self.broken = True
-            raise SandboxError(f"the sandbox imports the course from {found}, not the installed "
-                               f"course ({expected})")
+            raise SandboxError(
+                f"the sandbox imports the course from {found}, not the installed course ({expected})"
+            )
         if self.warm and not self.isolated:
             _NO_WARM.append(answer.get("why") or "no namespaces of its own for each child")
             self.broken = True
-            raise SandboxError(f"no fresh namespaces per child here ({_NO_WARM[-1]}): "
-                               "every kernel gets a sandbox of its own")
+            raise SandboxError(
+                f"no fresh namespaces per child here ({_NO_WARM[-1]}): every kernel gets a sandbox of its own"
+            )
 
     def request(self, timeout: float = 30, **message) -> dict:
         """Send one request and return the answer; SandboxError if the server is gone."""
@@ -211,8 +241,9 @@ class SandboxServer:
                     self.broken = True
 
     def spawn_kernel(self, job: Job, args: list[str], connection: dict, env: dict | None = None) -> int:
-        return int(self.request(op="kernel", token=job.token, args=args, connection=connection,
-                                env=env or {})["pid"])
+        return int(
+            self.request(op="kernel", token=job.token, args=args, connection=connection, env=env or {})["pid"]
+        )
 
     def spawn_audit(self, job: Job, cpu_seconds: int) -> int:
         return int(self.request(op="audit", token=job.token, cpu=cpu_seconds)["pid"])
@@ -222,9 +253,14 @@ class SandboxServer:
         the audit's record as the server read it from the audit's pipe."""
         reply = self.request(op="collect", token=job.token, timeout=60)
         files, record = reply.get("files") or {}, reply.get("record")
-        return ({name: base64.b64decode(data) for name, data in files.items()
-                 if isinstance(name, str) and OUT_NAME.fullmatch(name) and isinstance(data, str)},
-                base64.b64decode(record) if isinstance(record, str) else b"")
+        return (
+            {
+                name: base64.b64decode(data)
+                for name, data in files.items()
+                if isinstance(name, str) and OUT_NAME.fullmatch(name) and isinstance(data, str)
+            },
+            base64.b64decode(record) if isinstance(record, str) else b"",
+        )
 
     def poll(self, pid: int):
         return self.request(op="poll", pid=pid)["returncode"]
@@ -275,8 +311,9 @@ def copy_in(source: Path, target: Path, max_bytes: int) -> None:
         try:
             isolate.copy_tree(from_fd, to_fd, max_bytes=max_bytes)
         except isolate.CopyError as exc:
-            raise SandboxError(f"{source} cannot be copied into the sandbox: {exc.strerror} "
-                               f"(at most {max_bytes >> 20} MB)") from None
+            raise SandboxError(
+                f"{source} cannot be copied into the sandbox: {exc.strerror} (at most {max_bytes >> 20} MB)"
+            ) from None
         finally:
             os.close(to_fd)
     finally:

@@ -53,6 +53,7 @@ child, ``prepare()`` then ``main(FOLDER, RECORD_FD)``; the record's pipe, ``pipe
     {"op": "signal", "pid": n, "signal": s} -> {"ok": true}  to the child's process group
     {"op": "reset"}                    -> {"ok": true}  or {"ok": false, "why": s}
 """
+
 import base64
 import json
 import os
@@ -67,8 +68,15 @@ import time
 import traceback
 
 from course_grading.sandbox import children, isolate
-from course_grading.sandbox.preload import (Refuse, fix_paths, keep_freed_memory, named, package_folders,
-                                            preload, trusted_imports)
+from course_grading.sandbox.preload import (
+    Refuse,
+    fix_paths,
+    keep_freed_memory,
+    named,
+    package_folders,
+    preload,
+    trusted_imports,
+)
 
 ALLOWED_ENV = ("NBGRADER_EXECUTION",)  # what a kernel request may set in the kernel's environment
 TOKEN = re.compile(r"[0-9a-f]{32}")
@@ -110,24 +118,37 @@ class Server:
         sys.meta_path.insert(0, self.refuse)
         if isolate_children:
             self.isolated, self.why = children.probe(
-                self.jobs_root, lambda: self._isolate_child([], hide=self.secret_folders))
+                self.jobs_root, lambda: self._isolate_child([], hide=self.secret_folders)
+            )
             if self.isolated:
                 isolate.enter_namespaces(network=False, ipc=False)
                 isolate.tmpfs(self.jobs_root, 1, mode=0o755)
         import course_grading
         import course_utils
+
         if warm:
             preload(self.refuse, self.audit_entry)
             keep_freed_memory()
         self.snapshot = self._private_listing()
-        secrets = sorted(m for m in sys.modules if any(m == n or m.startswith(n + ".")
-                                                       for n in self.refuse.names))
-        secrets += sorted(getattr(m, "__file__", "") for m in list(sys.modules.values())
-                          if any(children.under(getattr(m, "__file__", None) or "", f) for f in self.secret_folders))
-        return {"ready": True, "isolated": self.isolated, "why": self.why, "secrets": secrets,
-                "packages": {"course_utils": package_folders(course_utils),
-                             "course_grading": package_folders(course_grading)},
-                "seconds": round(time.monotonic() - started, 3)}
+        secrets = sorted(
+            m for m in sys.modules if any(m == n or m.startswith(n + ".") for n in self.refuse.names)
+        )
+        secrets += sorted(
+            getattr(m, "__file__", "")
+            for m in list(sys.modules.values())
+            if any(children.under(getattr(m, "__file__", None) or "", f) for f in self.secret_folders)
+        )
+        return {
+            "ready": True,
+            "isolated": self.isolated,
+            "why": self.why,
+            "secrets": secrets,
+            "packages": {
+                "course_utils": package_folders(course_utils),
+                "course_grading": package_folders(course_grading),
+            },
+            "seconds": round(time.monotonic() - started, 3),
+        }
 
     def _private_listing(self) -> set:
         """Every path under this server's own private folders (the jobs and the grader's
@@ -135,8 +156,12 @@ class Server:
         found, points = set(), set(children.mount_points())
         for root in self.private:
             for folder, dirs, files in os.walk(root):
-                dirs[:] = [d for d in dirs if os.path.join(folder, d) not in points
-                           and not children.under(os.path.join(folder, d), self.base)]
+                dirs[:] = [
+                    d
+                    for d in dirs
+                    if os.path.join(folder, d) not in points
+                    and not children.under(os.path.join(folder, d), self.base)
+                ]
                 found.update(os.path.join(folder, n) for n in (*dirs, *files))
                 if len(found) > 50_000:
                     return found
@@ -147,8 +172,9 @@ class Server:
     def _isolate_child(self, keep: list, hide=()) -> None:
         """Fresh namespaces for this child (``children.fresh_namespaces``); ``keep``: (source,
         target, "ro" or "rw") folders to mount in the covered BASE."""
-        children.fresh_namespaces(keep, hide, private=self.private, base=self.base,
-                                  megabytes=self.megabytes, home=self.home)
+        children.fresh_namespaces(
+            keep, hide, private=self.private, base=self.base, megabytes=self.megabytes, home=self.home
+        )
 
     def _seed_home(self) -> None:
         """The grader's seed files (matplotlib's font cache) copied into the fresh $HOME."""
@@ -191,6 +217,7 @@ class Server:
             random.seed()
             try:
                 import numpy as np
+
                 np.random.seed()
             except Exception:  # noqa: BLE001 - without NumPy there is nothing to reseed
                 pass
@@ -233,7 +260,9 @@ class Server:
             helper = None
             if self.isolated:
                 self._isolate_child(self._keep_for(token, kernel=True))
-                helper = children.ReadOnlyLater(ipc)  # keeps the privilege to make the socket folder read-only
+                helper = children.ReadOnlyLater(
+                    ipc
+                )  # keeps the privilege to make the socket folder read-only
             self._seed_home()
             profile = children.ipython_profile(self.home, readonly=self.isolated)
             isolate.drop_privileges()
@@ -246,16 +275,19 @@ class Server:
             os.chdir(job)
             trusted_imports(self.refuse)
             from ipykernel.kernelapp import IPKernelApp
+
             self._quiet()  # before the kernel takes its own copies of stdout and stderr
             app = IPKernelApp.instance()
-            app.initialize(["-f", conn_file, *args, "--IPKernelApp.ignore_cwd=True",
-                            "--HistoryManager.enabled=False"])
+            app.initialize(
+                ["-f", conn_file, *args, "--IPKernelApp.ignore_cwd=True", "--HistoryManager.enabled=False"]
+            )
             children.wait_for_sockets(app)
             if helper is not None:
                 helper.finish()
             sys.path.append(job)  # after the installed packages: building_blocks.py and the like
             self._student_code_next()
             app.start()
+
         return self.fork(run)
 
     def audit(self, token: str, cpu: int) -> int:
@@ -280,6 +312,7 @@ class Server:
             self._quiet()
             self._student_code_next()
             main(job, write)
+
         try:
             return self.fork(run)
         finally:
@@ -327,8 +360,10 @@ class Server:
             os.close(folder)
         drain = self.records.pop(token, None)
         record = drain.finish() if drain is not None else b""
-        return {"files": {name: base64.b64encode(data).decode("ascii") for name, data in found.items()},
-                "record": base64.b64encode(record).decode("ascii")}
+        return {
+            "files": {name: base64.b64encode(data).decode("ascii") for name, data in found.items()},
+            "record": base64.b64encode(record).decode("ascii"),
+        }
 
     def poll(self, pid: int):
         if pid in self.ended:
@@ -425,7 +460,9 @@ class Server:
         if self.others():
             return "processes left"
         if self.isolated and not self.single:
-            if any(children.under(m, self.jobs_root) and m != self.jobs_root for m in children.mount_points()):
+            if any(
+                children.under(m, self.jobs_root) and m != self.jobs_root for m in children.mount_points()
+            ):
                 return "a job's folder is still mounted"
             if os.listdir(self.jobs_root):
                 return "a job's folder is left"
@@ -445,8 +482,14 @@ class Server:
             return self.job(str(request["token"]), None if ipc is None else str(ipc))
         if op == "kernel":
             env = {str(k): str(v) for k, v in (request.get("env") or {}).items() if k in ALLOWED_ENV}
-            return {"pid": self.kernel(self._token(request), [str(a) for a in request.get("args", [])],
-                                       dict(request["connection"]), env)}
+            return {
+                "pid": self.kernel(
+                    self._token(request),
+                    [str(a) for a in request.get("args", [])],
+                    dict(request["connection"]),
+                    env,
+                )
+            }
         if op == "audit":
             return {"pid": self.audit(self._token(request), int(request.get("cpu", 40)))}
         if op == "collect":

@@ -6,6 +6,7 @@ visible test cell calls it plainly; the hidden part of the same cell calls it wi
 :class:`CheckFailed` with a message that says what went wrong and the likely cause, never the
 answer. Checks print a ✓ line for each thing that passed.
 """
+
 from ._core import CheckFailed
 
 __all__ = ["CheckFailed"]

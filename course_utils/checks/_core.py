@@ -21,6 +21,7 @@ A check calls the learner's code through :meth:`Check.call`, which
 A failing check raises :class:`CheckFailed`, whose traceback in Jupyter (and in nbgrader's
 feedback) is the message alone: what went wrong and the likely cause, never the answer.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,10 +44,10 @@ from ._recording import Forbidden, _Recorder
 _seal.take()
 
 
-
 def _recorded(module: str, name: str) -> Callable:
     """``module.name`` as it was recorded, before any learner code ran (torch is recorded when
     it is first imported, if that is later: a NumPy-only notebook does not import it)."""
+
     def tool(*args, **kwargs):
         return _original(module, name)(*args, **kwargs)
 
@@ -71,8 +72,11 @@ np_abs = np.abs
 np_max = np.max
 # The record's own functions, taken as the checks' other tools are.
 _changed, _foreign_threads, _foreign_processes = _seal.changed, _seal.foreign_threads, _seal.foreign_processes
-_unwatched, _idle_now, _ran_meanwhile = (_watch.kernel_threads_unwatched, _seal.idle_threads_now,
-                                         _seal.ran_meanwhile)
+_unwatched, _idle_now, _ran_meanwhile = (
+    _watch.kernel_threads_unwatched,
+    _seal.idle_threads_now,
+    _seal.ran_meanwhile,
+)
 _original = _seal.original
 _isclose = np_isclose
 _allclose = np_allclose
@@ -101,18 +105,25 @@ def quiet():
 
 # Not the learner's code: libraries, the course package, and the earlier components a release
 # provides beside its notebook (building_blocks.py), which the learner's code calls into.
-_LIBRARIES = (os.sep + "site-packages" + os.sep, os.sep + "lib" + os.sep + "python",
-              os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep, "<frozen",
-              os.sep + "building_blocks.py",
-              # the grading package beside it, where it is installed (the hidden checks' devices)
-              os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-                  os.path.abspath(__file__)))), "course_grading") + os.sep)
+_LIBRARIES = (
+    os.sep + "site-packages" + os.sep,
+    os.sep + "lib" + os.sep + "python",
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    "<frozen",
+    os.sep + "building_blocks.py",
+    # the grading package beside it, where it is installed (the hidden checks' devices)
+    os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "course_grading"
+    )
+    + os.sep,
+)
 
 
 def _where(exc: BaseException) -> str:
     """' in line `...`': the last line of the learner's own code in the traceback, if known."""
-    mine = [f for f in traceback.extract_tb(exc.__traceback__)
-            if not any(lib in f.filename for lib in _LIBRARIES)]
+    mine = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not any(lib in f.filename for lib in _LIBRARIES)
+    ]
     if mine and mine[-1].line:
         return f" in line `{mine[-1].line.strip()}`"
     return ""
@@ -137,9 +148,15 @@ def _torch_types():
         return None
     tensor, parameter = _original("torch", "Tensor"), _original("torch.nn", "Parameter")
     module = _original("torch.nn", "Module")
-    plain = tuple(t for t in (_original("torch", n) for n in ("Size", "dtype", "device")) if isinstance(t, type))
+    plain = tuple(
+        t for t in (_original("torch", n) for n in ("Size", "dtype", "device")) if isinstance(t, type)
+    )
     returns = sys.modules.get("torch.return_types")
-    structs = tuple(t for t in vars(returns).values() if isinstance(t, type) and issubclass(t, tuple)) if returns else ()
+    structs = (
+        tuple(t for t in vars(returns).values() if isinstance(t, type) and issubclass(t, tuple))
+        if returns
+        else ()
+    )
     return tensor, parameter, module, plain, structs
 
 
@@ -158,14 +175,18 @@ def _plain(result, exercise: str, module: bool = False):
         kind = type(value)
         parts += 1
         if parts > _MAX_PARTS or depth > _MAX_NESTING:
-            raise CheckFailed(f"{exercise} returned a structure nested too deep or holding too many "
-                              "values: return a tensor, an array, a number or a short tuple of them.")
+            raise CheckFailed(
+                f"{exercise} returned a structure nested too deep or holding too many "
+                "values: return a tensor, an array, a number or a short tuple of them."
+            )
         if kind in _PLAIN_DATA or kind in _NUMPY_SCALARS:
             continue
         if kind is _NDARRAY:
             if value.dtype.hasobject:
-                raise CheckFailed(f"{exercise} returned an array of Python objects (dtype=object): "
-                                  "return an array of numbers.")
+                raise CheckFailed(
+                    f"{exercise} returned an array of Python objects (dtype=object): "
+                    "return an array of numbers."
+                )
             continue
         if kind in _CONTAINERS:
             if id(value) in seen:
@@ -182,20 +203,27 @@ def _plain(result, exercise: str, module: bool = False):
                 stack.extend((part, depth + 1) for part in tuple.__iter__(value))
                 continue
             if issubclass(kind, tensor):
-                raise CheckFailed(f"{exercise} returned a {kind.__name__}, a subclass of "
-                                  "torch.Tensor: return a plain tensor.")
+                raise CheckFailed(
+                    f"{exercise} returned a {kind.__name__}, a subclass of "
+                    "torch.Tensor: return a plain tensor."
+                )
             if module and value is result and issubclass(kind, module_type):
                 continue  # the learner's module: the check calls it through Check.call
         if issubclass(kind, _NDARRAY):
-            raise CheckFailed(f"{exercise} returned a {kind.__name__}, a subclass of "
-                              "np.ndarray: return a plain array (np.asarray).")
-        raise CheckFailed(f"{exercise} returned a {kind.__name__}, which is not a plain value: return "
-                          "a tensor, an array, a number, or a tuple or list of them (no object of a "
-                          "class of your own, nor a subclass of list, int or the like).")
+            raise CheckFailed(
+                f"{exercise} returned a {kind.__name__}, a subclass of "
+                "np.ndarray: return a plain array (np.asarray)."
+            )
+        raise CheckFailed(
+            f"{exercise} returned a {kind.__name__}, which is not a plain value: return "
+            "a tensor, an array, a number, or a tuple or list of them (no object of a "
+            "class of your own, nor a subclass of list, int or the like)."
+        )
     return result
 
 
 # --------------------------------------------------------------------------- the check
+
 
 class Check:
     """One exercise's check: calls the learner's code safely and reports clearly.
@@ -205,8 +233,9 @@ class Check:
     behind them (``"_softmax"``), caught however they are reached.
     """
 
-    def __init__(self, exercise: str, forbidden: Iterable[str] = (), hidden: bool = False,
-                 ops: Iterable[str] = ()):
+    def __init__(
+        self, exercise: str, forbidden: Iterable[str] = (), hidden: bool = False, ops: Iterable[str] = ()
+    ):
         self.exercise = exercise
         self.hidden = hidden
         # torch modes the learner's code runs under, entered before the recording starts (a
@@ -226,14 +255,16 @@ class Check:
                 f"{self.exercise}: the check cannot trust its tools: {what} when the notebook "
                 "started (code in this notebook replaced or changed it). Leave library functions, "
                 "their classes and the checks as they are; this exercise scores zero until "
-                "then.") from None
+                "then."
+            ) from None
         processes = _foreign_processes()
         if processes:
             raise CheckFailed(
                 f"{self.exercise}: your code started another process ({', '.join(processes[:3])}), "
                 "which could do the work where the check cannot see what it calls, so it cannot be "
                 "sure what your code does. Stop it (or restart the kernel) and run everything in the "
-                "notebook itself; this exercise scores zero until then.") from None
+                "notebook itself; this exercise scores zero until then."
+            ) from None
         threads = _foreign_threads()
         if recorder is not None:
             threads += recorder.threads + _ran_meanwhile(recorder.idle)
@@ -244,7 +275,8 @@ class Check:
                 f"{self.exercise}: your code runs work on another thread ({where}), where the "
                 "check cannot see what it calls, so it cannot be sure what your code does. Run "
                 "everything on the notebook's own thread (no thread, timer or pool: stop them, "
-                "or restart the kernel); this exercise scores zero until then.") from None
+                "or restart the kernel); this exercise scores zero until then."
+            ) from None
 
     # -- calling the learner's code --------------------------------------------------------
     def call(self, fn: Callable, *args, **kwargs):
@@ -279,9 +311,12 @@ class Check:
             self._forbidden_failure(hits[0])
         module = self._call(cls, args, kwargs, module=True)
         nn = sys.modules["torch"].nn
-        self.that(isinstance(module, nn.Module), f"{self.exercise}(...) should create an "
-                  f"nn.Module (class {self.exercise}(nn.Module), with super().__init__() first), "
-                  f"got {type(module).__name__}.")
+        self.that(
+            isinstance(module, nn.Module),
+            f"{self.exercise}(...) should create an "
+            f"nn.Module (class {self.exercise}(nn.Module), with super().__init__() first), "
+            f"got {type(module).__name__}.",
+        )
         return module
 
     def _guarded_call(self, fn, args, kwargs, module: bool = False):
@@ -304,9 +339,7 @@ class Check:
             raise
         except Exception as exc:
             self._verdict(recorder)
-            raise CheckFailed(
-                f"{self.exercise} raised {type(exc).__name__}: {exc}{_where(exc)}"
-            ) from exc
+            raise CheckFailed(f"{self.exercise} raised {type(exc).__name__}: {exc}{_where(exc)}") from exc
 
     def _verdict(self, recorder: _Recorder) -> None:
         self.sound(recorder)
@@ -347,12 +380,12 @@ class Check:
         got_shape = tuple(getattr(got, "shape", np.shape(got)))
         if got_shape != tuple(expected):
             self.fail(
-                f"{what} has shape {got_shape}, expected {tuple(expected)}."
-                + (f" {hint}" if hint else "")
+                f"{what} has shape {got_shape}, expected {tuple(expected)}." + (f" {hint}" if hint else "")
             )
 
-    def close(self, got, expected, message: str, atol: float = 1e-6, rtol: float = 1e-5,
-              passed: str | None = None):
+    def close(
+        self, got, expected, message: str, atol: float = 1e-6, rtol: float = 1e-5, passed: str | None = None
+    ):
         got_np, exp_np = to_numpy(got), to_numpy(expected)
         if got_np.shape != exp_np.shape:
             self.fail(f"returned shape {got_np.shape}, expected {exp_np.shape}. {message}")
@@ -372,16 +405,20 @@ class Check:
         mine, theirs = dict(student.named_parameters()), dict(source.named_parameters())
         missing, extra = sorted(set(theirs) - set(mine)), sorted(set(mine) - set(theirs))
         if missing or extra:
-            self.fail("could not load the known test weights into your module: "
-                      + (f"missing parameters {missing[:5]}" if missing else "")
-                      + (" and " if missing and extra else "")
-                      + (f"unexpected parameters {extra[:5]}" if extra else "")
-                      + f". Name the parts as the exercise says ({names}) and create only those "
-                      "parameters." + (f" {hint}" if hint else ""))
+            self.fail(
+                "could not load the known test weights into your module: "
+                + (f"missing parameters {missing[:5]}" if missing else "")
+                + (" and " if missing and extra else "")
+                + (f"unexpected parameters {extra[:5]}" if extra else "")
+                + f". Name the parts as the exercise says ({names}) and create only those "
+                "parameters." + (f" {hint}" if hint else "")
+            )
         for name, p in theirs.items():
             if tuple(mine[name].shape) != tuple(p.shape):
-                self.fail(f"parameter {name} has shape {tuple(mine[name].shape)}, expected "
-                          f"{tuple(p.shape)} ({names}).")
+                self.fail(
+                    f"parameter {name} has shape {tuple(mine[name].shape)}, expected "
+                    f"{tuple(p.shape)} ({names})."
+                )
         with torch.no_grad():
             for name, p in theirs.items():
                 mine[name].copy_(p)
@@ -389,6 +426,7 @@ class Check:
 
 
 # --------------------------------------------------------------------------- small helpers
+
 
 def to_numpy(x) -> np.ndarray:
     """Any array-like (torch tensors on any device included) as a float64 NumPy array."""

@@ -7,17 +7,37 @@ closures, containers by their contents, all held by reference and compared by id
 look that finds a difference names it record by record. Nothing of the learner's code runs
 in a look: what it may have added is looked at by its type alone.
 """
+
 from __future__ import annotations
 
 import itertools
 import operator
 import sys
 import types
+
 # The record's own references: a learner's change to builtins, operator, types, sys or threading
 # cannot blind the look that would find it.
-from builtins import (all, any, callable, classmethod, dict, frozenset, getattr, id,  # noqa: A004 - the record binds the builtins it uses
-                      isinstance, issubclass, len, list, map, next, object, set, staticmethod,
-                      tuple, type)
+from builtins import (  # noqa: A004 - the record binds the builtins it uses
+    all,
+    any,
+    callable,
+    classmethod,
+    dict,
+    frozenset,
+    getattr,
+    id,
+    isinstance,
+    issubclass,
+    len,
+    list,
+    map,
+    next,
+    object,
+    set,
+    staticmethod,
+    tuple,
+    type,
+)
 
 _is = operator.is_
 _itemgetter = operator.itemgetter
@@ -25,11 +45,52 @@ _ModuleType, _FunctionType, _MethodType = types.ModuleType, types.FunctionType, 
 _modules = sys.modules
 
 # Built-ins the checks call (IPython swaps exit/quit/get_ipython around each cell: not these).
-BUILTINS = ("abs", "all", "any", "bool", "callable", "dict", "enumerate", "float", "getattr",
-            "hasattr", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max",
-            "min", "next", "object", "print", "range", "repr", "round", "set", "sorted", "str",
-            "sum", "super", "tuple", "type", "vars", "zip", "__import__", "__build_class__",
-            "frozenset", "id", "divmod", "pow", "format", "slice", "reversed", "filter")
+BUILTINS = (
+    "abs",
+    "all",
+    "any",
+    "bool",
+    "callable",
+    "dict",
+    "enumerate",
+    "float",
+    "getattr",
+    "hasattr",
+    "int",
+    "isinstance",
+    "issubclass",
+    "iter",
+    "len",
+    "list",
+    "map",
+    "max",
+    "min",
+    "next",
+    "object",
+    "print",
+    "range",
+    "repr",
+    "round",
+    "set",
+    "sorted",
+    "str",
+    "sum",
+    "super",
+    "tuple",
+    "type",
+    "vars",
+    "zip",
+    "__import__",
+    "__build_class__",
+    "frozenset",
+    "id",
+    "divmod",
+    "pow",
+    "format",
+    "slice",
+    "reversed",
+    "filter",
+)
 _LIBRARY_ROOTS = ("torch", "numpy")
 try:
     import numpy as _np
@@ -119,8 +180,10 @@ def _same_internals(value, inner) -> bool:
         return False
     kw, kwdefaults = func.__kwdefaults__, inner[2]
     if type(kwdefaults) is tuple:
-        if kw is not kwdefaults[0] or not (_same_objects(tuple(dict.keys(kw)), kwdefaults[1])
-                                          and _same_objects(tuple(dict.values(kw)), kwdefaults[2])):
+        if kw is not kwdefaults[0] or not (
+            _same_objects(tuple(dict.keys(kw)), kwdefaults[1])
+            and _same_objects(tuple(dict.values(kw)), kwdefaults[2])
+        ):
             return False
     elif kw is not kwdefaults:
         return False
@@ -171,10 +234,30 @@ def _snapshot(value, out: list, depth: int) -> None:
 class _Record:
     """One namespace: name -> (value, internals, contents) of what it held when recorded."""
 
-    __slots__ = ("label", "owner", "space", "entries", "size", "keys", "kind", "everything",
-                 "is_class", "_get", "_values", "_funcs", "_codes", "_defaults", "_kwdefaults",
-                 "_kwdicts", "_kwlens", "_kwkeys", "_kwvalues", "_cells", "_cell_contents",
-                 "_careful")
+    __slots__ = (
+        "label",
+        "owner",
+        "space",
+        "entries",
+        "size",
+        "keys",
+        "kind",
+        "everything",
+        "is_class",
+        "_get",
+        "_values",
+        "_funcs",
+        "_codes",
+        "_defaults",
+        "_kwdefaults",
+        "_kwdicts",
+        "_kwlens",
+        "_kwkeys",
+        "_kwvalues",
+        "_cells",
+        "_cell_contents",
+        "_careful",
+    )
 
     def __init__(self, label: str, owner, everything: bool):
         self.label, self.owner, self.everything = label, owner, everything
@@ -207,8 +290,11 @@ class _Record:
         and values), the contents of their closures' cells; the few with an empty cell, or with
         contents, are looked at one by one (``careful_change``)."""
         names = tuple(self.entries)
-        self._get = _itemgetter(*names) if len(names) > 1 else (
-            (lambda space, name=names[0]: (space[name],)) if names else (lambda space: ()))
+        self._get = (
+            _itemgetter(*names)
+            if len(names) > 1
+            else ((lambda space, name=names[0]: (space[name],)) if names else (lambda space: ()))
+        )
         self._values = tuple(value for value, _, _ in self.entries.values())
         funcs, codes, defaults, kwdefaults, careful = [], [], [], [], []
         kwdicts, kwkeys, kwvalues, cells, cell_contents = [], [], [], [], []
@@ -302,8 +388,11 @@ class _Record:
                 continue
             if not self.is_class and not self.everything and not _is_tool(value):
                 continue
-            if (_module_name(value) == prefix + name and _modules.get(prefix + name) is value
-                    and not callable(value)):
+            if (
+                _module_name(value) == prefix + name
+                and _modules.get(prefix + name) is value
+                and not callable(value)
+            ):
                 continue  # a submodule imported since: the import system sets it
             if not self.is_class and name.startswith("__") and name.endswith("__"):
                 continue
@@ -344,8 +433,12 @@ class _Seal:
         grading kernel imports torch before it records anything."""
         for index, record in enumerate(self.records):
             label = record.label
-            if (isinstance(record.owner, _ModuleType) and not record.everything
-                    and label.split(".")[0] not in _LIBRARY_ROOTS and label != "builtins"):
+            if (
+                isinstance(record.owner, _ModuleType)
+                and not record.everything
+                and label.split(".")[0] not in _LIBRARY_ROOTS
+                and label != "builtins"
+            ):
                 self.records[index] = self.by_label[label] = _Record(label, record.owner, False)
         self._flat = None
 
@@ -391,9 +484,29 @@ class _Flat:
     function's code, defaults, keyword defaults and closure; then the records with entries to
     look at one by one."""
 
-    __slots__ = ("names", "modules", "owners", "kinds", "keyed", "keys", "plain", "getters",
-                 "spaces", "values", "funcs", "codes", "defaults", "kwdefaults", "kwdicts",
-                 "kwlens", "kwkeys", "kwvalues", "cells", "cell_contents", "careful")
+    __slots__ = (
+        "names",
+        "modules",
+        "owners",
+        "kinds",
+        "keyed",
+        "keys",
+        "plain",
+        "getters",
+        "spaces",
+        "values",
+        "funcs",
+        "codes",
+        "defaults",
+        "kwdefaults",
+        "kwdicts",
+        "kwlens",
+        "kwkeys",
+        "kwvalues",
+        "cells",
+        "cell_contents",
+        "careful",
+    )
 
     def __init__(self, seal: _Seal):
         records = seal.records
@@ -405,30 +518,45 @@ class _Flat:
         self.plain = tuple(record.space for record in records if record.keys is None)
         self.getters = tuple(record._get for record in records)
         self.spaces = tuple(record.space for record in records)
-        for part in ("values", "funcs", "codes", "defaults", "kwdefaults", "kwdicts", "kwlens",
-                     "kwkeys", "kwvalues", "cells", "cell_contents"):
+        for part in (
+            "values",
+            "funcs",
+            "codes",
+            "defaults",
+            "kwdefaults",
+            "kwdicts",
+            "kwlens",
+            "kwkeys",
+            "kwvalues",
+            "cells",
+            "cell_contents",
+        ):
             setattr(self, part, tuple(_chain(getattr(record, "_" + part) for record in records)))
         self.careful = tuple(record for record in records if record._careful)
 
     def in_place(self) -> bool:
-        if not (_same_objects(tuple(map(_modules.get, self.names)), self.modules)
-                and all(map(_is, map(type, self.owners), self.kinds))
-                # the names first, by identity: a key that is not one would run its __eq__ in
-                # any lookup that meets it
-                and _same_objects(tuple(_chain(self.keyed)), self.keys)
-                and _names_only(_chain(self.plain))):
+        if not (
+            _same_objects(tuple(map(_modules.get, self.names)), self.modules)
+            and all(map(_is, map(type, self.owners), self.kinds))
+            # the names first, by identity: a key that is not one would run its __eq__ in
+            # any lookup that meets it
+            and _same_objects(tuple(_chain(self.keyed)), self.keys)
+            and _names_only(_chain(self.plain))
+        ):
             return False
         try:
             now = tuple(_chain(map(_call, self.getters, self.spaces)))
         except KeyError:  # a name removed
             return False
-        if not (_same_objects(now, self.values)
-                and all(map(_is, map(_CODE, self.funcs), self.codes))
-                and all(map(_is, map(_DEFAULTS, self.funcs), self.defaults))
-                and all(map(_is, map(_KWDEFAULTS, self.funcs), self.kwdefaults))
-                and tuple(map(len, self.kwdicts)) == self.kwlens
-                and _same_objects(tuple(_chain(map(dict.keys, self.kwdicts))), self.kwkeys)
-                and _same_objects(tuple(_chain(map(dict.values, self.kwdicts))), self.kwvalues)):
+        if not (
+            _same_objects(now, self.values)
+            and all(map(_is, map(_CODE, self.funcs), self.codes))
+            and all(map(_is, map(_DEFAULTS, self.funcs), self.defaults))
+            and all(map(_is, map(_KWDEFAULTS, self.funcs), self.kwdefaults))
+            and tuple(map(len, self.kwdicts)) == self.kwlens
+            and _same_objects(tuple(_chain(map(dict.keys, self.kwdicts))), self.kwkeys)
+            and _same_objects(tuple(_chain(map(dict.values, self.kwdicts))), self.kwvalues)
+        ):
             return False
         try:
             if not all(map(_is, map(_CELL, self.cells), self.cell_contents)):

@@ -9,6 +9,7 @@ and any thread it starts: a profile hook, a torch dispatch mode, and the recordi
 kernel's own threads (``_watch.WATCH``). ``prepare_recording`` pays torch's first-time cost of a
 dispatch mode once, outside any hook.
 """
+
 from __future__ import annotations
 
 import functools

@@ -27,6 +27,7 @@ is called, and every later check refuses to grade.
 How a namespace is recorded and compared is ``_record``'s; the watch on the kernel's threads is
 ``_watch``'s. This module says what is recorded and when, and holds the threads' record.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -35,10 +36,11 @@ import sys
 import threading
 import time
 import types
+
 # The record's own references: a learner's change to builtins, operator, types, sys or threading
 # cannot blind the look that would find it.
-from builtins import (any, dict, getattr, id, len, list, set, sorted, tuple,  # noqa: A004 - the record binds the builtins it uses
-                      type)
+from builtins import any, dict, getattr, id, len, list, set, sorted, tuple, type  # noqa: A004 - the record binds the builtins it uses
+
 from . import _record, _watch
 from ._record import _LIBRARY_ROOTS, _names_only, _Seal
 from ._watch import WATCH, _cpu, watch_history_thread, watch_kernel_threads, watch_relay_threads
@@ -55,22 +57,63 @@ _getpid, _listdir, _os_open, _os_read, _os_close = os.getpid, os.listdir, os.ope
 # The namespaces the checks (visible and hidden) and what they call use. Each is recorded with
 # its functions, classes and modules; the classes defined in them with their whole __dict__.
 LIBRARY_MODULES = (
-    "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.linalg", "torch.random",
-    "torch.functional", "torch._tensor", "torch.overrides", "torch.autograd",
-    "torch.autograd.grad_mode", "torch.utils._python_dispatch", "torch.nn.modules.module",
-    "torch.nn.parameter", "torch._C._nn", "torch.testing",
-    "numpy", "numpy.linalg", "numpy.testing", "numpy.random", "numpy.lib",
-    "numpy._core.numeric", "numpy._core.fromnumeric", "numpy._core.multiarray",
-    "numpy._core.umath", "numpy._core._methods", "numpy._core.numerictypes",
-    "numpy._core.shape_base", "numpy._core.function_base", "numpy._core._ufunc_config",
-    "numpy.lib._function_base_impl", "numpy.lib._arraysetops_impl", "numpy.lib._npyio_impl",
-    "numpy.lib._shape_base_impl", "numpy.lib._twodim_base_impl", "numpy.linalg._linalg",
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.nn.init",
+    "torch.linalg",
+    "torch.random",
+    "torch.functional",
+    "torch._tensor",
+    "torch.overrides",
+    "torch.autograd",
+    "torch.autograd.grad_mode",
+    "torch.utils._python_dispatch",
+    "torch.nn.modules.module",
+    "torch.nn.parameter",
+    "torch._C._nn",
+    "torch.testing",
+    "numpy",
+    "numpy.linalg",
+    "numpy.testing",
+    "numpy.random",
+    "numpy.lib",
+    "numpy._core.numeric",
+    "numpy._core.fromnumeric",
+    "numpy._core.multiarray",
+    "numpy._core.umath",
+    "numpy._core._methods",
+    "numpy._core.numerictypes",
+    "numpy._core.shape_base",
+    "numpy._core.function_base",
+    "numpy._core._ufunc_config",
+    "numpy.lib._function_base_impl",
+    "numpy.lib._arraysetops_impl",
+    "numpy.lib._npyio_impl",
+    "numpy.lib._shape_base_impl",
+    "numpy.lib._twodim_base_impl",
+    "numpy.linalg._linalg",
     "numpy.testing._private.utils",
-    "math", "operator", "functools", "contextlib", "io", "os", "time", "threading", "_thread",
-    "inspect", "types", "traceback", "importlib", "copy",
+    "math",
+    "operator",
+    "functools",
+    "contextlib",
+    "io",
+    "os",
+    "time",
+    "threading",
+    "_thread",
+    "inspect",
+    "types",
+    "traceback",
+    "importlib",
+    "copy",
     # what the kernel's own threads that run no event loop call (work handed to them by
     # replacing what they call would run beyond the recording's sight)
-    "ipykernel.iostream", "ipykernel.parentpoller", "ipykernel.heartbeat", "IPython.core.history",
+    "ipykernel.iostream",
+    "ipykernel.parentpoller",
+    "ipykernel.heartbeat",
+    "IPython.core.history",
     "zmq.utils.garbage",
 )
 # The course's own checks: every value, containers by their contents too.
@@ -168,8 +211,11 @@ def _protect_course_modules(seal: _Seal) -> None:
     for name, module in list(_modules.items()):
         if type(name) is not str:  # not a module's name (changed() says so): never compared
             continue
-        if (module is None or id(module) in seal.covered
-                or not any(name == p or name.startswith(p + ".") for p in COURSE_PACKAGES)):
+        if (
+            module is None
+            or id(module) in seal.covered
+            or not any(name == p or name.startswith(p + ".") for p in COURSE_PACKAGES)
+        ):
             continue
         if getattr(getattr(module, "__spec__", None), "_initializing", False):
             seal.pending = True
@@ -214,6 +260,7 @@ _OWN_THREADS: dict[int, str] = {}
 _KERNEL_THREADS_FIXED = False
 _LATE: list = []  # the kernel's own threads started after the record (its parent poller)
 _IDLE: dict[int, str] = {}  # the kernel's threads that run Python code only when handed work
+
 
 def idle_threads_now(settle: float = 0.001, patience: float = 0.25) -> dict[int, int | None]:
     """CPU time of each of the kernel's idle threads, taken once they are quiet (two looks
@@ -278,10 +325,10 @@ def _descendants() -> dict[int, str]:
         except OSError:  # ended meanwhile
             continue
         close = data.rfind(b")")
-        fields = data[close + 2:].split()
+        fields = data[close + 2 :].split()
         if close < 0 or len(fields) < 2 or fields[0] in (b"Z", b"X"):
             continue
-        parents[int(entry)] = (int(fields[1]), data[data.find(b"(") + 1:close].decode("utf-8", "replace"))
+        parents[int(entry)] = (int(fields[1]), data[data.find(b"(") + 1 : close].decode("utf-8", "replace"))
     found: dict[int, str] = {}
     frontier = {me}
     while frontier:
@@ -294,8 +341,9 @@ def _descendants() -> dict[int, str]:
 def foreign_processes() -> list[str]:
     """The live processes descended from this one that were not there when its own threads
     were taken ("process 123 (python)")."""
-    return sorted(f"process {pid} ({name})" for pid, name in _descendants().items()
-                  if pid not in _OWN_PROCESSES)
+    return sorted(
+        f"process {pid} ({name})" for pid, name in _descendants().items() if pid not in _OWN_PROCESSES
+    )
 
 
 def _adopt_orphans() -> None:
@@ -327,8 +375,9 @@ def foreign_threads() -> list[str]:
         if thread.ident is not None:  # started since: its first ident is the one that counts
             _OWN_THREADS.setdefault(thread.ident, thread.name)
             _LATE.remove(thread)
-    found = [(ident, name) for ident, name in _live_threads().items()
-             if ident != me and ident not in _OWN_THREADS]
+    found = [
+        (ident, name) for ident, name in _live_threads().items() if ident != me and ident not in _OWN_THREADS
+    ]
     if found and not _KERNEL_THREADS_FIXED:
         # outside grading (the learner's Jupyter, tests in one process), a library's own
         # machinery started since the setup cell (IPython's history, pyzmq's collector) is let be
@@ -338,14 +387,26 @@ def foreign_threads() -> list[str]:
 
 
 # Threads that run whatever they are handed: never a library's own machinery.
-_GENERIC = ("concurrent" + os.sep + "futures", os.sep + "threading.py", os.sep + "asyncio" + os.sep,
-            os.sep + "multiprocessing" + os.sep, os.sep + "sched.py", os.sep + "socketserver.py",
-            os.sep + "queue.py")
-_LIBRARY_FOLDERS = tuple({os.path.dirname(os.__file__) + os.sep,
-                          os.path.dirname(os.path.dirname(os.path.dirname(threading.__file__))) + os.sep}
-                         | {os.path.dirname(os.path.dirname(getattr(_modules.get(m), "__file__", "") or ""))
-                            + os.sep for m in ("IPython", "zmq", "ipykernel", "torch", "numpy")
-                            if getattr(_modules.get(m), "__file__", None)})
+_GENERIC = (
+    "concurrent" + os.sep + "futures",
+    os.sep + "threading.py",
+    os.sep + "asyncio" + os.sep,
+    os.sep + "multiprocessing" + os.sep,
+    os.sep + "sched.py",
+    os.sep + "socketserver.py",
+    os.sep + "queue.py",
+)
+_LIBRARY_FOLDERS = tuple(
+    {
+        os.path.dirname(os.__file__) + os.sep,
+        os.path.dirname(os.path.dirname(os.path.dirname(threading.__file__))) + os.sep,
+    }
+    | {
+        os.path.dirname(os.path.dirname(getattr(_modules.get(m), "__file__", "") or "")) + os.sep
+        for m in ("IPython", "zmq", "ipykernel", "torch", "numpy")
+        if getattr(_modules.get(m), "__file__", None)
+    }
+)
 
 
 def _library_thread(thread) -> bool:
@@ -360,8 +421,11 @@ def _library_thread(thread) -> bool:
     if code is None:
         return False
     filename = code.co_filename
-    return (any(filename.startswith(folder) for folder in _LIBRARY_FOLDERS)
-            and "site-packages" in filename and not any(part in filename for part in _GENERIC))
+    return (
+        any(filename.startswith(folder) for folder in _LIBRARY_FOLDERS)
+        and "site-packages" in filename
+        and not any(part in filename for part in _GENERIC)
+    )
 
 
 def kernel_started(app=None) -> None:
@@ -395,8 +459,12 @@ def kernel_started(app=None) -> None:
     pure = {id(getattr(app, "heartbeat", None)), id(poller), id(getattr(collector, "thread", None))}
     _IDLE.clear()
     for thread in _enumerate_threads():
-        if (thread.ident in _OWN_THREADS and thread.ident not in WATCH.threads
-                and thread is not threading.main_thread() and id(thread) not in pure):
+        if (
+            thread.ident in _OWN_THREADS
+            and thread.ident not in WATCH.threads
+            and thread is not threading.main_thread()
+            and id(thread) not in pure
+        ):
             _IDLE[thread.ident] = thread.name
 
 

@@ -8,12 +8,14 @@ through and report to the check recording at the time (``WATCH.recorder``); what
 take them off, start a thread or fork from such a thread is seen as it is called, and
 ``kernel_threads_unwatched`` then says so for good.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 import threading
 import time
+
 # The record's own references: a learner's change to builtins, operator, types, sys or threading
 # cannot blind the look that would find it.
 from builtins import dict, frozenset, getattr, isinstance, list  # noqa: A004 - the record binds the builtins it uses
@@ -36,12 +38,26 @@ def _cpu(ident: int) -> int | None:
 
 # Built-ins that switch a recording off (a profile hook, a torch mode): the watch's and a check's
 # (``_recording``).
-SWITCHING_OFF = frozenset({
-    "setprofile", "settrace", "setprofile_all_threads", "settrace_all_threads", "_setprofile",
-    "register_callback", "set_events", "set_local_events", "use_tool_id", "free_tool_id",
-    "_unset_dispatch_mode", "_pop_torch_dispatch_mode", "_pop_torch_function_stack",
-    "_set_torch_function_mode", "_push_on_torch_dispatch_stack", "_pop_mode",
-})
+SWITCHING_OFF = frozenset(
+    {
+        "setprofile",
+        "settrace",
+        "setprofile_all_threads",
+        "settrace_all_threads",
+        "_setprofile",
+        "register_callback",
+        "set_events",
+        "set_local_events",
+        "use_tool_id",
+        "free_tool_id",
+        "_unset_dispatch_mode",
+        "_pop_torch_dispatch_mode",
+        "_pop_torch_function_stack",
+        "_set_torch_function_mode",
+        "_push_on_torch_dispatch_stack",
+        "_pop_mode",
+    }
+)
 # What would take the recording off a kernel thread, or run work beyond its sight.
 UNHOOKING = SWITCHING_OFF | {"start_new_thread", "start_joinable_thread", "fork", "forkpty", "posix_spawn"}
 

@@ -5,22 +5,44 @@ copied into PyTorch's equivalent (``nn.TransformerDecoderLayer``, batch first, R
 which computes what is expected; the sinusoidal table and the padding mask come stored. A wrong
 output is compared with the common mistakes, built from the same PyTorch parts, to name the bug.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
 from ._core import Check, CheckFailed, generator, stored, torch_equal
-from .encoder import (D, EVERYWHERE, EVERYWHERE_OPS, FF, H, POSITIONS_HINT, Parts, _torch_layer,
-                      attend, attention_parts, compare, computing, embedded, encoder_parts,
-                      feed_forward, ffn_parts, known, load, run_encoder_layers,
-                      torch_encoder_layer, torch_mask)
+from .encoder import (
+    EVERYWHERE,
+    EVERYWHERE_OPS,
+    FF,
+    POSITIONS_HINT,
+    D,
+    H,
+    Parts,
+    _torch_layer,
+    attend,
+    attention_parts,
+    compare,
+    computing,
+    embedded,
+    encoder_parts,
+    feed_forward,
+    ffn_parts,
+    known,
+    load,
+    run_encoder_layers,
+    torch_encoder_layer,
+    torch_mask,
+)
 
 ASSIGNMENT = "07_decoder"
 
-_SIZES = (" Here the target and the source (memory) have different lengths: queries come from the "
-          "decoder, keys and values from memory; tgt_mask goes with self-attention and "
-          "memory_mask with cross-attention.")
+_SIZES = (
+    " Here the target and the source (memory) have different lengths: queries come from the "
+    "decoder, keys and values from memory; tgt_mask goes with self-attention and "
+    "memory_mask with cross-attention."
+)
 
 
 def call(c: Check, fn, *args):
@@ -35,28 +57,46 @@ def call(c: Check, fn, *args):
 
 # -- PyTorch's equivalents -----------------------------------------------------------------------
 def decoder_layer_parts(d: int, d_ff: int) -> Parts:
-    return Parts(self_attn=attention_parts(d), cross_attn=attention_parts(d), ffn=ffn_parts(d, d_ff),
-                 norm1=nn.LayerNorm(d), norm2=nn.LayerNorm(d), norm3=nn.LayerNorm(d))
+    return Parts(
+        self_attn=attention_parts(d),
+        cross_attn=attention_parts(d),
+        ffn=ffn_parts(d, d_ff),
+        norm1=nn.LayerNorm(d),
+        norm2=nn.LayerNorm(d),
+        norm3=nn.LayerNorm(d),
+    )
 
 
 def decoder_parts(vocab: int, d: int, d_ff: int, num_layers: int) -> Parts:
-    return Parts(embedding=nn.Embedding(vocab, d),
-                 layers=nn.ModuleList([decoder_layer_parts(d, d_ff) for _ in range(num_layers)]))
+    return Parts(
+        embedding=nn.Embedding(vocab, d),
+        layers=nn.ModuleList([decoder_layer_parts(d, d_ff) for _ in range(num_layers)]),
+    )
 
 
-def transformer_parts(src_vocab: int, tgt_vocab: int, d: int = D, d_ff: int = FF,
-                      num_layers: int = 2) -> Parts:
-    return Parts(encoder=encoder_parts(src_vocab, d, d_ff, num_layers),
-                 decoder=decoder_parts(tgt_vocab, d, d_ff, num_layers),
-                 generator=nn.Linear(d, tgt_vocab))
+def transformer_parts(
+    src_vocab: int, tgt_vocab: int, d: int = D, d_ff: int = FF, num_layers: int = 2
+) -> Parts:
+    return Parts(
+        encoder=encoder_parts(src_vocab, d, d_ff, num_layers),
+        decoder=decoder_parts(tgt_vocab, d, d_ff, num_layers),
+        generator=nn.Linear(d, tgt_vocab),
+    )
 
 
-def torch_decoder_layer(parts: Parts, num_heads: int, norm_first: bool = False,
-                        dtype=torch.float32) -> nn.TransformerDecoderLayer:
+def torch_decoder_layer(
+    parts: Parts, num_heads: int, norm_first: bool = False, dtype=torch.float32
+) -> nn.TransformerDecoderLayer:
     """PyTorch's decoder layer holding ``parts``' weights."""
-    return _torch_layer(nn.TransformerDecoderLayer, parts, num_heads, norm_first, dtype,
-                        {"self_attn": "self_attn", "multihead_attn": "cross_attn"},
-                        ("norm1", "norm2", "norm3"))
+    return _torch_layer(
+        nn.TransformerDecoderLayer,
+        parts,
+        num_heads,
+        norm_first,
+        dtype,
+        {"self_attn": "self_attn", "multihead_attn": "cross_attn"},
+        ("norm1", "norm2", "norm3"),
+    )
 
 
 def run_decoder_layers(layers, x, memory, tgt_mask=None, memory_mask=None):
@@ -64,8 +104,12 @@ def run_decoder_layers(layers, x, memory, tgt_mask=None, memory_mask=None):
     with computing():
         for layer in layers:
             h = layer.self_attn.num_heads
-            x = layer(x, memory, tgt_mask=torch_mask(tgt_mask, b, h, t, t),
-                      memory_mask=torch_mask(memory_mask, b, h, t, s))
+            x = layer(
+                x,
+                memory,
+                tgt_mask=torch_mask(tgt_mask, b, h, t, t),
+                memory_mask=torch_mask(memory_mask, b, h, t, s),
+            )
     return x
 
 
@@ -112,39 +156,69 @@ def decoder_layer_outputs(parts: Parts, x, memory, tm, mm, norm_first: bool) -> 
 
     with computing():
         mistakes = [
-            (post(masked_self, lambda h: C(h, h, None)), "cross-attention takes its keys and "
-             "values from the decoder's own state. Only the queries come from the decoder; keys "
-             "and values come from memory (the encoder's output)."),
-            (post(masked_self, lambda h: C(h, x, None)), "cross-attention takes its keys and "
-             "values from the layer's input x; they come from memory (the encoder's output)."),
-            (post(lambda h: S(h, None), cross), "tgt_mask is ignored: the decoder's "
-             "self-attention would see future tokens. Pass tgt_mask to self_attn."),
+            (
+                post(masked_self, lambda h: C(h, h, None)),
+                "cross-attention takes its keys and "
+                "values from the decoder's own state. Only the queries come from the decoder; keys "
+                "and values come from memory (the encoder's output).",
+            ),
+            (
+                post(masked_self, lambda h: C(h, x, None)),
+                "cross-attention takes its keys and "
+                "values from the layer's input x; they come from memory (the encoder's output).",
+            ),
+            (
+                post(lambda h: S(h, None), cross),
+                "tgt_mask is ignored: the decoder's "
+                "self-attention would see future tokens. Pass tgt_mask to self_attn.",
+            ),
             (pre_without_tgt_mask(), "tgt_mask is ignored (and this is pre-norm)."),
-            (pre_with_memory_normalised(), "norm2 normalises the memory too. In pre-norm it "
-             "normalises the cross-attention's queries only (the decoder's state); the keys and "
-             "values take the memory as the encoder gave it."),
-            (post(masked_self, lambda h: C(h, memory, None)), "memory_mask is ignored: pass it "
-             "to cross_attn so that padded source positions get no attention."),
+            (
+                pre_with_memory_normalised(),
+                "norm2 normalises the memory too. In pre-norm it "
+                "normalises the cross-attention's queries only (the decoder's state); the keys and "
+                "values take the memory as the encoder gave it.",
+            ),
+            (
+                post(masked_self, lambda h: C(h, memory, None)),
+                "memory_mask is ignored: pass it "
+                "to cross_attn so that padded source positions get no attention.",
+            ),
             (post(lambda h: S(h, None), lambda h: C(h, memory, None)), "both masks are ignored."),
-            (post(masked_self, cross, (0, 1, 1)), "the residual connection around "
-             "self-attention is missing."),
-            (post(masked_self, cross, (1, 0, 1)), "the residual connection around "
-             "cross-attention is missing."),
-            (post(masked_self, cross, (1, 1, 0)), "the residual connection around the "
-             "feed-forward network is missing."),
-            (post(cross, masked_self), "cross-attention runs before the masked self-attention; "
-             "the order is self-attention, cross-attention, feed-forward."),
+            (
+                post(masked_self, cross, (0, 1, 1)),
+                "the residual connection around self-attention is missing.",
+            ),
+            (
+                post(masked_self, cross, (1, 0, 1)),
+                "the residual connection around cross-attention is missing.",
+            ),
+            (
+                post(masked_self, cross, (1, 1, 0)),
+                "the residual connection around the feed-forward network is missing.",
+            ),
+            (
+                post(cross, masked_self),
+                "cross-attention runs before the masked self-attention; "
+                "the order is self-attention, cross-attention, feed-forward.",
+            ),
         ]
-    return {"want": run_decoder_layers([mine], x, memory, tm, mm),
-            "other": run_decoder_layers([other], x, memory, tm, mm), "mistakes": mistakes}
+    return {
+        "want": run_decoder_layers([mine], x, memory, tm, mm),
+        "other": run_decoder_layers([other], x, memory, tm, mm),
+        "mistakes": mistakes,
+    }
 
 
-def decoder_layer_case(c: Check, layer, parts: Parts, x, memory, tm, mm, norm_first: bool,
-                       generic: str, passed=None, **tol):
+def decoder_layer_case(
+    c: Check, layer, parts: Parts, x, memory, tm, mm, norm_first: bool, generic: str, passed=None, **tol
+):
     outs = decoder_layer_outputs(parts, x, memory, tm, mm, norm_first)
     kind, other = ("post", "pre") if not norm_first else ("pre", "post")
-    wrong_norm = (outs["other"], f"norm_first={norm_first} asks for {kind}-norm, but this "
-                  f"output is {other}-norm.")
+    wrong_norm = (
+        outs["other"],
+        f"norm_first={norm_first} asks for {kind}-norm, but this output is {other}-norm.",
+    )
     args = (x, memory) + ((tm, mm) if tm is not None or mm is not None else ())
     got = call(c, layer, *args)
     compare(c, got, outs["want"], generic, [wrong_norm] + outs["mistakes"], passed=passed, **tol)
@@ -155,10 +229,16 @@ def parts_alone(c: Check, layer, parts: Parts, x) -> None:
     """The learner's own norm1 and ffn on their own, so that a bug there is named as such."""
     t = torch_decoder_layer(parts, H)
     with computing():
-        c.close(c.call(layer.norm1, x), t.norm1(x), "your layer's norm1 gives wrong values on "
-                "its own: fix LayerNorm first.")
-        c.close(c.call(layer.ffn, x), feed_forward(t, x), "your layer's ffn gives wrong values "
-                "on its own: fix FeedForward first.")
+        c.close(
+            c.call(layer.norm1, x),
+            t.norm1(x),
+            "your layer's norm1 gives wrong values on its own: fix LayerNorm first.",
+        )
+        c.close(
+            c.call(layer.ffn, x),
+            feed_forward(t, x),
+            "your layer's ffn gives wrong values on its own: fix FeedForward first.",
+        )
 
 
 DECODER_LAYER_NAMES = "self_attn, cross_attn, ffn, norm1, norm2, norm3"
@@ -182,11 +262,20 @@ def check_decoder_layer(DecoderLayer) -> None:
         parts = known(lambda: decoder_layer_parts(D, FF), seed=4)
         load(c, layer, parts, DECODER_LAYER_NAMES)
         parts_alone(c, layer, parts, x)
-        decoder_layer_case(c, layer, parts, x, memory, causal(5), mm, norm_first,
-                           f"wrong {kind}-norm output for x (2, 5, 16), memory (2, 7, 16), a "
-                           "causal tgt_mask and a padding memory_mask.",
-                           passed=f"norm_first={norm_first}: {kind}-norm, masked self-attention, "
-                           "cross-attention over memory, residuals")
+        decoder_layer_case(
+            c,
+            layer,
+            parts,
+            x,
+            memory,
+            causal(5),
+            mm,
+            norm_first,
+            f"wrong {kind}-norm output for x (2, 5, 16), memory (2, 7, 16), a "
+            "causal tgt_mask and a padding memory_mask.",
+            passed=f"norm_first={norm_first}: {kind}-norm, masked self-attention, "
+            "cross-attention over memory, residuals",
+        )
     c.done()
 
 
@@ -202,16 +291,20 @@ def decoder_outputs(parts: Parts, tgt, memory, tm, mm, table, dtype=torch.float3
 
     mistakes = [(run(w), msg) for w, msg in wrong] + [
         (run(x, layers=layers[:1]), "only the first layer runs."),
-        (run(x, layers=layers[-1:]), "only the last layer runs on the embeddings: feed each "
-         "layer's output to the next."),
+        (
+            run(x, layers=layers[-1:]),
+            "only the last layer runs on the embeddings: feed each layer's output to the next.",
+        ),
     ]
     if tm is not None:
         mistakes.insert(0, (run(x, tm=None), "tgt_mask is ignored: pass it to every layer."))
     if mm is not None:
         mistakes.insert(0, (run(x, mm=None), "memory_mask is ignored: pass it to every layer."))
     if tm is not None and mm is not None:
-        mistakes.insert(0, (run(x, tm=mm, mm=tm) if tm.shape == mm.shape else None,
-                            "tgt_mask and memory_mask are swapped."))
+        mistakes.insert(
+            0,
+            (run(x, tm=mm, mm=tm) if tm.shape == mm.shape else None, "tgt_mask and memory_mask are swapped."),
+        )
     return run(x), mistakes
 
 
@@ -229,9 +322,15 @@ def check_decoder(Decoder) -> None:
     tm = causal(5)
     mm = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
     want, mistakes = decoder_outputs(parts, tgt, memory, tm, mm, table)
-    compare(c, call(c, dec, tgt, memory, tm, mm), want, "wrong output: embedding × √d_model + "
-            "positions, then every layer with (memory, tgt_mask, memory_mask).", mistakes,
-            passed="embedding × √d_model + positions, 2 layers, both masks passed on")
+    compare(
+        c,
+        call(c, dec, tgt, memory, tm, mm),
+        want,
+        "wrong output: embedding × √d_model + "
+        "positions, then every layer with (memory, tgt_mask, memory_mask).",
+        mistakes,
+        passed="embedding × √d_model + positions, 2 layers, both masks passed on",
+    )
     c.done()
 
 
@@ -251,24 +350,29 @@ def transformer_outputs(parts: Parts, src, tgt, sm, tm, table, dtype=torch.float
     def decode(memory, tgt_mask, memory_mask):
         y, _ = embedded(parts.decoder.embedding.weight.to(dtype), tgt, table)
         with computing():
-            return nn.functional.linear(run_decoder_layers(dec, y, memory, tgt_mask, memory_mask),
-                                        gen_w, gen_b)
+            return nn.functional.linear(
+                run_decoder_layers(dec, y, memory, tgt_mask, memory_mask), gen_w, gen_b
+            )
 
     memory = encode(sm)
     logits = decode(memory, tm, sm)
     with computing():
         mistakes = [
-            (decode(memory, tm, None), "src_mask is not passed to the decoder: it must also mask "
-             "the cross-attention (memory_mask), so the decoder ignores source padding."),
+            (
+                decode(memory, tm, None),
+                "src_mask is not passed to the decoder: it must also mask "
+                "the cross-attention (memory_mask), so the decoder ignores source padding.",
+            ),
             (decode(encode(None), tm, sm), "src_mask is not passed to the encoder."),
             (decode(encode(None), tm, None), "src_mask is ignored."),
             (decode(memory, None, sm), "tgt_mask is ignored: pass it to the decoder."),
-            (torch.softmax(logits, -1), "these are probabilities; return the logits (the "
-             "generator's output, before any softmax)."),
+            (
+                torch.softmax(logits, -1),
+                "these are probabilities; return the logits (the generator's output, before any softmax).",
+            ),
             (torch.log_softmax(logits, -1), "these are log-probabilities; return the raw logits."),
         ]
-    return {"memory": memory, "memory_unmasked": encode(None), "logits": logits,
-            "mistakes": mistakes}
+    return {"memory": memory, "memory_unmasked": encode(None), "logits": logits, "mistakes": mistakes}
 
 
 TRANSFORMER_NAMES = "encoder, decoder, generator"
@@ -278,8 +382,11 @@ def check_transformer(Transformer) -> None:
     c = Check("Transformer", EVERYWHERE, ops=EVERYWHERE_OPS)
     model = c.build(Transformer, 11, 13, d_model=D, num_heads=H, d_ff=FF, num_layers=2)
     gen = getattr(model, "generator", None)
-    c.that(isinstance(gen, nn.Linear), "the model needs generator = nn.Linear(d_model, "
-           "tgt_vocab_size), the layer that turns decoder states into logits.")
+    c.that(
+        isinstance(gen, nn.Linear),
+        "the model needs generator = nn.Linear(d_model, "
+        "tgt_vocab_size), the layer that turns decoder states into logits.",
+    )
     c.shape(gen.weight, (13, D), "generator.weight", "It maps d_model to the TARGET vocabulary.")
     for method in ("encode", "decode"):
         c.that(callable(getattr(model, method, None)), f"the model needs a {method} method.")
@@ -290,26 +397,61 @@ def check_transformer(Transformer) -> None:
     tgt = torch.tensor([[1, 4, 4, 2, 0], [1, 8, 12, 11, 10]])
     sm, tm = (src != 0)[:, None, None, :], causal(5)
     outs = transformer_outputs(parts, src, tgt, sm, tm, table)
-    compare(c, c.call(model.encode, src, sm), outs["memory"], "encode(src, src_mask) should "
-            "return the encoder's output.", [(outs["memory_unmasked"], "encode ignores src_mask.")],
-            passed="encode")
+    compare(
+        c,
+        c.call(model.encode, src, sm),
+        outs["memory"],
+        "encode(src, src_mask) should return the encoder's output.",
+        [(outs["memory_unmasked"], "encode ignores src_mask.")],
+        passed="encode",
+    )
     got = c.call(model.decode, tgt, outs["memory"], tm, sm)
-    c.shape(got, (2, 5, 13), "decode(tgt, memory, ...) for tgt of shape (2, 5)",
-            "decode returns logits over the target vocabulary: apply self.generator.")
-    compare(c, got, outs["logits"], "decode should run the decoder on tgt, memory and both "
-            "masks, then the generator on the decoder's output.", outs["mistakes"][4:], passed="decode returns logits")
+    c.shape(
+        got,
+        (2, 5, 13),
+        "decode(tgt, memory, ...) for tgt of shape (2, 5)",
+        "decode returns logits over the target vocabulary: apply self.generator.",
+    )
+    compare(
+        c,
+        got,
+        outs["logits"],
+        "decode should run the decoder on tgt, memory and both "
+        "masks, then the generator on the decoder's output.",
+        outs["mistakes"][4:],
+        passed="decode returns logits",
+    )
     got = c.call(model, src, tgt, sm, tm)
-    c.shape(got, (2, 5, 13), "model(src, tgt, ...) for tgt of shape (2, 5)",
-            "forward returns logits (b, t, tgt_vocab_size).")
-    compare(c, got, outs["logits"], "forward should encode the source and decode the target "
-            "with it.", outs["mistakes"], passed="forward: src_mask for encoder and "
-            "cross-attention, tgt_mask for the decoder")
+    c.shape(
+        got,
+        (2, 5, 13),
+        "model(src, tgt, ...) for tgt of shape (2, 5)",
+        "forward returns logits (b, t, tgt_vocab_size).",
+    )
+    compare(
+        c,
+        got,
+        outs["logits"],
+        "forward should encode the source and decode the target with it.",
+        outs["mistakes"],
+        passed="forward: src_mask for encoder and cross-attention, tgt_mask for the decoder",
+    )
     unmasked = transformer_outputs(parts, src, tgt, sm, None, table)["logits"]
-    compare(c, c.call(model, src, tgt, sm), unmasked, "with tgt_mask=None (no mask at all) the "
-            "decoder should see every target position.", [(outs["logits"], "with tgt_mask=None "
-            "forward still hides the future: it should pass on the masks it is given and make "
-            "none of its own (the caller makes the causal mask).")],
-            passed="tgt_mask=None: no target mask")
+    compare(
+        c,
+        c.call(model, src, tgt, sm),
+        unmasked,
+        "with tgt_mask=None (no mask at all) the decoder should see every target position.",
+        [
+            (
+                outs["logits"],
+                "with tgt_mask=None "
+                "forward still hides the future: it should pass on the masks it is given and make "
+                "none of its own (the caller makes the causal mask).",
+            )
+        ],
+        passed="tgt_mask=None: no target mask",
+    )
     c.done()
 
 
@@ -319,16 +461,27 @@ def check_make_padding_mask(make_padding_mask) -> None:
     ids = torch.tensor([[5, 3, 9, 0, 0], [7, 0, 0, 0, 0]])
     m = c.call(make_padding_mask, ids, 0)
     c.that(isinstance(m, torch.Tensor), f"should return a tensor, got {type(m).__name__}.")
-    c.that(m.dtype == torch.bool, f"should be a bool tensor, got {m.dtype}: the comparison "
-           "ids != pad_id already gives bools; don't convert them.", "bool tensor")
+    c.that(
+        m.dtype == torch.bool,
+        f"should be a bool tensor, got {m.dtype}: the comparison "
+        "ids != pad_id already gives bools; don't convert them.",
+        "bool tensor",
+    )
     want = torch.from_numpy(stored(ASSIGNMENT, "padding_mask"))
     if m.numel() == want.numel() and torch_equal(m.reshape(-1), ~want.reshape(-1)):
-        c.fail("True and False are swapped. In this course True means 'may attend': real tokens "
-               "are True, padding is False.")
+        c.fail(
+            "True and False are swapped. In this course True means 'may attend': real tokens "
+            "are True, padding is False."
+        )
     if tuple(m.shape) != (2, 1, 1, 5):
-        c.fail(f"shape {tuple(m.shape)} for ids of shape (2, 5); expected (2, 1, 1, 5) "
-               "— one row per sequence, with singleton dims for the heads and the query "
-               "positions (in that order), so it broadcasts against scores (b, heads, q, k).")
-    c.that(torch_equal(m, want), "wrong values: True exactly where ids != pad_id.",
-           "shape (b, 1, 1, s), True on real tokens")
+        c.fail(
+            f"shape {tuple(m.shape)} for ids of shape (2, 5); expected (2, 1, 1, 5) "
+            "— one row per sequence, with singleton dims for the heads and the query "
+            "positions (in that order), so it broadcasts against scores (b, heads, q, k)."
+        )
+    c.that(
+        torch_equal(m, want),
+        "wrong values: True exactly where ids != pad_id.",
+        "shape (b, 1, 1, s), True on real tokens",
+    )
     c.done()

@@ -8,6 +8,7 @@ search over every sequence of a tiny vocabulary, and the renormalised distributi
 must draw from. Sampling is checked by statistics: the empirical frequencies of many draws from
 a seeded generator against the expected distribution, and exactly which tokens can ever be drawn.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,62 +39,95 @@ def _rows_after_eos_ok(ys: torch.Tensor, eos_id: int) -> bool:
 
 
 # -- greedy ----------------------------------------------------------------------------------
-def greedy_ok(c: Check, greedy_decode, model, src, max_len, want, src_mask=None, what="",
-              unmasked=None, uncausal=None):
+def greedy_ok(
+    c: Check, greedy_decode, model, src, max_len, want, src_mask=None, what="", unmasked=None, uncausal=None
+):
     """The learner's greedy decoding against ``want`` (lists); ``unmasked``/``uncausal``: what
     decoding gives without the src_mask / without the causal mask, to name those mistakes."""
     args = (model, src, max_len, BOS, EOS) + ((src_mask,) if src_mask is not None else ())
     got = c.call(greedy_decode, *args)
     c.that(isinstance(got, torch.Tensor), f"should return a tensor, got {type(got).__name__}.")
-    c.that(got.dim() == 2 and got.size(0) == src.size(0),
-           f"should return (batch, L) = ({src.size(0)}, L), got shape {tuple(got.shape)}{what}.")
+    c.that(
+        got.dim() == 2 and got.size(0) == src.size(0),
+        f"should return (batch, L) = ({src.size(0)}, L), got shape {tuple(got.shape)}{what}.",
+    )
     c.that(got.dtype == torch.long, f"should return token ids (torch.long), got {got.dtype}.")
-    c.that(bool((got[:, 0] == BOS).all()), "column 0 should be bos_id for every row: start "
-           "ys as a (batch, 1) tensor filled with bos_id.")
-    c.that(got.size(1) <= max_len, f"returned length {got.size(1)} > max_len = {max_len}: "
-           "max_len counts every column, bos included (stop when L == max_len).")
-    c.that(_rows_after_eos_ok(got.cpu(), EOS), "a row goes on with other tokens after its "
-           "eos_id: once a row has produced eos_id, append eos_id to it (and only eos_id).")
+    c.that(
+        bool((got[:, 0] == BOS).all()),
+        "column 0 should be bos_id for every row: start ys as a (batch, 1) tensor filled with bos_id.",
+    )
+    c.that(
+        got.size(1) <= max_len,
+        f"returned length {got.size(1)} > max_len = {max_len}: "
+        "max_len counts every column, bos included (stop when L == max_len).",
+    )
+    c.that(
+        _rows_after_eos_ok(got.cpu(), EOS),
+        "a row goes on with other tokens after its "
+        "eos_id: once a row has produced eos_id, append eos_id to it (and only eos_id).",
+    )
     rows = got.cpu().tolist()
     if rows == want:
         return got
     if uncausal is not None and rows == uncausal:
-        c.fail(f"wrong tokens{what}: your output is exactly what decoding gives when "
-               "model.decode gets no causal mask. A decoder of two or more layers needs it "
-               "even though only the last position is read: at every step its tgt_mask is a "
-               "causal mask as long as ys is then, on the source's device.")
+        c.fail(
+            f"wrong tokens{what}: your output is exactly what decoding gives when "
+            "model.decode gets no causal mask. A decoder of two or more layers needs it "
+            "even though only the last position is read: at every step its tgt_mask is a "
+            "causal mask as long as ys is then, on the source's device."
+        )
     if unmasked is not None and rows == unmasked:
-        c.fail(f"wrong tokens{what}: your output is exactly what decoding gives when the "
-               "<pad> positions are NOT masked, so the model read the padding as part of "
-               "the source. The likely cause: src_mask is not passed on to model.encode "
-               "and to model.decode (as its memory_mask).")
+        c.fail(
+            f"wrong tokens{what}: your output is exactly what decoding gives when the "
+            "<pad> positions are NOT masked, so the model read the padding as part of "
+            "the source. The likely cause: src_mask is not passed on to model.encode "
+            "and to model.decode (as its memory_mask)."
+        )
     n = min(len(rows[0]), len(want[0]))
     wrong = [j for j in range(n) if any(r[j] != w[j] for r, w in zip(rows, want))]
     if wrong:
-        c.fail(f"wrong token in column {wrong[0]}{what}. Each step should take the argmax of the "
-               "logits at the LAST position of decoding all of ys so far against the memory "
-               "(the source encoded once, with its mask), under a causal mask as long as ys; "
-               "the causal mask is True where attention is allowed (on and below the "
-               "diagonal).")
+        c.fail(
+            f"wrong token in column {wrong[0]}{what}. Each step should take the argmax of the "
+            "logits at the LAST position of decoding all of ys so far against the memory "
+            "(the source encoded once, with its mask), under a causal mask as long as ys; "
+            "the causal mask is True where attention is allowed (on and below the "
+            "diagonal)."
+        )
     if len(rows[0]) > len(want[0]):
-        c.fail(f"returned length {len(rows[0])}, expected {len(want[0])}{what}: stop as soon "
-               "as EVERY row has produced eos_id (or L == max_len), not after a fixed number "
-               "of steps.")
-    c.fail(f"returned length {len(rows[0])}, expected {len(want[0])}{what}: stop only "
-           "when every row has produced eos_id (all rows, not any row) or L == max_len.")
+        c.fail(
+            f"returned length {len(rows[0])}, expected {len(want[0])}{what}: stop as soon "
+            "as EVERY row has produced eos_id (or L == max_len), not after a fixed number "
+            "of steps."
+        )
+    c.fail(
+        f"returned length {len(rows[0])}, expected {len(want[0])}{what}: stop only "
+        "when every row has produced eos_id (all rows, not any row) or L == max_len."
+    )
 
 
 GREEDY_CASES = {
     # name: (LookupModel arguments, source rows, max_len, padded)
-    "scripted": (dict(vocab_size=8, seed=1, scripts={(5, 6, 7, 3): [4, 5, 6, EOS],
-                                                     (4, 4, 5, 6): [6, 6, EOS],
-                                                     (7, 3, 3, 5): [5, 4, 5, 6, 4, EOS]}),
-                 [[5, 6, 7, 3], [4, 4, 5, 6], [7, 3, 3, 5]], 10, False),
-    "never_ends": (dict(vocab_size=8, seed=2, eos_bias=-10.0), [[5, 6, 7, 3], [4, 4, 5, 6]], 6,
-                   False),
-    "padded": (dict(vocab_size=8, seed=3, scripts={(5, 6, 7): [3, 4, EOS],
-                                                   (4, 4, 5, 6, 3): [6, EOS]}),
-               [[5, 6, 7, 0, 0], [4, 4, 5, 6, 3]], 8, True),
+    "scripted": (
+        dict(
+            vocab_size=8,
+            seed=1,
+            scripts={
+                (5, 6, 7, 3): [4, 5, 6, EOS],
+                (4, 4, 5, 6): [6, 6, EOS],
+                (7, 3, 3, 5): [5, 4, 5, 6, 4, EOS],
+            },
+        ),
+        [[5, 6, 7, 3], [4, 4, 5, 6], [7, 3, 3, 5]],
+        10,
+        False,
+    ),
+    "never_ends": (dict(vocab_size=8, seed=2, eos_bias=-10.0), [[5, 6, 7, 3], [4, 4, 5, 6]], 6, False),
+    "padded": (
+        dict(vocab_size=8, seed=3, scripts={(5, 6, 7): [3, 4, EOS], (4, 4, 5, 6, 3): [6, EOS]}),
+        [[5, 6, 7, 0, 0], [4, 4, 5, 6, 3]],
+        8,
+        True,
+    ),
 }
 
 
@@ -108,21 +142,43 @@ def greedy_case(name: str):
 def check_greedy_decode(greedy_decode) -> None:
     c = Check("greedy_decode")
     model, src, max_len, mask = greedy_case("scripted")
-    greedy_ok(c, greedy_decode, model, src, max_len, expected("greedy/scripted"),
-              what=" (3 rows that end after 4, 3 and 6 tokens, max_len = 10)",
-              uncausal=expected("greedy/scripted/uncausal"))
+    greedy_ok(
+        c,
+        greedy_decode,
+        model,
+        src,
+        max_len,
+        expected("greedy/scripted"),
+        what=" (3 rows that end after 4, 3 and 6 tokens, max_len = 10)",
+        uncausal=expected("greedy/scripted/uncausal"),
+    )
     c.ok("follows the argmax, shape (batch, L), starts with bos_id")
     c.ok("stops when every row has produced eos_id and pads finished rows with eos_id")
     model, src, max_len, mask = greedy_case("never_ends")
-    got = greedy_ok(c, greedy_decode, model, src, max_len, expected("greedy/never_ends"),
-                    what=" (rows that never produce eos_id, max_len = 6)",
-                    uncausal=expected("greedy/never_ends/uncausal"))
+    got = greedy_ok(
+        c,
+        greedy_decode,
+        model,
+        src,
+        max_len,
+        expected("greedy/never_ends"),
+        what=" (rows that never produce eos_id, max_len = 6)",
+        uncausal=expected("greedy/never_ends/uncausal"),
+    )
     c.that(got.size(1) == 6, "", "stops at L == max_len when no row ends")
     model, src, max_len, mask = greedy_case("padded")
-    greedy_ok(c, greedy_decode, model, src, max_len, expected("greedy/padded"), mask,
-              what=" (a batch whose first source is padded, with its src_mask)",
-              unmasked=expected("greedy/padded/unmasked"),
-              uncausal=expected("greedy/padded/uncausal"))
+    greedy_ok(
+        c,
+        greedy_decode,
+        model,
+        src,
+        max_len,
+        expected("greedy/padded"),
+        mask,
+        what=" (a batch whose first source is padded, with its src_mask)",
+        unmasked=expected("greedy/padded/unmasked"),
+        uncausal=expected("greedy/padded/uncausal"),
+    )
     c.ok("uses src_mask: a padded source decodes like the unpadded one")
     c.ok("passes the causal mask to the decoder at every step")
     c.done()
@@ -137,8 +193,12 @@ def draw(c: Check, sample_next_token, logits_row, n, seed=0, on=None, **kwargs):
     kwargs = dict(generator=generator(seed), **kwargs)
     out = c.call_on(on, *args, **kwargs) if on else c.call(*args, **kwargs)
     c.that(isinstance(out, torch.Tensor), f"should return a tensor, got {type(out).__name__}.")
-    c.shape(out, (n,), f"the result for logits of shape ({n}, {logits.size(1)})",
-            "Return one token id per row: squeeze the last dim of torch.multinomial(probs, 1).")
+    c.shape(
+        out,
+        (n,),
+        f"the result for logits of shape ({n}, {logits.size(1)})",
+        "Return one token id per row: squeeze the last dim of torch.multinomial(probs, 1).",
+    )
     c.that(out.dtype == torch.long, f"should return token ids (torch.long), got {out.dtype}.")
     return out
 
@@ -150,8 +210,9 @@ def _freq(samples: torch.Tensor, V: int) -> torch.Tensor:
 N_DRAWS = 40_000  # draws per distribution: the standard error of a frequency is at most 0.0025
 
 
-def sampling_case(c: Check, sample_next_token, logits_row, p, what: str, hint: str, seed=0,
-                  on=None, **kwargs):
+def sampling_case(
+    c: Check, sample_next_token, logits_row, p, what: str, hint: str, seed=0, on=None, **kwargs
+):
     """Draw N_DRAWS tokens from ``logits_row`` with ``kwargs``; ``p``: the expected distribution;
     ``on``: what to add to the message when the learner's code raises."""
     V = logits_row.numel()
@@ -163,16 +224,18 @@ def sampling_case(c: Check, sample_next_token, logits_row, p, what: str, hint: s
     allowed = set((p > 0).nonzero().flatten().tolist())
     if not support <= allowed:
         if kwargs.get("top_p") is not None and set(kwargs) == {"top_p"}:
-            hint += (" Is the decision made in sorted order mapped back to the vocabulary order "
-                     "(e.g. scatter)?")
+            hint += (
+                " Is the decision made in sorted order mapped back to the vocabulary order (e.g. scatter)?"
+            )
         c.fail(f"{what}: drew tokens that should have been filtered out. {hint}")
     if allowed - support and bool(p[list(allowed - support)].max() > 0.01):
-        c.fail(f"{what}: some tokens that should stay possible were never drawn in {N_DRAWS} "
-               f"draws. {hint}")
+        c.fail(f"{what}: some tokens that should stay possible were never drawn in {N_DRAWS} draws. {hint}")
     worst = float((f - p).abs().max())
     if worst > 0.013:  # > 5 standard errors
-        c.fail(f"{what}: the frequencies of {N_DRAWS} draws are off by up to {worst:.3f} from the "
-               f"expected distribution. {hint}")
+        c.fail(
+            f"{what}: the frequencies of {N_DRAWS} draws are off by up to {worst:.3f} from the "
+            f"expected distribution. {hint}"
+        )
 
 
 # the visible sampling cases: (logits, keyword arguments)
@@ -198,47 +261,85 @@ def check_sample_next_token(sample_next_token) -> None:
     c = Check("sample_next_token")
     out = c.call(sample_next_token, torch.zeros(4, 6), generator=generator(0))
     c.that(isinstance(out, torch.Tensor), f"should return a tensor, got {type(out).__name__}.")
-    c.shape(out, (4,), "the result for logits of shape (4, 6)",
-            "One token id per row: squeeze the last dim of torch.multinomial(probs, 1).")
-    c.that(out.dtype == torch.long, f"should return token ids (torch.long), got {out.dtype}.",
-           "one token id per row")
+    c.shape(
+        out,
+        (4,),
+        "the result for logits of shape (4, 6)",
+        "One token id per row: squeeze the last dim of torch.multinomial(probs, 1).",
+    )
+    c.that(
+        out.dtype == torch.long,
+        f"should return token ids (torch.long), got {out.dtype}.",
+        "one token id per row",
+    )
     for name, what, hint, passed in (
-            ("t1", "temperature 1", "Sample from softmax(logits) with torch.multinomial.",
-             "frequencies match softmax(logits) at temperature 1"),
-            ("t0.5", "temperature 0.5", "Divide the logits by the temperature (T < 1 sharpens), "
-             "do not multiply.", "temperature divides the logits"),
-            ("top_k2", "top_k = 2", "Keep the k HIGHEST logits (set the others to -inf), then "
-             "renormalise.", "top_k keeps the k most likely tokens"),
-            ("top_p0.7", "top_p = 0.7 over probabilities (0.15, 0.5, 0.05, 0.3)",
-             "Sort by probability, keep tokens until the kept mass reaches top_p, and keep the "
-             "token that crosses top_p too (0.5 alone is below 0.7, so 0.3 stays).",
-             "top_p keeps the smallest set that reaches p, crossing token included"),
-            ("top_k2_top_p0.5", "top_k = 2 then top_p = 0.5 over probabilities (0.4, 0.3, 0.1, "
-             "0.1, 0.1)", "The order is temperature, then top_k, then top_p on the distribution "
-             "RENORMALISED over the top_k tokens: here 0.4 / 0.7 = 0.57 already reaches 0.5, so "
-             "only the first token stays. Keeping two means top_p was computed before top_k, or "
-             "on probabilities not renormalised after it.",
-             "top_p acts on the distribution renormalised after top_k")):
+        (
+            "t1",
+            "temperature 1",
+            "Sample from softmax(logits) with torch.multinomial.",
+            "frequencies match softmax(logits) at temperature 1",
+        ),
+        (
+            "t0.5",
+            "temperature 0.5",
+            "Divide the logits by the temperature (T < 1 sharpens), do not multiply.",
+            "temperature divides the logits",
+        ),
+        (
+            "top_k2",
+            "top_k = 2",
+            "Keep the k HIGHEST logits (set the others to -inf), then renormalise.",
+            "top_k keeps the k most likely tokens",
+        ),
+        (
+            "top_p0.7",
+            "top_p = 0.7 over probabilities (0.15, 0.5, 0.05, 0.3)",
+            "Sort by probability, keep tokens until the kept mass reaches top_p, and keep the "
+            "token that crosses top_p too (0.5 alone is below 0.7, so 0.3 stays).",
+            "top_p keeps the smallest set that reaches p, crossing token included",
+        ),
+        (
+            "top_k2_top_p0.5",
+            "top_k = 2 then top_p = 0.5 over probabilities (0.4, 0.3, 0.1, 0.1, 0.1)",
+            "The order is temperature, then top_k, then top_p on the distribution "
+            "RENORMALISED over the top_k tokens: here 0.4 / 0.7 = 0.57 already reaches 0.5, so "
+            "only the first token stays. Keeping two means top_p was computed before top_k, or "
+            "on probabilities not renormalised after it.",
+            "top_p acts on the distribution renormalised after top_k",
+        ),
+    ):
         logits, kwargs = sampling_logits(name)
-        sampling_case(c, sample_next_token, logits, expected(f"sample/{name}"), what, hint,
-                      **kwargs)
+        sampling_case(c, sample_next_token, logits, expected(f"sample/{name}"), what, hint, **kwargs)
         c.ok(passed)
     logits, kwargs = sampling_logits("top_k_over_vocab")
     what = f"top_k = {kwargs['top_k']} with a vocabulary of {logits.numel()} tokens"
-    rule = ("A top_k as large as the vocabulary or larger keeps every token: there is nothing to "
-            "cut.")
-    sampling_case(c, sample_next_token, logits, expected("sample/top_k_over_vocab"), what, rule,
-                  on=f"{what}. {rule} torch.topk refuses a k larger than the row", **kwargs)
+    rule = "A top_k as large as the vocabulary or larger keeps every token: there is nothing to cut."
+    sampling_case(
+        c,
+        sample_next_token,
+        logits,
+        expected("sample/top_k_over_vocab"),
+        what,
+        rule,
+        on=f"{what}. {rule} torch.topk refuses a k larger than the row",
+        **kwargs,
+    )
     c.ok("top_k larger than the vocabulary keeps every token")
     logits = torch.randn(16, 8, generator=generator(5))
     before = logits.clone()
     draws = [c.call(sample_next_token, logits, 0.7, 5, 0.9, generator(11)) for _ in range(2)]
-    c.that(torch_equal(logits, before), "sample_next_token changed the logits it was given (an "
-           "in-place operation on them): the caller's logits must stay as they were.",
-           "leaves the caller's logits unchanged")
-    c.that(torch_equal(draws[0], draws[1]), "two calls with generators seeded alike drew "
-           "different tokens: every random draw must come from the generator given.",
-           "draws from the generator given: the same seed, the same tokens")
+    c.that(
+        torch_equal(logits, before),
+        "sample_next_token changed the logits it was given (an "
+        "in-place operation on them): the caller's logits must stay as they were.",
+        "leaves the caller's logits unchanged",
+    )
+    c.that(
+        torch_equal(draws[0], draws[1]),
+        "two calls with generators seeded alike drew "
+        "different tokens: every random draw must come from the generator given.",
+        "draws from the generator given: the same seed, the same tokens",
+    )
     c.done()
 
 
@@ -250,16 +351,24 @@ def beam(c: Check, beam_search, model, src, beam_size, max_len, length_penalty=N
     args = (beam_search, model, src, beam_size, max_len, BOS, EOS)
     got = c.call_on(what, *args, **kw) if what else c.call(*args, **kw)
     c.that(isinstance(got, torch.Tensor), f"should return a tensor, got {type(got).__name__}.")
-    c.that(got.dim() == 1, f"should return ONE sequence of shape (L,), got shape "
-           f"{tuple(got.shape)}: drop the batch dimension of the winner.")
+    c.that(
+        got.dim() == 1,
+        f"should return ONE sequence of shape (L,), got shape "
+        f"{tuple(got.shape)}: drop the batch dimension of the winner.",
+    )
     c.that(got.dtype == torch.long, f"should return token ids (torch.long), got {got.dtype}.")
     c.that(got.numel() >= 1 and int(got[0]) == BOS, "the sequence should start with bos_id.")
-    c.that(got.numel() <= max_len, f"returned {got.numel()} tokens, more than max_len = "
-           f"{max_len} (bos included).")
+    c.that(
+        got.numel() <= max_len,
+        f"returned {got.numel()} tokens, more than max_len = {max_len} (bos included).",
+    )
     seq = got.cpu().tolist()
-    c.that(EOS not in seq[1:-1], f"the returned sequence {seq} goes on after eos_id: a "
-           "hypothesis that ends in eos_id is finished. It leaves the beam, is set aside among "
-           "the finished hypotheses and is never extended again.")
+    c.that(
+        EOS not in seq[1:-1],
+        f"the returned sequence {seq} goes on after eos_id: a "
+        "hypothesis that ends in eos_id is finished. It leaves the beam, is set aside among "
+        "the finished hypotheses and is never extended again.",
+    )
     return seq
 
 
@@ -268,15 +377,24 @@ def beam_matches(c: Check, got, want, what: str, uncausal=None, message: str = "
     if got == want:
         return
     if uncausal is not None and got == uncausal:
-        c.fail(f"{what}: your result is exactly what the search gives when model.decode gets "
-               "no causal mask. Pass causal_mask(L) as tgt_mask at every step: a decoder of two "
-               "or more layers needs it even though only the last position is read.")
-    c.fail(f"{what}: " + (message or (
-        f"expected a different sequence (of length {len(want)}, you returned {len(got)}). Each "
-        "step keeps the beam_size best extensions of the LIVE hypotheses by total "
-        "log-probability; an extension ending in eos_id is finished and leaves the beam (it is "
-        "not extended again and does not take a place in the next step's beam); the final "
-        "choice divides each total by n ** length_penalty.")))
+        c.fail(
+            f"{what}: your result is exactly what the search gives when model.decode gets "
+            "no causal mask. Pass causal_mask(L) as tgt_mask at every step: a decoder of two "
+            "or more layers needs it even though only the last position is read."
+        )
+    c.fail(
+        f"{what}: "
+        + (
+            message
+            or (
+                f"expected a different sequence (of length {len(want)}, you returned {len(got)}). Each "
+                "step keeps the beam_size best extensions of the LIVE hypotheses by total "
+                "log-probability; an extension ending in eos_id is finished and leaves the beam (it is "
+                "not extended again and does not take a place in the next step's beam); the final "
+                "choice divides each total by n ** length_penalty."
+            )
+        )
+    )
 
 
 def length_normalisation_hint(c: Check, got, want, raw, with_bos, lp) -> None:
@@ -287,30 +405,40 @@ def length_normalisation_hint(c: Check, got, want, raw, with_bos, lp) -> None:
     if not (raw or with_bos):
         return
     if raw and with_bos:
-        looks = ("the best by RAW total log-probability (not length-normalised), or the best "
-                 "normalised with n counting <bos> too: both give this sequence here")
+        looks = (
+            "the best by RAW total log-probability (not length-normalised), or the best "
+            "normalised with n counting <bos> too: both give this sequence here"
+        )
     elif raw:
         looks = "the best by RAW total log-probability: it was not length-normalised"
     else:
         looks = "the best normalised with n counting <bos> too (n one too large)"
-    c.fail(f"with length_penalty = {lp} and a beam wide enough to keep every hypothesis, your "
-           f"result {got} looks like {looks}. The winner asked for is the best by total "
-           "log-prob / n ** length_penalty, with n = the tokens after <bos> (<eos> included).")
+    c.fail(
+        f"with length_penalty = {lp} and a beam wide enough to keep every hypothesis, your "
+        f"result {got} looks like {looks}. The winner asked for is the best by total "
+        "log-prob / n ** length_penalty, with n = the tokens after <bos> (<eos> included)."
+    )
 
 
 _NO = -30.0
 BEAM_TABLES = {
     # greedy's myopia: "3" looks best now, but every continuation after it is uncertain
-    "myopia": {(BOS,): [-9, -9, -9, 1.0, 0.8],
-               (BOS, 3): [-9, -9, 0.1, 0.0, 0.05], (BOS, 4): [-9, -9, -9, 3.0, -9],
-               (BOS, 3, 3): [-9, -9, 5, -9, -9], (BOS, 3, 4): [-9, -9, 5, -9, -9],
-               (BOS, 4, 3): [-9, -9, 5, -9, -9]},
+    "myopia": {
+        (BOS,): [-9, -9, -9, 1.0, 0.8],
+        (BOS, 3): [-9, -9, 0.1, 0.0, 0.05],
+        (BOS, 4): [-9, -9, -9, 3.0, -9],
+        (BOS, 3, 3): [-9, -9, 5, -9, -9],
+        (BOS, 3, 4): [-9, -9, 5, -9, -9],
+        (BOS, 4, 3): [-9, -9, 5, -9, -9],
+    },
     # "<bos> <eos>" is the best first step; once it is finished, both places of the beam must
     # go to live hypotheses, which find "<bos> 3 5 <eos>" (a better per-token score)
-    "refill": {(BOS,): [_NO, _NO, math.log(0.5), math.log(0.3), math.log(0.2), _NO],
-               (BOS, 3): [_NO, _NO, _NO, _NO, math.log(0.55), math.log(0.45)],
-               (BOS, 3, 4): [_NO, _NO, math.log(0.6), math.log(0.4), _NO, _NO],
-               (BOS, 3, 5): [_NO, _NO, 0.0, _NO, _NO, _NO]},
+    "refill": {
+        (BOS,): [_NO, _NO, math.log(0.5), math.log(0.3), math.log(0.2), _NO],
+        (BOS, 3): [_NO, _NO, _NO, _NO, math.log(0.55), math.log(0.45)],
+        (BOS, 3, 4): [_NO, _NO, math.log(0.6), math.log(0.4), _NO, _NO],
+        (BOS, 3, 5): [_NO, _NO, 0.0, _NO, _NO, _NO],
+    },
 }
 BEAM_SRC = [[3, 4, 5]]
 WIDE = [(79, 1.0), (3, 1.0)]  # (seed, length_penalty) of the brute-forced models; 79: raw,
@@ -337,46 +465,79 @@ def check_beam_search(beam_search) -> None:
     src = torch.tensor(BEAM_SRC)
     model = table_model("myopia")
     got = beam(c, beam_search, model, src, 1, 6)
-    beam_matches(c, got, expected("beam/myopia/greedy"), "beam_size = 1",
-                 expected("beam/myopia/greedy/uncausal"), "with beam_size = 1, beam search should "
-                 "give exactly greedy decoding's sequence: keep the single best extension each "
-                 "step.")
+    beam_matches(
+        c,
+        got,
+        expected("beam/myopia/greedy"),
+        "beam_size = 1",
+        expected("beam/myopia/greedy/uncausal"),
+        "with beam_size = 1, beam search should "
+        "give exactly greedy decoding's sequence: keep the single best extension each "
+        "step.",
+    )
     c.ok("beam_size = 1 equals greedy decoding")
     got = beam(c, beam_search, model, src, 2, 6)
-    beam_matches(c, got, [BOS, 4, 3, EOS], "beam_size = 2", expected("beam/myopia/uncausal"),
-                 "on a model where the first token that looks best leads nowhere certain, the "
-                 "search should find the sequence with the higher total log-probability: rank "
-                 "extensions by the SUM of log-probs so far, not by the last token's.")
+    beam_matches(
+        c,
+        got,
+        [BOS, 4, 3, EOS],
+        "beam_size = 2",
+        expected("beam/myopia/uncausal"),
+        "on a model where the first token that looks best leads nowhere certain, the "
+        "search should find the sequence with the higher total log-probability: rank "
+        "extensions by the SUM of log-probs so far, not by the last token's.",
+    )
     c.ok("beam_size = 2 beats greedy's myopia")
     for seed, lp in WIDE:
-        got = beam(c, beam_search, wide_model(seed), src, 4 ** 4, 5, lp,
-                   what=f"beam_size = {4 ** 4}, more than the 4 extensions of the first step: "
-                        "never ask for more candidates than there are")
+        got = beam(
+            c,
+            beam_search,
+            wide_model(seed),
+            src,
+            4**4,
+            5,
+            lp,
+            what=f"beam_size = {4**4}, more than the 4 extensions of the first step: "
+            "never ask for more candidates than there are",
+        )
         want = expected(f"beam/wide{seed}")
-        length_normalisation_hint(c, got, want, expected(f"beam/wide{seed}/raw"),
-                                  expected(f"beam/wide{seed}/with_bos"), lp)
-        c.that(got == want, "with a beam wide enough to keep every hypothesis, beam search "
-               "should return the best of all sequences (ended by eos_id or cut at max_len) by "
-               "total log-prob / n ** length_penalty: check the scores and the stopping rule.")
-    c.ok("a beam wide enough to keep everything finds the brute-force optimum "
-         "(length-normalised)")
+        length_normalisation_hint(
+            c, got, want, expected(f"beam/wide{seed}/raw"), expected(f"beam/wide{seed}/with_bos"), lp
+        )
+        c.that(
+            got == want,
+            "with a beam wide enough to keep every hypothesis, beam search "
+            "should return the best of all sequences (ended by eos_id or cut at max_len) by "
+            "total log-prob / n ** length_penalty: check the scores and the stopping rule.",
+        )
+    c.ok("a beam wide enough to keep everything finds the brute-force optimum (length-normalised)")
     got = beam(c, beam_search, table_model("refill"), src, 2, 6)
     want = [BOS, 3, 5, EOS]
     if got == [BOS, EOS]:
-        c.fail(f"beam_size = 2 on a model whose best first step is <bos> <eos>: expected {want}, "
-               f"you returned {got}. A hypothesis ending in eos_id is finished: it leaves the "
-               "beam (set aside with the finished ones, never extended, taking no place in the "
-               "next step's beam), and all beam_size places go to extensions of the live "
-               "hypotheses. Does a finished hypothesis keep its place in your beam?")
-    c.that(got == want, f"beam_size = 2 on a model whose best first step is <bos> <eos>: "
-           f"expected {want}, you returned {got}. Each step keeps the beam_size best "
-           "extensions of ALL the live hypotheses together, by total log-probability; those "
-           "ending in eos_id leave the beam; the final choice is among finished and live, by "
-           "total / n ** length_penalty.", "finished hypotheses leave the beam and the beam "
-           "refills from the live ones")
+        c.fail(
+            f"beam_size = 2 on a model whose best first step is <bos> <eos>: expected {want}, "
+            f"you returned {got}. A hypothesis ending in eos_id is finished: it leaves the "
+            "beam (set aside with the finished ones, never extended, taking no place in the "
+            "next step's beam), and all beam_size places go to extensions of the live "
+            "hypotheses. Does a finished hypothesis keep its place in your beam?"
+        )
+    c.that(
+        got == want,
+        f"beam_size = 2 on a model whose best first step is <bos> <eos>: "
+        f"expected {want}, you returned {got}. Each step keeps the beam_size best "
+        "extensions of ALL the live hypotheses together, by total log-probability; those "
+        "ending in eos_id leave the beam; the final choice is among finished and live, by "
+        "total / n ** length_penalty.",
+        "finished hypotheses leave the beam and the beam refills from the live ones",
+    )
     for seed, bias, k, max_len in RANDOM_BEAMS:
         got = beam(c, beam_search, random_model(seed, bias), src, k, max_len)
-        beam_matches(c, got, expected(f"beam/random{seed}"), f"beam_size {k}, model {seed}",
-                     expected(f"beam/random{seed}/uncausal"))
+        beam_matches(
+            c,
+            got,
+            expected(f"beam/random{seed}"),
+            f"beam_size {k}, model {seed}",
+            expected(f"beam/random{seed}/uncausal"),
+        )
     c.ok("matches on two random models (beam sizes 2 and 3)")
     c.done()

@@ -12,6 +12,7 @@ past ignored, positions restarting at 0 …), built from the same PyTorch parts,
 ``check_generate`` lives in ``gpt_generate`` (it runs on :class:`PrefixLM`, a fake model) and
 is named here too, with the others.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,9 +21,22 @@ from torch import nn
 
 from ..language_model import PrefixLM
 from ._core import Check, CheckFailed, generator
-from .encoder import (ATOL, EVERYWHERE, EVERYWHERE_OPS, RTOL, Parts, attend,
-                      attention_parts, computing, feed_forward, ffn_parts, known, load, near,
-                      torch_encoder_layer)
+from .encoder import (
+    ATOL,
+    EVERYWHERE,
+    EVERYWHERE_OPS,
+    RTOL,
+    Parts,
+    attend,
+    attention_parts,
+    computing,
+    feed_forward,
+    ffn_parts,
+    known,
+    load,
+    near,
+    torch_encoder_layer,
+)
 from .gpt_generate import check_generate
 
 ASSIGNMENT = "09_gpt"
@@ -42,14 +56,17 @@ def shifted(t: int, T: int) -> torch.Tensor:
 
 # -- PyTorch's equivalents -----------------------------------------------------------------------
 def block_parts(d: int = D, d_ff: int = FF) -> Parts:
-    return Parts(ln1=nn.LayerNorm(d), attn=attention_parts(d), ln2=nn.LayerNorm(d),
-                 ffn=ffn_parts(d, d_ff))
+    return Parts(ln1=nn.LayerNorm(d), attn=attention_parts(d), ln2=nn.LayerNorm(d), ffn=ffn_parts(d, d_ff))
 
 
 def gpt_parts(vocab: int, d: int, d_ff: int, num_layers: int, max_len: int) -> Parts:
-    return Parts(tok_embedding=nn.Embedding(vocab, d), pos_embedding=nn.Embedding(max_len, d),
-                 blocks=nn.ModuleList([block_parts(d, d_ff) for _ in range(num_layers)]),
-                 ln_f=nn.LayerNorm(d), lm_head=nn.Linear(d, vocab, bias=False))
+    return Parts(
+        tok_embedding=nn.Embedding(vocab, d),
+        pos_embedding=nn.Embedding(max_len, d),
+        blocks=nn.ModuleList([block_parts(d, d_ff) for _ in range(num_layers)]),
+        ln_f=nn.LayerNorm(d),
+        lm_head=nn.Linear(d, vocab, bias=False),
+    )
 
 
 class TorchBlock:
@@ -88,10 +105,10 @@ class TorchBlock:
         K, V, other = self.kv(new)
         K, V = torch.cat([past[0], K], 2), torch.cat([past[1], V], 2)
         with computing():
-            o = F.scaled_dot_product_attention(other["q"], K, V,
-                                               attn_mask=shifted(t, K.size(2)))
-            h = new + F.linear(o.transpose(1, 2).reshape(b, t, d),
-                               L.self_attn.out_proj.weight, L.self_attn.out_proj.bias)
+            o = F.scaled_dot_product_attention(other["q"], K, V, attn_mask=shifted(t, K.size(2)))
+            h = new + F.linear(
+                o.transpose(1, 2).reshape(b, t, d), L.self_attn.out_proj.weight, L.self_attn.out_proj.bias
+            )
             return h + feed_forward(L, L.norm2(h))
 
     def kv(self, x):
@@ -100,42 +117,52 @@ class TorchBlock:
         w, bias = L.self_attn.in_proj_weight, L.self_attn.in_proj_bias
         with computing():
             h = L.norm1(x)
-            k = F.linear(h, w[d:2 * d], bias[d:2 * d])
-            v = F.linear(h, w[2 * d:], bias[2 * d:])
+            k = F.linear(h, w[d : 2 * d], bias[d : 2 * d])
+            v = F.linear(h, w[2 * d :], bias[2 * d :])
 
             def heads(y):
                 return y.reshape(b, T, self.heads, d // self.heads).transpose(1, 2)
 
-            unnormed = F.linear(x, w[d:2 * d], bias[d:2 * d])
-            return heads(k), heads(v), {"q": heads(F.linear(h, w[:d], bias[:d])),
-                                        "unnormed": heads(unnormed)}
+            unnormed = F.linear(x, w[d : 2 * d], bias[d : 2 * d])
+            return heads(k), heads(v), {"q": heads(F.linear(h, w[:d], bias[:d])), "unnormed": heads(unnormed)}
 
 
 # -- GPTBlock ------------------------------------------------------------------------------------
 def pair(c: Check, out, what: str):
     """(output, present) of a block or model call, after the checks every result must pass."""
     if isinstance(out, torch.Tensor):
-        c.fail(f"{what} returned a single tensor; it should return a pair (output, present), "
-               "present being the cache extended by this call's positions.")
-    c.that(isinstance(out, (tuple, list)) and len(out) == 2, f"{what} should return a pair "
-           f"(output, present), got {type(out).__name__}"
-           + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "") + ".")
+        c.fail(
+            f"{what} returned a single tensor; it should return a pair (output, present), "
+            "present being the cache extended by this call's positions."
+        )
+    c.that(
+        isinstance(out, (tuple, list)) and len(out) == 2,
+        f"{what} should return a pair "
+        f"(output, present), got {type(out).__name__}"
+        + (f" of length {len(out)}" if isinstance(out, (tuple, list)) else "")
+        + ".",
+    )
     return out
 
 
 def kv_pair(c: Check, present, what: str):
-    c.that(isinstance(present, (tuple, list)) and len(present) == 2
-           and all(isinstance(p, torch.Tensor) for p in present),
-           f"{what}: present should be a pair of tensors (K, V), got "
-           f"{type(present).__name__}.")
+    c.that(
+        isinstance(present, (tuple, list))
+        and len(present) == 2
+        and all(isinstance(p, torch.Tensor) for p in present),
+        f"{what}: present should be a pair of tensors (K, V), got {type(present).__name__}.",
+    )
     return present
 
 
 def cache_mistake(c: Check, present, tb: TorchBlock, x, past_len: int, what: str) -> None:
     """Fail naming the mistake when present is a known wrong cache (keys and values swapped,
     the queries, keys of x instead of ln1(x), the cached positions after the new ones)."""
-    if not (isinstance(present, (tuple, list)) and len(present) == 2
-            and all(isinstance(p, torch.Tensor) for p in present)):
+    if not (
+        isinstance(present, (tuple, list))
+        and len(present) == 2
+        and all(isinstance(p, torch.Tensor) for p in present)
+    ):
         return
     K, V = present
     want_k, want_v, other = tb.kv(x)
@@ -147,14 +174,17 @@ def cache_mistake(c: Check, present, tb: TorchBlock, x, past_len: int, what: str
     if near(K, other["q"], 1e-4, 1e-3):
         c.fail(f"{what}: present's K holds the queries; cache the keys (attn.k_proj).")
     if near(K, other["unnormed"], 1e-4, 1e-3):
-        c.fail(f"{what}: the keys are projections of x itself. They are projections of ln1(x), "
-               "the normed input the queries and values are made from too.")
-    if past_len and near(K, torch.cat([want_k[:, :, past_len:], want_k[:, :, :past_len]], 2),
-                         1e-4, 1e-3):
-        c.fail(f"{what}: the cached positions come after the new ones in K and V. Keys and "
-               "values are kept in the order of their positions: the cached (earlier) positions "
-               "first, then this call's. In the wrong order the mask lets each new position "
-               "see the wrong keys.")
+        c.fail(
+            f"{what}: the keys are projections of x itself. They are projections of ln1(x), "
+            "the normed input the queries and values are made from too."
+        )
+    if past_len and near(K, torch.cat([want_k[:, :, past_len:], want_k[:, :, :past_len]], 2), 1e-4, 1e-3):
+        c.fail(
+            f"{what}: the cached positions come after the new ones in K and V. Keys and "
+            "values are kept in the order of their positions: the cached (earlier) positions "
+            "first, then this call's. In the wrong order the mask lets each new position "
+            "see the wrong keys."
+        )
 
 
 def cache_ok(c: Check, present, tb: TorchBlock, x, what: str, past_len: int = 0) -> None:
@@ -164,16 +194,35 @@ def cache_ok(c: Check, present, tb: TorchBlock, x, what: str, past_len: int = 0)
     b, T, dh = x.size(0), x.size(1), x.size(2) // tb.heads
     shape = (b, tb.heads, T, dh)
     if tuple(K.shape) != shape and past_len and tuple(K.shape) == (b, tb.heads, T - past_len, dh):
-        c.fail(f"{what}: present holds only this call's {T - past_len} positions. It should be "
-               f"the past extended by them, K and V alike, so that it covers all {T} positions.")
-    c.shape(K, shape, f"{what}: present's K", "K and V are (b, num_heads, positions so far, "
-            "d_head): the keys after k_proj and split_heads, cached positions first.")
+        c.fail(
+            f"{what}: present holds only this call's {T - past_len} positions. It should be "
+            f"the past extended by them, K and V alike, so that it covers all {T} positions."
+        )
+    c.shape(
+        K,
+        shape,
+        f"{what}: present's K",
+        "K and V are (b, num_heads, positions so far, "
+        "d_head): the keys after k_proj and split_heads, cached positions first.",
+    )
     c.shape(V, shape, f"{what}: present's V")
     cache_mistake(c, present, tb, x, past_len, what)
-    c.close(K, want_k, f"{what}: present's K should be split_heads(attn.k_proj(ln1(x))) of every "
-            "position so far, the cached ones first.", atol=ATOL, rtol=RTOL)
-    c.close(V, want_v, f"{what}: present's V should be split_heads(attn.v_proj(ln1(x))) of every "
-            "position so far, the cached ones first.", atol=ATOL, rtol=RTOL)
+    c.close(
+        K,
+        want_k,
+        f"{what}: present's K should be split_heads(attn.k_proj(ln1(x))) of every "
+        "position so far, the cached ones first.",
+        atol=ATOL,
+        rtol=RTOL,
+    )
+    c.close(
+        V,
+        want_v,
+        f"{what}: present's V should be split_heads(attn.v_proj(ln1(x))) of every "
+        "position so far, the cached ones first.",
+        atol=ATOL,
+        rtol=RTOL,
+    )
 
 
 def block_mistakes(tb: TorchBlock, x, t: int):
@@ -181,30 +230,40 @@ def block_mistakes(tb: TorchBlock, x, t: int):
     T = x.size(1)
     with computing():
         return [
-            (tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool).tril()),
-             "the new positions see too little: the mask is not shifted by the cached positions. "
-             "New position i sits at T - t + i and sees every cached position and the new ones "
-             "up to itself: its row of the mask is row T - t + i of a causal mask of size T. "
-             "The new positions' rows are the LAST t rows of that mask, not its first t."),
-            (tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool)) if t > 1 else None,
-             "the new positions attend to later new positions: with a cache, the new "
-             "positions still need a causal mask among themselves (their rows of a causal mask "
-             "of size T = cached + new)."),
-            (tb.run(x[:, -t:], causal(t)), "the past is ignored: the new positions attend only "
-             "to each other. They should attend over the cached keys and values too, which "
-             "come first in K and V (the positions dim)."),
-            (tb.new_positions(x, t, shifted(t, T), ffn=False), "the feed-forward half is "
-             "missing: x = x + ffn(ln2(x)) after the attention."),
+            (
+                tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool).tril()),
+                "the new positions see too little: the mask is not shifted by the cached positions. "
+                "New position i sits at T - t + i and sees every cached position and the new ones "
+                "up to itself: its row of the mask is row T - t + i of a causal mask of size T. "
+                "The new positions' rows are the LAST t rows of that mask, not its first t.",
+            ),
+            (
+                tb.new_positions(x, t, torch.ones(t, T, dtype=torch.bool)) if t > 1 else None,
+                "the new positions attend to later new positions: with a cache, the new "
+                "positions still need a causal mask among themselves (their rows of a causal mask "
+                "of size T = cached + new).",
+            ),
+            (
+                tb.run(x[:, -t:], causal(t)),
+                "the past is ignored: the new positions attend only "
+                "to each other. They should attend over the cached keys and values too, which "
+                "come first in K and V (the positions dim).",
+            ),
+            (
+                tb.new_positions(x, t, shifted(t, T), ffn=False),
+                "the feed-forward half is missing: x = x + ffn(ln2(x)) after the attention.",
+            ),
         ]
 
 
-def block_case(c: Check, block, tb: TorchBlock, x, t_past: int, past, what: str,
-               passed: str | None = None):
+def block_case(c: Check, block, tb: TorchBlock, x, t_past: int, past, what: str, passed: str | None = None):
     """The learner's block on x[:, t_past:] with ``past``: output and present."""
     T = x.size(1)
     new = x[:, t_past:]
     args = (new,) if past is None else (new, past)
-    out, present = pair(c, c.call_on(what, block, *args), f"GPTBlock(...)(x{'' if past is None else ', past'})")
+    out, present = pair(
+        c, c.call_on(what, block, *args), f"GPTBlock(...)(x{'' if past is None else ', past'})"
+    )
     want = tb.run(x, causal(T))[:, t_past:]
     c.shape(out, tuple(want.shape), f"{what}: the output", "It has the shape of x.")
     if not near(out, want, ATOL, RTOL):
@@ -214,28 +273,49 @@ def block_case(c: Check, block, tb: TorchBlock, x, t_past: int, past, what: str,
             L = tb.layer
             h = L.norm1(x + attend(L.self_attn, x, x, causal(T)))
             half_post = (h + feed_forward(L, L.norm2(h)))[:, t_past:]
-        norm_after = ("GPT-2's block is pre-norm: each sub-layer reads the normed x, and its "
-                      "output is added to x itself, unnormed.")
-        mistakes = [(post, f"this is post-norm (norm(x + attn(x))); {norm_after}"),
-                    (half_post, "the attention half is post-norm: ln1 is applied to the sum "
-                     f"x + attn(x) instead of to the attention's input. {norm_after}"),
-                    (no_mask, "the attention is not causal: position i must not see the "
-                     "positions after it. (A mask made for one new token, the last row of a "
-                     "causal mask, lets every position of a longer input see everything.)"),
-                    (tb.run(x, causal(T), norm=False)[:, t_past:], "the attention reads x "
-                     "itself: ln1 comes first, and the queries, keys and values are projections "
-                     "of ln1(x)."),
-                    (tb.run(x, causal(T), residual=False)[:, t_past:], "the residual "
-                     "connection around the attention is missing: x = x + attn(ln1(x)).")]
+        norm_after = (
+            "GPT-2's block is pre-norm: each sub-layer reads the normed x, and its "
+            "output is added to x itself, unnormed."
+        )
+        mistakes = [
+            (post, f"this is post-norm (norm(x + attn(x))); {norm_after}"),
+            (
+                half_post,
+                "the attention half is post-norm: ln1 is applied to the sum "
+                f"x + attn(x) instead of to the attention's input. {norm_after}",
+            ),
+            (
+                no_mask,
+                "the attention is not causal: position i must not see the "
+                "positions after it. (A mask made for one new token, the last row of a "
+                "causal mask, lets every position of a longer input see everything.)",
+            ),
+            (
+                tb.run(x, causal(T), norm=False)[:, t_past:],
+                "the attention reads x "
+                "itself: ln1 comes first, and the queries, keys and values are projections "
+                "of ln1(x).",
+            ),
+            (
+                tb.run(x, causal(T), residual=False)[:, t_past:],
+                "the residual connection around the attention is missing: x = x + attn(ln1(x)).",
+            ),
+        ]
         if t_past:
             mistakes = block_mistakes(tb, x, T - t_past) + mistakes
         for candidate, message in mistakes:
             if candidate is not None and near(out, candidate, 1e-4, 1e-3):
                 c.fail(f"{what}: {message}")
         cache_mistake(c, present, tb, x, t_past, what)  # a wrong cache explains a wrong output
-    c.close(out, want, f"{what}: wrong output. x = x + attn(ln1(x)) with a causal mask over "
-            "the cached and new positions, then x = x + ffn(ln2(x)).", atol=ATOL, rtol=RTOL,
-            passed=passed)
+    c.close(
+        out,
+        want,
+        f"{what}: wrong output. x = x + attn(ln1(x)) with a causal mask over "
+        "the cached and new positions, then x = x + ffn(ln2(x)).",
+        atol=ATOL,
+        rtol=RTOL,
+        passed=passed,
+    )
     cache_ok(c, present, tb, x, what, t_past)
     return out, present
 
@@ -244,26 +324,54 @@ def check_gpt_block(GPTBlock) -> None:
     c = Check("GPTBlock", EVERYWHERE, ops=EVERYWHERE_OPS)
     block = c.build(GPTBlock, D, H, FF)
     for name in ("ln1", "attn", "ln2", "ffn"):
-        c.that(isinstance(getattr(block, name, None), nn.Module), f"GPTBlock needs a sub-module "
-               f"named {name} ({BLOCK_NAMES}: LayerNorm, MultiHeadAttention, LayerNorm, "
-               "FeedForward).")
+        c.that(
+            isinstance(getattr(block, name, None), nn.Module),
+            f"GPTBlock needs a sub-module "
+            f"named {name} ({BLOCK_NAMES}: LayerNorm, MultiHeadAttention, LayerNorm, "
+            "FeedForward).",
+        )
     parts = known(block_parts, seed=90)
     load(c, block, parts, BLOCK_NAMES)
     tb = TorchBlock(parts)
     x = torch.randn(2, 7, D, generator=generator(91))
-    block_case(c, block, tb, x, 0, None, "a (2, 7, 16) input, no past",
-               passed="pre-norm, causal: x + attn(ln1(x)), then + ffn(ln2(x))")
+    block_case(
+        c,
+        block,
+        tb,
+        x,
+        0,
+        None,
+        "a (2, 7, 16) input, no past",
+        passed="pre-norm, causal: x + attn(ln1(x)), then + ffn(ln2(x))",
+    )
     c.ok("present = (K, V) of every position, (b, num_heads, t, d_head)")
     K, V, _ = tb.kv(x[:, :4])
-    block_case(c, block, tb, x, 4, (K, V), "3 new positions after a past of 4",
-               passed="with a past: the new positions see the cached ones, causally among "
-                      "themselves, and present is the past extended")
+    block_case(
+        c,
+        block,
+        tb,
+        x,
+        4,
+        (K, V),
+        "3 new positions after a past of 4",
+        passed="with a past: the new positions see the cached ones, causally among "
+        "themselves, and present is the past extended",
+    )
     past = None
     for i in range(7):  # one position at a time, each step with the learner's own present
-        _, past = block_case(c, block, tb, x[:, :i + 1], i, past,
-                             f"position {i} fed alone with the present of the step before")
-    c.ok("one position at a time, each step's present as the next step's past, gives the "
-         "whole sequence's output")
+        _, past = block_case(
+            c,
+            block,
+            tb,
+            x[:, : i + 1],
+            i,
+            past,
+            f"position {i} fed alone with the present of the step before",
+        )
+    c.ok(
+        "one position at a time, each step's present as the next step's past, gives the "
+        "whole sequence's output"
+    )
     c.done()
 
 
@@ -279,19 +387,21 @@ class TorchGPT:
         p = self.parts
         positions = torch.arange(ids.size(1)) if positions is None else positions
         with computing():
-            return (F.embedding(ids, p.tok_embedding.weight.to(self.dtype)) * scale
-                    + F.embedding(positions, p.pos_embedding.weight.to(self.dtype)))
+            return F.embedding(ids, p.tok_embedding.weight.to(self.dtype)) * scale + F.embedding(
+                positions, p.pos_embedding.weight.to(self.dtype)
+            )
 
     def logits(self, x, mask="causal", blocks=None, final_norm=True):
         p = self.parts
         mask = causal(x.size(1)) if mask == "causal" else mask
-        for tb in (self.blocks if blocks is None else blocks):
+        for tb in self.blocks if blocks is None else blocks:
             x = tb.run(x, mask)
         with computing():
             if final_norm:
                 ln = p.ln_f
-                x = F.layer_norm(x, ln.normalized_shape, ln.weight.to(self.dtype),
-                                 ln.bias.to(self.dtype), ln.eps)
+                x = F.layer_norm(
+                    x, ln.normalized_shape, ln.weight.to(self.dtype), ln.bias.to(self.dtype), ln.eps
+                )
             return F.linear(x, p.lm_head.weight.to(self.dtype))
 
     def unshifted_blocks(self, ids, t_past: int):
@@ -302,8 +412,9 @@ class TorchGPT:
         good = self.embed(ids)  # the cached positions' states stay right, block after block
         new = good[:, t_past:]
         for tb in self.blocks:
-            new = tb.new_positions(torch.cat([good[:, :t_past], new], 1), t,
-                                   torch.ones(t, T, dtype=torch.bool).tril())
+            new = tb.new_positions(
+                torch.cat([good[:, :t_past], new], 1), t, torch.ones(t, T, dtype=torch.bool).tril()
+            )
             good = tb.run(good, causal(T))
         return self.logits(new, blocks=[], mask=None)
 
@@ -323,65 +434,105 @@ class TorchGPT:
         restart = torch.cat([torch.arange(t_past), torch.arange(T - t_past)])
         d = x.size(-1)
         out = [
-            (torch.cat([self.logits(x)[:, :t_past], self.first_past_everywhere(ids, t_past)], 1)
-             if t_past and len(self.blocks) > 1 else None,
-             "every block gets the first block's past: block i's cached keys and values are "
-             "its own, the i-th entry of past."),
-            (torch.cat([self.logits(x)[:, :t_past], self.unshifted_blocks(ids, t_past)], 1)
-             if t_past else None,
-             "your GPT looks right, but its blocks' mask is not shifted by the cached "
-             "positions: the new positions see too little. Run check_gpt_block(GPTBlock) "
-             "again: it names the block's mistake."),
-            (self.logits(self.embed(ids, restart)) if t_past else None,
-             "the new positions get position embeddings 0, 1, … again: with a past of t_past "
-             "positions, the positions of ids are t_past … t_past + t - 1 (t_past is the number "
-             "of cached positions, which the cached keys hold)."),
-            (self.logits(self.embed(ids, torch.cat([torch.arange(t_past), torch.arange(
-                len(self.blocks), len(self.blocks) + T - t_past)])))
-             if t_past and t_past != len(self.blocks) else None,
-             f"the new positions start at {len(self.blocks)}, the number of blocks (the length "
-             "of past, a list with one (K, V) per block), instead of the number of cached "
-             "positions."),
-            (self.logits(self.embed(ids, torch.zeros(T, dtype=torch.long))),
-             "the position embeddings are missing or all the same: add pos_embedding of "
-             "positions t_past … t_past + t - 1."),
-            (self.logits(self.embed(ids, scale=d ** 0.5)), "the token embeddings are scaled by "
-             "√d_model: that was the sinusoidal encoder's habit; GPT adds learned positions to "
-             "the plain token embeddings."),
+            (
+                torch.cat([self.logits(x)[:, :t_past], self.first_past_everywhere(ids, t_past)], 1)
+                if t_past and len(self.blocks) > 1
+                else None,
+                "every block gets the first block's past: block i's cached keys and values are "
+                "its own, the i-th entry of past.",
+            ),
+            (
+                torch.cat([self.logits(x)[:, :t_past], self.unshifted_blocks(ids, t_past)], 1)
+                if t_past
+                else None,
+                "your GPT looks right, but its blocks' mask is not shifted by the cached "
+                "positions: the new positions see too little. Run check_gpt_block(GPTBlock) "
+                "again: it names the block's mistake.",
+            ),
+            (
+                self.logits(self.embed(ids, restart)) if t_past else None,
+                "the new positions get position embeddings 0, 1, … again: with a past of t_past "
+                "positions, the positions of ids are t_past … t_past + t - 1 (t_past is the number "
+                "of cached positions, which the cached keys hold).",
+            ),
+            (
+                self.logits(
+                    self.embed(
+                        ids,
+                        torch.cat(
+                            [
+                                torch.arange(t_past),
+                                torch.arange(len(self.blocks), len(self.blocks) + T - t_past),
+                            ]
+                        ),
+                    )
+                )
+                if t_past and t_past != len(self.blocks)
+                else None,
+                f"the new positions start at {len(self.blocks)}, the number of blocks (the length "
+                "of past, a list with one (K, V) per block), instead of the number of cached "
+                "positions.",
+            ),
+            (
+                self.logits(self.embed(ids, torch.zeros(T, dtype=torch.long))),
+                "the position embeddings are missing or all the same: add pos_embedding of "
+                "positions t_past … t_past + t - 1.",
+            ),
+            (
+                self.logits(self.embed(ids, scale=d**0.5)),
+                "the token embeddings are scaled by "
+                "√d_model: that was the sinusoidal encoder's habit; GPT adds learned positions to "
+                "the plain token embeddings.",
+            ),
             (self.logits(x, mask=None), "the blocks are not causal (each position sees later ones)."),
             (self.logits(x, final_norm=False), "the final LayerNorm ln_f is missing before lm_head."),
             (self.logits(x, blocks=self.blocks[:1]), "only the first block runs."),
-            (self.logits(x, blocks=self.blocks[-1:]), "only the last block runs on the "
-             "embeddings: feed each block's output to the next."),
+            (
+                self.logits(x, blocks=self.blocks[-1:]),
+                "only the last block runs on the embeddings: feed each block's output to the next.",
+            ),
         ]
         return [(None if o is None else o[:, t_past:], m) for o, m in out]
 
 
 def logits_case(c: Check, got, want, mistakes, what: str, passed=None, atol=ATOL, rtol=RTOL):
-    c.that(isinstance(got, torch.Tensor), f"{what}: the logits should be a tensor, got "
-           f"{type(got).__name__}.")
-    c.shape(got, tuple(want.shape), f"{what}: the logits", "(b, t, vocab_size): one row of "
-            "logits per new position, from lm_head.")
+    c.that(isinstance(got, torch.Tensor), f"{what}: the logits should be a tensor, got {type(got).__name__}.")
+    c.shape(
+        got,
+        tuple(want.shape),
+        f"{what}: the logits",
+        "(b, t, vocab_size): one row of logits per new position, from lm_head.",
+    )
     if not near(got, want, atol, rtol):
-        for candidate, message in (mistakes() if callable(mistakes) else mistakes):
+        for candidate, message in mistakes() if callable(mistakes) else mistakes:
             if candidate is not None and near(got, candidate, 1e-4, 1e-3):
                 c.fail(f"{what}: {message}")
         with computing():
             if near(got, torch.log_softmax(want, -1), 1e-4, 1e-3) or near(
-                    got, torch.softmax(want, -1), 1e-4, 1e-3):
+                got, torch.softmax(want, -1), 1e-4, 1e-3
+            ):
                 c.fail(f"{what}: these are (log-)probabilities; return the raw logits of lm_head.")
-    c.close(got, want, f"{what}: wrong logits. x = tok_embedding(ids) + pos_embedding(positions) "
-            "with the positions continuing after the cached ones (as many as a cached key has "
-            "positions), then block i with past[i], ln_f, lm_head.",
-            atol=atol, rtol=rtol,
-            passed=passed)
+    c.close(
+        got,
+        want,
+        f"{what}: wrong logits. x = tok_embedding(ids) + pos_embedding(positions) "
+        "with the positions continuing after the cached ones (as many as a cached key has "
+        "positions), then block i with past[i], ln_f, lm_head.",
+        atol=atol,
+        rtol=rtol,
+        passed=passed,
+    )
 
 
 def present_list(c: Check, present, layers: int, what: str):
-    c.that(isinstance(present, (list, tuple)) and len(present) == layers, f"{what}: present "
-           f"should be a list with one (K, V) per block ({layers} here), got "
-           f"{type(present).__name__}" + (f" of length {len(present)}"
-                                         if isinstance(present, (list, tuple)) else "") + ".")
+    c.that(
+        isinstance(present, (list, tuple)) and len(present) == layers,
+        f"{what}: present "
+        f"should be a list with one (K, V) per block ({layers} here), got "
+        f"{type(present).__name__}"
+        + (f" of length {len(present)}" if isinstance(present, (list, tuple)) else "")
+        + ".",
+    )
     for kv in present:
         kv_pair(c, kv, what)
     return present
@@ -393,17 +544,24 @@ def raises_value_error(c: Check, fn, *args, what: str) -> None:
     except CheckFailed as exc:
         cause = exc.__cause__
         if isinstance(cause, ValueError):
-            c.that(len(str(cause)) > 10, "raise the ValueError with a message that says what is "
-                   "wrong (the positions would pass max_len).")
+            c.that(
+                len(str(cause)) > 10,
+                "raise the ValueError with a message that says what is "
+                "wrong (the positions would pass max_len).",
+            )
             return
         if cause is None:
             raise
-        c.fail(f"{what} raised {type(cause).__name__}: check the number of positions (cached + "
-               "new) first and "
-               "raise a ValueError with a clear message (an index error from pos_embedding "
-               "says nothing about max_len).")
-    c.fail(f"{what} was accepted: the model has no position embedding beyond max_len. Raise a "
-           "ValueError when cached + new positions > max_len.")
+        c.fail(
+            f"{what} raised {type(cause).__name__}: check the number of positions (cached + "
+            "new) first and "
+            "raise a ValueError with a clear message (an index error from pos_embedding "
+            "says nothing about max_len)."
+        )
+    c.fail(
+        f"{what} was accepted: the model has no position embedding beyond max_len. Raise a "
+        "ValueError when cached + new positions > max_len."
+    )
 
 
 GPT_SIZES = dict(vocab=11, layers=2, max_len=12)
@@ -414,45 +572,80 @@ def check_gpt(GPT) -> None:
     V, L, M = GPT_SIZES["vocab"], GPT_SIZES["layers"], GPT_SIZES["max_len"]
     model = c.build(GPT, V, d_model=D, num_heads=H, d_ff=FF, num_layers=L, max_len=M)
     head = getattr(model, "lm_head", None)
-    c.that(isinstance(head, nn.Linear) and head.bias is None, "the model needs lm_head = "
-           "nn.Linear(d_model, vocab_size, bias=False).")
+    c.that(
+        isinstance(head, nn.Linear) and head.bias is None,
+        "the model needs lm_head = nn.Linear(d_model, vocab_size, bias=False).",
+    )
     pos = getattr(model, "pos_embedding", None)
-    c.that(isinstance(pos, nn.Embedding) and pos.num_embeddings == M, "the model needs "
-           "pos_embedding = nn.Embedding(max_len, d_model): learned positions, one row per "
-           "position up to max_len.")
+    c.that(
+        isinstance(pos, nn.Embedding) and pos.num_embeddings == M,
+        "the model needs "
+        "pos_embedding = nn.Embedding(max_len, d_model): learned positions, one row per "
+        "position up to max_len.",
+    )
     parts = known(lambda: gpt_parts(V, D, FF, L, M), seed=92)
     load(c, model, parts, GPT_NAMES)
     ref = TorchGPT(parts)
     ids = torch.randint(0, V, (2, 9), generator=generator(93))
     want = ref.logits(ref.embed(ids))
     logits, present = pair(c, c.call_on("ids (2, 9), no past", model, ids), "GPT(...)(ids)")
-    logits_case(c, logits, want, lambda: ref.mistakes(ids), "ids (2, 9), no past",
-                passed="tok_embedding + pos_embedding, the blocks, ln_f, lm_head")
+    logits_case(
+        c,
+        logits,
+        want,
+        lambda: ref.mistakes(ids),
+        "ids (2, 9), no past",
+        passed="tok_embedding + pos_embedding, the blocks, ln_f, lm_head",
+    )
     present = present_list(c, present, L, "ids (2, 9)")
-    c.that(tuple(present[0][0].shape) == (2, H, 9, D // H), f"present's K of the first block has "
-           f"shape {tuple(present[0][0].shape)}, expected (2, {H}, 9, {D // H}).",
-           "present: one (K, V) per block")
+    c.that(
+        tuple(present[0][0].shape) == (2, H, 9, D // H),
+        f"present's K of the first block has "
+        f"shape {tuple(present[0][0].shape)}, expected (2, {H}, 9, {D // H}).",
+        "present: one (K, V) per block",
+    )
     _, first = pair(c, c.call(model, ids[:, :5]), "GPT(...)(ids)")
     first = present_list(c, first, L, "ids[:, :5]")
-    got, present = pair(c, c.call_on("4 new ids after a past of 5", model, ids[:, 5:], first),
-                        "GPT(...)(ids, past)")
-    logits_case(c, got, want[:, 5:], lambda: ref.mistakes(ids, 5), "4 new ids after a past of 5",
-                passed="with a past: the positions continue after the cached ones")
+    got, present = pair(
+        c, c.call_on("4 new ids after a past of 5", model, ids[:, 5:], first), "GPT(...)(ids, past)"
+    )
+    logits_case(
+        c,
+        got,
+        want[:, 5:],
+        lambda: ref.mistakes(ids, 5),
+        "4 new ids after a past of 5",
+        passed="with a past: the positions continue after the cached ones",
+    )
     present_list(c, present, L, "4 new ids after a past of 5")
-    c.that(present[0][0].size(2) == 9, "present after a past of 5 and 4 new ids should cover 9 "
-           f"positions, covers {present[0][0].size(2)}: each block's present extends its past.")
+    c.that(
+        present[0][0].size(2) == 9,
+        "present after a past of 5 and 4 new ids should cover 9 "
+        f"positions, covers {present[0][0].size(2)}: each block's present extends its past.",
+    )
     past = None
     for i in range(9):
-        got, past = pair(c, c.call(model, ids[:, i:i + 1], past), "GPT(...)(ids, past)")
-        logits_case(c, got, want[:, i:i + 1], lambda: ref.mistakes(ids[:, :i + 1], i),
-                    f"id {i} fed alone with the present of the step before")
+        got, past = pair(c, c.call(model, ids[:, i : i + 1], past), "GPT(...)(ids, past)")
+        logits_case(
+            c,
+            got,
+            want[:, i : i + 1],
+            lambda: ref.mistakes(ids[:, : i + 1], i),
+            f"id {i} fed alone with the present of the step before",
+        )
         past = present_list(c, past, L, f"step {i}")
     c.ok("one id at a time with the cache gives the whole sequence's logits")
-    raises_value_error(c, model, torch.zeros(1, M + 1, dtype=torch.long),
-                       what=f"ids of length {M + 1} with max_len = {M}")
+    raises_value_error(
+        c, model, torch.zeros(1, M + 1, dtype=torch.long), what=f"ids of length {M + 1} with max_len = {M}"
+    )
     _, past = pair(c, c.call(model, torch.zeros(1, M - 2, dtype=torch.long)), "GPT(...)(ids)")
-    raises_value_error(c, model, torch.zeros(1, 3, dtype=torch.long), past,
-                       what=f"3 new ids after a past of {M - 2} with max_len = {M}")
+    raises_value_error(
+        c,
+        model,
+        torch.zeros(1, 3, dtype=torch.long),
+        past,
+        what=f"3 new ids after a past of {M - 2} with max_len = {M}",
+    )
     c.ok("a ValueError when the positions would pass max_len, the cached ones included")
     c.done()
 

@@ -17,11 +17,34 @@ instructor's side (``course_grading.checks``), as public names.
 The implementation stays in ``_core``, ``_recording`` and ``_seal``; this module only names
 what other packages may use.
 """
-from ._core import (Check, CheckFailed, devices, generator, np_array_equal, stored, to_numpy, torch_equal,
-                    torch_isfinite)
+
+from ._core import (
+    Check,
+    CheckFailed,
+    devices,
+    generator,
+    np_array_equal,
+    stored,
+    to_numpy,
+    torch_equal,
+    torch_isfinite,
+)
 from ._recording import prepare_recording
 from ._seal import kernel_started, load_libraries, own_threads_now, protect
 
-__all__ = ["Check", "CheckFailed", "devices", "generator", "kernel_started", "load_libraries",
-           "np_array_equal", "own_threads_now", "prepare_recording", "protect", "stored", "to_numpy", "torch_equal",
-           "torch_isfinite"]
+__all__ = [
+    "Check",
+    "CheckFailed",
+    "devices",
+    "generator",
+    "kernel_started",
+    "load_libraries",
+    "np_array_equal",
+    "own_threads_now",
+    "prepare_recording",
+    "protect",
+    "stored",
+    "to_numpy",
+    "torch_equal",
+    "torch_isfinite",
+]

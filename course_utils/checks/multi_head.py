@@ -13,13 +13,13 @@ read back from the output, and each must be 0 (dropped) or the eval-mode weight 
 other pattern names where the dropout went instead. The grader adds its hidden cases in the
 hidden part of each test cell; they live with the instructor, not here.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ._core import (Check, CheckFailed, _allclose, generator, stored, to_numpy,
-                    torch_isclose)
+from ._core import Check, CheckFailed, _allclose, generator, stored, to_numpy, torch_isclose
 
 ASSIGNMENT = "04_multi_head_attention"
 
@@ -78,18 +78,23 @@ def _stored_tensor(name: str) -> torch.Tensor:
 
 # -- split_heads / merge_heads ------------------------------------------------------------------
 
+
 def split_candidates(x, h):
     """What the usual mistakes in split_heads give, with the message that names each."""
     b, s, d = x.shape
     return [
-        (x.reshape(b, h, s, d // h),
-         "the shape is right but the values are in the wrong places: reshaping (b, s, d_model) "
-         "directly into (b, h, s, d_head) cuts the flattened tokens-and-features into h pieces, "
-         "so a 'head' mixes several positions. Cut the feature axis into heads first, then move "
-         "the head axis in front of the sequence axis."),
-        (x.reshape(b, s, d // h, h).permute(0, 3, 1, 2),
-         "head 0 should get features 0 … d_head-1 of every token (a contiguous block); yours "
-         "gets every h-th feature. Split the feature axis as (num_heads, d_head), in that order."),
+        (
+            x.reshape(b, h, s, d // h),
+            "the shape is right but the values are in the wrong places: reshaping (b, s, d_model) "
+            "directly into (b, h, s, d_head) cuts the flattened tokens-and-features into h pieces, "
+            "so a 'head' mixes several positions. Cut the feature axis into heads first, then move "
+            "the head axis in front of the sequence axis.",
+        ),
+        (
+            x.reshape(b, s, d // h, h).permute(0, 3, 1, 2),
+            "head 0 should get features 0 … d_head-1 of every token (a contiguous block); yours "
+            "gets every h-th feature. Split the feature axis as (num_heads, d_head), in that order.",
+        ),
     ]
 
 
@@ -98,34 +103,58 @@ def check_split_heads(split_heads) -> None:
     x = torch.arange(2 * 5 * 12, dtype=torch.float32).view(2, 5, 12)  # entry = its flat index
     out = c.call(split_heads, x, 3)
     c.that(isinstance(out, torch.Tensor), f"should return a tensor, got {type(out).__name__}.")
-    hint = {(2, 5, 3, 4): "You split the features into (h, d_head) but the head axis must come "
-                          "before the sequence axis: (b, h, s, d_head).",
-            (6, 5, 4): "Keep batch and heads as two separate axes: (b, h, s, d_head).",
-            (2, 3, 4, 5): "The last two axes are swapped: (b, h, s, d_head), not "
-                          "(b, h, d_head, s)."}
-    c.shape(out, (2, 3, 5, 4), "split_heads(x, 3) for x of shape (2, 5, 12)",
-            hint.get(tuple(out.shape), "Expected (batch, num_heads, seq, d_model // num_heads)."))
+    hint = {
+        (2, 5, 3, 4): "You split the features into (h, d_head) but the head axis must come "
+        "before the sequence axis: (b, h, s, d_head).",
+        (6, 5, 4): "Keep batch and heads as two separate axes: (b, h, s, d_head).",
+        (2, 3, 4, 5): "The last two axes are swapped: (b, h, s, d_head), not (b, h, d_head, s).",
+    }
+    c.shape(
+        out,
+        (2, 3, 5, 4),
+        "split_heads(x, 3) for x of shape (2, 5, 12)",
+        hint.get(tuple(out.shape), "Expected (batch, num_heads, seq, d_model // num_heads)."),
+    )
     if not near(out, _stored_tensor("split_x_3"), 0, 0):
         for cand, message in split_candidates(x, 3):
             if near(out, cand, 0, 0):
                 c.fail(message)
-        c.fail("the values are in the wrong places: out[b, h, t] should be token t's features "
-               "h*d_head … (h+1)*d_head - 1. Try it on torch.arange(24.).view(1, 2, 12).")
+        c.fail(
+            "the values are in the wrong places: out[b, h, t] should be token t's features "
+            "h*d_head … (h+1)*d_head - 1. Try it on torch.arange(24.).view(1, 2, 12)."
+        )
     c.ok("(2, 5, 12) → (2, 3, 5, 4), head h holds features h*d_head … (h+1)*d_head - 1")
     y = torch.arange(2 * 6 * 12, dtype=torch.float32).view(2, 6, 12)
     got = c.call_on("x of shape (2, 6, 12) and num_heads=4", split_heads, y, 4)
-    c.shape(got, (2, 4, 6, 3), "split_heads(y, 4) for y of shape (2, 6, 12)",
-            "Read b, s, d_model from x.shape and use num_heads; don't hard-code sizes.")
-    c.close(got, _stored_tensor("split_y_4"), "wrong values for 4 heads of 3 features.",
-            atol=0, rtol=0, passed="(2, 6, 12) with 4 heads → (2, 4, 6, 3)")
+    c.shape(
+        got,
+        (2, 4, 6, 3),
+        "split_heads(y, 4) for y of shape (2, 6, 12)",
+        "Read b, s, d_model from x.shape and use num_heads; don't hard-code sizes.",
+    )
+    c.close(
+        got,
+        _stored_tensor("split_y_4"),
+        "wrong values for 4 heads of 3 features.",
+        atol=0,
+        rtol=0,
+        passed="(2, 6, 12) with 4 heads → (2, 4, 6, 3)",
+    )
     got = c.call_on("a float64 x", split_heads, x.double(), 3)
-    c.that(got.dtype == torch.float64, f"a float64 input should stay float64, got {got.dtype}: "
-           "split_heads only moves numbers around (no .float()).", "keeps float64")
+    c.that(
+        got.dtype == torch.float64,
+        f"a float64 input should stay float64, got {got.dtype}: "
+        "split_heads only moves numbers around (no .float()).",
+        "keeps float64",
+    )
     xg = x.clone().requires_grad_(True)
     got = c.call_on("an x that requires grad", split_heads, xg, 3)
-    c.that(got.requires_grad, "the result does not require grad although x does: use tensor "
-           "operations only (view/reshape/transpose), no .detach(), .numpy() or .data.",
-           "gradients can flow back")
+    c.that(
+        got.requires_grad,
+        "the result does not require grad although x does: use tensor "
+        "operations only (view/reshape/transpose), no .detach(), .numpy() or .data.",
+        "gradients can flow back",
+    )
     c.done()
 
 
@@ -133,13 +162,17 @@ def merge_candidates(x):
     """What the usual mistakes in merge_heads give, with the message that names each."""
     b, h, s, dh = x.shape
     return [
-        (x.reshape(b, s, h * dh),
-         "the shape is right but the values are in the wrong places: flattening (b, h, s, d_head) "
-         "as it is puts heads where positions belong. Bring the sequence axis back next to the "
-         "batch axis first (the inverse of the transpose in split_heads), then flatten."),
-        (x.permute(0, 2, 3, 1).reshape(b, s, h * dh),
-         "the heads come out interleaved feature by feature: token t's output should be head 0's "
-         "d_head numbers, then head 1's, and so on (the inverse of split_heads)."),
+        (
+            x.reshape(b, s, h * dh),
+            "the shape is right but the values are in the wrong places: flattening (b, h, s, d_head) "
+            "as it is puts heads where positions belong. Bring the sequence axis back next to the "
+            "batch axis first (the inverse of the transpose in split_heads), then flatten.",
+        ),
+        (
+            x.permute(0, 2, 3, 1).reshape(b, s, h * dh),
+            "the heads come out interleaved feature by feature: token t's output should be head 0's "
+            "d_head numbers, then head 1's, and so on (the inverse of split_heads).",
+        ),
     ]
 
 
@@ -148,10 +181,16 @@ def check_merge_heads(merge_heads) -> None:
     x = torch.arange(2 * 3 * 5 * 4, dtype=torch.float32).view(2, 3, 5, 4)  # (b, h, s, d_head)
     out = c.call(merge_heads, x)
     c.that(isinstance(out, torch.Tensor), f"should return a tensor, got {type(out).__name__}.")
-    hint = {(2, 5, 3, 4): "Flatten the (h, d_head) axes into one d_model axis.",
-            (10, 12): "Keep the batch axis: (b, s, h * d_head)."}
-    c.shape(out, (2, 5, 12), "merge_heads(x) for x of shape (2, 3, 5, 4)",
-            hint.get(tuple(out.shape), "Expected (batch, seq, num_heads * d_head)."))
+    hint = {
+        (2, 5, 3, 4): "Flatten the (h, d_head) axes into one d_model axis.",
+        (10, 12): "Keep the batch axis: (b, s, h * d_head).",
+    }
+    c.shape(
+        out,
+        (2, 5, 12),
+        "merge_heads(x) for x of shape (2, 3, 5, 4)",
+        hint.get(tuple(out.shape), "Expected (batch, seq, num_heads * d_head)."),
+    )
     if not near(out, _stored_tensor("merge_x"), 0, 0):
         for cand, message in merge_candidates(x):
             if near(out, cand, 0, 0):
@@ -159,13 +198,19 @@ def check_merge_heads(merge_heads) -> None:
         c.fail("the values are in the wrong places: merge_heads should undo split_heads exactly.")
     c.ok("(2, 3, 5, 4) → (2, 5, 12), heads side by side")
     y = torch.arange(2 * 6 * 12, dtype=torch.float32).view(2, 6, 12)
-    c.close(c.call(merge_heads, _stored_tensor("split_y_4")), y,
-            "merge_heads(split_heads(y, 4)) should give y back.", atol=0, rtol=0,
-            passed="merge_heads(split_heads(y, h)) == y")
+    c.close(
+        c.call(merge_heads, _stored_tensor("split_y_4")),
+        y,
+        "merge_heads(split_heads(y, 4)) should give y back.",
+        atol=0,
+        rtol=0,
+        passed="merge_heads(split_heads(y, h)) == y",
+    )
     c.done()
 
 
 # -- MultiHeadAttention -------------------------------------------------------------------------
+
 
 def expect_value_error(c: Check, cls, d_model: int, num_heads: int) -> None:
     try:
@@ -173,40 +218,56 @@ def expect_value_error(c: Check, cls, d_model: int, num_heads: int) -> None:
     except CheckFailed as exc:
         cause = exc.__cause__
         if isinstance(cause, ValueError):
-            c.that(len(str(cause)) > 10, "raise the ValueError with a message that says what is "
-                   "wrong (d_model is not divisible by num_heads).")
+            c.that(
+                len(str(cause)) > 10,
+                "raise the ValueError with a message that says what is "
+                "wrong (d_model is not divisible by num_heads).",
+            )
             c.ok(f"MultiHeadAttention({d_model}, {num_heads}) raises ValueError")
             return
         if cause is None:
             raise
-        c.fail(f"MultiHeadAttention({d_model}, {num_heads}) raised {type(cause).__name__}: "
-               f"check that d_model is divisible by num_heads first and raise a ValueError "
-               "with a clear message (an assert raises AssertionError and vanishes under "
-               "python -O).")
-    c.fail(f"MultiHeadAttention({d_model}, {num_heads}) was accepted: {d_model} is not "
-           f"divisible by {num_heads}, so the heads can't share the features equally. Raise a "
-           "ValueError in __init__.")
+        c.fail(
+            f"MultiHeadAttention({d_model}, {num_heads}) raised {type(cause).__name__}: "
+            f"check that d_model is divisible by num_heads first and raise a ValueError "
+            "with a clear message (an assert raises AssertionError and vanishes under "
+            "python -O)."
+        )
+    c.fail(
+        f"MultiHeadAttention({d_model}, {num_heads}) was accepted: {d_model} is not "
+        f"divisible by {num_heads}, so the heads can't share the features equally. Raise a "
+        "ValueError in __init__."
+    )
 
 
 def expect_projections(c: Check, m: nn.Module, d_model: int, bias: bool) -> None:
     for name in PROJECTIONS:
         layer = getattr(m, name, None)
-        c.that(isinstance(layer, nn.Linear), f"the module has no nn.Linear called `{name}`. The "
-               f"four projections are named {', '.join(PROJECTIONS)} (the names PyTorch and "
-               "Llama-style checkpoints use), each nn.Linear(d_model, d_model).")
-        c.that((layer.in_features, layer.out_features) == (d_model, d_model),
-               f"{name} maps {layer.in_features} → {layer.out_features} features; with "
-               f"d_model={d_model} every projection is d_model → d_model (all heads at once).")
-        c.that((layer.bias is not None) == bias, f"{name} should {'have' if bias else 'not have'} "
-               f"a bias with bias={bias}: pass the bias argument on to nn.Linear.")
+        c.that(
+            isinstance(layer, nn.Linear),
+            f"the module has no nn.Linear called `{name}`. The "
+            f"four projections are named {', '.join(PROJECTIONS)} (the names PyTorch and "
+            "Llama-style checkpoints use), each nn.Linear(d_model, d_model).",
+        )
+        c.that(
+            (layer.in_features, layer.out_features) == (d_model, d_model),
+            f"{name} maps {layer.in_features} → {layer.out_features} features; with "
+            f"d_model={d_model} every projection is d_model → d_model (all heads at once).",
+        )
+        c.that(
+            (layer.bias is not None) == bias,
+            f"{name} should {'have' if bias else 'not have'} "
+            f"a bias with bias={bias}: pass the bias argument on to nn.Linear.",
+        )
 
 
 def projections(d_model: int, bias: bool = True, dtype=torch.float32) -> nn.Module:
     """A module with just the four projections, named as the exercise names them (their
     initial values are drawn without touching the notebook's random state)."""
     with torch.random.fork_rng(devices=[]):
-        return nn.ModuleDict({name: nn.Linear(d_model, d_model, bias=bias, dtype=dtype)
-                              for name in PROJECTIONS})
+        return nn.ModuleDict(
+            {name: nn.Linear(d_model, d_model, bias=bias, dtype=dtype) for name in PROJECTIONS}
+        )
 
 
 def builtin_mha(source: nn.Module, num_heads: int) -> nn.MultiheadAttention:
@@ -214,8 +275,9 @@ def builtin_mha(source: nn.Module, num_heads: int) -> nn.MultiheadAttention:
     q, k, v, o = (getattr(source, name) for name in PROJECTIONS)
     bias = q.bias is not None
     with torch.random.fork_rng(devices=[]):  # its own initialisation draws numbers
-        mha = nn.MultiheadAttention(q.in_features, num_heads, bias=bias, batch_first=True,
-                                    dtype=q.weight.dtype)
+        mha = nn.MultiheadAttention(
+            q.in_features, num_heads, bias=bias, batch_first=True, dtype=q.weight.dtype
+        )
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
         mha.out_proj.weight.copy_(o.weight)
@@ -232,8 +294,7 @@ def builtin_forward(mha: nn.MultiheadAttention, query, key, value, mask=None):
     b, q, k, h = query.shape[0], query.shape[1], key.shape[1], mha.num_heads
     # torch's convention: True = may NOT attend, shaped (q, k) or (b * h, q, k)
     attn_mask = None if mask is None else ~mask.expand(b, h, q, k).reshape(b * h, q, k)
-    return mha(query, key, value, attn_mask=attn_mask, need_weights=True,
-               average_attn_weights=False)
+    return mha(query, key, value, attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
 
 
 def forward(c: Check, m, what: str, *args, mask=None):
@@ -246,39 +307,65 @@ def forward(c: Check, m, what: str, *args, mask=None):
             raise
         text = text.removeprefix(c.exercise + " ").rstrip(".")
         if "dtype" in text and args[0].dtype != torch.float32:
-            c.fail(f"{what}: with {args[0].dtype} inputs forward {text}. A tensor made inside "
-                   "forward has a fixed dtype (torch.zeros(...) and torch.tensor(...) are "
-                   "float32): create it like the inputs (dtype=query.dtype, device=query.device, "
-                   "or torch.zeros_like).")
+            c.fail(
+                f"{what}: with {args[0].dtype} inputs forward {text}. A tensor made inside "
+                "forward has a fixed dtype (torch.zeros(...) and torch.tensor(...) are "
+                "float32): create it like the inputs (dtype=query.dtype, device=query.device, "
+                "or torch.zeros_like)."
+            )
         if mask is not None and "size" in text:
-            c.fail(f"{what}: with a mask of shape {tuple(mask.shape)} forward {text}. The mask "
-                   "must broadcast against the (b, h, q, k) scores of the split heads: a (q, k), "
-                   "(b, 1, q, k) or (b, 1, 1, k) mask does so as it is.")
+            c.fail(
+                f"{what}: with a mask of shape {tuple(mask.shape)} forward {text}. The mask "
+                "must broadcast against the (b, h, q, k) scores of the split heads: a (q, k), "
+                "(b, 1, q, k) or (b, 1, 1, k) mask does so as it is."
+            )
         q, k = args[0].shape[1], args[1].shape[1]
         if q != k:
-            c.fail(f"{what}: with {q} queries and {k} keys/values forward {text}. Do the keys "
-                   "come from `key` and the values from `value` (not from `query`), and is "
-                   "every size read from the right tensor?")
+            c.fail(
+                f"{what}: with {q} queries and {k} keys/values forward {text}. Do the keys "
+                "come from `key` and the values from `value` (not from `query`), and is "
+                "every size read from the right tensor?"
+            )
         raise
-    c.that(isinstance(result, tuple) and len(result) == 2, "forward should return a pair "
-           "(output, weights).")
+    c.that(isinstance(result, tuple) and len(result) == 2, "forward should return a pair (output, weights).")
     return result
 
 
-def compare(c: Check, m, what: str, query, key, value, expected, mistakes, mask=None,
-            atol=ATOL32, rtol=RTOL32, passed: str | None = None):
+def compare(
+    c: Check,
+    m,
+    what: str,
+    query,
+    key,
+    value,
+    expected,
+    mistakes,
+    mask=None,
+    atol=ATOL32,
+    rtol=RTOL32,
+    passed: str | None = None,
+):
     """Run the learner's module and compare (output, weights) with ``expected``; when they
     differ, ``mistakes(kind)`` ("weights" or "output") gives (what a mistake produces, its
     message) to name the mistake that reproduces the learner's numbers."""
     out, w = forward(c, m, what, query, key, value, mask=mask)
     want, want_w = expected
     b, q, k, h, d = query.shape[0], query.shape[1], key.shape[1], want_w.shape[1], want.shape[-1]
-    c.that(isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor),
-           "forward should return two tensors, (output, weights).")
-    c.shape(out, (b, q, d), f"the output ({what})",
-            "The output has one d_model vector per query: (b, q_len, d_model).")
-    shape_hint = ("Return the weights of every head, (b, h, q, k), not their average." if tuple(
-        w.shape) == (b, q, k) else "The weights are (b, num_heads, q_len, k_len).")
+    c.that(
+        isinstance(out, torch.Tensor) and isinstance(w, torch.Tensor),
+        "forward should return two tensors, (output, weights).",
+    )
+    c.shape(
+        out,
+        (b, q, d),
+        f"the output ({what})",
+        "The output has one d_model vector per query: (b, q_len, d_model).",
+    )
+    shape_hint = (
+        "Return the weights of every head, (b, h, q, k), not their average."
+        if tuple(w.shape) == (b, q, k)
+        else "The weights are (b, num_heads, q_len, k_len)."
+    )
     c.shape(w, (b, h, q, k), f"the weights ({what})", shape_hint)
     c.that(out.dtype == query.dtype, f"the output is {out.dtype} for {query.dtype} inputs.")
     if not near(w, want_w, atol, rtol):
@@ -286,19 +373,27 @@ def compare(c: Check, m, what: str, query, key, value, expected, mistakes, mask=
             if near(w, cand):
                 c.fail(f"{what}: {message}")
         per_sequence = mask is not None and mask.dim() == 4 and mask.shape[0] > 1
-        c.fail(f"{what}: the attention weights differ from the expected ones (tolerance "
-               f"{atol:g}). " + ("This mask differs from one sequence to the next: make sure "
-                                 "sequence i's mask reaches all the heads of sequence i, and "
-                                 "only those." if per_sequence else
-                                 "Each head: softmax(Q_h K_hᵀ / √d_head) with "
-                                 "Q = q_proj(query), K = k_proj(key), split into heads."))
+        c.fail(
+            f"{what}: the attention weights differ from the expected ones (tolerance "
+            f"{atol:g}). "
+            + (
+                "This mask differs from one sequence to the next: make sure "
+                "sequence i's mask reaches all the heads of sequence i, and "
+                "only those."
+                if per_sequence
+                else "Each head: softmax(Q_h K_hᵀ / √d_head) with "
+                "Q = q_proj(query), K = k_proj(key), split into heads."
+            )
+        )
     if not near(out, want, atol, rtol):
         for cand, message in mistakes("output"):
             if near(out, cand):
                 c.fail(f"{what}: {message}")
-        c.fail(f"{what}: the weights are right but the output differs (tolerance {atol:g}). "
-               "Output = out_proj(merge_heads(weights @ V)) with V = v_proj(value) split into "
-               "heads.")
+        c.fail(
+            f"{what}: the weights are right but the output differs (tolerance {atol:g}). "
+            "Output = out_proj(merge_heads(weights @ V)) with V = v_proj(value) split into "
+            "heads."
+        )
     if passed:
         c.ok(passed)
     return out, w
@@ -306,6 +401,7 @@ def compare(c: Check, m, what: str, query, key, value, expected, mistakes, mask=
 
 def _stored_mistakes(case: str):
     """mistakes(kind) for a visible case: what each usual mistake gives there, as stored."""
+
     def mistakes(kind: str):
         table = WEIGHT_MISTAKES if kind == "weights" else OUTPUT_MISTAKES
         for name, message in table.items():
@@ -313,6 +409,7 @@ def _stored_mistakes(case: str):
                 yield _stored_tensor(f"mha_{case}_{kind}_{name}"), message
             except KeyError:  # that mistake changes nothing here, or can't run here
                 continue
+
     return mistakes
 
 
@@ -336,29 +433,67 @@ def check_multi_head_attention(MultiHeadAttention) -> None:
     c.load_by_name(m, source, NAMES)
     theirs = builtin_mha(source, H)
     x, q, k, v = (_stored_tensor(f"mha_{name}") for name in ("x", "query", "key", "value"))
-    out, w = compare(c, m, "self-attention", x, x, x, builtin_forward(theirs, x, x, x),
-                     _stored_mistakes("self"),
-                     passed="self-attention (batch 2, 5 tokens, 3 heads) equals "
-                            "torch.nn.MultiheadAttention, tolerance 1e-5")
-    c.close(w.sum(-1), torch.ones(2, H, 5), "each head's weights should sum to 1 over the keys.",
-            passed="every head's weights sum to 1")
-    compare(c, m, "cross-attention", q, k, v, builtin_forward(theirs, q, k, v),
-            _stored_mistakes("cross"),
-            passed="cross-attention (4 queries, 6 keys, key ≠ value) matches")
+    out, w = compare(
+        c,
+        m,
+        "self-attention",
+        x,
+        x,
+        x,
+        builtin_forward(theirs, x, x, x),
+        _stored_mistakes("self"),
+        passed="self-attention (batch 2, 5 tokens, 3 heads) equals "
+        "torch.nn.MultiheadAttention, tolerance 1e-5",
+    )
+    c.close(
+        w.sum(-1),
+        torch.ones(2, H, 5),
+        "each head's weights should sum to 1 over the keys.",
+        passed="every head's weights sum to 1",
+    )
+    compare(
+        c,
+        m,
+        "cross-attention",
+        q,
+        k,
+        v,
+        builtin_forward(theirs, q, k, v),
+        _stored_mistakes("cross"),
+        passed="cross-attention (4 queries, 6 keys, key ≠ value) matches",
+    )
     causal = torch.tril(torch.ones(5, 5, dtype=torch.bool))
-    out, w = compare(c, m, "causal (q, k) mask", x, x, x, builtin_forward(theirs, x, x, x, causal),
-                     _stored_mistakes("causal"), mask=causal,
-                     passed="a causal (q, k) mask broadcasts over batch and heads")
+    out, w = compare(
+        c,
+        m,
+        "causal (q, k) mask",
+        x,
+        x,
+        x,
+        builtin_forward(theirs, x, x, x, causal),
+        _stored_mistakes("causal"),
+        mask=causal,
+        passed="a causal (q, k) mask broadcasts over batch and heads",
+    )
     c.that(bool((w[..., ~causal] == 0).all()), "masked positions should get weight exactly 0.")
     m64 = c.build(MultiHeadAttention, D, H)
     m64.double()
     source64 = known_weights().double()
     c.load_by_name(m64, source64, NAMES)
     x64 = x.double()
-    compare(c, m64, "float64", x64, x64, x64, builtin_forward(builtin_mha(source64, H), x64, x64,
-                                                               x64),
-            lambda kind: iter(()), atol=1e-6, rtol=1e-6,
-            passed="float64 module and inputs give float64 results")
+    compare(
+        c,
+        m64,
+        "float64",
+        x64,
+        x64,
+        x64,
+        builtin_forward(builtin_mha(source64, H), x64, x64, x64),
+        lambda kind: iter(()),
+        atol=1e-6,
+        rtol=1e-6,
+        passed="float64 module and inputs give float64 results",
+    )
     expect_projections(c, c.build(MultiHeadAttention, D, H, bias=False), D, bias=False)
     c.ok("bias=False: four projections without bias")
     expect_dropout_on_weights(c, MultiHeadAttention, D, H)
@@ -380,15 +515,17 @@ def dropout_case(D: int, H: int, seed: int, dtype=torch.float32):
     source = projections(D, dtype=dtype)
     with torch.no_grad():
         for name, p in source.named_parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=dtype) / D ** 0.5)
+            p.copy_(torch.randn(p.shape, generator=g, dtype=dtype) / D**0.5)
         source["v_proj"].weight.copy_(torch.eye(D, dtype=dtype))
         source["v_proj"].bias.zero_()
         source["out_proj"].weight.copy_(
-            torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64))[0].to(dtype))
+            torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64))[0].to(dtype)
+        )
     query = torch.randn(2, 5, D, generator=g, dtype=dtype)
     key = torch.randn(2, d_head, D, generator=g, dtype=dtype)
-    O = torch.linalg.qr(torch.randn(2, H, d_head, d_head, generator=g,
-                                    dtype=torch.float64))[0].to(dtype)  # (b, h, k, d_head)
+    O = torch.linalg.qr(torch.randn(2, H, d_head, d_head, generator=g, dtype=torch.float64))[0].to(
+        dtype
+    )  # (b, h, k, d_head)
     value = O.transpose(1, 2).reshape(2, d_head, D)  # head h's values in its own features
     return source, (query, key, value), O
 
@@ -407,10 +544,13 @@ def dropout_verdict(c: Check, out, w, want, want_w, coef, Y, atol: float, rtol: 
     dropout acted on the attention weights that multiply V (each coefficient 0 or
     weight / (1 - p)) and nothing else; name the mistake when not. ``w``: the weights
     returned; ``want``/``want_w``: output and weights without dropout."""
-    c.that(not near(out, want, atol, rtol), f"MultiHeadAttention(..., dropout={P_DROP}) in "
-           "training mode gives the same output as without dropout: keep an nn.Dropout and "
-           "apply it to the attention weights, before they multiply V.",
-           "dropout is active in training mode")
+    c.that(
+        not near(out, want, atol, rtol),
+        f"MultiHeadAttention(..., dropout={P_DROP}) in "
+        "training mode gives the same output as without dropout: keep an nn.Dropout and "
+        "apply it to the attention weights, before they multiply V.",
+        "dropout is active in training mode",
+    )
     dropped = coef.abs() <= atol
     kept = torch_isclose(coef, want_w / (1 - P_DROP), atol=atol, rtol=rtol)
     if bool((dropped | kept).all()):
@@ -418,40 +558,52 @@ def dropout_verdict(c: Check, out, w, want, want_w, coef, Y, atol: float, rtol: 
         if near(w, want_w, atol, rtol):
             c.ok("training mode returns the weights from before dropout (rows sum to 1)")
         elif near(w, coef, atol, rtol):
-            c.ok("training mode returns the dropped-out weights that multiply V "
-                 "(as torch.nn.MultiheadAttention does)")
-        elif bool(((w.abs() <= atol) | torch_isclose(w, want_w / (1 - P_DROP), atol=atol,
-                                                      rtol=rtol)).all()):
-            c.fail(f"with dropout={P_DROP} in training mode the weights you return have dropout "
-                   "applied, but not the dropout that the weights multiplying V got: two calls "
-                   "to dropout draw two different masks. Return the weights from before "
-                   "dropout, or the very dropped-out tensor you multiply with V.")
+            c.ok(
+                "training mode returns the dropped-out weights that multiply V "
+                "(as torch.nn.MultiheadAttention does)"
+            )
+        elif bool(((w.abs() <= atol) | torch_isclose(w, want_w / (1 - P_DROP), atol=atol, rtol=rtol)).all()):
+            c.fail(
+                f"with dropout={P_DROP} in training mode the weights you return have dropout "
+                "applied, but not the dropout that the weights multiplying V got: two calls "
+                "to dropout draw two different masks. Return the weights from before "
+                "dropout, or the very dropped-out tensor you multiply with V."
+            )
         else:
-            c.fail(f"with dropout={P_DROP} in training mode the weights you return are neither "
-                   "the attention weights from before dropout (each row sums to 1) nor the "
-                   "dropped-out weights that multiply V.")
+            c.fail(
+                f"with dropout={P_DROP} in training mode the weights you return are neither "
+                "the attention weights from before dropout (each row sums to 1) nor the "
+                "dropped-out weights that multiply V."
+            )
         return
     if bool((dropped | torch_isclose(coef, want_w, atol=atol, rtol=rtol)).all()):
-        c.fail(f"with dropout={P_DROP} in training mode the weights are dropped but the ones "
-               "kept are not scaled up by 1 / (1 - p), so the expected output changes between "
-               "training and eval. Use inverted dropout (as nn.Dropout does).")
-    if bool((dropped | torch_isclose(coef, want_w / (1 - P_DROP) ** 2, atol=atol,
-                                     rtol=rtol)).all()):
-        c.fail(f"with dropout={P_DROP} in training mode the weights that multiply V went through "
-               "dropout twice (the ones kept are scaled by 1 / (1 - p)², and more are dropped "
-               "than p says). Apply dropout once, to the weights after the softmax.")
+        c.fail(
+            f"with dropout={P_DROP} in training mode the weights are dropped but the ones "
+            "kept are not scaled up by 1 / (1 - p), so the expected output changes between "
+            "training and eval. Use inverted dropout (as nn.Dropout does)."
+        )
+    if bool((dropped | torch_isclose(coef, want_w / (1 - P_DROP) ** 2, atol=atol, rtol=rtol)).all()):
+        c.fail(
+            f"with dropout={P_DROP} in training mode the weights that multiply V went through "
+            "dropout twice (the ones kept are scaled by 1 / (1 - p)², and more are dropped "
+            "than p says). Apply dropout once, to the weights after the softmax."
+        )
     zeros_out = float((out == 0).double().mean())
     zeros_heads = float((Y.abs() <= atol).double().mean())
     if max(zeros_out, zeros_heads) > 0.2:
-        c.fail(f"with dropout={P_DROP} in training mode whole entries of the output (or of the "
-               "heads' outputs, what attention returns) are zeroed: dropout seems to be applied "
-               "to the output of attention. It belongs on the attention weights, between the "
-               "softmax and the product with V: drop out the weights, then multiply them with V.")
-    c.fail(f"with dropout={P_DROP} in training mode the output is not the values mixed by the "
-           "dropped-out attention weights: each weight should either be dropped (0) or scaled "
-           "by 1 / (1 - p), and the output built from those exactly as in eval mode. Apply "
-           "dropout to the attention weights only, not to the output, the values or the "
-           "scores.")
+        c.fail(
+            f"with dropout={P_DROP} in training mode whole entries of the output (or of the "
+            "heads' outputs, what attention returns) are zeroed: dropout seems to be applied "
+            "to the output of attention. It belongs on the attention weights, between the "
+            "softmax and the product with V: drop out the weights, then multiply them with V."
+        )
+    c.fail(
+        f"with dropout={P_DROP} in training mode the output is not the values mixed by the "
+        "dropped-out attention weights: each weight should either be dropped (0) or scaled "
+        "by 1 / (1 - p), and the output built from those exactly as in eval mode. Apply "
+        "dropout to the attention weights only, not to the output, the values or the "
+        "scores."
+    )
 
 
 def expect_dropout_on_weights(c: Check, MultiHeadAttention, D: int, H: int) -> None:
@@ -460,8 +612,15 @@ def expect_dropout_on_weights(c: Check, MultiHeadAttention, D: int, H: int) -> N
     md = c.build(MultiHeadAttention, D, H, dropout=P_DROP)
     c.load_by_name(md, source, NAMES)  # eval mode
     want, want_w = builtin_forward(builtin_mha(source, H), *args)
-    compare(c, md, f"dropout={P_DROP} in eval mode", *args, (want, want_w),
-            lambda kind: iter(()), passed=f"dropout={P_DROP} does nothing in eval mode")
+    compare(
+        c,
+        md,
+        f"dropout={P_DROP} in eval mode",
+        *args,
+        (want, want_w),
+        lambda kind: iter(()),
+        passed=f"dropout={P_DROP} does nothing in eval mode",
+    )
     md.train()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(61)  # any mask will do: the verdict checks properties

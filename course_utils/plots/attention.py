@@ -12,6 +12,7 @@
 
 matplotlib and torch are imported inside the functions: importing this module is cheap.
 """
+
 from __future__ import annotations
 
 import math
@@ -52,14 +53,22 @@ KEY_LABEL_UNKNOWN = KEY_LABEL + "\nword? = not among the 20k GloVe words: zero v
 
 
 class AttentionPlot(NamedTuple):
-    fig: object      # matplotlib Figure
-    ax: object       # the heatmap's Axes
+    fig: object  # matplotlib Figure
+    ax: object  # the heatmap's Axes
     weights: np.ndarray  # (q, k) the numbers drawn
 
 
-def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[str] | None = None,
-                   ax=None, title: str | None = None, annotate: bool | None = None,
-                   cmap: str = "viridis", colorbar: bool = True, mask=None) -> AttentionPlot:
+def plot_attention(
+    weights,
+    query_tokens: Sequence[str],
+    key_tokens: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    annotate: bool | None = None,
+    cmap: str = "viridis",
+    colorbar: bool = True,
+    mask=None,
+) -> AttentionPlot:
     """Heatmap of attention weights: row i = query i, column j = key j, colour = w_ij in [0, 1].
 
     ``weights`` is (q, k), a NumPy array or a tensor on any device. ``annotate`` writes each
@@ -70,24 +79,29 @@ def plot_attention(weights, query_tokens: Sequence[str], key_tokens: Sequence[st
 
     w = _as_numpy(weights)
     if w.ndim != 2:
-        raise ValueError(f"weights should be (queries, keys), got shape {w.shape}; "
-                         "pick one batch element / head first, e.g. weights[0, 0]")
+        raise ValueError(
+            f"weights should be (queries, keys), got shape {w.shape}; "
+            "pick one batch element / head first, e.g. weights[0, 0]"
+        )
     key_tokens = list(query_tokens) if key_tokens is None else list(key_tokens)
     query_tokens = list(query_tokens)
     if w.shape != (len(query_tokens), len(key_tokens)):
-        raise ValueError(f"weights have shape {w.shape} but there are {len(query_tokens)} query "
-                         f"and {len(key_tokens)} key tokens")
-    fig, ax, image = labelled_heatmap(ax, w, query_tokens, key_tokens, colorbar, 3.0, 0.55,
-                                      cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto")
+        raise ValueError(
+            f"weights have shape {w.shape} but there are {len(query_tokens)} query "
+            f"and {len(key_tokens)} key tokens"
+        )
+    fig, ax, image = labelled_heatmap(
+        ax, w, query_tokens, key_tokens, colorbar, 3.0, 0.55, cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto"
+    )
     ax.set_xlabel(KEY_LABEL)
     ax.set_ylabel("query (attending)")
     if title:
         ax.set_title(title)
-    allowed = np.ones(w.shape, bool) if mask is None else np.broadcast_to(
-        _as_numpy(mask).astype(bool), w.shape)
+    allowed = (
+        np.ones(w.shape, bool) if mask is None else np.broadcast_to(_as_numpy(mask).astype(bool), w.shape)
+    )
     if not allowed.all():
-        ax.imshow(np.where(allowed, np.nan, 1.0), cmap="Greys", vmin=0.0, vmax=4.0,
-                  aspect="auto")
+        ax.imshow(np.where(allowed, np.nan, 1.0), cmap="Greys", vmin=0.0, vmax=4.0, aspect="auto")
     if annotate is None:
         annotate = max(w.shape) <= 12
     if annotate:
@@ -103,14 +117,25 @@ def _write_cells(ax, w: np.ndarray, allowed: np.ndarray) -> None:
         for j in range(w.shape[1]):
             if not allowed[i, j]:
                 continue
-            cell = ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                           color="black" if w[i, j] > 0.6 else "white")
+            cell = ax.text(
+                j,
+                i,
+                f"{w[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if w[i, j] > 0.6 else "white",
+            )
             cell._course_cell = (i, j)  # for update_attention
 
 
-def update_attention(plot: AttentionPlot, weights, title: str | None = None,
-                     query_tokens: Sequence[str] | None = None,
-                     key_tokens: Sequence[str] | None = None) -> AttentionPlot:
+def update_attention(
+    plot: AttentionPlot,
+    weights,
+    title: str | None = None,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+) -> AttentionPlot:
     """The picture of ``plot_attention(weights, ...)``, made by changing the artists of
     ``plot`` instead of building the figure again: the heatmap's colours, the numbers written
     in its cells and their colours, the title, and the tokens when given (as many as before).
@@ -119,8 +144,7 @@ def update_attention(plot: AttentionPlot, weights, title: str | None = None,
     if w.shape != plot.weights.shape:
         raise ValueError(f"weights of shape {w.shape} for a picture of {plot.weights.shape}")
     ax = plot.ax
-    for tokens, axis, n in ((query_tokens, ax.yaxis, w.shape[0]),
-                            (key_tokens, ax.xaxis, w.shape[1])):
+    for tokens, axis, n in ((query_tokens, ax.yaxis, w.shape[0]), (key_tokens, ax.xaxis, w.shape[1])):
         if tokens is None:
             continue
         tokens = [str(t) for t in tokens]
@@ -152,12 +176,12 @@ class SentenceAttention:
     """What the widget draws for one sentence, one scale and one mask setting."""
 
     tokens: list[str]
-    known: np.ndarray        # (n,) bool: the word has a GloVe vector (unknown words get zeros)
-    scale: float             # the scores X Xᵀ are divided by this
+    known: np.ndarray  # (n,) bool: the word has a GloVe vector (unknown words get zeros)
+    scale: float  # the scores X Xᵀ are divided by this
     causal: bool
-    allowed: np.ndarray      # (n, n) bool: True where query i may attend to key j
-    weights: np.ndarray      # (n, n) what attention_fn returned, rows sum to 1
-    entropy: np.ndarray      # (n,) entropy of each row, nats
+    allowed: np.ndarray  # (n, n) bool: True where query i may attend to key j
+    weights: np.ndarray  # (n, n) what attention_fn returned, rows sum to 1
+    entropy: np.ndarray  # (n,) entropy of each row, nats
     max_entropy: np.ndarray  # (n,) log(number of keys each row may attend to)
 
     @property
@@ -166,9 +190,14 @@ class SentenceAttention:
         return [t if k else f"{t}?" for t, k in zip(self.tokens, self.known)]
 
 
-def sentence_attention(sentence: str, attention_fn: Callable, scale: float | None = None,
-                       causal: bool = False, causal_mask_fn: Callable | None = None,
-                       vectors=None) -> SentenceAttention:
+def sentence_attention(
+    sentence: str,
+    attention_fn: Callable,
+    scale: float | None = None,
+    causal: bool = False,
+    causal_mask_fn: Callable | None = None,
+    vectors=None,
+) -> SentenceAttention:
     """Self-attention of a sentence's GloVe vectors with the scores divided by ``scale``.
 
     Q = K = V = X, the (n, 50) word vectors (a word outside the vocabulary gets a zero vector:
@@ -204,16 +233,26 @@ def sentence_attention(sentence: str, attention_fn: Callable, scale: float | Non
     w = _as_numpy(weights)
     if w.shape != (n, n):
         raise ValueError(f"the attention weights have shape {w.shape}, expected ({n}, {n})")
-    allowed = np.ones((n, n), bool) if mask is None else np.broadcast_to(
-        _as_numpy(mask).astype(bool), (n, n)).copy()
-    return SentenceAttention(tokens=tokens, known=known, scale=scale, causal=bool(causal),
-                             allowed=allowed, weights=w, entropy=row_entropy(w),
-                             max_entropy=np.log(np.maximum(allowed.sum(axis=1), 1)))
+    allowed = (
+        np.ones((n, n), bool)
+        if mask is None
+        else np.broadcast_to(_as_numpy(mask).astype(bool), (n, n)).copy()
+    )
+    return SentenceAttention(
+        tokens=tokens,
+        known=known,
+        scale=scale,
+        causal=bool(causal),
+        allowed=allowed,
+        weights=w,
+        entropy=row_entropy(w),
+        max_entropy=np.log(np.maximum(allowed.sum(axis=1), 1)),
+    )
 
 
 class SentencePlot(NamedTuple):
     fig: object
-    axes: tuple      # (heatmap Axes, entropy Axes)
+    axes: tuple  # (heatmap Axes, entropy Axes)
     result: SentenceAttention
 
 
@@ -232,13 +271,15 @@ def plot_sentence_attention(result: SentenceAttention, fig=None) -> SentencePlot
     else:
         fig.clear()
     # an inch below the axes: the rotated key tokens and a two-line label fit inside the figure
-    grid = fig.add_gridspec(1, 2, width_ratios=[max(n, 3), 3], wspace=0.08,
-                            bottom=min(0.3, 1.1 / fig.get_figheight()))
+    grid = fig.add_gridspec(
+        1, 2, width_ratios=[max(n, 3), 3], wspace=0.08, bottom=min(0.3, 1.1 / fig.get_figheight())
+    )
     ax_w = fig.add_subplot(grid[0])
     ax_h = fig.add_subplot(grid[1], sharey=ax_w)
     labels = result.labels
-    plot_attention(result.weights, labels, labels, ax=ax_w, annotate=n <= 12, colorbar=False,
-                   mask=result.allowed)
+    plot_attention(
+        result.weights, labels, labels, ax=ax_w, annotate=n <= 12, colorbar=False, mask=result.allowed
+    )
     if not result.known.all():  # below the rotated tick labels, where nothing else is
         ax_w.set_xlabel(KEY_LABEL_UNKNOWN)
     ax_w.set_title(_sentence_title(result), fontsize=10)
@@ -266,8 +307,7 @@ def update_sentence_attention(plot: SentencePlot, result: SentenceAttention) -> 
     if result.tokens != old.tokens or not np.array_equal(result.allowed, old.allowed):
         raise ValueError("update_sentence_attention needs the tokens and the mask of the picture")
     ax_w, ax_h = plot.axes
-    update_attention(AttentionPlot(plot.fig, ax_w, old.weights), result.weights,
-                     _sentence_title(result))
+    update_attention(AttentionPlot(plot.fig, ax_w, old.weights), result.weights, _sentence_title(result))
     for bar, width in zip(ax_h.patches, result.entropy):
         bar.set_width(width)
     return SentencePlot(plot.fig, plot.axes, result)
@@ -328,5 +368,4 @@ def sentence_artists(plot: SentencePlot) -> list:
 
 def _sentence_title(result: SentenceAttention) -> str:
     note = " (= √d_k)" if math.isclose(result.scale, math.sqrt(50), rel_tol=1e-3) else ""
-    return (f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})"
-            + ("  · causal" if result.causal else ""))
+    return f"weights = softmax(X Xᵀ / {result.scale:.3g}{note})" + ("  · causal" if result.causal else "")

@@ -12,6 +12,7 @@
 
 matplotlib is imported inside the functions: importing this module is cheap.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,10 +22,10 @@ import numpy as np
 
 
 class PCA2D(NamedTuple):
-    coords: np.ndarray      # (n, 2) the projected points
+    coords: np.ndarray  # (n, 2) the projected points
     components: np.ndarray  # (2, d) the two directions, unit length, orthogonal
-    mean: np.ndarray        # (d,) subtracted before projecting
-    explained: np.ndarray   # (2,) share of the total variance along each direction
+    mean: np.ndarray  # (d,) subtracted before projecting
+    explained: np.ndarray  # (2,) share of the total variance along each direction
 
 
 def pca_2d(X, orient=None) -> PCA2D:
@@ -41,7 +42,7 @@ def pca_2d(X, orient=None) -> PCA2D:
     if X.ndim != 2 or X.shape[0] < 2:
         raise ValueError(f"pca_2d needs at least two row vectors, got shape {X.shape}")
     mean = X.mean(axis=0)
-    Xc = X - mean                                       # (n, d)
+    Xc = X - mean  # (n, d)
     _, S, Vt = np.linalg.svd(Xc, full_matrices=False)  # Vt: (min(n, d), d)
     comps = np.zeros((2, X.shape[1]))
     m = min(2, Vt.shape[0])
@@ -61,15 +62,23 @@ def pca_2d(X, orient=None) -> PCA2D:
 
 
 class ProjectionPlot(NamedTuple):
-    fig: object          # matplotlib Figure
-    ax: object           # matplotlib Axes
-    coords: np.ndarray   # (n, 2) the points drawn, in the order of the labels
+    fig: object  # matplotlib Figure
+    ax: object  # matplotlib Axes
+    coords: np.ndarray  # (n, 2) the points drawn, in the order of the labels
 
 
-def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, int]] = (),
-                    ax=None, title: str | None = None, colors=None,
-                    explained=None, also_fit=None, also_avoid=(),
-                    figsize=(7.5, 5.6)) -> ProjectionPlot:
+def plot_projection(
+    coords,
+    labels: Sequence[str],
+    arrows: Sequence[tuple[int, int]] = (),
+    ax=None,
+    title: str | None = None,
+    colors=None,
+    explained=None,
+    also_fit=None,
+    also_avoid=(),
+    figsize=(7.5, 5.6),
+) -> ProjectionPlot:
     """Scatter of 2-D points with a text label each, and arrows from point i to point j.
 
     ``arrows`` is a list of index pairs ``(i, j)`` into ``coords``; ``colors`` one colour per
@@ -95,9 +104,13 @@ def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, i
     B = P if also_fit is None else np.vstack([P, np.asarray(also_fit, float).reshape(-1, 2)])
     span = float(np.ptp(B, axis=0).max()) or 1.0
     for i, j in arrows:
-        ax.annotate("", xy=P[j], xytext=P[i], zorder=2,
-                    arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=1.6,
-                                    shrinkA=4, shrinkB=4))
+        ax.annotate(
+            "",
+            xy=P[j],
+            xytext=P[i],
+            zorder=2,
+            arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=1.6, shrinkA=4, shrinkB=4),
+        )
     pad = 0.12 * span
     ax.set_xlim(B[:, 0].min() - pad, B[:, 0].max() + pad)
     ax.set_ylim(B[:, 1].min() - pad, B[:, 1].max() + pad)
@@ -120,7 +133,7 @@ def plot_projection(coords, labels: Sequence[str], arrows: Sequence[tuple[int, i
 # the point first, then above, left, below, and the angles between), at growing distances
 _ANGLES = (0, 90, 180, 270, 45, 135, 225, 315, 30, 150, 210, 330, 60, 120, 240, 300)
 _RINGS = (1.0, 2.0, 3.2, 4.6, 6.4, 8.6)  # distances tried, in multiples of the first gap
-_GAP = 4.0                     # px between a point's edge and its label, and around every label
+_GAP = 4.0  # px between a point's edge and its label, and around every label
 
 
 def _segment_points(segments, n: int = 24) -> np.ndarray:
@@ -128,12 +141,12 @@ def _segment_points(segments, n: int = 24) -> np.ndarray:
     if not segments:
         return np.zeros((0, 2))
     t = np.linspace(0.0, 1.0, n + 2)[1:-1, None]
-    return np.vstack([(1 - t) * np.asarray(p0, float) + t * np.asarray(p1, float)
-                      for p0, p1 in segments])
+    return np.vstack([(1 - t) * np.asarray(p0, float) + t * np.asarray(p1, float) for p0, p1 in segments])
 
 
-def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray,
-                  segments=(), fontsize: float = 10) -> None:
+def _place_labels(
+    ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray, segments=(), fontsize: float = 10
+) -> None:
     """One label per point, each put where it overlaps nothing (deterministic, a few ms).
 
     Every label is measured in pixels, then tried in 16 directions around its point at growing
@@ -151,13 +164,14 @@ def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray,
     renderer = fig.canvas.get_renderer()
     px_per_pt = fig.dpi / 72.0
     to_px = ax.transData.transform
-    pts = to_px(P)                                           # (n, 2) the points, in pixels
-    avoid = to_px(np.vstack([obstacles, _segment_points(segments)]) if len(segments)
-                  else obstacles)                            # points, star, arrows: (m, 2)
+    pts = to_px(P)  # (n, 2) the points, in pixels
+    avoid = to_px(
+        np.vstack([obstacles, _segment_points(segments)]) if len(segments) else obstacles
+    )  # points, star, arrows: (m, 2)
     bounds = ax.get_window_extent(renderer)
-    radius = 0.5 * np.sqrt(36) * px_per_pt                   # a scatter dot of s=36
+    radius = 0.5 * np.sqrt(36) * px_per_pt  # a scatter dot of s=36
     font = FontProperties(size=fontsize)
-    placed: list[tuple[float, float, float, float]] = []     # boxes (x0, y0, x1, y1) in pixels
+    placed: list[tuple[float, float, float, float]] = []  # boxes (x0, y0, x1, y1) in pixels
 
     # every candidate place, as the offset of a box's centre direction and distance: (c, ...)
     rings = np.repeat(np.arange(len(_RINGS)), len(_ANGLES))
@@ -181,8 +195,12 @@ def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray,
             oh = np.clip(np.minimum(py1[:, None], o[:, 3]) - np.maximum(py0[:, None], o[:, 1]), 0, None)
             cost += (ow * oh).sum(axis=1)
         # every other point, the star, the arrows under it
-        hits = ((a[:, 0] > px0[:, None] - radius) & (a[:, 0] < px1[:, None] + radius)
-                & (a[:, 1] > py0[:, None] - radius) & (a[:, 1] < py1[:, None] + radius))
+        hits = (
+            (a[:, 0] > px0[:, None] - radius)
+            & (a[:, 0] < px1[:, None] + radius)
+            & (a[:, 1] > py0[:, None] - radius)
+            & (a[:, 1] < py1[:, None] + radius)
+        )
         cost += hits.sum(axis=1) * (2 * radius) ** 2
         if len(pts) > 1:  # a label must read as its own point's: no other point nearer to it
             gx = np.maximum(np.maximum(x0[:, None] - pts[:, 0], pts[:, 0] - x1[:, None]), 0)
@@ -192,8 +210,12 @@ def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray,
             dist[:, i] = np.inf
             nearest = dist.min(axis=1)
             cost += np.where(nearest < own + 2 * _GAP, (own + 2 * _GAP - nearest) * 20.0, 0.0)
-        outside = (np.maximum(0.0, bounds.x0 - x0) + np.maximum(0.0, x1 - bounds.x1)
-                   + np.maximum(0.0, bounds.y0 - y0) + np.maximum(0.0, y1 - bounds.y1))
+        outside = (
+            np.maximum(0.0, bounds.x0 - x0)
+            + np.maximum(0.0, x1 - bounds.x1)
+            + np.maximum(0.0, bounds.y0 - y0)
+            + np.maximum(0.0, y1 - bounds.y1)
+        )
         cost += 50.0 * outside * (w + h)
         # the nearest free place (rings outward, directions in order); else the least overlap
         free = np.flatnonzero(cost <= 0)
@@ -201,15 +223,22 @@ def _place_labels(ax, P: np.ndarray, labels: list[str], obstacles: np.ndarray,
         box, ring_no = (x0[pick], y0[pick], x1[pick], y1[pick]), int(rings[pick])
         placed.append(box)
         lx, ly = box[0] - x, box[1] - y
-        ax.annotate(label, xy=ax.transData.inverted().transform((x, y)), xytext=(
-            lx / px_per_pt, ly / px_per_pt), textcoords="offset points", fontsize=fontsize,
-            zorder=4, ha="left", va="bottom", annotation_clip=False)
+        ax.annotate(
+            label,
+            xy=ax.transData.inverted().transform((x, y)),
+            xytext=(lx / px_per_pt, ly / px_per_pt),
+            textcoords="offset points",
+            fontsize=fontsize,
+            zorder=4,
+            ha="left",
+            va="bottom",
+            annotation_clip=False,
+        )
         if ring_no > 0:  # far from its point: a thin line to it, from the box's nearest edge
             ex, ey = np.clip(x, box[0], box[2]), np.clip(y, box[1], box[3])
             inv = ax.transData.inverted()
             (ax0, ay0), (ax1, ay1) = inv.transform([(x, y), (ex, ey)])
-            ax.plot([ax0, ax1], [ay0, ay1], color="0.55", lw=0.6, zorder=2,
-                    scalex=False, scaley=False)
+            ax.plot([ax0, ax1], [ay0, ay1], color="0.55", lw=0.6, zorder=2, scalex=False, scaley=False)
 
 
 def parse_words(text: str) -> list[str]:
@@ -224,9 +253,9 @@ def parse_words(text: str) -> list[str]:
 
 @dataclass(frozen=True)
 class WordProjection:
-    words: list[str]         # the words drawn (known to GloVe), in order
-    unknown: list[str]       # the words asked for that GloVe doesn't have
-    pca: PCA2D               # coordinates, directions, variance shares
+    words: list[str]  # the words drawn (known to GloVe), in order
+    unknown: list[str]  # the words asked for that GloVe doesn't have
+    pca: PCA2D  # coordinates, directions, variance shares
 
     @property
     def coords(self) -> np.ndarray:
@@ -251,18 +280,17 @@ def word_projection(words: Sequence[str] | str, glove=None) -> WordProjection:
     known = [w for w in words if w in glove]
     unknown = [w for w in words if w not in glove]
     if len(known) < 2:
-        raise ValueError(f"need at least two words GloVe knows, got {known} "
-                         f"(unknown: {unknown})")
+        raise ValueError(f"need at least two words GloVe knows, got {known} (unknown: {unknown})")
     return WordProjection(known, unknown, pca_2d(glove.vectors[glove.ids(known)]))
 
 
-def plot_word_projection(proj: WordProjection, arrows: Sequence[tuple[str, str]] = (),
-                         ax=None, title: str | None = None) -> ProjectionPlot:
+def plot_word_projection(
+    proj: WordProjection, arrows: Sequence[tuple[str, str]] = (), ax=None, title: str | None = None
+) -> ProjectionPlot:
     """Draw a ``WordProjection``; ``arrows`` are pairs of words, e.g. ``[("man", "king")]``."""
     pos = {w: i for i, w in enumerate(proj.words)}
     pairs = [(pos[a], pos[b]) for a, b in arrows if a in pos and b in pos]
-    return plot_projection(proj.coords, proj.words, pairs, ax=ax, title=title,
-                           explained=proj.pca.explained)
+    return plot_projection(proj.coords, proj.words, pairs, ax=ax, title=title, explained=proj.pca.explained)
 
 
 @dataclass(frozen=True)
@@ -273,21 +301,27 @@ class AnalogyProjection:
     a: str
     b: str
     c: str
-    answer: str | None        # the top answer of analogy_fn
-    neighbours: list[str]     # runners-up: analogy_fn's answers ranked 2, 3, …
-    words: list[str]          # every word drawn, in the order of ``pca.coords``
+    answer: str | None  # the top answer of analogy_fn
+    neighbours: list[str]  # runners-up: analogy_fn's answers ranked 2, 3, …
+    words: list[str]  # every word drawn, in the order of ``pca.coords``
     pca: PCA2D
-    target: np.ndarray        # (2,) where E[b] - E[a] + E[c] itself lands in the picture
-    by: str                   # whose function answered ("your analogy", or "" for none)
+    target: np.ndarray  # (2,) where E[b] - E[a] + E[c] itself lands in the picture
+    by: str  # whose function answered ("your analogy", or "" for none)
 
     def index(self, word: str) -> int:
         return self.words.index(word)
 
 
-def analogy_projection(a: str, b: str, c: str, words: Sequence[str] | str = (),
-                       analogy_fn: Callable | None = None, neighbours: int = 0,
-                       glove=None) -> AnalogyProjection:
-    """"a is to b as c is to ?" over all GloVe words, projected with ``words``.
+def analogy_projection(
+    a: str,
+    b: str,
+    c: str,
+    words: Sequence[str] | str = (),
+    analogy_fn: Callable | None = None,
+    neighbours: int = 0,
+    glove=None,
+) -> AnalogyProjection:
+    """ "a is to b as c is to ?" over all GloVe words, projected with ``words``.
 
     ``analogy_fn(a_id, b_id, c_id, E, k)`` follows the 02_cosine_similarity contract: it returns
     the ids of the ``k`` best answers, best first. The top one is the answer, the next
@@ -304,16 +338,18 @@ def analogy_projection(a: str, b: str, c: str, words: Sequence[str] | str = (),
         if not got:
             raise ValueError("your analogy returned no id")
         answer = glove.words[int(got[0])]
-        runners = [glove.words[int(i)] for i in got[1:neighbours + 1]]
+        runners = [glove.words[int(i)] for i in got[1 : neighbours + 1]]
     extra = parse_words(words) if isinstance(words, str) else list(words)
-    drawn = list(dict.fromkeys([a, b, c] + ([answer] if answer else []) + runners
-                               + [w for w in extra if w in glove]))
+    drawn = list(
+        dict.fromkeys([a, b, c] + ([answer] if answer else []) + runners + [w for w in extra if w in glove])
+    )
     X = E[glove.ids(drawn)].astype(np.float64)
     Ea, Eb, Ec = (E[i].astype(np.float64) for i in (ia, ib, ic))
     pca = pca_2d(X, orient=np.stack([Eb - Ea, Ec - Ea]))
     target = (Eb - Ea + Ec - pca.mean) @ pca.components.T  # the star: b − a + c, projected
-    return AnalogyProjection(a, b, c, answer, runners, drawn, pca, target,
-                             "your analogy" if analogy_fn is not None else "")
+    return AnalogyProjection(
+        a, b, c, answer, runners, drawn, pca, target, "your analogy" if analogy_fn is not None else ""
+    )
 
 
 def plot_analogy(result: AnalogyProjection, ax=None) -> ProjectionPlot:
@@ -336,16 +372,35 @@ def plot_analogy(result: AnalogyProjection, ax=None) -> ProjectionPlot:
         arrows.append((i(result.c), i(result.answer)))
     title = f"{result.a} : {result.b} :: {result.c} : {result.answer or '?'}"
     dashed = (result.pca.coords[i(result.c)], result.target)
-    out = plot_projection(result.pca.coords, result.words, arrows, ax=ax, title=title,
-                          colors=colors, explained=result.pca.explained,
-                          also_fit=result.target[None],
-                          also_avoid=[dashed] if result.answer is None else [])
+    out = plot_projection(
+        result.pca.coords,
+        result.words,
+        arrows,
+        ax=ax,
+        title=title,
+        colors=colors,
+        explained=result.pca.explained,
+        also_fit=result.target[None],
+        also_avoid=[dashed] if result.answer is None else [],
+    )
     if result.answer is None:
-        out.ax.annotate("", xy=dashed[1], xytext=dashed[0], zorder=2,
-                        arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=1.4, ls="--",
-                                        shrinkA=4, shrinkB=6))
-    out.ax.scatter([result.target[0]], [result.target[1]], marker="*", s=160, c="tab:red",
-                   edgecolors="k", linewidths=0.5, zorder=5,
-                   label=f"{result.b} − {result.a} + {result.c}")
+        out.ax.annotate(
+            "",
+            xy=dashed[1],
+            xytext=dashed[0],
+            zorder=2,
+            arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=1.4, ls="--", shrinkA=4, shrinkB=6),
+        )
+    out.ax.scatter(
+        [result.target[0]],
+        [result.target[1]],
+        marker="*",
+        s=160,
+        c="tab:red",
+        edgecolors="k",
+        linewidths=0.5,
+        zorder=5,
+        label=f"{result.b} − {result.a} + {result.c}",
+    )
     out.ax.legend(loc="best", fontsize=9)
     return out

@@ -14,6 +14,7 @@ The model's own masks come from the functions you pass (``causal_mask`` of 03_at
 single source sentence has no padding, so it needs no padding mask. Every function returns the
 numbers it drew. matplotlib is imported inside the functions.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,9 @@ def _src(src_text: str, src_tok: Tokenizer, device) -> torch.Tensor:
 
 
 @torch.no_grad()
-def cross_attention(model, src_text: str, output_ids: Sequence[int], causal_mask: Callable,
-                    src_tok: Tokenizer | None = None) -> torch.Tensor:
+def cross_attention(
+    model, src_text: str, output_ids: Sequence[int], causal_mask: Callable, src_tok: Tokenizer | None = None
+) -> torch.Tensor:
     """Cross-attention weights while the model writes ``output_ids`` (starting with <bos>).
 
     Row i is what the decoder looked at in the source while predicting output_ids[i + 1].
@@ -54,32 +56,44 @@ def cross_attention(model, src_text: str, output_ids: Sequence[int], causal_mask
     return torch.stack([w[0] for w in maps["cross"]])  # (layers, heads, t, s)
 
 
-def plot_cross_attention(weights: torch.Tensor, src_tokens: Sequence[str],
-                         out_tokens: Sequence[str], layer: int = -1, head: int | None = None,
-                         ax=None) -> AttentionPlot:
+def plot_cross_attention(
+    weights: torch.Tensor,
+    src_tokens: Sequence[str],
+    out_tokens: Sequence[str],
+    layer: int = -1,
+    head: int | None = None,
+    ax=None,
+) -> AttentionPlot:
     """Heatmap of ``cross_attention``'s weights: one row per output token, one column per
     source token. ``head=None`` averages the heads of ``layer``."""
     w = weights[layer]  # (heads, t, s)
     w = w.mean(0) if head is None else w[head]  # (t, s)
     layer_no = layer % weights.shape[0]
     what = "mean of the heads" if head is None else f"head {head}"
-    return plot_attention(w, list(out_tokens), list(src_tokens), ax=ax, annotate=False,
-                          title=f"cross-attention, layer {layer_no}, {what}")
+    return plot_attention(
+        w,
+        list(out_tokens),
+        list(src_tokens),
+        ax=ax,
+        annotate=False,
+        title=f"cross-attention, layer {layer_no}, {what}",
+    )
 
 
 @dataclass
 class Step:
     """One decoding step: everything the stepper widget shows."""
+
     src_tokens: list[str]
-    prefix: list[int]          # ids so far, starting with <bos>
-    labels: list[str]          # target vocabulary, as text
-    probs: np.ndarray          # (V,) softmax(logits), temperature 1
+    prefix: list[int]  # ids so far, starting with <bos>
+    labels: list[str]  # target vocabulary, as text
+    probs: np.ndarray  # (V,) softmax(logits), temperature 1
     filtered: np.ndarray | None  # (V,) share of `draws` draws by sample_fn (None without it)
-    draws: int                 # how many draws `filtered` counts
-    chosen: int                # the id greedy (the most likely) or sampling picked
-    attention: np.ndarray      # (t, s) cross-attention rows so far (last layer, mean of heads)
-    sampled: bool = False      # True: ``chosen`` was drawn by sample_fn; False: greedy
-    temperature: float = 1.0   # the sampler's settings the blue bars were drawn with
+    draws: int  # how many draws `filtered` counts
+    chosen: int  # the id greedy (the most likely) or sampling picked
+    attention: np.ndarray  # (t, s) cross-attention rows so far (last layer, mean of heads)
+    sampled: bool = False  # True: ``chosen`` was drawn by sample_fn; False: greedy
+    temperature: float = 1.0  # the sampler's settings the blue bars were drawn with
     top_k: int | None = None
     top_p: float | None = None
 
@@ -90,12 +104,21 @@ class Step:
 
 
 @torch.no_grad()
-def next_token_step(model, src_text: str, prefix: Sequence[int], causal_mask: Callable,
-                    temperature: float = 1.0, top_k: int | None = None,
-                    top_p: float | None = None, sample_fn: Callable | None = None,
-                    sample: bool = False, generator: torch.Generator | None = None,
-                    draws: int = 4000, src_tok: Tokenizer | None = None,
-                    tgt_tok: Tokenizer | None = None) -> Step:
+def next_token_step(
+    model,
+    src_text: str,
+    prefix: Sequence[int],
+    causal_mask: Callable,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    sample_fn: Callable | None = None,
+    sample: bool = False,
+    generator: torch.Generator | None = None,
+    draws: int = 4000,
+    src_tok: Tokenizer | None = None,
+    tgt_tok: Tokenizer | None = None,
+) -> Step:
     """Run the model on ``src_text`` and ``prefix`` (ids starting with <bos>) and describe the
     next-token choice.
 
@@ -116,21 +139,29 @@ def next_token_step(model, src_text: str, prefix: Sequence[int], causal_mask: Ca
     if sample_fn is not None:
         fixed = torch.Generator(device=logits.device).manual_seed(0)
         many = sample_fn(logits.expand(draws, -1), temperature, top_k, top_p, fixed)  # (draws,)
-        counts = torch.bincount(torch.as_tensor(many).reshape(-1).cpu(),
-                                minlength=len(probs))[: len(probs)]
+        counts = torch.bincount(torch.as_tensor(many).reshape(-1).cpu(), minlength=len(probs))[: len(probs)]
         filtered = (counts.double() / draws).numpy()
     if sample:
         if sample_fn is None:
             raise ValueError("sampling needs a sample_fn (your sample_next_token)")
-        chosen = int(torch.as_tensor(sample_fn(logits, temperature, top_k, top_p,
-                                               generator)).reshape(-1)[0])
+        chosen = int(torch.as_tensor(sample_fn(logits, temperature, top_k, top_p, generator)).reshape(-1)[0])
     else:
         chosen = int(probs.argmax())
-    attn = cross_attention(model, src_text, list(prefix) + [chosen], causal_mask,
-                           src_tok)[-1].mean(0)
-    return Step(src_tok.tokenize(src_text), [int(t) for t in prefix], list(tgt_tok.itos),
-                probs.numpy(), filtered, draws, chosen, attn.numpy(), bool(sample),
-                float(temperature), top_k, top_p)
+    attn = cross_attention(model, src_text, list(prefix) + [chosen], causal_mask, src_tok)[-1].mean(0)
+    return Step(
+        src_tok.tokenize(src_text),
+        [int(t) for t in prefix],
+        list(tgt_tok.itos),
+        probs.numpy(),
+        filtered,
+        draws,
+        chosen,
+        attn.numpy(),
+        bool(sample),
+        float(temperature),
+        top_k,
+        top_p,
+    )
 
 
 def _settings(step: Step) -> str:
@@ -152,30 +183,44 @@ def plot_next_token(step: Step, ax=None, title: str | None = None):
         _, ax = plt.subplots(figsize=(6.4, 3.2))
     x = np.arange(len(step.labels))
     wide = step.filtered is not None
-    grey = ax.bar(x - 0.2 * wide, step.probs, width=0.4 if wide else 0.7, color="0.7",
-                  label="model (T = 1)")
+    grey = ax.bar(x - 0.2 * wide, step.probs, width=0.4 if wide else 0.7, color="0.7", label="model (T = 1)")
     bars = grey
     if wide:
-        blue = ax.bar(x + 0.2, step.filtered, width=0.4, color="C0",
-                      alpha=1.0 if step.sampled else 0.35,
-                      label=f"your sample_next_token, {_settings(step)} ({step.draws:,} draws)")
+        blue = ax.bar(
+            x + 0.2,
+            step.filtered,
+            width=0.4,
+            color="C0",
+            alpha=1.0 if step.sampled else 0.35,
+            label=f"your sample_next_token, {_settings(step)} ({step.draws:,} draws)",
+        )
         bars = blue if step.sampled else grey
     bars[step.chosen].set_edgecolor("C3")
     bars[step.chosen].set_linewidth(2)
-    ax.set_xticks(x, [lab.strip("<>") if len(lab) > 1 else lab for lab in step.labels],
-                  rotation=60)
+    ax.set_xticks(x, [lab.strip("<>") if len(lab) > 1 else lab for lab in step.labels], rotation=60)
     ax.set_ylim(0, 1)
     ax.set_ylabel("probability")
     # the legend goes above the axes, where no bar can be (a bar may reach any height inside
     # them), and the title above the legend
-    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=1, fontsize=8,
-              frameon=False, borderaxespad=0.1, handlelength=1.2, columnspacing=1.0)
+    ax.legend(
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncols=1,
+        fontsize=8,
+        frameon=False,
+        borderaxespad=0.1,
+        handlelength=1.2,
+        columnspacing=1.0,
+    )
     if title is None:
         word = step.labels[step.chosen]
         if step.sampled:
             share = step.filtered[step.chosen] if wide else step.probs[step.chosen]
-            same = ("greedy would pick it too" if step.chosen == step.greedy else
-                    f"greedy would pick “{step.labels[step.greedy]}”")
+            same = (
+                "greedy would pick it too"
+                if step.chosen == step.greedy
+                else f"greedy would pick “{step.labels[step.greedy]}”"
+            )
             title = f"sampled “{word}” (blue bar {share:.0%}); {same}"
         else:
             title = f"greedy: the tallest grey bar, “{word}” ({step.probs[step.chosen]:.0%})"

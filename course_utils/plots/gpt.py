@@ -15,6 +15,7 @@
 The model is any module with the GPT contract (notebook 09's ``GPT``: ``blocks`` of
 ``GPTBlock`` with ``ln1`` and ``attn``). matplotlib is imported inside the functions.
 """
+
 from __future__ import annotations
 
 import math
@@ -66,8 +67,9 @@ def cache_bytes(present) -> int:
     return sum(storages.values())
 
 
-def cache_formula(layers: int, heads: int, d_head: int, tokens: int, bytes_per_number: int,
-                  batch: int = 1) -> int:
+def cache_formula(
+    layers: int, heads: int, d_head: int, tokens: int, bytes_per_number: int, batch: int = 1
+) -> int:
     """2 (K and V) × layers × heads × d_head × tokens × bytes per number (× batch)."""
     return 2 * layers * heads * d_head * tokens * bytes_per_number * batch
 
@@ -75,9 +77,10 @@ def cache_formula(layers: int, heads: int, d_head: int, tokens: int, bytes_per_n
 @dataclass
 class GenerationState:
     """Token-by-token generation of one sequence with the cache, for the widget."""
-    ids: list[int]                       # the prompt and everything written so far
-    past: list | None = None             # the cache after the last call
-    logits: np.ndarray | None = None     # (V,) the next token's logits
+
+    ids: list[int]  # the prompt and everything written so far
+    past: list | None = None  # the cache after the last call
+    logits: np.ndarray | None = None  # (V,) the next token's logits
     attention: list = field(default_factory=list)  # per written token: (layers, T) mean of heads
 
 
@@ -96,8 +99,7 @@ def start(model, prompt_ids: Sequence[int]) -> GenerationState:
 def advance(model, state: GenerationState, token: int) -> GenerationState:
     """Append ``token`` and feed only it, with the cache: one cheap step."""
     device = next(model.parameters()).device
-    logits, present, weights = cached_step(model, torch.tensor([[token]], device=device),
-                                           state.past)
+    logits, present, weights = cached_step(model, torch.tensor([[token]], device=device), state.past)
     state.ids.append(int(token))
     state.past = present
     state.logits = logits[0, -1].float().cpu().numpy()
@@ -105,8 +107,13 @@ def advance(model, state: GenerationState, token: int) -> GenerationState:
     return state
 
 
-def sampler_share(logits: np.ndarray, sample_fn: Callable, draws: int = 2000,
-                  generator: torch.Generator | None = None, **knobs) -> np.ndarray:
+def sampler_share(
+    logits: np.ndarray,
+    sample_fn: Callable,
+    draws: int = 2000,
+    generator: torch.Generator | None = None,
+    **knobs,
+) -> np.ndarray:
     """(V,) the share of ``draws`` draws of ``sample_fn`` (your sample_next_token) per token."""
     row = torch.as_tensor(logits, dtype=torch.float32)[None].expand(draws, -1).contiguous()
     picks = sample_fn(row, generator=generator, **knobs)
@@ -117,8 +124,15 @@ def show_char(ch: str) -> str:
     return {"\n": "⏎", " ": "␣"}.get(ch, ch)
 
 
-def plot_next_char(logits: np.ndarray, itos: Sequence[str], share: np.ndarray | None = None,
-                   chosen: int | None = None, top: int = 12, ax=None, knobs: str = ""):
+def plot_next_char(
+    logits: np.ndarray,
+    itos: Sequence[str],
+    share: np.ndarray | None = None,
+    chosen: int | None = None,
+    top: int = 12,
+    ax=None,
+    knobs: str = "",
+):
     """Bars of the next-character distribution (grey, temperature 1) and of ``share`` (blue,
     what the sampler draws), for the ``top`` most likely characters; ``chosen`` outlined.
     ``knobs`` (the sampler's settings, as text) is named in the legend, so that a picture always
@@ -131,8 +145,13 @@ def plot_next_char(logits: np.ndarray, itos: Sequence[str], share: np.ndarray | 
     x = np.arange(len(order))
     ax.bar(x - 0.2, p[order], width=0.4, color="0.7", label="model (T = 1)")
     if share is not None:
-        ax.bar(x + 0.2, share[order], width=0.4, color="C0",
-               label="your sampler" + (f"\n({knobs})" if knobs else ""))
+        ax.bar(
+            x + 0.2,
+            share[order],
+            width=0.4,
+            color="C0",
+            label="your sampler" + (f"\n({knobs})" if knobs else ""),
+        )
     if chosen is not None:
         i = int(np.where(order == chosen)[0][0])
         ax.bar(x[i] - 0.2, p[chosen], width=0.4, fill=False, edgecolor="k", lw=1.5)
@@ -154,14 +173,20 @@ def _next_char_bars(logits, chosen, top):
     return p, order
 
 
-def update_next_char(ax, logits: np.ndarray, itos: Sequence[str], share: np.ndarray | None = None,
-                     chosen: int | None = None, top: int = 12, knobs: str = ""):
+def update_next_char(
+    ax,
+    logits: np.ndarray,
+    itos: Sequence[str],
+    share: np.ndarray | None = None,
+    chosen: int | None = None,
+    top: int = 12,
+    knobs: str = "",
+):
     """What ``plot_next_char`` draws, drawn by changing the bars, tokens and legend of ``ax``
     (drawn by ``plot_next_char`` with as many bars, and with or without ``share`` and
     ``chosen`` as now); any other ``ax`` is cleared and drawn anew."""
     p, order = _next_char_bars(logits, chosen, top)
-    if getattr(ax, "_course_next_char", None) != (len(order), share is not None,
-                                                  chosen is not None):
+    if getattr(ax, "_course_next_char", None) != (len(order), share is not None, chosen is not None):
         ax.clear()
         return plot_next_char(logits, itos, share, chosen, top, ax, knobs)
     x = np.arange(len(order))
@@ -182,8 +207,7 @@ def update_next_char(ax, logits: np.ndarray, itos: Sequence[str], share: np.ndar
     return p
 
 
-def plot_new_token_attention(attention: np.ndarray, chars: Sequence[str], last: int = 40,
-                             ax=None):
+def plot_new_token_attention(attention: np.ndarray, chars: Sequence[str], last: int = 40, ax=None):
     """Heatmap: one row per block, one column per position (the last ``last`` of them), the
     newest character's attention (mean of the heads). Given an ``ax`` it drew before, it
     changes that heatmap instead of drawing another."""
@@ -192,7 +216,7 @@ def plot_new_token_attention(attention: np.ndarray, chars: Sequence[str], last: 
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 2))
     a = np.asarray(attention)[:, -last:]  # (layers, shown)
-    shown = list(chars)[-a.shape[1]:]
+    shown = list(chars)[-a.shape[1] :]
     if getattr(ax, "_course_new_token", None) == a.shape[0] and ax.images:
         # drawn before with as many blocks: new colours, width and tokens, the same ticks
         image = ax.images[0]
@@ -212,8 +236,14 @@ def plot_new_token_attention(attention: np.ndarray, chars: Sequence[str], last: 
     return a
 
 
-def plot_generation(state: GenerationState, itos: Sequence[str], share: np.ndarray | None = None,
-                    knobs: str = "", fig=None, heatmap: bool = True):
+def plot_generation(
+    state: GenerationState,
+    itos: Sequence[str],
+    share: np.ndarray | None = None,
+    knobs: str = "",
+    fig=None,
+    heatmap: bool = True,
+):
     """The 09 widget's picture: the next character's bars (``plot_next_char``, the argmax
     outlined) and where the newest character looked (``plot_new_token_attention``). Returns
     the figure: a new one, or ``fig`` (drawn by this before) changed in place, its heatmap
@@ -232,11 +262,22 @@ def plot_generation(state: GenerationState, itos: Sequence[str], share: np.ndarr
         chars = [itos[i] for i in state.ids]
         plot_new_token_attention(state.attention[-1], chars, ax=ax2)
         shown = f"the last 40 of {len(chars)}" if len(chars) > 40 else f"all {len(chars)}"
-        ax2.set_xlabel(f"positions so far ({shown}); the row is '{show_char(chars[-1])}' "
-                       "predicting the next", fontsize=8)
+        ax2.set_xlabel(
+            f"positions so far ({shown}); the row is '{show_char(chars[-1])}' predicting the next", fontsize=8
+        )
     return fig
 
 
-__all__ = ["cached_step", "cache_bytes", "cache_formula", "GenerationState", "start",
-           "advance", "sampler_share", "plot_next_char", "update_next_char",
-           "plot_new_token_attention", "plot_generation"]
+__all__ = [
+    "cached_step",
+    "cache_bytes",
+    "cache_formula",
+    "GenerationState",
+    "start",
+    "advance",
+    "sampler_share",
+    "plot_next_char",
+    "update_next_char",
+    "plot_new_token_attention",
+    "plot_generation",
+]

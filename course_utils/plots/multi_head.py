@@ -11,6 +11,7 @@
   a drawn picture to another head and query without drawing it anew; ``changing_artists(plot)``
   names what it changes (for a widget that draws only those).
 """
+
 from __future__ import annotations
 
 import math
@@ -36,9 +37,12 @@ def demo_module(mha_class, num_heads: int = 5, seed: int = 0, sharpness: float =
         rotation, _ = torch.linalg.qr(torch.randn(d_model, d_model))  # (50, 50) orthogonal
         module = mha_class(d_model, num_heads)
     eye = torch.eye(d_model)
-    weights = {"q_proj.weight": math.sqrt(sharpness) * rotation.T,
-               "k_proj.weight": math.sqrt(sharpness) * rotation.T,
-               "v_proj.weight": eye, "out_proj.weight": eye}
+    weights = {
+        "q_proj.weight": math.sqrt(sharpness) * rotation.T,
+        "k_proj.weight": math.sqrt(sharpness) * rotation.T,
+        "v_proj.weight": eye,
+        "out_proj.weight": eye,
+    }
     with torch.no_grad():
         for name, p in module.named_parameters():
             p.copy_(weights.get(name, torch.zeros_like(p)))  # biases 0
@@ -48,7 +52,7 @@ def demo_module(mha_class, num_heads: int = 5, seed: int = 0, sharpness: float =
 @dataclass(frozen=True)
 class HeadAttention:
     tokens: list[str]
-    known: np.ndarray    # (n,) bool: has a GloVe vector (unknown words get zeros)
+    known: np.ndarray  # (n,) bool: has a GloVe vector (unknown words get zeros)
     weights: np.ndarray  # (h, n, n), rows sum to 1
 
     @property
@@ -60,8 +64,7 @@ class HeadAttention:
         return [t if k else f"{t}?" for t, k in zip(self.tokens, self.known)]
 
 
-def head_attention(sentence: str, num_heads: int, mha_class, seed: int = 0,
-                   vectors=None) -> HeadAttention:
+def head_attention(sentence: str, num_heads: int, mha_class, seed: int = 0, vectors=None) -> HeadAttention:
     """Self-attention of the sentence's GloVe vectors through ``demo_module(mha_class)``;
     weights per head."""
     import torch
@@ -73,28 +76,35 @@ def head_attention(sentence: str, num_heads: int, mha_class, seed: int = 0,
         raise ValueError("type at least one word")
     glove = vectors if vectors is not None else load_glove()
     known = np.array([t in glove for t in tokens])
-    X = np.stack([glove[t] if k else np.zeros(glove.dim, np.float32)
-                  for t, k in zip(tokens, known)])
+    X = np.stack([glove[t] if k else np.zeros(glove.dim, np.float32) for t, k in zip(tokens, known)])
     x = torch.tensor(X, dtype=torch.float32)[None]  # (1, n, 50)
     module = demo_module(mha_class, num_heads, seed)
     with torch.no_grad():
         _, w = module(x, x, x)  # (1, h, n, n)
     w = _as_numpy(w)
     if w.shape != (1, num_heads, len(tokens), len(tokens)):
-        raise ValueError(f"the module returned weights of shape {w.shape}, expected "
-                         f"(1, {num_heads}, {len(tokens)}, {len(tokens)})")
+        raise ValueError(
+            f"the module returned weights of shape {w.shape}, expected "
+            f"(1, {num_heads}, {len(tokens)}, {len(tokens)})"
+        )
     return HeadAttention(tokens, known, w[0])
 
 
 class HeadsPlot(NamedTuple):
     fig: object
-    axes: list            # one heatmap Axes per head, then the bar chart's Axes (if any)
-    weights: np.ndarray   # (h, n, n) the numbers drawn
+    axes: list  # one heatmap Axes per head, then the bar chart's Axes (if any)
+    weights: np.ndarray  # (h, n, n) the numbers drawn
     row: np.ndarray | None  # (n,) the bars: weights[head, query], when a query is picked
 
 
-def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: int | None = None,
-               fig=None, cmap: str = "viridis") -> HeadsPlot:
+def plot_heads(
+    weights,
+    tokens: Sequence[str],
+    head: int | None = None,
+    query: int | None = None,
+    fig=None,
+    cmap: str = "viridis",
+) -> HeadsPlot:
     """All heads' (n, n) weights side by side; ``head`` framed in red; ``query``'s row boxed in
     every head and drawn as bars (for ``head``, default 0) underneath. The colour scale runs
     from 0 to the largest weight drawn (shared by all heads)."""
@@ -103,8 +113,10 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
 
     w = _as_numpy(weights)
     if w.ndim != 3 or w.shape[1] != w.shape[2]:
-        raise ValueError(f"weights should be (heads, seq, seq) self-attention, got shape "
-                         f"{w.shape}; pick one batch element first, e.g. weights[0]")
+        raise ValueError(
+            f"weights should be (heads, seq, seq) self-attention, got shape "
+            f"{w.shape}; pick one batch element first, e.g. weights[0]"
+        )
     h, n, k = w.shape
     tokens = list(tokens)
     if len(tokens) != k:
@@ -117,8 +129,7 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
     else:
         fig.clear()
     rows = 2 if query is not None else 1
-    grid = fig.add_gridspec(rows, h, height_ratios=[1.3, 1] if rows == 2 else [1],
-                            hspace=0.55, wspace=0.12)
+    grid = fig.add_gridspec(rows, h, height_ratios=[1.3, 1] if rows == 2 else [1], hspace=0.55, wspace=0.12)
     axes = []
     top = max(float(w.max()), 1e-6)  # one colour scale for all heads, up to the largest weight
     for i in range(h):
@@ -137,8 +148,7 @@ def plot_heads(weights, tokens: Sequence[str], head: int | None = None, query: i
                 side.set_linewidth(2.5)
         if query is not None:
             # above the tick marks it touches (zorder 1.5), below the frame (2.5)
-            ax.add_patch(Rectangle((-0.5, query - 0.5), k, 1, fill=False, ec="tab:red", lw=1.5,
-                                   zorder=2))
+            ax.add_patch(Rectangle((-0.5, query - 0.5), k, 1, fill=False, ec="tab:red", lw=1.5, zorder=2))
         axes.append(ax)
     colorbar = fig.colorbar(image, ax=axes, fraction=0.025, pad=0.015, aspect=15)
     colorbar.set_label("weight", fontsize=8)
@@ -169,8 +179,9 @@ def changing_artists(plot: HeadsPlot) -> list:
     return out + list(plot.axes[h:])
 
 
-def update_heads(plot: HeadsPlot, head: int, query: int, weights=None,
-                 tokens: Sequence[str] | None = None) -> HeadsPlot:
+def update_heads(
+    plot: HeadsPlot, head: int, query: int, weights=None, tokens: Sequence[str] | None = None
+) -> HeadsPlot:
     """The picture of ``plot_heads(weights, tokens, head, query)``, made by changing the
     artists of ``plot`` (drawn with a head and a query) instead of building the figure again:
     the red frame, the boxed rows, the bars, their colours, limits and title; with ``weights``
@@ -184,10 +195,17 @@ def update_heads(plot: HeadsPlot, head: int, query: int, weights=None,
     if weights is not None:
         w = _as_numpy(weights)
         tokens = list(tokens) if tokens is not None else None
-        if w.ndim != 3 or w.shape[0] != h or w.shape[1] != w.shape[2] or tokens is None \
-                or len(tokens) != w.shape[2]:
-            raise ValueError(f"update_heads needs ({h}, n, n) weights and n tokens, got "
-                             f"{w.shape} and {None if tokens is None else len(tokens)} tokens")
+        if (
+            w.ndim != 3
+            or w.shape[0] != h
+            or w.shape[1] != w.shape[2]
+            or tokens is None
+            or len(tokens) != w.shape[2]
+        ):
+            raise ValueError(
+                f"update_heads needs ({h}, n, n) weights and n tokens, got "
+                f"{w.shape} and {None if tokens is None else len(tokens)} tokens"
+            )
         _relabel_heads(plot, w, tokens)
     else:
         w = plot.weights

@@ -8,6 +8,7 @@
   together, for the table your function builds; ``update_explorer(plot, pos)`` moves a drawn
   one to another position, and ``explorer_artists(plot)`` names what that changes.
 """
+
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
@@ -38,8 +39,9 @@ class EncodingPlot(NamedTuple):
     values: np.ndarray  # what was drawn
 
 
-def plot_encoding(pe, ax=None, title: str | None = None, colorbar: bool = True,
-                  mark: int | None = None) -> EncodingPlot:
+def plot_encoding(
+    pe, ax=None, title: str | None = None, colorbar: bool = True, mark: int | None = None
+) -> EncodingPlot:
     """Heatmap of the table: row = position, column = feature, colour = value in [-1, 1]."""
     import matplotlib.pyplot as plt
 
@@ -49,8 +51,9 @@ def plot_encoding(pe, ax=None, title: str | None = None, colorbar: bool = True,
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.2, 5.0))
     fig = ax.figure
-    image = ax.imshow(table, cmap="RdBu", vmin=-1.0, vmax=1.0, aspect="auto",
-                      interpolation="antialiased")  # long tables: no moiré
+    image = ax.imshow(
+        table, cmap="RdBu", vmin=-1.0, vmax=1.0, aspect="auto", interpolation="antialiased"
+    )  # long tables: no moiré
     ax.set_xlabel("feature (column 2i = sin, 2i+1 = cos)")
     ax.set_ylabel("position")
     ax.set_title(title or f"sinusoidal positional encoding, {table.shape[0]} × {table.shape[1]}")
@@ -80,13 +83,14 @@ def plot_position_similarity(pe, pos: int, ax=None, label: str | None = None) ->
 
 class ExplorerPlot(NamedTuple):
     fig: object
-    axes: tuple          # (heatmap, similarity curve)
-    table: np.ndarray    # (max_len, d_model)
+    axes: tuple  # (heatmap, similarity curve)
+    table: np.ndarray  # (max_len, d_model)
     similarity: np.ndarray  # (max_len,)
 
 
-def plot_explorer(encoding_fn: Callable, d_model: int = 100, pos: int = 20, max_len: int = 100,
-                  fig=None) -> ExplorerPlot:
+def plot_explorer(
+    encoding_fn: Callable, d_model: int = 100, pos: int = 20, max_len: int = 100, fig=None
+) -> ExplorerPlot:
     """The widget's picture: the table with row ``pos`` marked, and PE[pos] · PE[j] for all j.
 
     ``encoding_fn(max_len, d_model)`` builds the table: 05's ``sinusoidal_positional_encoding``
@@ -103,18 +107,25 @@ def plot_explorer(encoding_fn: Callable, d_model: int = 100, pos: int = 20, max_
         fig.clear()
     grid = fig.add_gridspec(1, 2, width_ratios=[1, 1.15], wspace=0.32)
     ax_t, ax_s = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
-    plot_encoding(table, ax=ax_t, mark=pos,
-                  title=f"PE table: {max_len} positions × d_model = {d_model}")
+    plot_encoding(table, ax=ax_t, mark=pos, title=f"PE table: {max_len} positions × d_model = {d_model}")
     sims = plot_position_similarity(table, pos, ax=ax_s).values
     ax_s.set_ylim(min(0.0, float(sims.min())) - 0.05 * d_model, d_model / 2 * 1.15)
     ax_s.axhline(d_model / 2, color="gray", lw=0.8, ls=":")
     # drawn after the colour bar, whose tick labels its own may touch (large d_model): a widget
     # that redraws only this plot over the rest draws the same pixels as a full draw
     ax_s.set_zorder(0.1)
-    ax_s.annotate(f"‖PE‖² = d_model/2 = {d_model / 2:g}", xy=(1.0, d_model / 2),
-                  xycoords=("axes fraction", "data"), xytext=(0, 4), textcoords="offset points",
-                  ha="right", va="bottom", fontsize=9, color="0.3",
-                  bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.9))
+    ax_s.annotate(
+        f"‖PE‖² = d_model/2 = {d_model / 2:g}",
+        xy=(1.0, d_model / 2),
+        xycoords=("axes fraction", "data"),
+        xytext=(0, 4),
+        textcoords="offset points",
+        ha="right",
+        va="bottom",
+        fontsize=9,
+        color="0.3",
+        bbox=dict(boxstyle="round,pad=0.2", fc="white", ec="none", alpha=0.9),
+    )
     return ExplorerPlot(fig, (ax_t, ax_s), table, sims)
 
 
@@ -128,7 +139,7 @@ def update_explorer(plot: ExplorerPlot, pos: int) -> ExplorerPlot:
         raise ValueError(f"pos must be in 0 … {max_len - 1}, got {pos}")
     ax_t, ax_s = plot.axes
     sims = position_similarity(table, pos)
-    ax_t.lines[0].set_ydata([pos, pos])           # the dashed row of plot_encoding
+    ax_t.lines[0].set_ydata([pos, pos])  # the dashed row of plot_encoding
     curve, marker = ax_s.lines[0], ax_s.lines[1]  # plot_position_similarity's line and axvline
     curve.set_ydata(sims)
     marker.set_xdata([pos, pos])

@@ -7,6 +7,7 @@
 
 matplotlib is imported inside the functions: importing this module is cheap.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,11 +22,11 @@ class VectorPair:
     """u along the x-axis with length ``len_u``; v at ``angle_deg`` from it with length ``len_v``."""
 
     angle_deg: float
-    u: np.ndarray        # (2,)
-    v: np.ndarray        # (2,)
-    cosine: float        # u·v / (|u| |v|)  -- depends on the angle only
-    dot: float           # u·v = |u| |v| cos θ
-    euclidean: float     # |u - v|
+    u: np.ndarray  # (2,)
+    v: np.ndarray  # (2,)
+    cosine: float  # u·v / (|u| |v|)  -- depends on the angle only
+    dot: float  # u·v = |u| |v| cos θ
+    euclidean: float  # |u - v|
 
     @property
     def len_u(self) -> float:
@@ -44,14 +45,13 @@ def two_vectors(angle_deg: float, len_u: float = 1.0, len_v: float = 1.0) -> Vec
     u = np.array([len_u, 0.0])
     v = len_v * np.array([math.cos(t), math.sin(t)])
     cosine = math.cos(t)  # the angle is known here: no need to measure it
-    return VectorPair(float(angle_deg), u, v, cosine, len_u * len_v * cosine,
-                      float(np.linalg.norm(u - v)))
+    return VectorPair(float(angle_deg), u, v, cosine, len_u * len_v * cosine, float(np.linalg.norm(u - v)))
 
 
 class VectorPlot(NamedTuple):
-    fig: object          # matplotlib Figure
-    ax: object           # matplotlib Axes
-    pair: VectorPair     # the numbers drawn
+    fig: object  # matplotlib Figure
+    ax: object  # matplotlib Axes
+    pair: VectorPair  # the numbers drawn
 
 
 def plot_two_vectors(pair: VectorPair, ax=None, limit: float | None = None) -> VectorPlot:
@@ -65,12 +65,23 @@ def plot_two_vectors(pair: VectorPair, ax=None, limit: float | None = None) -> V
     fig = ax.figure
     lim = limit or 1.15 * max(pair.len_u, pair.len_v)
     for vec, name, color in ((pair.u, "u", "tab:blue"), (pair.v, "v", "tab:orange")):
-        ax.annotate("", xy=vec, xytext=(0, 0),
-                    arrowprops=dict(arrowstyle="-|>", color=color, lw=2.2))
-        ax.text(*(vec * 1.06 + np.array([0.0, 0.02 * lim])), name, color=color, fontsize=13,
-                fontweight="bold", ha="center")
-    ax.plot([pair.u[0], pair.v[0]], [pair.u[1], pair.v[1]], ls="--", color="0.5", lw=1,
-            label=f"|u − v| = {pair.euclidean:.2f}")
+        ax.annotate("", xy=vec, xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color=color, lw=2.2))
+        ax.text(
+            *(vec * 1.06 + np.array([0.0, 0.02 * lim])),
+            name,
+            color=color,
+            fontsize=13,
+            fontweight="bold",
+            ha="center",
+        )
+    ax.plot(
+        [pair.u[0], pair.v[0]],
+        [pair.u[1], pair.v[1]],
+        ls="--",
+        color="0.5",
+        lw=1,
+        label=f"|u − v| = {pair.euclidean:.2f}",
+    )
     r = 0.25 * min(pair.len_u, pair.len_v)
     ts = np.linspace(0.0, math.radians(pair.angle_deg), 50)
     ax.plot(r * np.cos(ts), r * np.sin(ts), color="k", lw=1)
@@ -79,8 +90,11 @@ def plot_two_vectors(pair: VectorPair, ax=None, limit: float | None = None) -> V
     ax.set_xlim(-lim, lim)
     ax.set_ylim(-lim, lim)
     ax.set_aspect("equal")
-    ax.set_title(f"θ = {pair.angle_deg:.0f}°   cos θ = {pair.cosine:+.3f}\n"
-                 f"u·v = {pair.dot:+.2f}   |u − v| = {pair.euclidean:.2f}", fontsize=11)
+    ax.set_title(
+        f"θ = {pair.angle_deg:.0f}°   cos θ = {pair.cosine:+.3f}\n"
+        f"u·v = {pair.dot:+.2f}   |u − v| = {pair.euclidean:.2f}",
+        fontsize=11,
+    )
     ax.legend(loc="lower left", fontsize=9)
     return VectorPlot(fig, ax, pair)
 
@@ -88,11 +102,19 @@ def plot_two_vectors(pair: VectorPair, ax=None, limit: float | None = None) -> V
 class MatrixPlot(NamedTuple):
     fig: object
     ax: object
-    values: np.ndarray   # (n, m) the numbers drawn
+    values: np.ndarray  # (n, m) the numbers drawn
 
 
-def labelled_heatmap(ax, values: np.ndarray, row_labels: list, col_labels: list, colorbar: bool,
-                     min_side: float, per_cell: float, **imshow):
+def labelled_heatmap(
+    ax,
+    values: np.ndarray,
+    row_labels: list,
+    col_labels: list,
+    colorbar: bool,
+    min_side: float,
+    per_cell: float,
+    **imshow,
+):
     """``values`` drawn with ``imshow`` on ``ax`` (None: a new figure, square, ``per_cell``
     inches a cell and at least ``min_side``, an inch wider for a colour bar), the columns
     labelled slanted, the rows level. Returns (figure, axes, image)."""
@@ -107,26 +129,41 @@ def labelled_heatmap(ax, values: np.ndarray, row_labels: list, col_labels: list,
     return ax.figure, ax, image
 
 
-def plot_similarity_matrix(S, row_labels: Sequence[str], col_labels: Sequence[str] | None = None,
-                           ax=None, title: str | None = None, annotate: bool | None = None,
-                           colorbar: bool = True) -> MatrixPlot:
+def plot_similarity_matrix(
+    S,
+    row_labels: Sequence[str],
+    col_labels: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    annotate: bool | None = None,
+    colorbar: bool = True,
+) -> MatrixPlot:
     """Heatmap of a (n, m) matrix of cosines, colours fixed to [-1, 1] (red = same direction,
     blue = opposite), each value written in its cell when the matrix is at most 12 × 12."""
 
     S = np.asarray(S, dtype=np.float64)
     col_labels = list(row_labels) if col_labels is None else list(col_labels)
     if S.shape != (len(row_labels), len(col_labels)):
-        raise ValueError(f"matrix of shape {S.shape} but {len(row_labels)} row and "
-                         f"{len(col_labels)} column labels")
-    fig, ax, image = labelled_heatmap(ax, S, list(row_labels), col_labels, colorbar, 3.5, 0.6,
-                                      cmap="RdBu_r", vmin=-1.0, vmax=1.0)
+        raise ValueError(
+            f"matrix of shape {S.shape} but {len(row_labels)} row and {len(col_labels)} column labels"
+        )
+    fig, ax, image = labelled_heatmap(
+        ax, S, list(row_labels), col_labels, colorbar, 3.5, 0.6, cmap="RdBu_r", vmin=-1.0, vmax=1.0
+    )
     if annotate is None:
         annotate = max(S.shape) <= 12
     if annotate:
         for i in range(S.shape[0]):
             for j in range(S.shape[1]):
-                ax.text(j, i, f"{S[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                        color="white" if abs(S[i, j]) > 0.6 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{S[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="white" if abs(S[i, j]) > 0.6 else "black",
+                )
     if title:
         ax.set_title(title)
     if colorbar:

@@ -6,6 +6,7 @@ MultiHeadAttention, whose forward returns ``(output, weights)``; :func:`attentio
 model once with forward hooks on those blocks and collects the weights. It works on any model
 that names its attention blocks that way: the reference Encoder/Decoder/Transformer, or yours.
 """
+
 from __future__ import annotations
 
 import re
@@ -53,8 +54,10 @@ def attention_maps_and_output(model: torch.nn.Module, *inputs, **kwargs):
     captured: dict[str, torch.Tensor] = {}
     hooks = []
     for kind, _, name, module in found:
+
         def hook(mod, args, output, name=name):
             captured[name] = output[1].detach().float().cpu()
+
         hooks.append(module.register_forward_hook(hook))
     try:
         was_training = model.training
@@ -83,10 +86,17 @@ def predicted_tokens(output, vocab: Sequence[str] | None, batch: int, length: in
     return [[str(vocab[i]) for i in row] for row in output.argmax(-1).tolist()]
 
 
-def plot_transformer_attention(maps: dict, kind: str, layer: int = 0, head: int = 0,
-                               example: int = 0, src_tokens: Sequence[str] | None = None,
-                               tgt_tokens: Sequence[str] | None = None, ax=None,
-                               predicted: Sequence[str] | None = None) -> AttentionPlot:
+def plot_transformer_attention(
+    maps: dict,
+    kind: str,
+    layer: int = 0,
+    head: int = 0,
+    example: int = 0,
+    src_tokens: Sequence[str] | None = None,
+    tgt_tokens: Sequence[str] | None = None,
+    ax=None,
+    predicted: Sequence[str] | None = None,
+) -> AttentionPlot:
     """Draw the attention of one head in one layer for one example of a batch.
 
     ``maps`` comes from :func:`attention_maps`; ``kind`` is "encoder self" (source attends to
@@ -96,18 +106,25 @@ def plot_transformer_attention(maps: dict, kind: str, layer: int = 0, head: int 
     ``predicted`` (one token per decoder position: what the model predicts there) labels the
     decoder's rows "input → predicted": row i reads token i and writes the next one.
     """
-    w, rows, cols, arrows = attention_labels(maps, kind, layer, head, example, src_tokens,
-                                             tgt_tokens, predicted)
+    w, rows, cols, arrows = attention_labels(
+        maps, kind, layer, head, example, src_tokens, tgt_tokens, predicted
+    )
     out = plot_attention(w, rows, cols, ax=ax, title=f"{kind} attention, layer {layer}, head {head}")
     if arrows:
         out.ax.set_ylabel("decoder input → predicted token")
     return out
 
 
-def attention_labels(maps: dict, kind: str, layer: int = 0, head: int = 0, example: int = 0,
-                     src_tokens: Sequence[str] | None = None,
-                     tgt_tokens: Sequence[str] | None = None,
-                     predicted: Sequence[str] | None = None):
+def attention_labels(
+    maps: dict,
+    kind: str,
+    layer: int = 0,
+    head: int = 0,
+    example: int = 0,
+    src_tokens: Sequence[str] | None = None,
+    tgt_tokens: Sequence[str] | None = None,
+    predicted: Sequence[str] | None = None,
+):
     """What :func:`plot_transformer_attention` draws: ``(weights (q, k), row labels, column
     labels, whether the rows read "input → predicted")``."""
     if kind not in maps:

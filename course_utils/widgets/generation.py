@@ -4,6 +4,7 @@ Thin: :func:`course_utils.plots.generation.next_token_step` does the work (one s
 model, your sampler's answer, the cross-attention), :func:`plot_next_token` and
 :func:`plot_attention` draw it; the widget wires buttons and sliders to them.
 """
+
 from __future__ import annotations
 
 import html
@@ -17,12 +18,25 @@ from ..plots.generation import next_token_step, plot_next_token
 def cut_off_knobs(W, vocab_size: int, width: str):
     """The top-k and top-p sliders of a sampler (09's widget has them too): top-k starts off
     (the whole vocabulary), top-p at 1."""
-    top_k = W.IntSlider(vocab_size, 1, vocab_size, description="top-k",
-                        style={"description_width": "45px"}, continuous_update=False,
-                        layout=W.Layout(width=width))
-    top_p = W.FloatSlider(1.0, min=0.05, max=1.0, step=0.05, description="top-p",
-                          style={"description_width": "45px"}, continuous_update=False,
-                          layout=W.Layout(width=width))
+    top_k = W.IntSlider(
+        vocab_size,
+        1,
+        vocab_size,
+        description="top-k",
+        style={"description_width": "45px"},
+        continuous_update=False,
+        layout=W.Layout(width=width),
+    )
+    top_p = W.FloatSlider(
+        1.0,
+        min=0.05,
+        max=1.0,
+        step=0.05,
+        description="top-p",
+        style={"description_width": "45px"},
+        continuous_update=False,
+        layout=W.Layout(width=width),
+    )
     return top_k, top_p
 
 
@@ -39,11 +53,18 @@ def stepper_layout(W, top, knobs: list, buttons: list, status, picture, controls
     """A stepper's container (09's widget is one too): ``top`` (what is decoded), the sampler's
     ``knobs`` in a row, the ``buttons`` in a row, the status line and the picture; its
     ``controls`` are ``controls`` with the status line and the picture's parts."""
-    ui = W.VBox([top, W.HBox(knobs), W.HBox(buttons, layout=W.Layout(align_items="center")),
-                 status, picture.message, picture.image])
+    ui = W.VBox(
+        [
+            top,
+            W.HBox(knobs),
+            W.HBox(buttons, layout=W.Layout(align_items="center")),
+            status,
+            picture.message,
+            picture.image,
+        ]
+    )
     ui.add_class("course-widget")
-    ui.controls = {**controls, "status": status, "image": picture.image,
-                   "message": picture.message}
+    ui.controls = {**controls, "status": status, "image": picture.image, "message": picture.message}
     return ui
 
 
@@ -57,9 +78,16 @@ def wire_stepper(clicks: dict, text, restart: Callable, knobs: list, draw: Calla
         control.observe(draw, names="value")
 
 
-def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
-                     sample_fn: Callable | None = None, src_tok=None, tgt_tok=None,
-                     max_len: int = 12, seed: int = 0):
+def decoding_stepper(
+    model,
+    sources: Sequence[str],
+    causal_mask: Callable,
+    sample_fn: Callable | None = None,
+    src_tok=None,
+    tgt_tok=None,
+    max_len: int = 12,
+    seed: int = 0,
+):
     """Step through decoding ``sources`` (a list of source sentences) with ``model``.
 
     ``causal_mask`` is 03's (the decoder's self-attention mask) and ``sample_fn`` your
@@ -80,28 +108,54 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
 
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
     label = {"description_width": "100px"}  # wide enough for "temperature" in full
-    source = W.Dropdown(options=list(sources), description="source", style=label,
-                        layout=W.Layout(width="560px"))
-    temperature = W.FloatLogSlider(1.0, base=10, min=-1, max=1, step=0.05,
-                                   description="temperature", style=label,
-                                   continuous_update=False, layout=W.Layout(width="360px"))
+    source = W.Dropdown(
+        options=list(sources), description="source", style=label, layout=W.Layout(width="560px")
+    )
+    temperature = W.FloatLogSlider(
+        1.0,
+        base=10,
+        min=-1,
+        max=1,
+        step=0.05,
+        description="temperature",
+        style=label,
+        continuous_update=False,
+        layout=W.Layout(width="360px"),
+    )
     top_k, top_p = cut_off_knobs(W, len(tgt_tok), "270px")
     # the label "pick" is a widget of its own: as the menu's description it takes a line
-    pick = W.Label("pick", layout=W.Layout(width="100px", justify_content="flex-end",
-                                           margin="0 8px 0 0"))
+    pick = W.Label("pick", layout=W.Layout(width="100px", justify_content="flex-end", margin="0 8px 0 0"))
     mode = W.ToggleButtons(options=["greedy", "sample"], layout=W.Layout(width="auto"))
     mode.style.button_width = "80px"
-    step_btn = W.Button(description="next token", button_style="primary",
-                        layout=W.Layout(width="120px", margin="0 0 0 16px"))
+    step_btn = W.Button(
+        description="next token", button_style="primary", layout=W.Layout(width="120px", margin="0 0 0 16px")
+    )
     reset_btn = W.Button(description="reset", layout=W.Layout(width="80px"))
     status = W.HTML()
     picture = Picture()
-    ui = stepper_layout(W, source, [temperature, top_k, top_p], [pick, mode, step_btn, reset_btn],
-                        status, picture, {"source": source, "temperature": temperature,
-                                          "top_k": top_k, "top_p": top_p, "mode": mode,
-                                          "next": step_btn, "reset": reset_btn})
-    state = {"prefix": [tgt_tok.bos_id], "gen": torch.Generator().manual_seed(seed),
-             "sample_fn": sample_fn, "note": ""}
+    ui = stepper_layout(
+        W,
+        source,
+        [temperature, top_k, top_p],
+        [pick, mode, step_btn, reset_btn],
+        status,
+        picture,
+        {
+            "source": source,
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "mode": mode,
+            "next": step_btn,
+            "reset": reset_btn,
+        },
+    )
+    state = {
+        "prefix": [tgt_tok.bos_id],
+        "gen": torch.Generator().manual_seed(seed),
+        "sample_fn": sample_fn,
+        "note": "",
+    }
     if sample_fn is None:
         mode.disabled = True
         state["note"] = "sampling needs your <code>sample_next_token</code> (exercise 2)"
@@ -110,11 +164,24 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
         device = next(model.parameters()).device
         if state["gen"].device != device:
             state["gen"] = torch.Generator(device=device).manual_seed(seed)
-        args = (model, source.value, state["prefix"], causal_mask, temperature.value,
-                top_k.value, top_p.value)
+        args = (
+            model,
+            source.value,
+            state["prefix"],
+            causal_mask,
+            temperature.value,
+            top_k.value,
+            top_p.value,
+        )
         try:
-            return next_token_step(*args, state["sample_fn"], mode.value == "sample",
-                                   state["gen"], src_tok=src_tok, tgt_tok=tgt_tok)
+            return next_token_step(
+                *args,
+                state["sample_fn"],
+                mode.value == "sample",
+                state["gen"],
+                src_tok=src_tok,
+                tgt_tok=tgt_tok,
+            )
         except NotImplementedError:  # sample_next_token is not written yet: greedy only
             greedy_only(state, mode)
             return next_token_step(*args, None, False, src_tok=src_tok, tgt_tok=tgt_tok)
@@ -146,8 +213,15 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
         attn = step.attention if not done else step.attention[:-1]
         rows = rows if not done else rows[:-1]
         if len(rows):
-            plot_attention(attn, rows, step.src_tokens, ax=ax2, annotate=False,
-                           colorbar=False, title="cross-attention (last layer, mean of heads)")
+            plot_attention(
+                attn,
+                rows,
+                step.src_tokens,
+                ax=ax2,
+                annotate=False,
+                colorbar=False,
+                title="cross-attention (last layer, mean of heads)",
+            )
             ax2.set_ylabel("decoder input → predicted token")
             ax2.title.set_fontsize(10)
         else:
@@ -163,7 +237,8 @@ def decoding_stepper(model, sources: Sequence[str], causal_mask: Callable,
         state["gen"] = torch.Generator(device=state["gen"].device).manual_seed(seed)
         draw()
 
-    wire_stepper({step_btn: on_step, reset_btn: on_reset}, source, on_reset,
-                 [temperature, top_k, top_p, mode], draw)
+    wire_stepper(
+        {step_btn: on_step, reset_btn: on_reset}, source, on_reset, [temperature, top_k, top_p, mode], draw
+    )
     draw()
     return ui

@@ -5,6 +5,7 @@ feeds one character with the cache, ``sampler_share`` asks your sampler, the plo
 widget wires a text box, the sampler's knobs and buttons to them. A knob only redraws: the model
 runs once per character written.
 """
+
 from __future__ import annotations
 
 import html
@@ -15,8 +16,14 @@ from ..plots.gpt import advance, plot_generation, sampler_share, start
 from .generation import cut_off_knobs, greedy_only, stepper_layout, wire_stepper
 
 
-def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
-                       prompt: str = "ROMEO:\n", seed: int = 0, draws: int = 2000):
+def generation_stepper(
+    model,
+    tokenizer,
+    sample_fn: Callable | None = None,
+    prompt: str = "ROMEO:\n",
+    seed: int = 0,
+    draws: int = 2000,
+):
     """Generate from ``model`` (09's GPT) one character at a time.
 
     ``sample_fn`` is your ``sample_next_token``: in "sample" mode it draws the next character
@@ -32,27 +39,60 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     from .picture import Picture
 
     label = {"description_width": "90px"}
-    text = W.Text(prompt.replace("\n", "\\n"), description="prompt", style=label,
-                  continuous_update=False, layout=W.Layout(width="420px"))
-    temperature = W.FloatLogSlider(0.8, base=10, min=-1, max=0.5, step=0.05,
-                                   description="temperature", style=label, readout_format=".2f",
-                                   continuous_update=False, layout=W.Layout(width="340px"))
+    text = W.Text(
+        prompt.replace("\n", "\\n"),
+        description="prompt",
+        style=label,
+        continuous_update=False,
+        layout=W.Layout(width="420px"),
+    )
+    temperature = W.FloatLogSlider(
+        0.8,
+        base=10,
+        min=-1,
+        max=0.5,
+        step=0.05,
+        description="temperature",
+        style=label,
+        readout_format=".2f",
+        continuous_update=False,
+        layout=W.Layout(width="340px"),
+    )
     top_k, top_p = cut_off_knobs(W, len(tokenizer), "260px")
-    mode = W.ToggleButtons(options=["greedy", "sample"], value="sample" if sample_fn else "greedy",
-                           layout=W.Layout(width="auto"))
+    mode = W.ToggleButtons(
+        options=["greedy", "sample"], value="sample" if sample_fn else "greedy", layout=W.Layout(width="auto")
+    )
     mode.style.button_width = "80px"
     one = W.Button(description="next", button_style="primary", layout=W.Layout(width="90px"))
     ten = W.Button(description="next 10", layout=W.Layout(width="90px"))
     reset = W.Button(description="reset", layout=W.Layout(width="80px"))
     status = W.HTML()
     picture = Picture()
-    ui = stepper_layout(W, text, [temperature, top_k, top_p], [mode, one, ten, reset], status,
-                        picture, {"prompt": text, "temperature": temperature, "top_k": top_k,
-                                  "top_p": top_p, "mode": mode, "next": one, "next10": ten,
-                                  "reset": reset})
+    ui = stepper_layout(
+        W,
+        text,
+        [temperature, top_k, top_p],
+        [mode, one, ten, reset],
+        status,
+        picture,
+        {
+            "prompt": text,
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "mode": mode,
+            "next": one,
+            "next10": ten,
+            "reset": reset,
+        },
+    )
     limit = getattr(model, "max_len", None) or model.pos_embedding.num_embeddings  # positions
-    box = {"state": None, "gen": torch.Generator().manual_seed(seed), "sample_fn": sample_fn,
-           "note": "" if sample_fn else "sampling needs your <code>sample_next_token</code>"}
+    box = {
+        "state": None,
+        "gen": torch.Generator().manual_seed(seed),
+        "sample_fn": sample_fn,
+        "note": "" if sample_fn else "sampling needs your <code>sample_next_token</code>",
+    }
     if sample_fn is None:
         mode.disabled = True
 
@@ -69,7 +109,7 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
     def restart(*_):
         try:
             ids = tokenizer.encode(text.value.replace("\\n", "\n") or "\n")
-            box["state"] = start(model, ids[-(limit - 1):])
+            box["state"] = start(model, ids[-(limit - 1) :])
             box["heatmap"] = None  # another text: draw its heatmap
             box["gen"] = torch.Generator().manual_seed(seed)
         except Exception as exc:  # an unknown character, or a bug in the learner's model
@@ -85,8 +125,9 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
         share = None
         if box["sample_fn"] is not None:
             try:
-                share = sampler_share(state.logits, box["sample_fn"], draws,
-                                      torch.Generator().manual_seed(seed + 1), **knobs())
+                share = sampler_share(
+                    state.logits, box["sample_fn"], draws, torch.Generator().manual_seed(seed + 1), **knobs()
+                )
             except NotImplementedError:
                 greedy_only(box, mode)
             except Exception as exc:
@@ -98,23 +139,28 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
         written = tokenizer.decode(state.ids)
         note = f" &nbsp; <small>{box['note']}</small>" if box["note"] else ""
         end = " &nbsp; <small>(max_len reached: reset)</small>" if full else ""
-        status.value = ("<pre style='margin:0;white-space:pre-wrap;max-height:7em;"
-                        f"overflow:auto'>{html.escape(written[-400:])}</pre>{note}{end}")
+        status.value = (
+            "<pre style='margin:0;white-space:pre-wrap;max-height:7em;"
+            f"overflow:auto'>{html.escape(written[-400:])}</pre>{note}{end}"
+        )
         k = "off (the whole vocabulary)" if top_k.value >= len(tokenizer) else top_k.value
-        knob_text = (f"T {temperature.value:.2f}, top-k {k}, top-p {top_p.value:.2f}"
-                     if mode.value == "sample" else "not used now: greedy takes the tallest grey bar")
+        knob_text = (
+            f"T {temperature.value:.2f}, top-k {k}, top-p {top_p.value:.2f}"
+            if mode.value == "sample"
+            else "not used now: greedy takes the tallest grey bar"
+        )
         new_text = box.get("heatmap") != len(state.ids)  # a character written, or a new prompt
         # one figure outside pyplot, kept for every redraw (never shown by the notebook's
         # inline backend under the widget): the bars change in place, the heatmap only when
         # a character is written
-        box["fig"] = plot_generation(state, tokenizer.itos, share, knob_text, fig=box.get("fig"),
-                                     heatmap=new_text)
+        box["fig"] = plot_generation(
+            state, tokenizer.itos, share, knob_text, fig=box.get("fig"), heatmap=new_text
+        )
         if new_text:
             box["heatmap"] = len(state.ids)
             box["drawn"] = box.get("drawn", 0) + 1
         # the heatmap is drawn once per character written; a knob redraws only the bars
-        picture.show(box["fig"], close=False, dynamic=box["fig"].axes[:1],
-                     static_key=box["drawn"])
+        picture.show(box["fig"], close=False, dynamic=box["fig"].axes[:1], static_key=box["drawn"])
         ui.result = {"state": state, "share": share, "knobs": knob_text}
 
     def write(n):
@@ -132,7 +178,12 @@ def generation_stepper(model, tokenizer, sample_fn: Callable | None = None,
             return
         draw()
 
-    wire_stepper({one: lambda _: write(1), ten: lambda _: write(10), reset: restart}, text, restart,
-                 [temperature, top_k, top_p, mode], draw)
+    wire_stepper(
+        {one: lambda _: write(1), ten: lambda _: write(10), reset: restart},
+        text,
+        restart,
+        [temperature, top_k, top_p, mode],
+        draw,
+    )
     restart()
     return ui

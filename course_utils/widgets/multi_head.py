@@ -3,14 +3,16 @@
 Thin on purpose: ``course_utils.plots.multi_head`` computes and draws; this wires a head
 slider, a query-token dropdown and a sentence box to it.
 """
+
 from __future__ import annotations
 
 from ..device import grading
 from ..plots.multi_head import DEMO_SENTENCE
 
 
-def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, head: int = 0,
-                query: str | None = "it"):
+def head_viewer(
+    mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, head: int = 0, query: str | None = "it"
+):
     """Heads side by side for a typed sentence; pick a head and a query token to inspect.
 
     ``mha_class`` is your ``MultiHeadAttention`` class; it is built as (50, num_heads) and
@@ -20,28 +22,41 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
     if grading():
         return None
     import ipywidgets as W
-
-    from ..plots.attention import tokenize
     import numpy as np
     from matplotlib.figure import Figure
 
+    from ..plots.attention import tokenize
     from ..plots.multi_head import changing_artists, head_attention, plot_heads, update_heads
     from .picture import Picture
 
-    head_slider = W.IntSlider(value=head, min=0, max=num_heads - 1, description="head",
-                              continuous_update=False, layout=W.Layout(width="340px"))
+    head_slider = W.IntSlider(
+        value=head,
+        min=0,
+        max=num_heads - 1,
+        description="head",
+        continuous_update=False,
+        layout=W.Layout(width="340px"),
+    )
     tokens = tokenize(sentence)
     start = tokens.index(query) if query in tokens else 0
-    query_box = W.Dropdown(options=[(f"{i}: {t}", i) for i, t in enumerate(tokens)], value=start,
-                           description="query")
-    text = W.Text(value=sentence, description="sentence", continuous_update=False,
-                  layout=W.Layout(width="620px"))
+    query_box = W.Dropdown(
+        options=[(f"{i}: {t}", i) for i, t in enumerate(tokens)], value=start, description="query"
+    )
+    text = W.Text(
+        value=sentence, description="sentence", continuous_update=False, layout=W.Layout(width="620px")
+    )
     status = W.HTML()
     picture = Picture()
     ui = W.VBox([W.HBox([head_slider, query_box]), text, status, picture.message, picture.image])
     ui.add_class("course-widget")
-    ui.controls = {"head": head_slider, "query": query_box, "sentence": text, "status": status,
-                   "image": picture.image, "message": picture.message}
+    ui.controls = {
+        "head": head_slider,
+        "query": query_box,
+        "sentence": text,
+        "status": status,
+        "image": picture.image,
+        "message": picture.message,
+    }
     state = {"tokens": tokens, "busy": False, "plot": None, "labels": None, "drawn": 0}
 
     def keep_query(new_tokens: list[str]) -> int:
@@ -58,34 +73,40 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
         if state["busy"]:
             return
         result = picture.attempt(
-            lambda: head_attention(text.value, num_heads, mha_class), status,
+            lambda: head_attention(text.value, num_heads, mha_class),
+            status,
             "Your MultiHeadAttention is not written yet: write it above, run its cell, then run "
-            "this cell again.")
+            "this cell again.",
+        )
         if result is None:
             return
         new_tokens = result.tokens != state["tokens"]
         query = keep_query(result.tokens) if new_tokens else query_box.value
         drawn = state["plot"]
-        if (drawn is not None and state["labels"] == result.labels
-                and np.array_equal(drawn.weights, result.weights)):
+        if (
+            drawn is not None
+            and state["labels"] == result.labels
+            and np.array_equal(drawn.weights, result.weights)
+        ):
             # the same weights: move the frame, the boxes and the bars of the drawn figure
             state["plot"] = update_heads(drawn, head_slider.value, query)
         elif drawn is not None and drawn.weights.shape[0] == result.weights.shape[0]:
             # another sentence: new heatmaps and tokens in the same figure (its ticks reused)
-            state["plot"] = update_heads(drawn, head_slider.value, query,
-                                         result.weights, result.labels)
+            state["plot"] = update_heads(drawn, head_slider.value, query, result.weights, result.labels)
             state["labels"] = result.labels
             state["drawn"] += 1  # the heatmaps changed: draw them again
         else:
             # a figure of its own, outside pyplot: kept for the next redraw, and never shown
             # by the notebook's inline backend under the widget
-            state["plot"] = plot_heads(result.weights, result.labels, head_slider.value,
-                                       query, fig=Figure(figsize=(9.4, 5.8)))
+            state["plot"] = plot_heads(
+                result.weights, result.labels, head_slider.value, query, fig=Figure(figsize=(9.4, 5.8))
+            )
             state["labels"] = result.labels
         # the heatmaps, tokens and colour bar are drawn once per sentence; a move of head or
         # query draws only the frames, the boxed rows and the bars
-        picture.show(state["plot"].fig, close=False, dynamic=changing_artists(state["plot"]),
-                     static_key=state["drawn"])
+        picture.show(
+            state["plot"].fig, close=False, dynamic=changing_artists(state["plot"]), static_key=state["drawn"]
+        )
         if new_tokens:  # the menu of queries after the picture: the picture is what is awaited
             state["busy"] = True  # its new options and value redraw nothing
             try:
@@ -94,9 +115,11 @@ def head_viewer(mha_class, sentence: str = DEMO_SENTENCE, num_heads: int = 5, he
             finally:
                 state["busy"] = False
             state["tokens"] = result.tokens
-        status.value = (f"<small>weights from your MultiHeadAttention, d_model = 50 (GloVe), "
-                        f"{num_heads} heads of d_head = {50 // num_heads}; untrained heads, "
-                        "each comparing words in its own random view of the space</small>")
+        status.value = (
+            f"<small>weights from your MultiHeadAttention, d_model = 50 (GloVe), "
+            f"{num_heads} heads of d_head = {50 // num_heads}; untrained heads, "
+            "each comparing words in its own random view of the space</small>"
+        )
         ui.result = result
 
     for control in (head_slider, query_box, text):

@@ -7,17 +7,18 @@ area, which is what blurs a PNG; on a narrower screen it shrinks, which keeps it
 ``Picture.fail(message)`` hides the picture and shows the message, so an error never sits on top
 of a stale picture.
 """
+
 from __future__ import annotations
 
 import html
 import struct
 
-DISPLAY_DPI = 100   # screen pixels per inch of figure, as in the notebook's own figures
-PIXEL_RATIO = 2     # PNG pixels per screen pixel: sharp on high-density screens as well
+DISPLAY_DPI = 100  # screen pixels per inch of figure, as in the notebook's own figures
+PIXEL_RATIO = 2  # PNG pixels per screen pixel: sharp on high-density screens as well
 
 
-_RENDERERS: dict = {}   # (width, height, dpi) -> a renderer kept for the next picture of that size
-_GLYPHS: dict = {}      # one rasterised glyph per font, size, glyph, angle and subpixel offset
+_RENDERERS: dict = {}  # (width, height, dpi) -> a renderer kept for the next picture of that size
+_GLYPHS: dict = {}  # one rasterised glyph per font, size, glyph, angle and subpixel offset
 
 
 def _renderer_class():
@@ -49,15 +50,23 @@ def _renderer_class():
             language = getattr(mtext, "get_language", lambda: None)()
             flags = backend_agg.get_hinting_flag()
             size = prop.get_size_in_points()
-            key = ("layout", s, hash(prop), size, self.dpi, flags,
-                   tuple(features) if features is not None else None, language)
+            key = (
+                "layout",
+                s,
+                hash(prop),
+                size,
+                self.dpi,
+                flags,
+                tuple(features) if features is not None else None,
+                language,
+            )
             items = _GLYPHS.get(key)
             if items is None:  # the string shaped into glyphs (fonts, ids, offsets): once
                 font = self._prepare_font(prop)
                 items = _GLYPHS[key] = [
                     (item.ft_object, size, item.glyph_index, 0, 1, item.x, item.y)
-                    for item in font._layout(s, flags=flags, features=features,
-                                             language=language)]
+                    for item in font._layout(s, flags=flags, features=features, language=language)
+                ]
             self._draw_text_glyphs_and_boxes(gc, x, y, angle, items, [])
 
         def _draw_text_glyphs_and_boxes(self, gc, x, y, angle, glyphs, boxes):
@@ -70,28 +79,28 @@ def _renderer_class():
                 # pixels only move the bitmap, its 1/64ths shape it
                 ox = round(0x40 * (x + dx * cos - dy * sin))
                 oy = round(0x40 * (height - y + dx * sin + dy * cos))
-                key = (font.fname, size, self.dpi, glyph, slant, extend, angle, ox & 63,
-                       oy & 63, aa, flags)
+                key = (font.fname, size, self.dpi, glyph, slant, extend, angle, ox & 63, oy & 63, aa, flags)
                 hit = _GLYPHS.get(key)
                 if hit is None:
                     font.set_size(size, self.dpi)
                     font._set_transform(
-                        (0x10000 * np.array([[cos, -sin], [sin, cos]])
-                         @ [[extend, extend * slant], [0, 1]]).round().astype(int),
-                        [ox & 63, oy & 63])
-                    bitmap = font._render_glyph(glyph, flags,
-                                                RenderMode.NORMAL if aa else RenderMode.MONO)
+                        (0x10000 * np.array([[cos, -sin], [sin, cos]]) @ [[extend, extend * slant], [0, 1]])
+                        .round()
+                        .astype(int),
+                        [ox & 63, oy & 63],
+                    )
+                    bitmap = font._render_glyph(glyph, flags, RenderMode.NORMAL if aa else RenderMode.MONO)
                     buffer = np.array(bitmap.buffer)
                     if not aa:
-                        buffer *= 0xff
+                        buffer *= 0xFF
                     if len(_GLYPHS) > 20_000:  # a few KB each
                         _GLYPHS.clear()
                     hit = _GLYPHS[key] = (buffer, bitmap.left, bitmap.top)
                 buffer, left, top = hit
                 # draw_text_image's y is downwards and the bitmap's bottom side
-                self._renderer.draw_text_image(buffer, left + (ox >> 6),
-                                               int(height) - (top + (oy >> 6)) + buffer.shape[0],
-                                               0, gc)
+                self._renderer.draw_text_image(
+                    buffer, left + (ox >> 6), int(height) - (top + (oy >> 6)) + buffer.shape[0], 0, gc
+                )
             boxes = list(boxes)
             if boxes:  # mathtext's rules: matplotlib's own code
                 super()._draw_text_glyphs_and_boxes(gc, x, y, angle, (), boxes)
@@ -123,8 +132,12 @@ def _ink_on_edge(pixels, fig) -> bool:
 
     flat = pixels.view(np.uint32)[..., 0]
     bg = _background(fig)
-    return bool((flat[0] != bg).any() or (flat[-1] != bg).any() or (flat[:, 0] != bg).any()
-                or (flat[:, -1] != bg).any())
+    return bool(
+        (flat[0] != bg).any()
+        or (flat[-1] != bg).any()
+        or (flat[:, 0] != bg).any()
+        or (flat[:, -1] != bg).any()
+    )
 
 
 def _make_room(fig, renderer, pad_inches: float) -> bool:
@@ -141,8 +154,14 @@ def _make_room(fig, renderer, pad_inches: float) -> bool:
     new_w, new_h = w + left + right, h + bottom + top
     for ax in fig.axes:
         p = ax.get_position()
-        ax.set_position(((p.x0 * w + left) / new_w, (p.y0 * h + bottom) / new_h,
-                         p.width * w / new_w, p.height * h / new_h))
+        ax.set_position(
+            (
+                (p.x0 * w + left) / new_w,
+                (p.y0 * h + bottom) / new_h,
+                p.width * w / new_w,
+                p.height * h / new_h,
+            )
+        )
     fig.set_size_inches(new_w, new_h, forward=False)
     return True
 
@@ -179,8 +198,12 @@ def _drawn_pixels(fig, dpi: float, pad_inches: float, dynamic, static_key):
         return np.asarray(renderer.buffer_rgba()), width, height
     key = (dpi, width, height, static_key)
     kept = getattr(fig, "_course_static", None)  # (key, the dynamic artists, pixels, order)
-    if (kept is None or kept[0] != key or len(kept[1]) != len(dynamic)
-            or any(a is not b for a, b in zip(kept[1], dynamic))):
+    if (
+        kept is None
+        or kept[0] != key
+        or len(kept[1]) != len(dynamic)
+        or any(a is not b for a, b in zip(kept[1], dynamic))
+    ):
         was = [a.get_animated() for a in dynamic]
         try:
             for a in dynamic:
@@ -191,8 +214,7 @@ def _drawn_pixels(fig, dpi: float, pad_inches: float, dynamic, static_key):
                 a.set_animated(animated)
         # every pixel of the renderer (fig.bbox may end a fraction of a pixel short of it)
         whole = Bbox.from_bounds(0, 0, width, height)
-        kept = fig._course_static = (key, dynamic, renderer.copy_from_bbox(whole),
-                                     _draw_order(fig, dynamic))
+        kept = fig._course_static = (key, dynamic, renderer.copy_from_bbox(whole), _draw_order(fig, dynamic))
     else:
         renderer.restore_region(kept[2])
     for artist in kept[3]:
@@ -228,8 +250,10 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08, dynamic=(), static_key
     try:
         fig.set_dpi(dpi)
         pixels, width, height = _drawn_pixels(fig, dpi, pad_inches, dynamic, static_key)
-        if (_ink_on_edge(pixels, fig)  # the renderer just used, as it is: it measures extents
-                and _make_room(fig, _RENDERERS[(width, height, dpi)], pad_inches)):
+        if (
+            _ink_on_edge(pixels, fig)  # the renderer just used, as it is: it measures extents
+            and _make_room(fig, _RENDERERS[(width, height, dpi)], pad_inches)
+        ):
             pixels, width, height = _drawn_pixels(fig, dpi, pad_inches, dynamic, static_key)
         # what is drawn: every pixel that is not the figure's background (finding it from the
         # pixels costs a few ms; asking every artist for its extent, as savefig does, ~100 ms)
@@ -243,8 +267,11 @@ def figure_png(fig, dpi: float, pad_inches: float = 0.08, dynamic=(), static_key
             x0, x1, y0, y1 = 0, width, 0, height
         crop = pixels[y0:y1, x0:x1]
         # everything is drawn over the figure's patch: where that is opaque, so is every pixel
-        opaque = (fig.patch.get_visible() and fig.patch.get_facecolor()[3] == 1.0
-                  and fig.patch.get_alpha() in (None, 1.0)) or bool((crop[..., 3] == 255).all())
+        opaque = (
+            fig.patch.get_visible()
+            and fig.patch.get_facecolor()[3] == 1.0
+            and fig.patch.get_alpha() in (None, 1.0)
+        ) or bool((crop[..., 3] == 255).all())
         return encode_png(crop[..., :3] if opaque else crop)
     finally:
         fig.set_dpi(old_dpi)
@@ -265,12 +292,20 @@ def encode_png(pixels, level: int = 1) -> bytes:
     raw[:, 1:] = pixels.reshape(height, -1)
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
 
     header = struct.pack(">IIBBBBB", width, height, 8, 6 if channels == 4 else 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(raw, level)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, level))
+        + chunk(b"IEND", b"")
+    )
 
 
 def png_size(png: bytes) -> tuple[int, int]:
@@ -283,8 +318,11 @@ def png_size(png: bytes) -> tuple[int, int]:
 def error_html(exc_or_text) -> str:
     """A red one-line message: ``KeyError: 'xyzzy' is not …`` or the text given."""
     if isinstance(exc_or_text, BaseException):
-        detail = str(exc_or_text.args[0]) if isinstance(exc_or_text, KeyError) and exc_or_text.args \
+        detail = (
+            str(exc_or_text.args[0])
+            if isinstance(exc_or_text, KeyError) and exc_or_text.args
             else str(exc_or_text)
+        )
         text = f"{type(exc_or_text).__name__}: {detail}"
     else:
         text = str(exc_or_text)

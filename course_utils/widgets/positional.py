@@ -3,6 +3,7 @@
 Thin on purpose: ``course_utils.plots.positional.plot_explorer`` computes and draws; this wires
 a position slider, a d_model slider and a table-length menu to it.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -13,8 +14,7 @@ LENGTHS = (100, 1000, 10000)
 KEPT = 3  # figures kept, one per table: going back to a table only moves its row and curve
 
 
-def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int = 100,
-                        pos: int = 20):
+def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int = 100, pos: int = 20):
     """Heatmap of the (max_len, d_model) table and PE[pos] · PE[j] for every j.
 
     ``encoding_fn`` is your ``sinusoidal_positional_encoding``; the widget says so when it is
@@ -24,26 +24,47 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
     if grading():
         return None
     import ipywidgets as W
-
     from matplotlib.figure import Figure
 
     from ..plots.positional import explorer_artists, plot_explorer, update_explorer
     from .picture import Picture
 
     lengths = sorted(set(LENGTHS) | {max_len})
-    pos_slider = W.IntSlider(value=pos, min=0, max=max_len - 1, description="position",
-                             continuous_update=False, layout=W.Layout(width="420px"))
-    d_slider = W.IntSlider(value=d_model, min=4, max=256, step=2, description="d_model",
-                           continuous_update=False, layout=W.Layout(width="420px"))
-    len_box = W.Dropdown(options=[(f"{n:,}", n) for n in lengths], value=max_len,
-                         description="positions", layout=W.Layout(width="200px"))
+    pos_slider = W.IntSlider(
+        value=pos,
+        min=0,
+        max=max_len - 1,
+        description="position",
+        continuous_update=False,
+        layout=W.Layout(width="420px"),
+    )
+    d_slider = W.IntSlider(
+        value=d_model,
+        min=4,
+        max=256,
+        step=2,
+        description="d_model",
+        continuous_update=False,
+        layout=W.Layout(width="420px"),
+    )
+    len_box = W.Dropdown(
+        options=[(f"{n:,}", n) for n in lengths],
+        value=max_len,
+        description="positions",
+        layout=W.Layout(width="200px"),
+    )
     status = W.HTML()
     picture = Picture()
-    ui = W.VBox([W.HBox([pos_slider, len_box]), d_slider, status, picture.message,
-                 picture.image])
+    ui = W.VBox([W.HBox([pos_slider, len_box]), d_slider, status, picture.message, picture.image])
     ui.add_class("course-widget")
-    ui.controls = {"position": pos_slider, "d_model": d_slider, "positions": len_box,
-                   "status": status, "image": picture.image, "message": picture.message}
+    ui.controls = {
+        "position": pos_slider,
+        "d_model": d_slider,
+        "positions": len_box,
+        "status": status,
+        "image": picture.image,
+        "message": picture.message,
+    }
     state = {"busy": False}
     kept = {}  # (max_len, d_model) -> its drawn ExplorerPlot, for the last KEPT tables
 
@@ -67,12 +88,19 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
             else:
                 # a figure outside pyplot: kept for the next redraw, never shown by the
                 # notebook's inline backend under the widget
-                result = plot_explorer(encoding_fn, d_slider.value, pos_slider.value,
-                                       len_box.value, fig=Figure(figsize=(9.6, 4.2)))
+                result = plot_explorer(
+                    encoding_fn,
+                    d_slider.value,
+                    pos_slider.value,
+                    len_box.value,
+                    fig=Figure(figsize=(9.6, 4.2)),
+                )
         except NotImplementedError:
             status.value = ""
-            picture.fail("Your sinusoidal_positional_encoding is not written yet: write it "
-                         "above, run its cell, then run this cell again.")
+            picture.fail(
+                "Your sinusoidal_positional_encoding is not written yet: write it "
+                "above, run its cell, then run this cell again."
+            )
             return
         except Exception as exc:  # a bug in the learner's function
             status.value = ""
@@ -86,9 +114,11 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
         picture.show(result.fig, close=False, dynamic=explorer_artists(result))
         others = result.similarity.copy()
         others[pos_slider.value] = -float("inf")
-        status.value = (f"<small>table by your <code>sinusoidal_positional_encoding</code>; the "
-                        f"most similar other position to {pos_slider.value} is "
-                        f"{int(others.argmax())}</small>")
+        status.value = (
+            f"<small>table by your <code>sinusoidal_positional_encoding</code>; the "
+            f"most similar other position to {pos_slider.value} is "
+            f"{int(others.argmax())}</small>"
+        )
         ui.result = result
 
     for control in (pos_slider, d_slider):

@@ -7,6 +7,7 @@ option correct and every option explained. ``questions(notebook)`` reads them;
 the chosen one marked; ``self_check(notebook)`` is the thin ipywidgets front (a choice per
 question and a "check" button). Nothing is recorded, sent or graded.
 """
+
 from __future__ import annotations
 
 import html
@@ -19,8 +20,9 @@ from ..device import grading
 
 @lru_cache(maxsize=1)
 def _all() -> dict:
-    return json.loads(resources.files("course_utils").joinpath("data/self_check.json").read_text(
-        encoding="utf-8"))
+    return json.loads(
+        resources.files("course_utils").joinpath("data/self_check.json").read_text(encoding="utf-8")
+    )
 
 
 def notebooks() -> list[str]:
@@ -31,8 +33,9 @@ def notebooks() -> list[str]:
 def questions(notebook: str) -> list[dict]:
     """The self-check questions of ``notebook`` (e.g. "03_attention")."""
     if notebook not in _all():
-        raise KeyError(f"no self-check questions for {notebook!r}; there are some for "
-                       f"{', '.join(notebooks())}")
+        raise KeyError(
+            f"no self-check questions for {notebook!r}; there are some for {', '.join(notebooks())}"
+        )
     return _all()[notebook]
 
 
@@ -50,8 +53,9 @@ def feedback_html(question: dict, chosen: int | None) -> str:
     for i, option in enumerate(options):
         mark = "✓" if option["correct"] else "✗"
         yours = " <i>(your answer)</i>" if i == chosen else ""
-        rows.append(f"<li>{mark} <b>{html.escape(option['text'])}</b>{yours}: "
-                    f"{html.escape(option['why'])}</li>")
+        rows.append(
+            f"<li>{mark} <b>{html.escape(option['text'])}</b>{yours}: {html.escape(option['why'])}</li>"
+        )
     return f"<div>{verdict}<ul style='margin:0.3em 0'>{''.join(rows)}</ul></div>"
 
 
@@ -64,8 +68,11 @@ def self_check(notebook: str):
 
     boxes, choices, answers = [], [], []
     for n, q in enumerate(questions(notebook), start=1):
-        choice = W.RadioButtons(options=[(o["text"], i) for i, o in enumerate(q["options"])],
-                                value=None, layout=W.Layout(width="auto"))
+        choice = W.RadioButtons(
+            options=[(o["text"], i) for i, o in enumerate(q["options"])],
+            value=None,
+            layout=W.Layout(width="auto"),
+        )
         answer = W.HTML()
         choices.append(choice)
         answers.append(answer)

@@ -3,6 +3,7 @@
 Thin on purpose: ``course_utils.plots.similarity`` computes the cosine, dot product and
 distance and draws them; this only wires three sliders to it.
 """
+
 from __future__ import annotations
 
 from ..device import grading
@@ -19,17 +20,22 @@ def angle_explorer(angle: float = 45.0, len_u: float = 1.0, len_v: float = 2.0):
     from .picture import Picture
 
     box = dict(continuous_update=False, layout=W.Layout(width="380px"))
-    theta = W.FloatSlider(value=angle, min=0, max=180, step=5, description="angle θ (°)",
-                          style={"description_width": "initial"}, **box)
+    theta = W.FloatSlider(
+        value=angle,
+        min=0,
+        max=180,
+        step=5,
+        description="angle θ (°)",
+        style={"description_width": "initial"},
+        **box,
+    )
     lu = W.FloatSlider(value=len_u, min=0.25, max=3, step=0.25, description="|u|", **box)
     lv = W.FloatSlider(value=len_v, min=0.25, max=3, step=0.25, description="|v|", **box)
     table = W.HTML()
     picture = Picture()
-    ui = W.HBox([picture.image, W.VBox([theta, lu, lv, table])],
-                layout=W.Layout(align_items="flex-start"))
+    ui = W.HBox([picture.image, W.VBox([theta, lu, lv, table])], layout=W.Layout(align_items="flex-start"))
     ui.add_class("course-widget")
-    ui.controls = {"angle": theta, "len_u": lu, "len_v": lv, "table": table,
-                   "image": picture.image}
+    ui.controls = {"angle": theta, "len_u": lu, "len_v": lv, "table": table, "image": picture.image}
 
     def redraw(*_):
         pair = two_vectors(theta.value, lu.value, lv.value)
@@ -40,7 +46,8 @@ def angle_explorer(angle: float = 45.0, len_u: float = 1.0, len_v: float = 2.0):
             "<td>&nbsp;angle only</td></tr>"
             f"<tr><td>dot product</td><td>{pair.dot:+.3f}</td><td>&nbsp;= |u| |v| cos θ</td></tr>"
             f"<tr><td>distance |u − v|</td><td>{pair.euclidean:.3f}</td>"
-            "<td>&nbsp;angle and lengths</td></tr></table>")
+            "<td>&nbsp;angle and lengths</td></tr></table>"
+        )
         ui.pair = pair  # the numbers drawn
 
     for control in (theta, lu, lv):

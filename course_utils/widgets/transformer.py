@@ -6,19 +6,30 @@ wires a kind menu and layer / head / example sliders to them. A choice the model
 offer (one kind of attention, one layer, one head) is written out instead of being a control
 that does nothing.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
 
 from ..device import grading
 from ..plots.attention import attention_artists, update_attention
-from ..plots.transformer import (attention_labels, attention_maps_and_output,
-                                 plot_transformer_attention, predicted_tokens)
+from ..plots.transformer import (
+    attention_labels,
+    attention_maps_and_output,
+    plot_transformer_attention,
+    predicted_tokens,
+)
 
 
-def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None = None,
-                     tgt_tokens: Sequence[Sequence[str]] | None = None, kind: str | None = None,
-                     vocab: Sequence[str] | None = None, **kwargs):
+def attention_viewer(
+    model,
+    *inputs,
+    src_tokens: Sequence[Sequence[str]] | None = None,
+    tgt_tokens: Sequence[Sequence[str]] | None = None,
+    kind: str | None = None,
+    vocab: Sequence[str] | None = None,
+    **kwargs,
+):
     """Show one model's attention: choose kind, layer, head and example of the batch.
 
     ``model(*inputs, **kwargs)`` is run once, e.g. ``attention_viewer(model, src, tgt,
@@ -41,30 +52,40 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
     decoder = maps.get("cross") or maps.get("decoder self")
     predicted = predicted_tokens(output, vocab, batch, decoder[0].shape[2]) if decoder else None
     kinds = list(maps)
-    kind_box = W.Dropdown(options=kinds, value=kind if kind in maps else kinds[0],
-                          description="attention")
-    layer = W.IntSlider(0, 0, max(1, len(maps[kind_box.value]) - 1), description="layer",
-                        continuous_update=False)
+    kind_box = W.Dropdown(options=kinds, value=kind if kind in maps else kinds[0], description="attention")
+    layer = W.IntSlider(
+        0, 0, max(1, len(maps[kind_box.value]) - 1), description="layer", continuous_update=False
+    )
     head = W.IntSlider(0, 0, max(1, heads - 1), description="head", continuous_update=False)
-    example = W.IntSlider(0, 0, max(1, batch - 1), description="example",
-                          continuous_update=False)
+    example = W.IntSlider(0, 0, max(1, batch - 1), description="example", continuous_update=False)
     facts = W.HTML()
     picture = Picture()
 
     def only(text: str) -> W.HTML:
-        return W.HTML(f"<span style='color:#555'>{text}</span>",
-                      layout=W.Layout(margin="0 1.5em 0 0.5em"))
+        return W.HTML(f"<span style='color:#555'>{text}</span>", layout=W.Layout(margin="0 1.5em 0 0.5em"))
 
-    kind_row = [kind_box] if len(kinds) > 1 else [only(f"{kinds[0]} attention (the only kind "
-                                                       "in this model)")]
+    kind_row = [kind_box] if len(kinds) > 1 else [only(f"{kinds[0]} attention (the only kind in this model)")]
     head_row = [head] if heads > 1 else [only("1 head")]
     example_row = [example] if batch > 1 else []
     layer_slot = W.Box([layer])
-    ui = W.VBox([W.HBox(kind_row + [layer_slot]), W.HBox(head_row + example_row), facts,
-                 picture.message, picture.image])
+    ui = W.VBox(
+        [
+            W.HBox(kind_row + [layer_slot]),
+            W.HBox(head_row + example_row),
+            facts,
+            picture.message,
+            picture.image,
+        ]
+    )
     ui.add_class("course-widget")
-    ui.controls = {"kind": kind_box, "layer": layer, "head": head, "example": example,
-                   "image": picture.image, "message": picture.message}
+    ui.controls = {
+        "kind": kind_box,
+        "layer": layer,
+        "head": head,
+        "example": example,
+        "image": picture.image,
+        "message": picture.message,
+    }
 
     def show_layer_control():
         n = len(maps[kind_box.value])
@@ -87,13 +108,13 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
         tgt = tgt_tokens[i] if tgt_tokens is not None else None
         pred = predicted[i] if predicted is not None else None
         try:
-            weights, rows, cols, arrows = attention_labels(maps, kind, layer.value, head.value,
-                                                           i, src, tgt, pred)
+            weights, rows, cols, arrows = attention_labels(
+                maps, kind, layer.value, head.value, i, src, tgt, pred
+            )
             kept = drawn.get(kind)
             if kept is not None and kept[1] == arrows and kept[2].weights.shape == weights.shape:
                 # the same figure: new colours and numbers, and the tokens of this example
-                plot = update_attention(kept[2], weights, title,
-                                        *((rows, cols) if kept[0] != i else ()))
+                plot = update_attention(kept[2], weights, title, *((rows, cols) if kept[0] != i else ()))
             else:
                 q, k = maps[kind][0].shape[2:]
                 side = max(3.0, 0.55 * max(q, k) + 1.5)  # plot_attention's own size
@@ -103,8 +124,9 @@ def attention_viewer(model, *inputs, src_tokens: Sequence[Sequence[str]] | None 
                 fig = Figure(figsize=(side + 1.6, side + 0.4))
                 fig.subplots_adjust(left=1.5 / (side + 1.6), bottom=1.0 / (side + 0.4))
                 ax = fig.add_subplot()
-                plot = plot_transformer_attention(maps, kind, layer.value, head.value, i, src,
-                                                  tgt, ax=ax, predicted=pred)
+                plot = plot_transformer_attention(
+                    maps, kind, layer.value, head.value, i, src, tgt, ax=ax, predicted=pred
+                )
             drawn[kind] = (i, arrows, plot)
         except Exception as exc:
             drawn.pop(kind_box.value, None)

@@ -62,8 +62,10 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}: "
-                             "every head needs the same size d_model // num_heads")
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+                "every head needs the same size d_model // num_heads"
+            )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_Q side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -81,8 +83,7 @@ class MultiHeadAttention(nn.Module):
         return self.out_proj(merge_heads(out)), weights  # (b, q, d_model), (b, h, q, k)
 
 
-def sinusoidal_positional_encoding(max_len: int, d_model: int,
-                                   base: float = 10000.0) -> torch.Tensor:
+def sinusoidal_positional_encoding(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """(max_len, d_model): PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] = cos(same).
 
     Positions start at 0. Computed in float64, returned in torch's default dtype (float32).
@@ -103,8 +104,9 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model),
-                             persistent=False)  # (max_len, d_model)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )  # (max_len, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(x + self.pe[: x.size(1)])  # (b, seq, d_model)

@@ -75,8 +75,10 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}: "
-                             "every head needs the same size d_model // num_heads")
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+                "every head needs the same size d_model // num_heads"
+            )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_Q side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -131,8 +133,9 @@ class EncoderLayer(nn.Module):
     norm_first=True  (pre-norm, GPT-2 and later): x = x + attn(norm1(x)); x = x + ffn(norm2(x)).
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False):
+    def __init__(
+        self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, norm_first: bool = False
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.ffn = FeedForward(d_model, d_ff, dropout)
@@ -154,8 +157,7 @@ class EncoderLayer(nn.Module):
         return x
 
 
-def sinusoidal_positional_encoding(max_len: int, d_model: int,
-                                   base: float = 10000.0) -> torch.Tensor:
+def sinusoidal_positional_encoding(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """(max_len, d_model): PE[pos, 2i] = sin(pos / base^(2i/d_model)), PE[pos, 2i+1] = cos(same).
 
     Positions start at 0. Computed in float64, returned in torch's default dtype (float32).
@@ -176,8 +178,9 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("pe", sinusoidal_positional_encoding(max_len, d_model),
-                             persistent=False)  # (max_len, d_model)
+        self.register_buffer(
+            "pe", sinusoidal_positional_encoding(max_len, d_model), persistent=False
+        )  # (max_len, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.dropout(x + self.pe[: x.size(1)])  # (b, seq, d_model)
@@ -186,14 +189,23 @@ class PositionalEncoding(nn.Module):
 class Encoder(nn.Module):
     """Token embedding × √d_model + sinusoidal positions, then ``num_layers`` post-norm layers."""
 
-    def __init__(self, vocab_size: int, d_model: int, num_heads: int, d_ff: int, num_layers: int,
-                 max_len: int = 512, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        max_len: int = 512,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.d_model = d_model
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
 
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embedding(src) * math.sqrt(self.d_model)  # (b, s, d_model)
@@ -210,8 +222,9 @@ class DecoderLayer(nn.Module):
     ``memory``. Post-norm by default, pre-norm with norm_first=True (as in EncoderLayer).
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0,
-                 norm_first: bool = False):
+    def __init__(
+        self, d_model: int, num_heads: int, d_ff: int, dropout: float = 0.0, norm_first: bool = False
+    ):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
         self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout=dropout)
@@ -228,8 +241,13 @@ class DecoderLayer(nn.Module):
     def _cross(self, x, memory, mask):
         return self.dropout(self.cross_attn(x, memory, memory, mask)[0])  # (b, t, d_model)
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         # x (b, t, d_model), memory (b, s, d_model)
         if self.norm_first:
             x = x + self._self(self.norm1(x), tgt_mask)  # (b, t, d_model)
@@ -245,17 +263,31 @@ class DecoderLayer(nn.Module):
 class Decoder(nn.Module):
     """Target embedding × √d_model + sinusoidal positions, then ``num_layers`` decoder layers."""
 
-    def __init__(self, vocab_size: int, d_model: int, num_heads: int, d_ff: int, num_layers: int,
-                 max_len: int = 512, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        num_layers: int,
+        max_len: int = 512,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.d_model = d_model
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+            [DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+        )
 
-    def forward(self, tgt: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         x = self.embedding(tgt) * math.sqrt(self.d_model)  # (b, t, d_model)
         x = self.pos_encoding(x)  # (b, t, d_model)
         for layer in self.layers:
@@ -273,9 +305,17 @@ class Transformer(nn.Module):
     √d_model-scaled embeddings start on the same scale as the positional encodings.
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 128,
-                 num_heads: int = 4, d_ff: int = 512, num_layers: int = 2, max_len: int = 512,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        d_model: int = 128,
+        num_heads: int = 4,
+        d_ff: int = 512,
+        num_layers: int = 2,
+        max_len: int = 512,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.encoder = Encoder(src_vocab_size, d_model, num_heads, d_ff, num_layers, max_len, dropout)
         self.decoder = Decoder(tgt_vocab_size, d_model, num_heads, d_ff, num_layers, max_len, dropout)
@@ -287,12 +327,22 @@ class Transformer(nn.Module):
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
         return self.encoder(src, src_mask)  # (b, s, d_model)
 
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, tgt_mask: torch.Tensor | None = None,
-               memory_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def decode(
+        self,
+        tgt: torch.Tensor,
+        memory: torch.Tensor,
+        tgt_mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         h = self.decoder(tgt, memory, tgt_mask, memory_mask)  # (b, t, d_model)
         return self.generator(h)  # (b, t, tgt_vocab_size)
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor | None = None,
-                tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        src_mask: torch.Tensor | None = None,
+        tgt_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         memory = self.encode(src, src_mask)  # (b, s, d_model)
         return self.decode(tgt, memory, tgt_mask, src_mask)  # (b, t, tgt_vocab_size)

@@ -64,8 +64,10 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
         super().__init__()
         if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}: "
-                             "every head needs the same size d_model // num_heads")
+            raise ValueError(
+                f"d_model={d_model} is not divisible by num_heads={num_heads}: "
+                "every head needs the same size d_model // num_heads"
+            )
         self.d_model, self.num_heads, self.d_head = d_model, num_heads, d_model // num_heads
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)  # all heads' W_Q side by side
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -113,8 +115,9 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(h))  # (b, s, d_model)
 
 
-def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                  top_p: float | None = None) -> torch.Tensor:
+def filter_logits(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> torch.Tensor:
     """The logits ``sample_next_token`` samples from: scaled by 1/temperature, -inf outside the
     top_k highest and outside the nucleus. (b, vocab) -> (b, vocab). softmax of it gives the
     renormalised distribution."""
@@ -133,9 +136,13 @@ def filter_logits(logits: torch.Tensor, temperature: float = 1.0, top_k: int | N
     return logits
 
 
-def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """One token per row from logits (b, vocab): temperature, then top-k, then top-p (the token
     that crosses top_p is kept), renormalised, sampled with torch.multinomial. -> (b,) long."""
     probs = torch.softmax(filter_logits(logits, temperature, top_k, top_p), dim=-1)  # (b, V)

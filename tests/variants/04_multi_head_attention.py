@@ -5,7 +5,7 @@ Each source runs after the setup cell and the solution cells, so `torch`, `nn`, 
 exist; it replaces the solution of the same name.
 """
 
-_MHA_INIT = '''
+_MHA_INIT = """
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
         if d_model % num_heads != 0:
@@ -16,68 +16,68 @@ _MHA_INIT = '''
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
-'''
+"""
 
 
 def _mha(forward: str, init: str = _MHA_INIT) -> str:
     return "class MultiHeadAttention(nn.Module):" + init + forward
 
 
-_FORWARD_OK = '''
+_FORWARD_OK = """
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-'''
+"""
 
 BUGGY = {
     "test_split_heads": {
-        "view_without_transpose": '''
+        "view_without_transpose": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.view(b, num_heads, s, d // num_heads)
-''',
-        "heads_interleaved": '''
+""",
+        "heads_interleaved": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.view(b, s, d // num_heads, num_heads).permute(0, 3, 1, 2)
-''',
-        "no_transpose_b_s_h_d": '''
+""",
+        "no_transpose_b_s_h_d": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.view(b, s, num_heads, d // num_heads)
-''',
-        "heads_into_batch": '''
+""",
+        "heads_into_batch": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.view(b, s, num_heads, d // num_heads).transpose(1, 2).reshape(b * num_heads, s, -1)
-''',
-        "hard_coded_three_heads": '''
+""",
+        "hard_coded_three_heads": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.view(b, s, 3, d // 3).transpose(1, 2)
-''',
-        "swaps_last_two_axes": '''
+""",
+        "swaps_last_two_axes": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.view(b, s, num_heads, d // num_heads).permute(0, 2, 3, 1)
-''',
-        "detaches": '''
+""",
+        "detaches": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.detach().view(b, s, num_heads, d // num_heads).transpose(1, 2)
-''',
-        "casts_to_float32": '''
+""",
+        "casts_to_float32": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.float().view(b, s, num_heads, d // num_heads).transpose(1, 2)
-''',
-        "imports_the_reference": '''
+""",
+        "imports_the_reference": """
 from course_grading.reference.multi_head import split_heads
-''',
-        "fills_a_buffer_made_on_the_cpu": '''
+""",
+        "fills_a_buffer_made_on_the_cpu": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     d_head = d // num_heads
@@ -85,53 +85,53 @@ def split_heads(x, num_heads):
     for h in range(num_heads):
         out[:, h] = x[:, :, h * d_head:(h + 1) * d_head]
     return out
-''',
-        "not_implemented": '''
+""",
+        "not_implemented": """
 def split_heads(x, num_heads):
     raise NotImplementedError()
-''',
+""",
     },
     "test_merge_heads": {
-        "fills_a_buffer_made_on_the_cpu": '''
+        "fills_a_buffer_made_on_the_cpu": """
 def merge_heads(x):
     b, h, s, d_head = x.shape
     out = torch.empty(b, s, h * d_head, dtype=x.dtype)
     for i in range(h):
         out[:, :, i * d_head:(i + 1) * d_head] = x[:, i]
     return out
-''',
-        "reshape_without_transpose": '''
+""",
+        "reshape_without_transpose": """
 def merge_heads(x):
     b, h, s, d = x.shape
     return x.reshape(b, s, h * d)
-''',
-        "transpose_then_view": '''
+""",
+        "transpose_then_view": """
 def merge_heads(x):
     b, h, s, d = x.shape
     return x.transpose(1, 2).view(b, s, h * d)
-''',
-        "heads_interleaved": '''
+""",
+        "heads_interleaved": """
 def merge_heads(x):
     b, h, s, d = x.shape
     return x.permute(0, 2, 3, 1).reshape(b, s, h * d)
-''',
-        "keeps_the_head_axis": '''
+""",
+        "keeps_the_head_axis": """
 def merge_heads(x):
     return x.transpose(1, 2)
-''',
-        "hard_coded_d_model_12": '''
+""",
+        "hard_coded_d_model_12": """
 def merge_heads(x):
     b, h, s, d = x.shape
     return x.transpose(1, 2).reshape(b, s, 12)
-''',
-        "calls_the_reference": '''
+""",
+        "calls_the_reference": """
 import course_grading.reference.multi_head as _ref_mh
 def merge_heads(x):
     return _ref_mh.merge_heads(x)
-''',
+""",
     },
     "test_multi_head_attention": {
-        "scales_by_d_model": _mha('''
+        "scales_by_d_model": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -141,16 +141,16 @@ def merge_heads(x):
             scores = scores.masked_fill(~mask, float("-inf"))
         w = torch.softmax(scores, dim=-1)
         return self.out_proj(merge_heads(w @ V)), w
-'''),
-        "no_output_projection": _mha('''
+"""),
+        "no_output_projection": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return merge_heads(out), w
-'''),
-        "split_without_transpose": _mha('''
+"""),
+        "split_without_transpose": _mha("""
     def forward(self, query, key, value, mask=None):
         def split(t):
             b, s, d = t.shape
@@ -158,8 +158,8 @@ def merge_heads(x):
         Q, K, V = split(self.q_proj(query)), split(self.k_proj(key)), split(self.v_proj(value))
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "merge_without_transpose": _mha('''
+"""),
+        "merge_without_transpose": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -167,8 +167,8 @@ def merge_heads(x):
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         b, h, q, d = out.shape
         return self.out_proj(out.reshape(b, q, h * d)), w
-'''),
-        "mask_repeat_not_repeat_interleave": _mha('''
+"""),
+        "mask_repeat_not_repeat_interleave": _mha("""
     def forward(self, query, key, value, mask=None):
         b, q, _ = query.shape
         k = key.shape[1]
@@ -180,8 +180,8 @@ def merge_heads(x):
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         out, w = out.view(b, self.num_heads, q, -1), w.view(b, self.num_heads, q, k)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "mask_unsqueezed_for_3d_masks": _mha('''
+"""),
+        "mask_unsqueezed_for_3d_masks": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -190,68 +190,80 @@ def merge_heads(x):
             mask = mask.unsqueeze(1)  # assumes (b, q, k)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "ignores_the_mask": _mha('''
+"""),
+        "ignores_the_mask": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "keys_from_query": _mha('''
+"""),
+        "keys_from_query": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(query), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "values_from_key": _mha('''
+"""),
+        "values_from_key": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(key), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "returns_head_averaged_weights": _mha('''
+"""),
+        "returns_head_averaged_weights": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w.mean(dim=1)
-'''),
-        "returns_only_the_output": _mha('''
+"""),
+        "returns_only_the_output": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out))
-'''),
-        "assert_instead_of_value_error": _mha(_FORWARD_OK, _MHA_INIT.replace(
-            '''if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")''',
-            "assert d_model % num_heads == 0")),
-        "no_divisibility_check": _mha(_FORWARD_OK, _MHA_INIT.replace(
-            '''if d_model % num_heads != 0:
-            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")''',
-            "pass")),
+"""),
+        "assert_instead_of_value_error": _mha(
+            _FORWARD_OK,
+            _MHA_INIT.replace(
+                """if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")""",
+                "assert d_model % num_heads == 0",
+            ),
+        ),
+        "no_divisibility_check": _mha(
+            _FORWARD_OK,
+            _MHA_INIT.replace(
+                """if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")""",
+                "pass",
+            ),
+        ),
         "ignores_bias_argument": _mha(_FORWARD_OK, _MHA_INIT.replace("bias=bias", "bias=True")),
-        "extra_learned_temperature": _mha(_FORWARD_OK, _MHA_INIT + '''
+        "extra_learned_temperature": _mha(
+            _FORWARD_OK,
+            _MHA_INIT
+            + """
         self.temperature = nn.Parameter(torch.ones(1))
-'''),
-        "dropout_never_applied": _mha('''
+""",
+        ),
+        "dropout_never_applied": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "dropout_even_in_eval_mode": _mha('''
+"""),
+        "dropout_even_in_eval_mode": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -259,8 +271,8 @@ def merge_heads(x):
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         out = F.dropout(w, p=self.dropout.p, training=True) @ V
         return self.out_proj(merge_heads(out)), w
-'''),
-        "returns_weights_of_a_second_dropout": _mha('''
+"""),
+        "returns_weights_of_a_second_dropout": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -268,8 +280,8 @@ def merge_heads(x):
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         out = self.dropout(w) @ V
         return self.out_proj(merge_heads(out)), self.dropout(w)  # a second, different mask
-'''),
-        "dropout_applied_twice": _mha('''
+"""),
+        "dropout_applied_twice": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -277,8 +289,8 @@ def merge_heads(x):
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         w = self.dropout(w)
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-'''),
-        "heads_accumulated_in_a_float32_buffer": _mha('''
+"""),
+        "heads_accumulated_in_a_float32_buffer": _mha("""
     def forward(self, query, key, value, mask=None):
         b, q, d = query.shape
         Qa, Ka, Va = self.q_proj(query), self.k_proj(key), self.v_proj(value)
@@ -291,10 +303,10 @@ def merge_heads(x):
             out[..., cols] = self.dropout(w) @ Va[..., cols]
             ws.append(w)
         return self.out_proj(out), torch.stack(ws, dim=1)
-'''),
+"""),
         # what "attend (with notebook 03's function), dropout, merge" invited: dropout on
         # 03's first result, A V, instead of on the weights A that multiply V
-        "dropout_on_the_attention_output": _mha('''
+        "dropout_on_the_attention_output": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -302,40 +314,40 @@ def merge_heads(x):
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         out = self.dropout(out)
         return self.out_proj(merge_heads(out)), w
-'''),
-        "dropout_on_the_output": _mha('''
+"""),
+        "dropout_on_the_output": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.dropout(self.out_proj(merge_heads(out))), w
-'''),
-        "dropout_on_the_heads_before_out_proj": _mha('''
+"""),
+        "dropout_on_the_heads_before_out_proj": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         out, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(self.dropout(merge_heads(out))), w
-'''),
-        "dropout_on_the_values": _mha('''
+"""),
+        "dropout_on_the_values": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(w @ self.dropout(V))), w
-'''),
-        "F_dropout_always_on": _mha('''
+"""),
+        "F_dropout_always_on": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
         V = split_heads(self.v_proj(value), self.num_heads)
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(F.dropout(w, self.dropout.p) @ V)), w
-'''),
-        "dropout_mask_not_rescaled": _mha('''
+"""),
+        "dropout_mask_not_rescaled": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -346,8 +358,8 @@ def merge_heads(x):
         else:
             w_d = w
         return self.out_proj(merge_heads(w_d @ V)), w
-'''),
-        "wraps_nn_MultiheadAttention": '''
+"""),
+        "wraps_nn_MultiheadAttention": """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
@@ -368,8 +380,8 @@ class MultiHeadAttention(nn.Module):
             attn.out_proj.weight.copy_(self.out_proj.weight)
         return attn(query, key, value, attn_mask=None if mask is None else ~mask,
                     average_attn_weights=False)
-''',
-        "uses_F_scaled_dot_product_attention": _mha('''
+""",
+        "uses_F_scaled_dot_product_attention": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -377,10 +389,10 @@ class MultiHeadAttention(nn.Module):
         out = F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(out)), w
-'''),
+"""),
         # issue 18, section 3 (found in public coursework): the scale is a CPU tensor made
         # inside forward; full marks on the CPU, a crash on the first GPU
-        "scale_is_a_cpu_tensor": _mha('''
+        "scale_is_a_cpu_tensor": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -390,8 +402,8 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         w = torch.softmax(scores, dim=-1)
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-'''),
-        "scale_tensor_float32_on_cpu": _mha('''
+"""),
+        "scale_tensor_float32_on_cpu": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -399,8 +411,8 @@ class MultiHeadAttention(nn.Module):
         scale = torch.sqrt(torch.tensor([float(self.d_head)]))
         _, w = scaled_dot_product_attention(Q / scale * math.sqrt(self.d_head), K, V, mask)
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-'''),
-        "own_causal_mask_on_cpu": _mha('''
+"""),
+        "own_causal_mask_on_cpu": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -409,8 +421,8 @@ class MultiHeadAttention(nn.Module):
             mask = mask & torch.ones(Q.shape[-2], K.shape[-2], dtype=torch.bool)
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-'''),
-        "moves_to_the_default_device": _mha('''
+"""),
+        "moves_to_the_default_device": _mha("""
     def forward(self, query, key, value, mask=None):
         device = torch.device("cpu")
         Q = split_heads(self.q_proj(query), self.num_heads)
@@ -418,54 +430,54 @@ class MultiHeadAttention(nn.Module):
         V = split_heads(self.v_proj(value), self.num_heads)
         _, w = scaled_dot_product_attention(Q, K, V, None if mask is None else mask.to(device))
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-'''),
-        "subclasses_the_reference": '''
+"""),
+        "subclasses_the_reference": """
 from course_grading.reference.multi_head import MultiHeadAttention as _Ref
 class MultiHeadAttention(_Ref):
     pass
-''',
-        "not_implemented": '''
+""",
+        "not_implemented": """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
         raise NotImplementedError()
-''',
+""",
     },
 }
 
 CORRECT = {
     "test_split_heads": {
-        "reshape_and_permute": '''
+        "reshape_and_permute": """
 def split_heads(x, num_heads):
     b, s, d = x.shape
     return x.reshape(b, s, num_heads, d // num_heads).permute(0, 2, 1, 3)
-''',
-        "unflatten_and_transpose": '''
+""",
+        "unflatten_and_transpose": """
 def split_heads(x, num_heads):
     return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
-''',
-        "stack_of_chunks": '''
+""",
+        "stack_of_chunks": """
 def split_heads(x, num_heads):
     return torch.stack(x.chunk(num_heads, dim=-1), dim=1)
-''',
+""",
     },
     "test_merge_heads": {
-        "contiguous_view": '''
+        "contiguous_view": """
 def merge_heads(x):
     b, h, s, d = x.shape
     return x.transpose(1, 2).contiguous().view(b, s, h * d)
-''',
-        "permute_flatten": '''
+""",
+        "permute_flatten": """
 def merge_heads(x):
     return x.permute(0, 2, 1, 3).flatten(2)
-''',
-        "cat_of_heads": '''
+""",
+        "cat_of_heads": """
 def merge_heads(x):
     return torch.cat(x.unbind(dim=1), dim=-1)
-''',
+""",
     },
     "test_multi_head_attention": {
-        "einsum": _mha('''
+        "einsum": _mha("""
     def forward(self, query, key, value, mask=None):
         b, q, d = query.shape
         k = key.shape[1]
@@ -479,8 +491,8 @@ def merge_heads(x):
         w = F.softmax(scores, dim=-1)
         out = torch.einsum("bhqk,bkhd->bqhd", self.dropout(w), V).reshape(b, q, d)
         return self.out_proj(out), w
-'''),
-        "fused_qkv_for_self_attention": _mha('''
+"""),
+        "fused_qkv_for_self_attention": _mha("""
     def forward(self, query, key, value, mask=None):
         if query is key and key is value:  # one matrix product for all three
             W = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
@@ -492,8 +504,8 @@ def merge_heads(x):
         Q, K, V = (split_heads(t, self.num_heads) for t in (q, k, v))
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-'''),
-        "loop_over_heads_and_concatenate": _mha('''
+"""),
+        "loop_over_heads_and_concatenate": _mha("""
     def forward(self, query, key, value, mask=None):
         Qa, Ka, Va = self.q_proj(query), self.k_proj(key), self.v_proj(value)
         outs, ws = [], []
@@ -506,8 +518,8 @@ def merge_heads(x):
             outs.append(self.dropout(w) @ Va[..., cols])
             ws.append(w)
         return self.out_proj(torch.cat(outs, dim=-1)), torch.stack(ws, dim=1)
-'''),
-        "unflatten_permute_and_own_attention": _mha('''
+"""),
+        "unflatten_permute_and_own_attention": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = self.q_proj(query).unflatten(-1, (self.num_heads, self.d_head)).permute(0, 2, 1, 3)
         K = self.k_proj(key).unflatten(-1, (self.num_heads, self.d_head)).permute(0, 2, 1, 3)
@@ -518,8 +530,8 @@ def merge_heads(x):
         w = scores.softmax(dim=-1)
         out = self.dropout(w) @ V
         return self.out_proj(out.permute(0, 2, 1, 3).flatten(2)), w
-'''),
-        "dropout_only_when_training_like_the_reference": _mha('''
+"""),
+        "dropout_only_when_training_like_the_reference": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -528,8 +540,9 @@ def merge_heads(x):
         if self.training and self.dropout.p > 0:
             out = self.dropout(w) @ V
         return self.out_proj(merge_heads(out)), w
-'''),
-        "F_dropout_following_self_training": _mha('''
+"""),
+        "F_dropout_following_self_training": _mha(
+            """
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -537,8 +550,10 @@ def merge_heads(x):
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         dropped = F.dropout(w, p=self.p_drop, training=self.training)
         return self.out_proj(merge_heads(dropped @ V)), w
-''', _MHA_INIT.replace("self.dropout = nn.Dropout(dropout)", "self.p_drop = dropout")),
-        "manual_inverted_dropout_mask": _mha('''
+""",
+            _MHA_INIT.replace("self.dropout = nn.Dropout(dropout)", "self.p_drop = dropout"),
+        ),
+        "manual_inverted_dropout_mask": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -549,8 +564,8 @@ def merge_heads(x):
         if self.training and p > 0:
             w_d = w * (torch.rand_like(w) >= p) / (1 - p)
         return self.out_proj(merge_heads(w_d @ V)), w
-'''),
-        "returns_weights_after_dropout_like_torch": _mha('''
+"""),
+        "returns_weights_after_dropout_like_torch": _mha("""
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -558,12 +573,12 @@ def merge_heads(x):
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         w = self.dropout(w)
         return self.out_proj(merge_heads(w @ V)), w
-'''),
+"""),
         # The Annotated Transformer (harvardnlp/annotated-transformer, the_annotated_transformer.py):
         # MultiHeadedAttention with its attention(); returns self.attn, the weights after dropout.
         # Adapted: the four clones named q_proj, k_proj, v_proj, out_proj, the ValueError, the
         # weights returned; no mask.unsqueeze(1), as the contract's masks broadcast as they are.
-        "annotated_transformer": '''
+        "annotated_transformer": """
 def attention(query, key, value, mask=None, dropout=None):
     d_k = query.size(-1)
     scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
@@ -600,11 +615,11 @@ class MultiHeadAttention(nn.Module):
         del key
         del value
         return self.out_proj(x), self.attn
-''',
+""",
         # torch.nn.functional.multi_head_attention_forward (pytorch/pytorch, torch/nn/functional.py),
         # the need_weights path, batch first: heads folded into the batch, queries scaled first,
         # the boolean mask made additive (baddbmm), dropout on the weights it returns.
-        "pytorch_multi_head_attention_forward": '''
+        "pytorch_multi_head_attention_forward": """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
@@ -640,11 +655,11 @@ class MultiHeadAttention(nn.Module):
         attn_output = attn_output.transpose(0, 1).reshape(tgt_len * bsz, embed_dim)
         attn_output = self.out_proj(attn_output).view(tgt_len, bsz, embed_dim).transpose(0, 1)
         return attn_output, attn_output_weights.view(bsz, num_heads, tgt_len, src_len)
-''',
+""",
         # LLMs-from-scratch ch03 (rasbt/LLMs-from-scratch, ch03 MultiHeadAttention): W_query,
         # W_key, W_value named as the contract names them, the mask given instead of its causal
         # buffer, keys and values from their own inputs; returns the weights after dropout.
-        "llms_from_scratch": '''
+        "llms_from_scratch": """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
@@ -679,11 +694,11 @@ class MultiHeadAttention(nn.Module):
         context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
         context_vec = self.out_proj(context_vec)
         return context_vec, attn_weights
-''',
+""",
         # Hugging Face's BertSelfAttention (transformers, models/bert/modeling_bert.py) with
         # BertSelfOutput's dense as out_proj: transpose_for_scores, an additive mask of the
         # dtype's minimum, dropout on the probabilities it returns.
-        "hf_bert_self_attention": '''
+        "hf_bert_self_attention": """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
@@ -720,12 +735,12 @@ class MultiHeadAttention(nn.Module):
         new_context_layer_shape = context_layer.size()[:-2] + (self.all_head_size,)
         context_layer = context_layer.view(new_context_layer_shape)
         return self.out_proj(context_layer), attention_probs
-''',
+""",
         # d2l (d2l-ai/d2l-en, d2l/torch.py): MultiHeadAttention with transpose_qkv/transpose_output
         # (heads folded into the batch) and DotProductAttention, whose masked_softmax fills
         # -1e6; it keeps the weights from before dropout. Adapted: a boolean mask instead of
         # valid_lens, W_q ... W_o named as the contract names them, the weights returned.
-        "d2l": '''
+        "d2l": """
 def masked_softmax(X, mask):
     if mask is None:
         return nn.functional.softmax(X, dim=-1)
@@ -768,12 +783,12 @@ class MultiHeadAttention(nn.Module):
         output = torch.bmm(self.dropout(self.attention_weights), values)
         output_concat = self.transpose_output(output)
         return self.out_proj(output_concat), self.attention_weights.view(b, self.num_heads, q, k)
-''',
+""",
         # minGPT's CausalSelfAttention (karpathy/minGPT, mingpt/model.py): key/query/value/proj
         # named as the contract names them, the mask given instead of its causal buffer, keys
         # and values from their own inputs, the weights after attn_drop returned; its
         # resid_drop belongs to the residual branch of the block, not to attention.
-        "mingpt_causal_self_attention": '''
+        "mingpt_causal_self_attention": """
 class MultiHeadAttention(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0, bias=True):
         super().__init__()
@@ -800,11 +815,12 @@ class MultiHeadAttention(nn.Module):
         y = att @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.out_proj(y), att
-''',
+""",
         # a scale built once as a float32 tensor (like the float32 positional buffers of 05-07):
         # after .double() its value still carries float32 rounding (d_head = 6: 6 ** -0.5 is not
         # a float32 number), which moves float64 results by ~1e-7 and is accepted
-        "scale_kept_as_float32_tensor": _mha('''
+        "scale_kept_as_float32_tensor": _mha(
+            """
     def forward(self, query, key, value, mask=None):
         Q = split_heads(self.q_proj(query), self.num_heads)
         K = split_heads(self.k_proj(key), self.num_heads)
@@ -814,10 +830,13 @@ class MultiHeadAttention(nn.Module):
             scores = scores.masked_fill(~mask, float("-inf"))
         w = torch.softmax(scores, dim=-1)
         return self.out_proj(merge_heads(self.dropout(w) @ V)), w
-''', _MHA_INIT + '''
+""",
+            _MHA_INIT
+            + """
         self.scale = torch.tensor(self.d_head ** -0.5)  # float32, not a buffer: .double() keeps it
-'''),
-        "flatten_heads_into_batch_with_repeat_interleave": _mha('''
+""",
+        ),
+        "flatten_heads_into_batch_with_repeat_interleave": _mha("""
     def forward(self, query, key, value, mask=None):
         b, q, _ = query.shape
         k, h = key.shape[1], self.num_heads
@@ -829,7 +848,7 @@ class MultiHeadAttention(nn.Module):
         _, w = scaled_dot_product_attention(Q, K, V, mask)
         out = (self.dropout(w) @ V).view(b, h, q, -1)
         return self.out_proj(merge_heads(out)), w.view(b, h, q, k)
-'''),
+"""),
     },
 }
 
@@ -840,5 +859,10 @@ class MultiHeadAttention(nn.Module):
 RIGHT_ON_THE_CPU = {
     "test_split_heads": {"fills_a_buffer_made_on_the_cpu"},
     "test_merge_heads": {"fills_a_buffer_made_on_the_cpu"},
-    "test_multi_head_attention": {"scale_is_a_cpu_tensor", "scale_tensor_float32_on_cpu", "own_causal_mask_on_cpu", "moves_to_the_default_device"},
+    "test_multi_head_attention": {
+        "scale_is_a_cpu_tensor",
+        "scale_tensor_float32_on_cpu",
+        "own_causal_mask_on_cpu",
+        "moves_to_the_default_device",
+    },
 }

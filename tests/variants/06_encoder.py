@@ -3,7 +3,7 @@
 Each source runs after the notebook's setup and solution cells, replacing one class.
 """
 
-_LN = '''
+_LN = """
 class LayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5):
         super().__init__()
@@ -13,14 +13,14 @@ class LayerNorm(nn.Module):
 
     def forward(self, x):
 {body}
-'''
+"""
 
 
 def _ln(body: str) -> str:
     return _LN.format(body=body)
 
 
-_FF = '''
+_FF = """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -30,14 +30,14 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
 {body}
-'''
+"""
 
 
 def _ff(body: str) -> str:
     return _FF.format(body=body)
 
 
-_EL = '''
+_EL = """
 class EncoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
@@ -53,22 +53,22 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x, mask=None):
 {body}
-'''
+"""
 
 
 def _el(body: str) -> str:
     return _EL.format(body=body)
 
 
-POST = '''\
+POST = """\
         x = self.norm1(x + self.attn(x, mask))
         x = self.norm2(x + self.dropout(self.ffn(x)))
-        return x'''
-PRE = '''\
+        return x"""
+PRE = """\
         x = x + self.attn(self.norm1(x), mask)
-        return x + self.dropout(self.ffn(self.norm2(x)))'''
+        return x + self.dropout(self.ffn(self.norm2(x)))"""
 
-_ENC = '''
+_ENC = """
 class Encoder(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
         super().__init__()
@@ -80,7 +80,7 @@ class Encoder(nn.Module):
 
     def forward(self, src, src_mask=None):
 {body}
-'''
+"""
 
 
 def _enc(body: str) -> str:
@@ -90,46 +90,47 @@ def _enc(body: str) -> str:
 BUGGY = {
     "test_layer_norm": {
         # fine on the CPU, a crash on a GPU: eps as a CPU tensor of one element
-        "eps_as_a_cpu_tensor": _ln('''\
+        "eps_as_a_cpu_tensor": _ln("""\
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
-        return self.weight * (x - mean) / torch.sqrt(var + torch.Tensor([self.eps])) + self.bias'''),
-        "unbiased_variance": _ln('''\
+        return self.weight * (x - mean) / torch.sqrt(var + torch.Tensor([self.eps])) + self.bias"""),
+        "unbiased_variance": _ln("""\
         mean = x.mean(-1, keepdim=True)
-        return self.weight * (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) + self.bias'''),
-        "torch_std_unbiased": _ln('''\
-        return self.weight * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.bias'''),
-        "eps_outside_sqrt": _ln('''\
+        return self.weight * (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + self.eps) + self.bias"""),
+        "torch_std_unbiased": _ln("""\
+        return self.weight * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.bias"""),
+        "eps_outside_sqrt": _ln("""\
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
-        return self.weight * (x - mean) / (torch.sqrt(var) + self.eps) + self.bias'''),
-        "wrong_axis": _ln('''\
+        return self.weight * (x - mean) / (torch.sqrt(var) + self.eps) + self.bias"""),
+        "wrong_axis": _ln("""\
         mean = x.mean(-2, keepdim=True)
         var = ((x - mean) ** 2).mean(-2, keepdim=True)
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias'''),
-        "all_axes": _ln('''\
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias"""),
+        "all_axes": _ln("""\
         mean = x.mean()
         var = ((x - mean) ** 2).mean()
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias'''),
-        "no_beta": _ln('''\
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias"""),
+        "no_beta": _ln("""\
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps)'''),
-        "eps_ignored": _ln('''\
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps)"""),
+        "eps_ignored": _ln("""\
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
-        return self.weight * (x - mean) / torch.sqrt(var + 1e-5) + self.bias'''),
-        "uses_nn_layer_norm": '''
+        return self.weight * (x - mean) / torch.sqrt(var + 1e-5) + self.bias"""),
+        "uses_nn_layer_norm": """
 class LayerNorm(nn.LayerNorm):
     pass
-''',
-        "uses_F_layer_norm": _ln('''\
-        return nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)'''),
-        "aliased_layer_norm": '''
+""",
+        "uses_F_layer_norm": _ln("""\
+        return nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)"""),
+        "aliased_layer_norm": """
 from torch.nn.functional import layer_norm as _normalise
-''' + _ln('''\
-        return _normalise(x, x.shape[-1:], self.weight, self.bias, self.eps)'''),
-        "wraps_reference": '''
+"""
+        + _ln("""\
+        return _normalise(x, x.shape[-1:], self.weight, self.bias, self.eps)"""),
+        "wraps_reference": """
 from course_grading.reference.encoder import LayerNorm as _RefLN
 class LayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5):
@@ -139,8 +140,8 @@ class LayerNorm(nn.Module):
 
     def forward(self, x):
         return self.inner(x)
-''',
-        "plain_tensors": '''
+""",
+        "plain_tensors": """
 class LayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5):
         super().__init__()
@@ -152,11 +153,11 @@ class LayerNorm(nn.Module):
         mean = x.mean(-1, keepdim=True)
         var = ((x - mean) ** 2).mean(-1, keepdim=True)
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
-''',
-        "not_implemented": _ln('''\
-        raise NotImplementedError()'''),
+""",
+        "not_implemented": _ln("""\
+        raise NotImplementedError()"""),
         # the contract's formula with the Annotated Transformer's default eps = 1e-6
-        "default_eps_1e-6": '''
+        "default_eps_1e-6": """
 class LayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-6):
         super().__init__()
@@ -168,26 +169,26 @@ class LayerNorm(nn.Module):
         mean = x.mean(-1, keepdim=True)
         var = x.var(-1, keepdim=True, unbiased=False)
         return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
-''',
+""",
     },
     "test_feed_forward": {
         # its own dropout mask drawn on the CPU: crashes on a GPU in training mode
-        "dropout_mask_drawn_on_the_cpu": _ff('''\
+        "dropout_mask_drawn_on_the_cpu": _ff("""\
         h = torch.relu(self.linear1(x))
         if self.training and self.dropout.p > 0:
             h = h * (torch.rand(h.shape) >= self.dropout.p) / (1 - self.dropout.p)
-        return self.linear2(h)'''),
-        "relu_after_linear2": _ff('''\
-        return torch.relu(self.linear2(self.dropout(self.linear1(x))))'''),
-        "dropout_after_linear2": _ff('''\
-        return self.dropout(self.linear2(torch.relu(self.linear1(x))))'''),
-        "no_relu": _ff('''\
-        return self.linear2(self.dropout(self.linear1(x)))'''),
-        "gelu": _ff('''\
-        return self.linear2(self.dropout(nn.functional.gelu(self.linear1(x))))'''),
-        "relu_on_input": _ff('''\
-        return self.linear2(self.linear1(torch.relu(x)))'''),
-        "dropout_ignored": '''
+        return self.linear2(h)"""),
+        "relu_after_linear2": _ff("""\
+        return torch.relu(self.linear2(self.dropout(self.linear1(x))))"""),
+        "dropout_after_linear2": _ff("""\
+        return self.dropout(self.linear2(torch.relu(self.linear1(x))))"""),
+        "no_relu": _ff("""\
+        return self.linear2(self.dropout(self.linear1(x)))"""),
+        "gelu": _ff("""\
+        return self.linear2(self.dropout(nn.functional.gelu(self.linear1(x))))"""),
+        "relu_on_input": _ff("""\
+        return self.linear2(self.linear1(torch.relu(x)))"""),
+        "dropout_ignored": """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -196,8 +197,8 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.linear2(torch.relu(self.linear1(x)))
-''',
-        "sequential_names": '''
+""",
+        "sequential_names": """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -205,105 +206,135 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.net(x)
-''',
+""",
     },
     "test_encoder_layer": {
         # right values, no training: the layer runs under torch.no_grad()
-        "forward_under_no_grad": _el('''\
+        "forward_under_no_grad": _el(
+            """\
         with torch.no_grad():
             if self.norm_first:
-''' + PRE.replace("        ", "                ") + '''
-''' + POST.replace("        ", "            ")),
-        "padding_mask_rebuilt_on_the_cpu": _el('''\
+"""
+            + PRE.replace("        ", "                ")
+            + """
+"""
+            + POST.replace("        ", "            ")
+        ),
+        "padding_mask_rebuilt_on_the_cpu": _el(
+            """\
         if mask is not None:
             mask = mask & torch.ones(mask.shape, dtype=torch.bool)
         if self.norm_first:
-''' + PRE.replace("        ", "            ") + '''
-''' + POST),
+"""
+            + PRE.replace("        ", "            ")
+            + """
+"""
+            + POST
+        ),
         "always_pre_norm": _el(PRE),
         "always_post_norm": _el(POST),
-        "norm_first_swapped": _el(f'''\
+        "norm_first_swapped": _el(f"""\
         if not self.norm_first:
 {PRE.replace("        ", "            ")}
-{POST}'''),
-        "no_attention_residual": _el('''\
+{POST}"""),
+        "no_attention_residual": _el(
+            """\
         if self.norm_first:
-''' + PRE.replace("        ", "            ") + '''
+"""
+            + PRE.replace("        ", "            ")
+            + """
         x = self.norm1(self.attn(x, mask))
-        return self.norm2(x + self.dropout(self.ffn(x)))'''),
-        "no_ffn_residual": _el('''\
+        return self.norm2(x + self.dropout(self.ffn(x)))"""
+        ),
+        "no_ffn_residual": _el(
+            """\
         if self.norm_first:
-''' + PRE.replace("        ", "            ") + '''
+"""
+            + PRE.replace("        ", "            ")
+            + """
         x = self.norm1(x + self.attn(x, mask))
-        return self.norm2(self.dropout(self.ffn(x)))'''),
-        "pre_norm_residual_on_h": _el('''\
+        return self.norm2(self.dropout(self.ffn(x)))"""
+        ),
+        "pre_norm_residual_on_h": _el(
+            """\
         if self.norm_first:
             h = self.norm1(x)
             x = h + self.attn(h, mask)
             h = self.norm2(x)
             return h + self.dropout(self.ffn(h))
-''' + POST),
-        "norm_before_add": _el('''\
+"""
+            + POST
+        ),
+        "norm_before_add": _el(
+            """\
         if self.norm_first:
-''' + PRE.replace("        ", "            ") + '''
+"""
+            + PRE.replace("        ", "            ")
+            + """
         x = x + self.norm1(self.attn(x, mask))
-        return x + self.norm2(self.ffn(x))'''),
-        "mask_ignored": _el('''\
+        return x + self.norm2(self.ffn(x))"""
+        ),
+        "mask_ignored": _el(
+            """\
         mask = None
         if self.norm_first:
-''' + PRE.replace("        ", "            ") + "\n" + POST),
-        "returns_weights_too": _el('''\
+"""
+            + PRE.replace("        ", "            ")
+            + "\n"
+            + POST
+        ),
+        "returns_weights_too": _el("""\
         out, w = self.self_attn(x, x, x, mask)
         x = self.norm1(x + out)
-        return self.norm2(x + self.ffn(x)), w'''),
-        "uses_torch_layer": '''
+        return self.norm2(x + self.ffn(x)), w"""),
+        "uses_torch_layer": """
 class EncoderLayer(nn.TransformerEncoderLayer):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__(d_model, num_heads, d_ff, dropout, batch_first=True, norm_first=norm_first)
-''',
+""",
     },
     "test_encoder": {
-        "embeddings_detached": _enc('''\
+        "embeddings_detached": _enc("""\
         x = self.pos_encoding(self.embedding(src).detach() * math.sqrt(self.d_model))
         for layer in self.layers:
             x = layer(x, src_mask)
-        return x'''),
-        "scale_as_a_cpu_tensor": _enc('''\
+        return x"""),
+        "scale_as_a_cpu_tensor": _enc("""\
         x = self.pos_encoding(self.embedding(src) * torch.sqrt(torch.Tensor([self.d_model])))
         for layer in self.layers:
             x = layer(x, src_mask)
-        return x'''),
-        "no_sqrt_scale": _enc('''\
+        return x"""),
+        "no_sqrt_scale": _enc("""\
         x = self.pos_encoding(self.embedding(src))
         for layer in self.layers:
             x = layer(x, src_mask)
-        return x'''),
-        "no_positions": _enc('''\
+        return x"""),
+        "no_positions": _enc("""\
         x = self.embedding(src) * math.sqrt(self.d_model)
         for layer in self.layers:
             x = layer(x, src_mask)
-        return x'''),
-        "scale_by_d_model": _enc('''\
+        return x"""),
+        "scale_by_d_model": _enc("""\
         x = self.pos_encoding(self.embedding(src) * self.d_model)
         for layer in self.layers:
             x = layer(x, src_mask)
-        return x'''),
-        "mask_not_passed": _enc('''\
+        return x"""),
+        "mask_not_passed": _enc("""\
         x = self.pos_encoding(self.embedding(src) * math.sqrt(self.d_model))
         for layer in self.layers:
             x = layer(x)
-        return x'''),
-        "layers_not_chained": _enc('''\
+        return x"""),
+        "layers_not_chained": _enc("""\
         x0 = self.pos_encoding(self.embedding(src) * math.sqrt(self.d_model))
         for layer in self.layers:
             x = layer(x0, src_mask)
-        return x'''),
-        "float32_output": _enc('''\
+        return x"""),
+        "float32_output": _enc("""\
         x = self.pos_encoding(self.embedding(src) * math.sqrt(self.d_model))
         for layer in self.layers:
             x = layer(x, src_mask)
-        return x.float()'''),
-        "learned_positions": '''
+        return x.float()"""),
+        "learned_positions": """
 class Encoder(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
         super().__init__()
@@ -318,39 +349,40 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, src_mask)
         return x
-''',
+""",
     },
 }
 
 CORRECT = {
     "test_layer_norm": {
-        "torch_var_biased": _ln('''\
+        "torch_var_biased": _ln("""\
         mean = x.mean(-1, keepdim=True)
-        return self.weight * (x - mean) / torch.sqrt(torch.var(x, -1, unbiased=False, keepdim=True) + self.eps) + self.bias'''),
-        "mean_of_squares": _ln('''\
+        return self.weight * (x - mean) / torch.sqrt(torch.var(x, -1, unbiased=False, keepdim=True) + self.eps) + self.bias"""),
+        "mean_of_squares": _ln("""\
         mean = x.mean(-1, keepdim=True)
         var = x.pow(2).mean(-1, keepdim=True) - mean.pow(2)
-        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias'''),
-        "var_mean_correction0": _ln('''\
+        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias"""),
+        "var_mean_correction0": _ln("""\
         var, mean = torch.var_mean(x, dim=-1, correction=0, keepdim=True)
-        return self.weight * ((x - mean) / (var + self.eps).sqrt()) + self.bias'''),
-        "einsum_style_and_warns": '''
+        return self.weight * ((x - mean) / (var + self.eps).sqrt()) + self.bias"""),
+        "einsum_style_and_warns": """
 import warnings as _w
-''' + _ln('''\
+"""
+        + _ln("""\
         _w.warn("a harmless warning")
         d = x.shape[-1]
         mean = torch.einsum("...d->...", x)[..., None] / d
         c = x - mean
         var = torch.einsum("...d,...d->...", c, c)[..., None] / d
-        return torch.einsum("d,...d->...d", self.weight, c / torch.sqrt(var + self.eps)) + self.bias'''),
-        "prints": _ln('''\
+        return torch.einsum("d,...d->...d", self.weight, c / torch.sqrt(var + self.eps)) + self.bias"""),
+        "prints": _ln("""\
         print("normalising", x.shape)
         mean = x.mean(-1, keepdim=True)
         var = x.var(-1, keepdim=True, unbiased=False)
-        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias'''),
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias"""),
         # rasbt/LLMs-from-scratch, ch04/01_main-chapter-code/gpt.py, LayerNorm (scale and shift
         # renamed weight and bias, eps made the contract's argument)
-        "llms_from_scratch": '''
+        "llms_from_scratch": """
 class LayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5):
         super().__init__()
@@ -363,10 +395,10 @@ class LayerNorm(nn.Module):
         var = x.var(dim=-1, keepdim=True, unbiased=False)
         norm_x = (x - mean) / torch.sqrt(var + self.eps)
         return self.weight * norm_x + self.bias
-''',
+""",
     },
     "test_feed_forward": {
-        "nn_relu_module": '''
+        "nn_relu_module": """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -377,16 +409,16 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.linear2(self.dropout(self.act(self.linear1(x))))
-''',
-        "clamp_and_einsum": _ff('''\
+""",
+        "clamp_and_einsum": _ff("""\
         h = torch.einsum("...d,fd->...f", x, self.linear1.weight) + self.linear1.bias
         h = self.dropout(h.clamp(min=0))
-        return torch.einsum("...f,df->...d", h, self.linear2.weight) + self.linear2.bias'''),
-        "functional_relu": _ff('''\
-        return self.linear2(self.dropout(nn.functional.relu(self.linear1(x))))'''),
+        return torch.einsum("...f,df->...d", h, self.linear2.weight) + self.linear2.bias"""),
+        "functional_relu": _ff("""\
+        return self.linear2(self.dropout(nn.functional.relu(self.linear1(x))))"""),
         # harvardnlp/annotated-transformer, the_annotated_transformer.py,
         # PositionwiseFeedForward (w_1, w_2 renamed linear1, linear2)
-        "annotated_transformer": '''
+        "annotated_transformer": """
 class FeedForward(nn.Module):
     "Implements FFN equation."
 
@@ -398,10 +430,10 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.linear2(self.dropout(self.linear1(x).relu()))
-''',
+""",
         # phlippe/uvadlc_notebooks, tutorial6, EncoderBlock.linear_net: dropout BEFORE an
         # in-place ReLU (the same thing); the Sequential's layers named as the contract asks
-        "uva_tutorial6_dropout_then_inplace_relu": '''
+        "uva_tutorial6_dropout_then_inplace_relu": """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -412,9 +444,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x):
         return self.linear2(self.relu(self.dropout(self.linear1(x))))
-''',
+""",
         # pytorch/pytorch, torch/nn/modules/transformer.py, TransformerEncoderLayer._ff_block
-        "pytorch_ff_block": '''
+        "pytorch_ff_block": """
 class FeedForward(nn.Module):
     def __init__(self, d_model, d_ff, dropout=0.0):
         super().__init__()
@@ -426,10 +458,10 @@ class FeedForward(nn.Module):
     def forward(self, x):
         x = self.linear2(self.dropout(self.activation(self.linear1(x))))
         return x
-''',
+""",
     },
     "test_encoder_layer": {
-        "precomputed_branches": _el('''\
+        "precomputed_branches": _el("""\
         if self.norm_first:
             h = self.norm1(x)
             a = self.self_attn(h, h, h, mask)[0]
@@ -439,8 +471,8 @@ class FeedForward(nn.Module):
         a = self.self_attn(x, x, x, mask)[0]
         x = self.norm1(x + self.dropout(a))
         f = self.ffn(x)
-        return self.norm2(x + self.dropout(f))'''),
-        "reference_parts": '''
+        return self.norm2(x + self.dropout(f))"""),
+        "reference_parts": """
 from course_grading.reference.encoder import FeedForward as _RefFF, LayerNorm as _RefLN
 class EncoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
@@ -456,18 +488,24 @@ class EncoderLayer(nn.Module):
         for f, norm in zip(sub, (self.norm1, self.norm2)):
             x = x + self.drop(f(norm(x))) if self.norm_first else norm(x + self.drop(f(x)))
         return x
-''',
-        "torch_layer_norm_parts_and_warns": '''
+""",
+        "torch_layer_norm_parts_and_warns": """
 import warnings as _w
-''' + _el('''\
+"""
+        + _el(
+            """\
         _w.warn("deprecated something")
         if self.norm_first:
-''' + PRE.replace("        ", "            ") + "\n" + POST).replace(
-            "self.norm1 = LayerNorm(d_model)", "self.norm1 = nn.LayerNorm(d_model)").replace(
-            "self.norm2 = LayerNorm(d_model)", "self.norm2 = nn.LayerNorm(d_model)"),
+"""
+            + PRE.replace("        ", "            ")
+            + "\n"
+            + POST
+        )
+        .replace("self.norm1 = LayerNorm(d_model)", "self.norm1 = nn.LayerNorm(d_model)")
+        .replace("self.norm2 = LayerNorm(d_model)", "self.norm2 = nn.LayerNorm(d_model)"),
         # pytorch/pytorch, torch/nn/modules/transformer.py, TransformerEncoderLayer.forward with
         # its _sa_block and _ff_block (the course's attention and feed-forward as the parts)
-        "pytorch_sa_block_ff_block": '''
+        "pytorch_sa_block_ff_block": """
 class EncoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
@@ -495,10 +533,10 @@ class EncoderLayer(nn.Module):
 
     def _ff_block(self, x):
         return self.dropout2(self.ffn(x))
-''',
+""",
         # phlippe/uvadlc_notebooks, tutorial6, EncoderBlock: post-norm (its only form), with the
         # contract's pre-norm branch beside it
-        "uva_tutorial6_encoder_block": '''
+        "uva_tutorial6_encoder_block": """
 class EncoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
@@ -525,11 +563,11 @@ class EncoderLayer(nn.Module):
         x = self.norm2(x)
 
         return x
-''',
+""",
         # harvardnlp/annotated-transformer, the_annotated_transformer.py, EncoderLayer with
         # SublayerConnection (pre-norm: x + dropout(sublayer(norm(x)))), and the post-norm
         # form the paper uses; the norms named norm1, norm2 as the contract asks
-        "annotated_sublayer_connection": '''
+        "annotated_sublayer_connection": """
 class EncoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0, norm_first=False):
         super().__init__()
@@ -548,10 +586,10 @@ class EncoderLayer(nn.Module):
     def forward(self, x, mask=None):
         x = self.sublayer(x, self.norm1, lambda x: self.self_attn(x, x, x, mask)[0])
         return self.sublayer(x, self.norm2, self.ffn)
-''',
+""",
     },
     "test_encoder": {
-        "positions_on_the_fly": '''
+        "positions_on_the_fly": """
 class Encoder(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
         super().__init__()
@@ -566,20 +604,21 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, src_mask)
         return x
-''',
-        "reference_layers": '''
+""",
+        "reference_layers": """
 from course_grading.reference.encoder import EncoderLayer as _RefLayer
-''' + _enc('''\
+"""
+        + _enc("""\
         x = self.embedding(src) * math.sqrt(self.d_model)
         x = self.pos_encoding(x)
         for layer in self.layers:
             x = layer(x, mask=src_mask)
-        return x''').replace("[EncoderLayer(", "[_RefLayer("),
+        return x""").replace("[EncoderLayer(", "[_RefLayer("),
         # harvardnlp/annotated-transformer, the_annotated_transformer.py: Embeddings (lut
         # renamed embedding) and PositionalEncoding, its table built once in float32 and cast
         # by .double() with the module; the Encoder stack without the final LayerNorm of its
         # pre-norm layers (the contract's layers are post-norm)
-        "annotated_transformer_float32_table": '''
+        "annotated_transformer_float32_table": """
 class AnnotatedPositionalEncoding(nn.Module):
     def __init__(self, d_model, dropout, max_len=5000):
         super(AnnotatedPositionalEncoding, self).__init__()
@@ -613,10 +652,10 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, src_mask)
         return x
-''',
+""",
         # the positions computed exactly, in the embeddings' own dtype (float64 in a float64
         # model), on every call
-        "exact_table_in_the_input_dtype": '''
+        "exact_table_in_the_input_dtype": """
 class Encoder(nn.Module):
     def __init__(self, vocab_size, d_model, num_heads, d_ff, num_layers, max_len=512, dropout=0.0):
         super().__init__()
@@ -636,7 +675,7 @@ class Encoder(nn.Module):
         for layer in self.layers:
             x = layer(x, src_mask)
         return x
-''',
+""",
         # d2l-ai/d2l-en, chapter_attention-mechanisms-and-transformers: PositionalEncoding (a
         # plain float32 attribute P moved to the input's device, which .double() leaves
         # float32) and TransformerEncoder.forward (blks renamed layers, X and valid_lens src and src_mask)

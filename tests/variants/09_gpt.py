@@ -8,7 +8,7 @@ cache layout (a ``past`` in, a ``present`` out, instead of a cache kept inside t
 """
 
 # -- GPTBlock ------------------------------------------------------------------------------------
-_BLOCK = '''
+_BLOCK = """
 class GPTBlock(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -34,10 +34,14 @@ class GPTBlock(nn.Module):
         x = {residual}
         x = x + self.dropout(self.ffn(self.ln2(x)))
         return x, {present}
-'''
-_K = dict(normed="self.ln1(x)", use_past="",
-          mask="torch.ones(t, T, dtype=torch.bool, device=x.device).tril(diagonal=T - t)",
-          residual="x + self.dropout(a.out_proj(merge_heads(out)))", present="(K, V)")
+"""
+_K = dict(
+    normed="self.ln1(x)",
+    use_past="",
+    mask="torch.ones(t, T, dtype=torch.bool, device=x.device).tril(diagonal=T - t)",
+    residual="x + self.dropout(a.out_proj(merge_heads(out)))",
+    present="(K, V)",
+)
 
 
 def _block(**changes) -> str:
@@ -45,7 +49,7 @@ def _block(**changes) -> str:
 
 
 # -- GPT -----------------------------------------------------------------------------------------
-_GPT = '''
+_GPT = """
 class GPT(nn.Module):
     def __init__(self, vocab_size, d_model=128, num_heads=4, d_ff=512, num_layers=4,
                  max_len=256, dropout=0.0):
@@ -69,13 +73,16 @@ class GPT(nn.Module):
             x, kv = block(x, {block_past})
             present.append(kv)
         return self.lm_head({final}), present
-'''
-_M = dict(t_past="0 if past is None else past[0][0].size(2)",
-          check="""if t_past + t > self.max_len:
+"""
+_M = dict(
+    t_past="0 if past is None else past[0][0].size(2)",
+    check="""if t_past + t > self.max_len:
             raise ValueError(f"{t_past} + {t} positions pass max_len={self.max_len}")""",
-          positions="torch.arange(t_past, t_past + t, device=ids.device)",
-          embed="self.tok_embedding(ids) + self.pos_embedding(positions)",
-          block_past="None if past is None else past[i]", final="self.ln_f(x)")
+    positions="torch.arange(t_past, t_past + t, device=ids.device)",
+    embed="self.tok_embedding(ids) + self.pos_embedding(positions)",
+    block_past="None if past is None else past[i]",
+    final="self.ln_f(x)",
+)
 
 
 def _gpt(**changes) -> str:
@@ -83,7 +90,7 @@ def _gpt(**changes) -> str:
 
 
 # -- generate ------------------------------------------------------------------------------------
-_GENERATE = '''
+_GENERATE = """
 @torch.no_grad()
 def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
              use_cache=True, generator=None):
@@ -100,9 +107,12 @@ def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None
             next_id = {draw}
         ids = torch.cat([ids, next_id[:, None]], dim=1)
     return ids
-'''
-_G = dict(cached="logits, past = model(ids if past is None else ids[:, -1:], past)",
-          position="-1", draw="sample_next_token(last, temperature, top_k, top_p, generator)")
+"""
+_G = dict(
+    cached="logits, past = model(ids if past is None else ids[:, -1:], past)",
+    position="-1",
+    draw="sample_next_token(last, temperature, top_k, top_p, generator)",
+)
 
 
 def _generate(**changes) -> str:
@@ -114,25 +124,28 @@ BUGGY = {
         # the causal mask of the new positions alone, not shifted by the cached ones: a single
         # new token sees only position 0 of the cache
         "mask_not_shifted_by_the_cache": _block(
-            mask="torch.ones(t, T, dtype=torch.bool, device=x.device).tril()"),
+            mask="torch.ones(t, T, dtype=torch.bool, device=x.device).tril()"
+        ),
         # a mask made for one new token (the last row of a causal mask): right for the steps
         # after the prompt, wrong for a prompt of several tokens
         "mask_for_one_new_token_only": _block(
-            mask="torch.ones(T, T, dtype=torch.bool, device=x.device).tril()[-1:]"),
+            mask="torch.ones(T, T, dtype=torch.bool, device=x.device).tril()[-1:]"
+        ),
         # no mask once there is a cache: fine for one new token, not for several
         "no_mask_with_a_cache": _block(
-            mask="None if past is not None else torch.ones(t, T, dtype=torch.bool, "
-                 "device=x.device).tril()"),
+            mask="None if past is not None else torch.ones(t, T, dtype=torch.bool, device=x.device).tril()"
+        ),
         "cache_not_extended": _block(present="(K_new, V_new)"),
         "past_ignored": _block(use_past=" and False"),
         "keys_from_x_not_ln1": _block(normed="x"),
         # only the keys read x: the queries and values are right, the output and cache not
-        "only_keys_from_x": _block().replace("K_new = split_heads(a.k_proj(h), H)",
-                                             "K_new = split_heads(a.k_proj(x), H)"),
+        "only_keys_from_x": _block().replace(
+            "K_new = split_heads(a.k_proj(h), H)", "K_new = split_heads(a.k_proj(x), H)"
+        ),
         # the cached keys and values put after the new ones
-        "cache_after_the_new_positions": _block().replace(
-            "torch.cat([past[0], K_new], dim=2)", "torch.cat([K_new, past[0]], dim=2)").replace(
-            "torch.cat([past[1], V_new], dim=2)", "torch.cat([V_new, past[1]], dim=2)"),
+        "cache_after_the_new_positions": _block()
+        .replace("torch.cat([past[0], K_new], dim=2)", "torch.cat([K_new, past[0]], dim=2)")
+        .replace("torch.cat([past[1], V_new], dim=2)", "torch.cat([V_new, past[1]], dim=2)"),
         "post_norm": _block(normed="x", residual="self.ln1(x + a.out_proj(merge_heads(out)))"),
         "no_residual_around_attention": _block(residual="a.out_proj(merge_heads(out))"),
         # the mask made on the CPU: right on a CPU, a crash on the first GPU
@@ -144,34 +157,41 @@ BUGGY = {
         "positions_on_the_cpu": _gpt(positions="torch.arange(t_past, t_past + t)"),
         "t_past_is_the_number_of_blocks": _gpt(t_past="0 if past is None else len(past)"),
         "no_value_error_past_max_len": _gpt(check="pass"),
-        "value_error_ignores_the_cache": _gpt(check="""if t > self.max_len:
-            raise ValueError(f"{t} positions are more than max_len={self.max_len}")"""),
+        "value_error_ignores_the_cache": _gpt(
+            check="""if t > self.max_len:
+            raise ValueError(f"{t} positions are more than max_len={self.max_len}")"""
+        ),
         "no_final_layer_norm": _gpt(final="x"),
         "every_block_gets_the_first_past": _gpt(block_past="None if past is None else past[0]"),
         # a right GPT over a block whose mask is not shifted by the cached positions
-        "block_mask_not_shifted": _block(
-            mask="torch.ones(t, T, dtype=torch.bool, device=x.device).tril()") + _gpt(),
+        "block_mask_not_shifted": _block(mask="torch.ones(t, T, dtype=torch.bool, device=x.device).tril()")
+        + _gpt(),
         "embeddings_scaled_like_the_encoder": _gpt(
-            embed="self.tok_embedding(ids) * math.sqrt(self.d_model) + self.pos_embedding(positions)"),
+            embed="self.tok_embedding(ids) * math.sqrt(self.d_model) + self.pos_embedding(positions)"
+        ),
     },
     "test_generate": {
         # the first step feeds only the prompt's last token
         "first_step_not_the_whole_prompt": _generate(cached="logits, past = model(ids[:, -1:], past)"),
         # the present of the first step is kept for ever
-        "cache_not_updated": _generate(cached="""if past is None:
+        "cache_not_updated": _generate(
+            cached="""if past is None:
                 logits, past = model(ids)
             else:
-                logits, _ = model(ids[:, -1:], past)"""),
+                logits, _ = model(ids[:, -1:], past)"""
+        ),
         # the newest token fed without the cache
         "newest_token_without_past": _generate(
-            cached="logits, past = (model(ids) if past is None else (model(ids[:, -1:])[0], past))"),
+            cached="logits, past = (model(ids) if past is None else (model(ids[:, -1:])[0], past))"
+        ),
         "first_position": _generate(position="0"),
         "temperature_ignored": _generate(draw="sample_next_token(last, 1.0, top_k, top_p, generator)"),
         "generator_not_passed": _generate(draw="sample_next_token(last, temperature, top_k, top_p)"),
         "always_argmax": _generate(draw="last.argmax(dim=-1)"),
         # the first row's token appended to every row: right for a batch of one
         "batch_of_one": _generate(
-            draw="sample_next_token(last, temperature, top_k, top_p, generator)[:1].expand(ids.size(0))"),
+            draw="sample_next_token(last, temperature, top_k, top_p, generator)[:1].expand(ids.size(0))"
+        ),
     },
 }
 
@@ -187,7 +207,7 @@ CORRECT = {
         # Hugging Face transformers, GPT-2 (modeling_gpt2.py, GPT2Attention with layer_past):
         # keys and values concatenated with the past on the sequence dim, the causal mask cut
         # from a full lower triangle as bias[key_length - query_length : key_length, :key_length]
-        "hugging_face_gpt2_layer_past": '''
+        "hugging_face_gpt2_layer_past": """
 class GPTBlock(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -230,11 +250,11 @@ class GPTBlock(nn.Module):
         x = residual + self.resid_dropout(self.attn.out_proj(attn_output))
         x = x + self.resid_dropout(self.ffn(self.ln2(x)))
         return x, present
-''',
+""",
         # rasbt, LLMs-from-scratch, ch04/03_kv-cache/gpt_with_kv_cache.py (MultiHeadAttention
         # with cache_k / cache_v and ptr_current_pos): the upper-triangle mask sliced at the
         # cache's current position, masked_fill_ with -inf; here the cache comes in as `past`
-        "rasbt_llms_from_scratch_kv_cache": '''
+        "rasbt_llms_from_scratch_kv_cache": """
 class GPTBlock(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -273,10 +293,10 @@ class GPTBlock(nn.Module):
         shortcut = x
         x = self.drop_shortcut(self.ffn(self.ln2(x))) + shortcut
         return x, (keys, values)
-''',
+""",
         # Hugging Face transformers, OPT (_make_causal_mask with past_key_values_length): a
         # causal mask of the new tokens with an all-visible block for the past in front of it
-        "hugging_face_opt_make_causal_mask": '''
+        "hugging_face_opt_make_causal_mask": """
 class GPTBlock(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -303,13 +323,13 @@ class GPTBlock(nn.Module):
         out, _ = scaled_dot_product_attention(Q, K, V, mask[None, None])
         x = x + self.attn.out_proj(merge_heads(out))
         return x + self.ffn(self.ln2(x)), (K, V)
-''',
+""",
     },
     "test_gpt": {
         # rasbt, LLMs-from-scratch, ch04/03_kv-cache/gpt_with_kv_cache.py (GPTModel): position
         # ids from the current position of the cache; here read from the past instead of a
         # counter kept on the model
-        "rasbt_llms_from_scratch_gpt_model": '''
+        "rasbt_llms_from_scratch_gpt_model": """
 class GPT(nn.Module):
     def __init__(self, vocab_size, d_model=128, num_heads=4, d_ff=512, num_layers=4,
                  max_len=256, dropout=0.0):
@@ -336,10 +356,10 @@ class GPT(nn.Module):
             x, kv = blk(x, past[i] if past is not None else None)
             present.append(kv)
         return self.lm_head(self.ln_f(x)), present
-''',
+""",
         # Karpathy, nanoGPT, model.py (GPT.forward): pos = torch.arange(0, t), an assert on
         # block_size; offset by the cache's length, the assert made a ValueError
-        "nanogpt_forward_with_offset": '''
+        "nanogpt_forward_with_offset": """
 class GPT(nn.Module):
     def __init__(self, vocab_size, d_model=128, num_heads=4, d_ff=512, num_layers=4,
                  max_len=256, dropout=0.0):
@@ -367,13 +387,13 @@ class GPT(nn.Module):
             x, presents[i] = block(x, past[i] if past else None)
         x = self.ln_f(x)
         return self.lm_head(x), presents
-''',
+""",
     },
     "test_generate": {
         # rasbt, LLMs-from-scratch, ch04/03_kv-cache/gpt_with_kv_cache.py
         # (generate_text_simple_cached): the prompt once, then only the new token; with the
         # contract's past/present and 08's sampler in place of the argmax
-        "rasbt_llms_from_scratch_generate_cached": '''
+        "rasbt_llms_from_scratch_generate_cached": """
 def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
              use_cache=True, generator=None):
     def pick(logits):
@@ -398,10 +418,10 @@ def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None
                 next_idx = pick(logits)
                 idx = torch.cat([idx, next_idx], dim=1)
     return idx
-''',
+""",
         # Karpathy, nanoGPT, model.py (GPT.generate): the loop over max_new_tokens, the last
         # position's logits, torch.cat of idx_next; with a cache and 08's sampler
-        "nanogpt_generate_with_cache": '''
+        "nanogpt_generate_with_cache": """
 @torch.no_grad()
 def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
              use_cache=True, generator=None):
@@ -418,10 +438,10 @@ def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None
             idx_next = sample_next_token(logits, temperature, top_k, top_p, generator)[:, None]
         idx = torch.cat((idx, idx_next), dim=1)
     return idx
-''',
+""",
         # Hugging Face transformers' generation loop (prepare_inputs_for_generation): with
         # past_key_values, only input_ids[:, -1:] go in; the cache is the model output's
-        "hugging_face_prepare_inputs_for_generation": '''
+        "hugging_face_prepare_inputs_for_generation": """
 @torch.no_grad()
 def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
              use_cache=True, generator=None):
@@ -441,6 +461,6 @@ def generate(model, ids, max_new_tokens, temperature=1.0, top_k=None, top_p=None
                                             top_k=top_k, top_p=top_p, generator=generator)
         input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
     return input_ids
-''',
+""",
     },
 }

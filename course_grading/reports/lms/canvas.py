@@ -25,6 +25,7 @@ lacks, every course assignment without a column, a column Canvas marks read only
 (``Filled.notes``): every student row of the file the course does not know (left as it was,
 Canvas's test student included), every grade left as it was, points that differ.
 """
+
 from __future__ import annotations
 
 import csv
@@ -40,9 +41,19 @@ MAX_DOWNLOAD_BYTES = 32 * 2**20
 POINTS_ROW = "Points Possible"
 # Canvas's own columns that are no assignment (gradebook_importer.rb NON_ASSIGNMENT_COLUMN_HEADERS,
 # "Unposted ..." included by the same search)
-NOT_ASSIGNMENTS = re.compile(r"Current Score|Current Points|Current Grade|Final Score|Final Points|"
-                             r"Final Grade|Override Score|Override Grade|Override Status")
-STUDENT_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Integration ID", "Root Account", "Section")
+NOT_ASSIGNMENTS = re.compile(
+    r"Current Score|Current Points|Current Grade|Final Score|Final Points|"
+    r"Final Grade|Override Score|Override Grade|Override Status"
+)
+STUDENT_COLUMNS = (
+    "Student",
+    "ID",
+    "SIS User ID",
+    "SIS Login ID",
+    "Integration ID",
+    "Root Account",
+    "Section",
+)
 
 
 def title_and_id(header: str) -> tuple[str, str | None]:
@@ -51,8 +62,8 @@ def title_and_id(header: str) -> tuple[str, str | None]:
     from the end, without a pattern (a header is the file's: linear in its length)."""
     text = header.strip()
     opening = text.rfind("(")
-    if text.endswith(")") and opening >= 0 and text[opening + 1:-1].isdecimal():
-        return text[:opening].strip(), text[opening + 1:-1]
+    if text.endswith(")") and opening >= 0 and text[opening + 1 : -1].isdecimal():
+        return text[:opening].strip(), text[opening + 1 : -1]
     return text, None
 
 
@@ -86,9 +97,11 @@ def read_download(path) -> Download:
     rows, delimiter = read_rows(path, MAX_DOWNLOAD_BYTES, fix="download the gradebook from Canvas again")
     header = rows[0] if rows else []
     if not (len(header) > 3 and "Student" in header[0] and "ID" in header[1]):
-        raise GradingError(f"{path} is not a Canvas gradebook export (its header starts "
-                           f"{', '.join(map(clean, header[:3])) or 'with nothing'}; Canvas's starts "
-                           "Student, ID): download it from Canvas, Grades → Export")
+        raise GradingError(
+            f"{path} is not a Canvas gradebook export (its header starts "
+            f"{', '.join(map(clean, header[:3])) or 'with nothing'}; Canvas's starts "
+            "Student, ID): download it from Canvas, Grades → Export"
+        )
     names = [h.strip() for h in header]
     student_end = max((i for i, h in enumerate(names[:8]) if h in STUDENT_COLUMNS), default=1) + 1
     return Download(rows, delimiter, _index(names, "SIS Login ID"), _index(names, "SIS User ID"), student_end)
@@ -109,15 +122,16 @@ def canvas_ids(course) -> dict[str, str]:
     return {str(k): str(v) for k, v in mapping.items()}
 
 
-def assignment_columns(download: Download, assignments: list[str], ids: dict[str, str] | None = None
-                       ) -> tuple[dict[str, int], list[str]]:
+def assignment_columns(
+    download: Download, assignments: list[str], ids: dict[str, str] | None = None
+) -> tuple[dict[str, int], list[str]]:
     """{course assignment: its column}, and one problem per assignment with none or with more
     than one: the column of its Canvas id where ``ids`` maps it, else a title, with or
     without Canvas's "(id)", equal to the assignment's name."""
     ids = ids or {}
     by_id = {v: k for k, v in ids.items() if k in assignments}
     found: dict[str, list[int]] = {a: [] for a in assignments}
-    for index, title in enumerate(download.rows[0][download.first_assignment:], download.first_assignment):
+    for index, title in enumerate(download.rows[0][download.first_assignment :], download.first_assignment):
         if NOT_ASSIGNMENTS.search(title):
             continue
         name, canvas_id = title_and_id(title)
@@ -130,8 +144,10 @@ def assignment_columns(download: Download, assignments: list[str], ids: dict[str
         if len(indices) == 1:
             columns[name] = indices[0]
         elif not indices:
-            problems.append(f"{name}: no column in the Canvas file (create the assignment in Canvas, "
-                            "named as in the course, and download the gradebook again): its grades are not in it")
+            problems.append(
+                f"{name}: no column in the Canvas file (create the assignment in Canvas, "
+                "named as in the course, and download the gradebook again): its grades are not in it"
+            )
         else:
             problems.append(f"{name}: {len(indices)} columns in the Canvas file have its title: none filled")
     return columns, problems
@@ -157,17 +173,22 @@ def fill(course, download_path, out, db_url=None) -> Filled:
         else:
             student = _student(row, download, by_id, by_folded, by_canvas)
             if student is None:
-                notes.append(f"line {number}: {clean(row[0])} ({clean(_login(row, download))}) is not a "
-                             "student of the course: left as Canvas has it")
+                notes.append(
+                    f"line {number}: {clean(row[0])} ({clean(_login(row, download))}) is not a "
+                    "student of the course: left as Canvas has it"
+                )
             elif student.id in matched:
                 problems.append(f"line {number}: {student.id} is in the Canvas file twice: filled once")
             else:
                 matched.add(student.id)
                 notes += _fill_row(row, student, columns)
         rows.append(row)
-    problems += [f"{s.id} ({clean(s.display_name)}): a student of the course the Canvas file lacks "
-                 "(not enrolled in Canvas, or another login there): grades not in the file"
-                 for s in found if s.id not in matched]
+    problems += [
+        f"{s.id} ({clean(s.display_name)}): a student of the course the Canvas file lacks "
+        "(not enrolled in Canvas, or another login there): grades not in the file"
+        for s in found
+        if s.id not in matched
+    ]
     path = Path(out).resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="", encoding="utf-8") as fh:
@@ -200,8 +221,10 @@ def _fill_row(row: list, student, columns: dict[str, int]) -> list[str]:
         grade = student.grades[name]
         if grade.grade is None:
             had = row[index].strip()
-            notes.append(f"{student.id}/{name}: {grade.why_blank}: left "
-                         + (f"as Canvas has it ({clean(had)})" if had else "empty (no grade)"))
+            notes.append(
+                f"{student.id}/{name}: {grade.why_blank}: left "
+                + (f"as Canvas has it ({clean(had)})" if had else "empty (no grade)")
+            )
         else:
             row[index] = f"{grade.grade:g}"
     return notes
@@ -221,7 +244,9 @@ def _points(row: list, columns: dict[str, int], maxima: dict[str, float], proble
         except ValueError:
             continue
         if abs(points - maxima[name]) > 1e-9:
-            notes.append(f"{name}: Canvas has it out of {points:g} points, the course out of "
-                         f"{maxima[name]:g}: the grades written are the course's points; "
-                         "Canvas's Points Possible row is left as it is")
+            notes.append(
+                f"{name}: Canvas has it out of {points:g} points, the course out of "
+                f"{maxima[name]:g}: the grades written are the course's points; "
+                "Canvas's Points Possible row is left as it is"
+            )
     return notes

@@ -21,6 +21,7 @@ beside it ("<assignment> feedback": the grader's comments on the written answers
 not a grade yet, such as "4 points of written answers to grade by hand"), to map to that
 grade item's feedback.
 """
+
 from __future__ import annotations
 
 from course_grading.reports.reports_csv import Literal
@@ -36,7 +37,9 @@ NAME_COLUMNS = ["First name", "Last name"]
 FEEDBACK = " feedback"
 
 
-def moodle_rows(maxima: dict[str, float], found: list, match: str = "username") -> tuple[list[list], list[str]]:
+def moodle_rows(
+    maxima: dict[str, float], found: list, match: str = "username"
+) -> tuple[list[list], list[str]]:
     """The rows of the Moodle file (identifier first, the names, then each assignment's grade
     and its feedback), and one line per student left out for want of an identifier."""
     header, attribute, _ = IDENTIFIERS[match]
@@ -46,9 +49,11 @@ def moodle_rows(maxima: dict[str, float], found: list, match: str = "username") 
     for s in found:
         identifier = getattr(s, attribute).strip()
         if not identifier:
-            left_out.append(f"{s.id}: no {header.lower()} in the gradebook (import a roster that "
-                            f"has it, or map by another column with --match): not in the file, "
-                            f"give its grades in Moodle by hand")
+            left_out.append(
+                f"{s.id}: no {header.lower()} in the gradebook (import a roster that "
+                f"has it, or map by another column with --match): not in the file, "
+                f"give its grades in Moodle by hand"
+            )
             continue
         row = [identifier, s.first_name, s.last_name]
         for n in names:
@@ -74,6 +79,9 @@ def only_listed(found: list, roster_path, match: str = "username") -> tuple[list
             raise
         listed = {e.id for e in read_roster(roster_path, id_column=header)}
     kept = [s for s in found if getattr(s, attribute) in listed]
-    missing = [f"{s.id}: not in {roster_path} (the LMS would not know them): not in the file"
-               for s in found if getattr(s, attribute) not in listed]
+    missing = [
+        f"{s.id}: not in {roster_path} (the LMS would not know them): not in the file"
+        for s in found
+        if getattr(s, attribute) not in listed
+    ]
     return kept, missing
