@@ -27,20 +27,9 @@ from course_utils.checks.decoder import (
     transformer_outputs,
     transformer_parts,
 )
-from course_utils.checks.encoder import (
-    EVERYWHERE,
-    EVERYWHERE_OPS,
-    F64,
-    FF,
-    POSITIONS_HINT,
-    D,
-    H,
-    compare,
-    known,
-    load,
-    near,
-)
+from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS, FF, POSITIONS_HINT, D, H
 from course_utils.checks.kit import Check, generator, torch_equal
+from course_utils.checks.torch_parts import F64, compare, known, load, near
 
 from ._common import forbidding, gradients_reach
 from ._device import second_devices

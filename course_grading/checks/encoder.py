@@ -20,30 +20,32 @@ from course_utils.checks.encoder import (
     ENCODER_NAMES,
     EVERYWHERE,
     EVERYWHERE_OPS,
-    F64,
     FF,
     LAYER_NORM_BUILTINS,
     LAYER_NORM_OPS,
     POSITIONS_HINT,
     D,
     H,
+    encoder_layer_case,
+    encoder_outputs,
+    feed_forward_case,
+    layer_norm_case,
+)
+from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
+from course_utils.checks.torch_parts import (
+    F64,
     compare,
     computing,
-    encoder_layer_case,
     encoder_layer_parts,
-    encoder_outputs,
     encoder_parts,
     feed_forward,
-    feed_forward_case,
     ffn_parts,
     known,
-    layer_norm_case,
     load,
     near,
     run_encoder_layers,
     torch_encoder_layer,
 )
-from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
 
 from ._common import forbidding, gradients_reach
 from ._device import second_devices

@@ -15,27 +15,23 @@ import torch
 from torch import nn
 
 from course_grading.reference import gpt as ref
-from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS, F64, known, load, near
+from course_utils.checks.encoder import EVERYWHERE, EVERYWHERE_OPS
 from course_utils.checks.gpt import (
-    BLOCK_NAMES,
     GPT_NAMES,
     PrefixLM,
-    TorchBlock,
     TorchGPT,
-    block_case,
-    block_parts,
-    causal,
     gpt_parts,
     logits_case,
-    pair,
     present_list,
     raises_value_error,
 )
 from course_utils.checks.gpt import check_gpt as visible_check_gpt
 from course_utils.checks.gpt import check_gpt_block as visible_check_gpt_block
+from course_utils.checks.gpt_block import BLOCK_NAMES, TorchBlock, block_case, block_parts, causal, pair
 from course_utils.checks.gpt_generate import GENERATE_CASES, generate_case, generated
 from course_utils.checks.gpt_generate import check_generate as visible_check_generate
 from course_utils.checks.kit import Check, devices, generator
+from course_utils.checks.torch_parts import F64, known, load, near
 
 from ._common import visible_first
 from ._device import second_devices

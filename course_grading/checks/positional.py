@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from course_grading.reference import positional as ref
-from course_utils.checks.encoder import near
 from course_utils.checks.kit import Check, generator, torch_isfinite
 from course_utils.checks.positional import TABLE_MISTAKES, add, compare_added, diagnose_table, table_buffer
+from course_utils.checks.torch_parts import near
 
 from ._device import second_devices
 

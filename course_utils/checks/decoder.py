@@ -12,20 +12,14 @@ import torch
 from torch import nn
 
 from ._core import Check, CheckFailed, generator, stored, torch_equal
-from .encoder import (
-    EVERYWHERE,
-    EVERYWHERE_OPS,
-    FF,
-    POSITIONS_HINT,
-    D,
-    H,
+from .encoder import EVERYWHERE, EVERYWHERE_OPS, FF, POSITIONS_HINT, D, H, embedded
+from .torch_parts import (
     Parts,
     _torch_layer,
     attend,
     attention_parts,
     compare,
     computing,
-    embedded,
     encoder_parts,
     feed_forward,
     ffn_parts,

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ._core import Check, CheckFailed, generator, stored, torch_equal
-from .encoder import near
+from .torch_parts import near
 
 ASSIGNMENT = "05_positional_encoding"
 
