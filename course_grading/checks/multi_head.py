@@ -15,7 +15,9 @@ import torch
 
 from course_grading.reference import attention as ref_attention
 from course_grading.reference import multi_head as ref
+from course_utils.checks import heads
 from course_utils.checks import multi_head as visible
+from course_utils.checks.heads import near
 from course_utils.checks.kit import Check, generator, torch_equal
 from course_utils.checks.multi_head import (
     ATOL32,
@@ -25,14 +27,13 @@ from course_utils.checks.multi_head import (
     expect_projections,
     expect_value_error,
     forward,
-    near,
 )
 
 from ._common import visible_first
 from ._device import second_devices
 
-ASSIGNMENT = visible.ASSIGNMENT
-_FORBIDDEN = visible.MHA_BUILTINS + [
+ASSIGNMENT = heads.ASSIGNMENT
+_FORBIDDEN = heads.MHA_BUILTINS + [
     "course_grading.reference.multi_head.MultiHeadAttention.forward",
     "course_grading.reference.multi_head.split_heads",
     "course_grading.reference.multi_head.merge_heads",
@@ -212,8 +213,8 @@ def expected_outputs() -> dict[str, np.ndarray]:
 
 
 def check_split_heads(split_heads) -> None:
-    visible_first(visible.check_split_heads, split_heads)
-    c = Check("split_heads", _FORBIDDEN, hidden=True, ops=visible.MHA_OPS)
+    visible_first(heads.check_split_heads, split_heads)
+    c = Check("split_heads", _FORBIDDEN, hidden=True, ops=heads.MHA_OPS)
     g = generator(10)
     for b, s, d, h in ((1, 7, 15, 5), (3, 2, 8, 1), (2, 4, 6, 6), (2, 6, 16, 4)):
         x = torch.randn(b, s, d, generator=g)
@@ -225,7 +226,7 @@ def check_split_heads(split_heads) -> None:
             "Read the sizes from x.shape and num_heads; don't hard-code them.",
         )
         if not near(got, ref.split_heads(x, h), 0, 0):
-            for cand, message in visible.split_candidates(x, h):
+            for cand, message in heads.split_candidates(x, h):
                 if near(got, cand, 0, 0):
                     c.fail(message + f" (x {(b, s, d)}, num_heads={h})")
             c.fail(f"wrong values for x of shape {(b, s, d)} and num_heads={h}.")
@@ -257,8 +258,8 @@ def check_split_heads(split_heads) -> None:
 
 
 def check_merge_heads(merge_heads) -> None:
-    visible_first(visible.check_merge_heads, merge_heads)
-    c = Check("merge_heads", _FORBIDDEN, hidden=True, ops=visible.MHA_OPS)
+    visible_first(heads.check_merge_heads, merge_heads)
+    c = Check("merge_heads", _FORBIDDEN, hidden=True, ops=heads.MHA_OPS)
     g = generator(12)
     for b, h, s, dh in ((1, 5, 7, 3), (3, 1, 2, 8), (2, 6, 4, 1), (2, 4, 6, 4)):
         x = torch.randn(b, h, s, dh, generator=g)
@@ -270,7 +271,7 @@ def check_merge_heads(merge_heads) -> None:
             "Read every size from x.shape; don't hard-code them.",
         )
         if not near(got, ref.merge_heads(x), 0, 0):
-            for cand, message in visible.merge_candidates(x):
+            for cand, message in heads.merge_candidates(x):
                 if near(got, cand, 0, 0):
                     c.fail(message + f" (x {(b, h, s, dh)})")
             c.fail(f"wrong values for x of shape {(b, h, s, dh)}.")
@@ -395,7 +396,7 @@ def _check_dropout(c: Check, MultiHeadAttention, D: int, H: int) -> None:
 
 def check_multi_head_attention(MultiHeadAttention) -> None:
     visible_first(visible.check_multi_head_attention, MultiHeadAttention)
-    c = Check("MultiHeadAttention", _FORBIDDEN, hidden=True, ops=visible.MHA_OPS)
+    c = Check("MultiHeadAttention", _FORBIDDEN, hidden=True, ops=heads.MHA_OPS)
     D, H = 12, 3
     m = _built(c, MultiHeadAttention, D, H)
     r = reference_module(D, H, seed=30)
