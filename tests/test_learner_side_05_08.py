@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 from course_grading.authoring.release import secret_lines
 
-MODULES = ["positional", "encoder", "decoder", "generation", "gpt", "gpt_block"]
+MODULES = ["positional", "encoder", "decoder", "generation", "sampling", "gpt", "gpt_block"]
 LEARNER_FILES = [ROOT / "course_utils" / "checks" / f"{m}.py" for m in MODULES] + [
     ROOT / "course_utils" / "checks" / "torch_parts.py",  # 06, 07 and 09's PyTorch equivalents
     ROOT / "course_utils" / "toy_task.py",  # 08's models, which the visible checks decode with

@@ -26,9 +26,7 @@ from course_utils.checks.generation import (
     EOS,
     GREEDY_CASES,
     LAYERS,
-    N_DRAWS,
     RANDOM_BEAMS,
-    SAMPLING_CASES,
     WIDE,
     beam,
     beam_matches,
@@ -36,12 +34,11 @@ from course_utils.checks.generation import (
     greedy_ok,
     length_normalisation_hint,
     random_model,
-    sampling_case,
-    sampling_logits,
     table_model,
     wide_model,
 )
 from course_utils.checks.kit import Check, generator, torch_equal
+from course_utils.checks.sampling import N_DRAWS, SAMPLING_CASES, sampling_case, sampling_logits
 from course_utils.toy_task import LookupModel, pad_batch, source_tokenizer, to_words
 
 from ._device import second_devices
