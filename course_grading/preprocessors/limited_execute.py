@@ -1,4 +1,6 @@
-"""``LimitedExecute``: nbgrader's Execute with the output, the time and the reach of each
+"""Over 500 lines: one class, nbgrader's Execute with its bounds, and the docstring specifying them.
+
+``LimitedExecute``: nbgrader's Execute with the output, the time and the reach of each
 submission bounded, and the hidden tests of the notebook run after all its cells.
 
 * **Output.** Every message the kernel sends is weighed by the bytes it arrived as (header,

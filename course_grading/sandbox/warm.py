@@ -1,4 +1,6 @@
-"""The grader's side of the sandbox servers (``warm_server`` runs inside bubblewrap).
+"""Over 500 lines: one concern, the grader's client of the sandbox servers and its one warm server.
+
+The grader's side of the sandbox servers (``warm_server`` runs inside bubblewrap).
 
 A grading process holds at most one *warm* server, started by ``ensure_warm`` (the one place
 that starts it, whoever asks first: the ``course`` command before it imports nbgrader, a

@@ -1,4 +1,6 @@
-"""The sandbox server: one process inside bubblewrap that forks every grading kernel and every
+"""Over 500 lines: one class, the sandbox's server: each request it answers, each child it isolates.
+
+The sandbox server: one process inside bubblewrap that forks every grading kernel and every
 audit process of a grader, each into fresh namespaces of its own.
 
     python -I -m course_grading.sandbox.warm_server FD SPEC_JSON

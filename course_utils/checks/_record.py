@@ -1,4 +1,6 @@
-"""How the seal records a namespace and finds it changed (``_seal`` says what is recorded,
+"""Over 500 lines: a record and its look, on builtins bound once here; a split binds them twice.
+
+How the seal records a namespace and finds it changed (``_seal`` says what is recorded,
 when, and why).
 
 ``_Record``: one namespace's values, their functions' code, defaults and
