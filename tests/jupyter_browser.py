@@ -153,8 +153,10 @@ def course_lab(work: Path, token: str = "course-test-token"):
         "--LabApp.news_url=",
         "--allow-root",
     ]
+    # as a learner's: nothing of a grading run this test process may have made before
+    grading = ("NBGRADER_EXECUTION", "NBGRADER_VALIDATING", "COURSE_GRADING", "COURSE_SANDBOXED")
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in grading},
         "MPLBACKEND": "module://matplotlib_inline.backend_inline",
         "JUPYTERLAB_SETTINGS_DIR": str(work / "settings"),
         "OMP_NUM_THREADS": "1",
