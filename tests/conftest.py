@@ -127,13 +127,3 @@ def one_torch_thread():
     yield
     torch.set_num_threads(before)
     plt.close("all")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    """The files that hold slow or browser tests run first, each file's tests in their order: in
-    two workers (scripts/test.sh) the long files start early and the short ones fill in after,
-    instead of one long file running alone at the end."""
-    long = {
-        item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("browser")
-    }
-    items.sort(key=lambda item: item.path not in long)  # stable: the order within each group stays
