@@ -68,3 +68,22 @@ def test_status_loads_no_nbgrader_to_start():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_nbgrader_execution_is_unset_again_when_a_notebook_fails(monkeypatch):
+    """nbgrader's own setenv leaves NBGRADER_EXECUTION set when the block raises: a Jupyter
+    server the same process starts later would hide every widget, as under grading."""
+    import os
+
+    import nbgrader.utils
+
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("NBGRADER_VALIDATING", "before")
+    with (
+        pytest.raises(RuntimeError),
+        nbgrader.utils.setenv(NBGRADER_EXECUTION="autograde", NBGRADER_VALIDATING="1"),
+    ):
+        assert os.environ["NBGRADER_EXECUTION"] == "autograde"
+        raise RuntimeError("a cell timed out")
+    assert "NBGRADER_EXECUTION" not in os.environ
+    assert os.environ["NBGRADER_VALIDATING"] == "before"

@@ -13,10 +13,16 @@ which are tested) rather than let a patch misfire.
 * ``share_engines``: one SQLAlchemy engine per gradebook (``nbgrader.api.create_engine``,
   ``gradebook_engines``);
 * ``validate_schema_once``: the metadata schema checked once
-  (``nbgrader.nbgraderformat.common.jsonschema``, ``metadata_schema``).
+  (``nbgrader.nbgraderformat.common.jsonschema``, ``metadata_schema``);
+* ``restore_environment``: the variables nbgrader sets while it executes a notebook
+  (``NBGRADER_EXECUTION``, ``nbgrader.utils.setenv``) restored when the execution raises too,
+  applied on import.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
 
 import nbgrader
 import nbgrader.api
@@ -70,6 +76,37 @@ def use_alembic_head() -> None:
 
 
 use_alembic_head()
+
+
+# --------------------------------------------------------------------------- its environment
+
+
+@contextlib.contextmanager
+def _setenv(**variables: str):
+    """nbgrader.utils.setenv, restoring each variable's value before (or its absence) even when
+    the block raises: nbgrader's own leaves ``NBGRADER_EXECUTION='autograde'`` set in the
+    grader's process after a notebook's execution fails, and what the process starts later (a
+    kernel, a Jupyter server) then believes it is being graded."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def restore_environment() -> None:
+    """nbgrader's converters (``utils.setenv``) use ``_setenv`` from now on."""
+    import nbgrader.utils
+
+    nbgrader.utils.setenv = _setenv
+
+
+restore_environment()
 
 
 # --------------------------------------------------------------------------- a converter's failures
