@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from audit_runner import in_process
 from course_grading import untrusted
 from course_grading.untrusted import UntrustedFileError
 
@@ -102,9 +103,7 @@ def test_audit_reads_a_fifo_or_link_as_unreadable_output(tmp_path):
     notebook = ROOT / "solutions" / assignment / f"{assignment}.ipynb"
 
     def runner(folder: Path) -> str:
-        from course_grading.audit import child
-
-        child.main(str(folder))  # the real child, in-process; then the files are tampered with
+        in_process(folder)  # the real child, in this process; then the files are tampered with
         os.unlink(folder / "out-test_one_hot.json")
         os.mkfifo(folder / "out-test_one_hot.json")
         out = json.loads((folder / "out-test_embed.json").read_text())
