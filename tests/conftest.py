@@ -129,3 +129,74 @@ def one_torch_thread():
     yield
     torch.set_num_threads(before)
     plt.close("all")
+
+
+# -- the suite in parts (scripts/test.sh runs two at once) --------------------------------------
+
+# Seconds of the longest test files in a whole run on two busy cores (measured); every other
+# file counts a tenth of a second a test. Only the balance of the two parts depends on them.
+COST = {
+    "test_browser.py": 280,
+    "test_adversarial.py": 190,
+    "test_hub.py": 140,
+    "test_student_side.py": 110,
+    "test_any_cpu.py": 95,
+    "test_autograde_variants_05_08.py": 90,
+    "test_warm.py": 90,
+    "test_instructor_browser.py": 80,
+    "test_course_root.py": 65,
+    "test_audit_variants.py": 60,
+    "test_graders.py": 60,
+    "test_autograde_course.py": 45,
+    "test_grading_parity.py": 41,
+    "test_pipeline.py": 40,
+    "test_doctor.py": 40,
+    "test_audit_evidence.py": 40,
+    "test_limited_execute.py": 35,
+    "test_postgres.py": 35,
+    "test_autograde_variants_01_04.py": 34,
+    "test_progress_resume.py": 30,
+    "test_launch.py": 30,
+    "test_exchange.py": 25,
+    "test_message_specificity.py": 25,
+    "test_course_utils.py": 25,
+    "test_worker_death.py": 23,
+}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--part",
+        default=None,
+        metavar="K/N",
+        help="run the K-th of N parts of the selected tests, each test file whole in one part, "
+        "the same files on every machine (scripts/test.sh runs parts 1/2 and 2/2 at once)",
+    )
+
+
+def parts(files: dict[str, int], count: int) -> dict[str, int]:
+    """Each file (name -> number of its tests) to one of ``count`` parts: the costliest first,
+    each to the part with the least so far. The same files give the same parts everywhere."""
+    cost = {name: COST.get(name, tests / 10) for name, tests in files.items()}
+    load, out = [0.0] * count, {}
+    for name in sorted(cost, key=lambda n: (-cost[n], n)):
+        out[name] = load.index(min(load))
+        load[out[name]] += cost[name]
+    return out
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected
+def pytest_collection_modifyitems(session, config, items):
+    part = config.getoption("part")
+    if not part:
+        return
+    k, _, n = part.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise pytest.UsageError(f"--part takes K/N with 1 <= K <= N, not {part!r}")
+    files: dict[str, int] = {}
+    for item in items:
+        files[item.path.name] = files.get(item.path.name, 0) + 1
+    mine = parts(files, int(n))
+    kept = [item for item in items if mine[item.path.name] == int(k) - 1]
+    config.hook.pytest_deselected(items=[item for item in items if mine[item.path.name] != int(k) - 1])
+    items[:] = kept
