@@ -198,16 +198,6 @@ def test_setup_reinstalls_what_is_missing_although_its_stamp_says_up_to_date():
     assert run.returncode == (0 if doctor.installed_ok() else 1)
 
 
-def test_start_script_runs_the_doctor_before_jupyterlab():
-    script = (ROOT / "scripts" / "start.sh").read_text()
-    assert (
-        script.index("bash scripts/setup.sh")
-        < script.index("course doctor --quiet --start")
-        < script.index("exit 1")
-        < script.index("exec .venv/bin/course start")
-    )
-
-
 def _run_fix(line, env) -> None:
     """Run a doctor line's printed fix, as the instructor would paste it."""
     assert line.status == doctor.FAIL and line.fix, line

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from course_grading.commands import doctor
-from throwaway import COURSE, VENV, course, heal, healed, system, unavailable
+from throwaway import COURSE, ROOT, VENV, course, heal, healed, system, unavailable
 
 
 @pytest.mark.slow
@@ -169,6 +169,24 @@ def test_missing_bubblewrap_is_installed_by_its_fix(tmp_path):
     )
 
 
+@pytest.mark.slow
+def test_a_package_apt_does_not_offer_yet_is_installed_after_an_update(tmp_path):
+    """apt's lists removed (as container images do) and bubblewrap with them: the fix updates
+    the lists before it installs (from the archive: skipped where it cannot be reached)."""
+    prefix, mount = system(tmp_path)
+    found = heal(
+        "bubblewrap",
+        "rm -rf /var/lib/apt/lists/*\ndpkg --remove --force-depends bubblewrap >/dev/null",
+        prefix,
+        mount,
+        f'"{COURSE}" --root "{ROOT}" doctor',
+    )
+    assert found["before"]["fix"] == "apt-get update && apt-get install -y bubblewrap", found["before"]
+    if found["rc"] and any(why in found["output"] for why in ("Could not resolve", "Temporary failure")):
+        pytest.skip(f"apt cannot reach its archive here: {found['output'][-300:]}")
+    healed(found)
+
+
 def test_bwrap_off_path_is_put_on_it_by_its_fix(tmp_path):
     """bwrap installed, PATH without its folder: the fix puts the folder on PATH (the sandbox
     finds bwrap on PATH), in the shell that then grades."""
@@ -213,3 +231,28 @@ def test_bubblewrap_without_user_namespaces_is_fixed_by_its_sysctl():
     assert "does not run a sandbox here" in found["before"]["detail"]
     assert found["before"]["fix"] == "sysctl -w user.max_user_namespaces=15000"
     assert found["after"]["status"] == doctor.OK, found
+
+
+def test_start_stops_while_the_widget_extension_is_gone(tmp_path):
+    """scripts/start.sh, the widget extension's files gone (setup.sh finds every package there):
+    it prints the FAIL line and its fix, and stops before JupyterLab; once that fix is run, the
+    doctor lets it start."""
+    prefix, mount = course(tmp_path)
+    fix = doctor.reinstall("jupyterlab_widgets")
+    stamp = next(VENV.glob(".course-installed*"), None)  # setup.sh's: what it installed is there
+    script = (
+        f"set -e\n{mount}{_remove(doctor.WIDGETS_EXTENSION)}\n"
+        + (f'cp "{stamp}" "{VENV}/.course-installed"\n' if stamp else "")
+        + f'set +e\ntimeout 600 bash "{ROOT}/scripts/start.sh"\necho "::start exited:: $?"\n'
+        f'{fix} >/dev/null 2>&1\n"{COURSE}" --root "{ROOT}" doctor --quiet --start\necho "::doctor exited:: $?"'
+    )
+    started = time.perf_counter()
+    done = subprocess.run([*prefix, "/bin/sh", "-c", script], capture_output=True, text=True, timeout=1300)
+    out = done.stdout + done.stderr
+    assert "::start exited:: 1" in done.stdout, out[-3000:]
+    assert "[start] the course cannot work like this" in done.stderr, out[-3000:]
+    shown = done.stdout.split("::start exited::")[0].splitlines()
+    at = next(i for i, ln in enumerate(shown) if ln.startswith("FAIL  widget extension"))
+    assert shown[at + 1].strip() == f"fix: {fix}", out[-3000:]
+    assert "::doctor exited:: 0" in done.stdout, out[-3000:]
+    print(f"start.sh stopped, then the fix let it start: {time.perf_counter() - started:.1f} s")
