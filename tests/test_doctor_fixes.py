@@ -6,6 +6,7 @@ copy of the system or of the course's .venv (``throwaway``): the machine's own a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -65,6 +66,12 @@ def _remove(extension: str) -> str:
     return f'rm -r "{found[0]}"'
 
 
+def _remove_module(name: str) -> str:
+    """The shell command that removes a module's files, its distribution kept."""
+    spec = importlib.util.find_spec(name)
+    return f'rm -r "{Path(spec.origin).parent}"'
+
+
 PIP = f'"{sys.executable}" -m pip'
 
 
@@ -75,6 +82,7 @@ PIP = f'"{sys.executable}" -m pip'
         ("widget extension", lambda: _remove(doctor.WIDGETS_EXTENSION), "jupyterlab_widgets"),
         ("nbgrader extensions", lambda: _remove(doctor.NBGRADER_EXTENSION), "nbgrader"),
         ("jupyter", lambda: f'rm "{VENV}/bin/jupyter"', "jupyter_core"),  # its command
+        ("widget extension", lambda: _remove_module("jupyter_core"), "jupyter_core"),  # Jupyter's
         ("tqdm", lambda: f"{PIP} uninstall -y tqdm", doctor.SETUP),
         ("mkdocs", lambda: f"{PIP} uninstall -y mkdocs", doctor.SETUP_TEST),  # the tests'
     ],

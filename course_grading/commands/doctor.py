@@ -210,12 +210,20 @@ def reinstall(distribution: str) -> str:
     return f"{sys.executable} -m pip install --force-reinstall --no-deps {pinned}"
 
 
+def broken_import(exc: ImportError) -> str:
+    """The fix for a module that does not import: its distribution reinstalled alone (setup.sh
+    would find it installed), or setup.sh where no installed distribution has it."""
+    top = (exc.name or "").split(".")[0]
+    owners = metadata.packages_distributions().get(top, []) if top else []
+    return reinstall(owners[0]) if owners else SETUP
+
+
 def check_widgets() -> Line:
     what = "widget extension"
     try:
         found = _labextension(WIDGETS_EXTENSION)
-    except ImportError:
-        found = None
+    except ImportError as exc:
+        return Line(FAIL, what, f"jupyter is broken: {exc}", broken_import(exc))
     if found is None:
         return Line(
             FAIL,
@@ -241,7 +249,7 @@ def check_nbgrader_extensions() -> Line:
         lab = _labextension(NBGRADER_EXTENSION)
         enabled = _server_extensions()
     except ImportError as exc:
-        return Line(FAIL, what, f"jupyter is broken: {exc}", SETUP, blocks_start=False)
+        return Line(FAIL, what, f"jupyter is broken: {exc}", broken_import(exc), blocks_start=False)
     off = [name for name in NBGRADER_SERVER_EXTENSIONS if not enabled.get(name)]
     if lab is None:
         return Line(
