@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from course_grading.commands import doctor
-from throwaway import COURSE, ROOT, VENV, course, heal, healed, system, unavailable
+from throwaway import CANNOT_BREAK, COURSE, ROOT, VENV, course, heal, healed, system, unavailable
 
 
 @pytest.mark.slow
@@ -87,6 +87,7 @@ PIP = f'"{sys.executable}" -m pip'
         ("jupyter", lambda: f'rm "{VENV}/bin/jupyter"', "jupyter_core"),  # its command
         ("widget extension", lambda: _remove_module("jupyter_core"), "jupyter_core"),  # Jupyter's
         ("tqdm", lambda: f"{PIP} uninstall -y tqdm", doctor.SETUP),
+        ("tqdm", lambda: f"{PIP} install -q --no-deps tqdm==4.65.0 || exit {CANNOT_BREAK}", doctor.SETUP),
         ("mkdocs", lambda: f"{PIP} uninstall -y mkdocs", doctor.SETUP_TEST),  # the tests'
         ("torch device", lambda: f'rm "{importlib.util.find_spec("torch").origin}"', "torch"),
     ],
@@ -96,12 +97,13 @@ PIP = f'"{sys.executable}" -m pip'
         "jupyter-command",
         "jupyter_core-files",
         "tqdm",
+        "tqdm-too-old",
         "mkdocs",
         "torch",
     ],
 )
 def test_what_the_course_installs_is_put_back_by_its_fix(tmp_path, what, breaking, fix):
-    """A package of the course, or of the tests, uninstalled; an extension's or a command's
+    """A package of the course, or of the tests, uninstalled or too old; an extension's or a command's
     files gone with their package still installed (``setup.sh`` would say "up to date"): the
     printed fix, run as it is, makes the line OK."""
     prefix, mount = course(tmp_path)

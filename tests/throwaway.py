@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 SYSTEM = ("/usr", "/etc", "/var")
+CANNOT_BREAK = 77  # the exit status of a breaking script that could not (a registry unreachable)
 VENV = Path(sys.prefix)
 COURSE = Path(sys.executable).with_name("course")
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,6 +116,8 @@ def heal(what: str, breaking: str = "", prefix=(), mount: str = "", doctor: str 
         env=env,
         timeout=1200,
     )
+    if done.returncode == CANNOT_BREAK:
+        pytest.skip(f"the thing could not be broken here: {(done.stdout + done.stderr)[-300:]}")
     assert done.returncode == 0, done.stdout + done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["before"], f"no {what} line in\n{found['printed']}"
