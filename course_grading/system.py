@@ -87,21 +87,43 @@ def provide(program: str, package: str) -> str:
 
 def install(package: str) -> str | None:
     """The command that installs ``package`` with this machine's package manager (reinstalls
-    it when the manager has it installed: its files are gone), as root; None without one."""
+    it when the manager has it installed: its files are gone; apt's lists updated first when
+    they offer no such package: removed, as container images do), as root; None without one."""
     for program, fresh, again, query in _MANAGERS:
-        if shutil.which(program):
-            return as_root((again if _installed(query, package) else fresh).format(shlex.quote(package)))
+        if not shutil.which(program):
+            continue
+        name = shlex.quote(package)
+        if _installed(query, package):
+            return as_root(again.format(name))
+        if program == "apt-get" and not _apt_offers(package):
+            return as_root(f"apt-get update && {fresh.format(name)}")
+        return as_root(fresh.format(name))
     return None
 
 
-def _installed(query: list[str], package: str) -> bool:
+def _run(command: list[str]) -> subprocess.CompletedProcess | None:
     try:
-        done = subprocess.run([*query, package], capture_output=True, text=True, timeout=30)
+        return subprocess.run(command, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _installed(query: list[str], package: str) -> bool:
+    done = _run([*query, package])
+    if done is None or done.returncode != 0:
         return False
-    if query[0] == "dpkg-query":
-        return done.returncode == 0 and done.stdout.startswith("ii")
-    return done.returncode == 0
+    return done.stdout.startswith("ii") if query[0] == "dpkg-query" else True
+
+
+def _apt_offers(package: str) -> bool:
+    """Whether apt's lists have a version of ``package`` to install."""
+    done = _run(["apt-cache", "policy", package])
+    found = [
+        ln.split(":", 1)[1].strip()
+        for ln in (done.stdout if done else "").splitlines()
+        if ln.strip().startswith("Candidate:")
+    ]
+    return bool(found) and found[0] != "(none)"
 
 
 def userns_setting(proc: str = "/proc/sys") -> tuple[str, str] | None:

@@ -41,7 +41,7 @@ stamp="$VENV/.course-installed"
 want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -c1-16)
 # Installed before, yet a package missing or at a version the course does not take (removed,
 # replaced by another install): install again, so that "up to date" is true.
-if [ -f "$stamp" ] && ! "$VENV/bin/python" -m course_grading.commands.doctor >/dev/null 2>&1; then
+if [ -f "$stamp" ] && ! "$VENV/bin/python" -m course_grading.commands.doctor ${extras:+--test} >/dev/null 2>&1; then
     say "a package the course needs is missing or at another version: installing again"
     rm -f "$stamp"
 fi

