@@ -1,7 +1,7 @@
 """Each thing ``course doctor`` checks, broken for real, then the fix it printed run as it is:
 the line is OK after. Chromium and bubblewrap removed, their binaries deleted, off PATH, apt's
 lists gone; a package of the course or of its tests uninstalled; JupyterLab's extensions' files,
-jupyter_core's, torch's or the ``jupyter`` command gone; scripts/start.sh stopping on what
+jupyter_core's or the ``jupyter`` command gone; scripts/start.sh stopping on what
 breaks the course. In a throw-away copy of the system or of the course's environment
 (``throwaway``): the machine's own files are untouched. A fix that cannot reach its package
 registry (pip's, apt's) is a skip.
@@ -89,7 +89,6 @@ PIP = f'"{sys.executable}" -m pip'
         ("tqdm", lambda: f"{PIP} uninstall -y tqdm", doctor.SETUP),
         ("tqdm", lambda: f"{PIP} install -q --no-deps tqdm==4.65.0 || exit {CANNOT_BREAK}", doctor.SETUP),
         ("mkdocs", lambda: f"{PIP} uninstall -y mkdocs", doctor.SETUP_TEST),  # the tests'
-        ("torch device", lambda: f'rm "{importlib.util.find_spec("torch").origin}"', "torch"),
     ],
     ids=[
         "widgets-files",
@@ -99,7 +98,6 @@ PIP = f'"{sys.executable}" -m pip'
         "tqdm",
         "tqdm-too-old",
         "mkdocs",
-        "torch",
     ],
 )
 def test_what_the_course_installs_is_put_back_by_its_fix(tmp_path, what, breaking, fix):
