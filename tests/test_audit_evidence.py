@@ -487,6 +487,30 @@ def test_derived_operators_are_the_built_ins_own():
     )
 
 
+def test_derived_operators_are_kept_for_the_next_process(tmp_path, monkeypatch):
+    """What a grading worker reads from the cache is what running the probes finds; a file
+    that is garbled, or left by another version of the probes, is never read."""
+    from course_grading.audit import derive
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = derive.cache_file()
+    assert path.is_relative_to(tmp_path) and not path.exists()
+    fresh = derive.run_probes()
+    derive._reached_by.cache_clear()
+    try:
+        assert derive._reached_by() == fresh and path.is_file()  # run once, then written
+        derive._reached_by.cache_clear()
+        assert derive._reached_by() == fresh  # read back, the same
+        path.write_text('{"found": {"torch.softmax": [[]]}, "honest": 7}', encoding="utf-8")
+        derive._reached_by.cache_clear()
+        assert derive._reached_by() == fresh  # garbled: the probes run again
+        monkeypatch.setattr(derive, "__file__", str(tmp_path / "other.py"))
+        (tmp_path / "other.py").write_text("# other probes\n", encoding="utf-8")
+        assert derive.cache_file() != path  # another source: another file
+    finally:
+        derive._reached_by.cache_clear()
+
+
 def test_the_child_records_every_operator_of_every_exercise():
     from course_grading.audit import derive, forbidden
 

@@ -18,12 +18,20 @@ and ``aten::one_hot`` decompose into public arithmetic alone), or, for a Python 
 (``PYTHON``: ``torch.nn.MultiheadAttention`` returning its weights computes softmax and matrix
 products, as honest attention does), the audit event its code is prefixed with in the child;
 ``uncovered`` lists the calls that would leave no evidence at all.
+
+Running the probes takes seconds; what they find is kept in the grader's cache folder
+(``cache_file``) for the next process on the same torch, so a grading worker reads it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import sys
 from functools import lru_cache
+from pathlib import Path
 
 
 def _x(*shape, grad=False):
@@ -323,7 +331,35 @@ def own_names(builtins) -> set[str]:
 
 @lru_cache(maxsize=1)
 def _reached_by() -> tuple[dict, frozenset]:
-    """({built-in: [the operators each of its calls reached]}, what honest calls reach)."""
+    """({built-in: [the operators each of its calls reached]}, what honest calls reach): read
+    from ``cache_file()`` where a run of this very module on this torch left it, else run."""
+    path = cache_file()
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        return (
+            {name: [frozenset(ops) for ops in calls] for name, calls in stored["found"].items()},
+            frozenset(stored["honest"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # none yet, or unreadable: run the probes
+    found, honest = run_probes()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f"{path.name}.{os.getpid()}")
+        part.write_text(
+            json.dumps(
+                {"found": {k: [sorted(o) for o in v] for k, v in found.items()}, "honest": sorted(honest)}
+            ),
+            encoding="utf-8",
+        )
+        os.replace(part, path)  # whole or not at all: two workers may write it at once
+    except OSError:
+        pass  # a home that cannot be written: the next process runs the probes again
+    return found, honest
+
+
+def run_probes() -> tuple[dict, frozenset]:
+    """What ``_reached_by`` returns, found by running every probe (about 4 CPU-seconds)."""
     import warnings
 
     with warnings.catch_warnings():
@@ -331,6 +367,22 @@ def _reached_by() -> tuple[dict, frozenset]:
         found = {name: [reached(call) for call in calls] for name, calls in _probes().items()}
         honest = frozenset().union(*(reached(call) for call in _honest()))
     return found, honest
+
+
+def cache_file() -> Path:
+    """Where ``_reached_by`` keeps its findings: the grader's own cache folder (a sandboxed
+    process sees an empty private $HOME, never this), named by everything they depend on (this
+    module's source, torch's version and CPU capability, Python's), so that nothing stale is read.
+    Each grading worker would otherwise run the probes at its first audit."""
+    import platform
+
+    import torch
+
+    key = hashlib.sha256(Path(__file__).read_bytes())
+    for part in (torch.__version__, torch.backends.cpu.get_cpu_capability(), sys.version, platform.machine()):
+        key.update(b"\0" + part.encode())
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attention-course" / f"derived-operators-{key.hexdigest()[:20]}.json"
 
 
 def specific(builtins, allowed=()) -> frozenset:
