@@ -9,16 +9,14 @@ on a GPU the numbers may differ in the last digits. Defaults are course_utils.tr
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
 from provenance import write_record  # noqa: E402 - tools/, this script's folder
-from training_cli import training_parser, training_run  # noqa: E402 - tools/, this script's folder
+from training_cli import config_options, print_training, training_parser, training_run  # noqa: E402 - tools/, this script's folder
 
 from course_grading.reference.attention import causal_mask
 from course_grading.reference.decoder import Transformer, make_padding_mask
@@ -36,22 +34,9 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     pairs = make_pairs(config.train_pairs, "train", seed=config.seed)
     model = build_model(Transformer, config)
-    history = train(
-        model,
-        pairs,
-        causal_mask=causal_mask,
-        make_padding_mask=make_padding_mask,
-        steps=config.steps,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        warmup=config.warmup,
-        label_smoothing=config.label_smoothing,
-        weight_decay=config.weight_decay,
-        device=device,
-        seed=config.seed,
-        show="text",
-        redraw_every=10.0,
-    )
+    masks = dict(causal_mask=causal_mask, make_padding_mask=make_padding_mask)
+    options = config_options(config, train)
+    history = train(model, pairs, **masks, **options, device=device, show="text", redraw_every=10.0)
     train_seconds = time.perf_counter() - t0  # data generation + training
     test = make_pairs(args.eval, "test", seed=0)
     model.float()
@@ -59,11 +44,7 @@ def main(argv=None) -> int:
     half = build_model(Transformer, config).to(device)  # what the checkpoint holds: float16 weights
     half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
     acc_half = exact_match(half.eval(), test, decode=greedy_decode, make_padding_mask=make_padding_mask)
-    print(
-        f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
-        f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
-        f"final loss {sum(history.losses[-50:]) / 50:.4f}"
-    )
+    print_training(history, train_seconds, device)
     print(
         f"held-out exact match (greedy, {len(test)} dates never seen in training): "
         f"{acc:.4f} float32, {acc_half:.4f} float16 weights"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import os
 from pathlib import Path
 
 import torch
@@ -45,3 +47,18 @@ def training_run(args: argparse.Namespace, config_cls):
     if args.threads:
         torch.set_num_threads(args.threads)
     return config, device
+
+
+def config_options(config, train) -> dict:
+    """The fields of ``config`` that the training function ``train`` takes (steps, lr, ...)."""
+    takes = inspect.signature(train).parameters
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name in takes}
+
+
+def print_training(history, seconds: float, device) -> None:
+    """What a tool says when its training ends: steps, time, where, and the final loss."""
+    print(
+        f"trained {history.steps} steps in {seconds:.1f}s on {device} "
+        f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
+        f"final loss {sum(history.losses[-50:]) / 50:.4f}"
+    )
