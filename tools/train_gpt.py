@@ -17,8 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
-from provenance import write_record  # noqa: E402 - tools/, this script's folder
-from training_cli import config_options, print_training, training_parser, training_run  # noqa: E402 - tools/, this script's folder
+from training_cli import Trained, as_saved, config_options, training_parser, training_run  # noqa: E402 - tools/, this script's folder
 
 from course_grading.reference.gpt import GPT, generate
 from course_utils.language_model import (
@@ -49,30 +48,23 @@ def main(argv=None) -> int:
     model.float().eval()
     ppl = perplexity(model, val_ids.to(device), config.block)
     ppl_train = perplexity(model, train_ids.to(device), config.block)
-    half = build_gpt(GPT, config, len(tok)).to(device)  # what the checkpoint holds: float16 weights
-    half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
-    ppl_half = perplexity(half.eval(), val_ids.to(device), config.block)
-    print_training(history, train_seconds, device)
-    print(
+    half = as_saved(model, build_gpt(GPT, config, len(tok)).to(device))
+    ppl_half = perplexity(half, val_ids.to(device), config.block)
+    reached = (
         f"perplexity per character: held-out {ppl:.3f} (float16 weights {ppl_half:.3f}), "
         f"training text {ppl_train:.3f}"
     )
-    if args.save:
-        path = save_gpt(model, config, tok, args.out)
-        write_record(
-            path,
-            tool="train_gpt.py",
-            argv=argv,
-            config=config,
-            model=model,
-            history=history,
-            device=device,
-            train_seconds=train_seconds,
-            vocab_size=len(tok),
-            held_out_perplexity=round(ppl_half, 3),
-            train_perplexity=round(ppl_train, 3),
-            held_out_characters=len(val_ids),
-        )
+    Trained(config, model, history, device, train_seconds).finish(
+        args,
+        argv,
+        __file__,
+        reached,
+        lambda out: save_gpt(model, config, tok, out),
+        vocab_size=len(tok),
+        held_out_perplexity=round(ppl_half, 3),
+        train_perplexity=round(ppl_train, 3),
+        held_out_characters=len(val_ids),
+    )
     prompt = torch.tensor([tok.encode("ROMEO:\n")], device=device)
     sample = generate(
         half,

@@ -15,8 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from provenance import write_record  # noqa: E402 - tools/, this script's folder
-from training_cli import config_options, print_training, training_parser, training_run  # noqa: E402 - tools/, this script's folder
+from training_cli import Trained, as_saved, config_options, training_parser, training_run  # noqa: E402 - tools/, this script's folder
 
 from course_grading.reference.attention import causal_mask
 from course_grading.reference.decoder import Transformer, make_padding_mask
@@ -41,28 +40,15 @@ def main(argv=None) -> int:
     test = make_pairs(args.eval, "test", seed=0)
     model.float()
     acc = exact_match(model, test, decode=greedy_decode, make_padding_mask=make_padding_mask)
-    half = build_model(Transformer, config).to(device)  # what the checkpoint holds: float16 weights
-    half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
-    acc_half = exact_match(half.eval(), test, decode=greedy_decode, make_padding_mask=make_padding_mask)
-    print_training(history, train_seconds, device)
-    print(
+    half = as_saved(model, build_model(Transformer, config).to(device))
+    acc_half = exact_match(half, test, decode=greedy_decode, make_padding_mask=make_padding_mask)
+    reached = (
         f"held-out exact match (greedy, {len(test)} dates never seen in training): "
         f"{acc:.4f} float32, {acc_half:.4f} float16 weights"
     )
-    if args.save:
-        path = save_checkpoint(model, config, args.out)
-        write_record(
-            path,
-            tool="train_toy_model.py",
-            argv=argv,
-            config=config,
-            model=model,
-            history=history,
-            device=device,
-            train_seconds=train_seconds,
-            held_out_exact_match_greedy=round(acc_half, 4),
-            held_out_pairs=len(test),
-        )
+    record = dict(held_out_exact_match_greedy=round(acc_half, 4), held_out_pairs=len(test))
+    run = Trained(config, model, history, device, train_seconds)
+    run.finish(args, argv, __file__, reached, lambda out: save_checkpoint(model, config, out), **record)
     return 0
 
 
