@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .device import get_device, grading
-from .training import History, _Display, _in_notebook, run_steps
+from .device import get_device
+from .training import History, ModelRun, Plan, run_steps
 
 DATA = Path(__file__).resolve().parent / "data"
 TEXT = DATA / "tiny_shakespeare.txt"
@@ -78,7 +78,7 @@ def split(ids, val_fraction: float = VAL_FRACTION) -> tuple[torch.Tensor, torch.
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(ModelRun):
     """The model and the training run behind the shipped checkpoint."""
 
     d_model: int = 96
@@ -94,16 +94,6 @@ class GPTConfig:
     warmup: int = 100
     weight_decay: float = 0.1
     seed: int = 0
-
-    def model_kwargs(self) -> dict:
-        return dict(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            num_layers=self.num_layers,
-            max_len=self.max_len,
-            dropout=self.dropout,
-        )
 
 
 def build_gpt(gpt_cls, config: GPTConfig | None = None, vocab_size: int | None = None):
@@ -152,38 +142,17 @@ def train_lm(
     ``time_budget`` (seconds): after a few steps, set the number of steps (and the warm-up and
     decay with it) to what fits; ``time_limit`` stops the run wherever it is. ``show``:
     "notebook", "text" or "quiet" (default: the notebook's live curve, quiet under grading)."""
-    device = torch.device(device) if device is not None else get_device()
-    if show is None:
-        show = "quiet" if grading() else ("notebook" if _in_notebook() else "text")
+    plan = Plan(steps, lr, warmup, time_budget, time_limit, show, redraw_every, device)
+    device = plan.device
     model.to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
-    probe = min(steps, 5) if time_budget is not None else 0
-    if time_limit is None and time_budget is not None:
-        time_limit = 1.5 * time_budget
-    history = History(
-        device=str(device), requested=steps, planned=steps, budget=time_budget, time_limit=time_limit
-    )  # the summary says what the plan was fitted to
-    display = _Display(steps, show, redraw_every)
 
     def batch_loss(step: int) -> torch.Tensor:
         x, y = windows(data, block, batch_size, gen)
         return lm_loss(model, x.to(device), y.to(device))
 
-    return run_steps(
-        model,
-        opt,
-        batch_loss,
-        steps=steps,
-        lr=lr,
-        warmup=warmup,
-        probe=probe,
-        time_budget=time_budget,
-        time_limit=time_limit,
-        display=display,
-        history=history,
-        reserve=0.1,
-    )
+    return run_steps(model, opt, batch_loss, plan, probe=5, reserve=0.1)
 
 
 @torch.no_grad()

@@ -29,7 +29,7 @@ import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -43,8 +43,18 @@ CHECKPOINT = Path(__file__).resolve().parent / "data" / "dates_transformer.pt"
 MAX_TARGET_LEN = 12  # <bos> + "YYYY-MM-DD" + <eos>
 
 
+class ModelRun:
+    """What a training run's configuration (a dataclass: ``ToyConfig``, 09's ``GPTConfig``)
+    gives the model's constructor: those of its fields named in ``MODEL_FIELDS``."""
+
+    MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "num_layers", "max_len", "dropout")
+
+    def model_kwargs(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name in self.MODEL_FIELDS}
+
+
 @dataclass
-class ToyConfig:
+class ToyConfig(ModelRun):
     """The model and the training run behind the shipped checkpoint."""
 
     d_model: int = 64
@@ -60,15 +70,6 @@ class ToyConfig:
     weight_decay: float = 0.01
     train_pairs: int = 40_000
     seed: int = 0
-
-    def model_kwargs(self) -> dict:
-        return dict(
-            d_model=self.d_model,
-            num_heads=self.num_heads,
-            d_ff=self.d_ff,
-            num_layers=self.num_layers,
-            dropout=self.dropout,
-        )
 
 
 def build_model(
@@ -274,21 +275,14 @@ def train(
     otherwise. ``history.summary()`` says how far the run got.
     """
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
-    device = torch.device(device) if device is not None else get_device()
-    if show is None:
-        show = "quiet" if grading() else ("notebook" if _in_notebook() else "text")
+    plan = Plan(steps, lr, warmup, time_budget, time_limit, show, redraw_every, device)
+    device = plan.device
     model.to(device).train()
     src_all, tgt_all = encode_pairs(pairs, src_tok, tgt_tok)  # (N, s), (N, t) on the CPU
     src_all, tgt_all = src_all.to(device), tgt_all.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.98))
     gen = torch.Generator().manual_seed(seed)
     order, cursor = torch.randperm(len(pairs), generator=gen), 0
-    history = History(device=str(device), requested=steps, planned=steps)
-    display = _Display(steps, show, redraw_every)
-    probe = min(steps, 8) if time_budget is not None else 0  # steps timed before planning
-    if time_limit is None and time_budget is not None:
-        time_limit = 1.5 * time_budget  # the pace can drop on a busy machine
-    history.budget, history.time_limit = time_budget, time_limit
 
     def batch_loss(step: int) -> torch.Tensor:
         nonlocal order, cursor
@@ -304,45 +298,63 @@ def train(
             model, src, tgt, tgt_tok.pad_id, causal_mask, make_padding_mask, label_smoothing
         )
 
-    return run_steps(
-        model,
-        opt,
-        batch_loss,
-        steps=steps,
-        lr=lr,
-        warmup=warmup,
-        probe=probe,
-        time_budget=time_budget,
-        time_limit=time_limit,
-        display=display,
-        history=history,
-    )
+    return run_steps(model, opt, batch_loss, plan, probe=8)
+
+
+@dataclass
+class Plan:
+    """How a training run goes (08's ``train`` and 09's ``train_lm`` take these arguments):
+    ``steps`` at most, the learning rate's peak ``lr`` and its ``warmup``, the time budget and
+    limit, what is shown, on which device. Unset, the device is ``get_device()``, ``show`` the
+    notebook's live curve in Jupyter, quiet under grading, text otherwise, and with a budget the
+    time limit is 1.5 × the budget (the pace can drop on a busy machine)."""
+
+    steps: int
+    lr: float
+    warmup: int
+    time_budget: float | None
+    time_limit: float | None
+    show: str | None
+    redraw_every: float
+    device: object = None
+
+    def __post_init__(self):
+        self.device = torch.device(self.device) if self.device is not None else get_device()
+        if self.show is None:
+            self.show = "quiet" if grading() else ("notebook" if _in_notebook() else "text")
+        if self.time_limit is None and self.time_budget is not None:
+            self.time_limit = 1.5 * self.time_budget
 
 
 def run_steps(
     model,
     opt,
     batch_loss: Callable[[int], torch.Tensor],
-    *,
-    steps: int,
-    lr: float,
-    warmup: int,
+    plan: Plan,
     probe: int,
-    time_budget: float | None,
-    time_limit: float | None,
-    display: "_Display",
-    history: History,
     reserve: float | None = None,
 ) -> History:
     """The training loop that 08's ``train`` and 09's ``train_lm`` share: ``batch_loss(step)``
     draws a batch and returns its loss; each step sets the learning rate (``lr_at``), clips the
-    gradient norm to 1 and records loss, rate and time in ``history``.
+    gradient norm to 1 and records loss, rate and time in the History it returns.
 
-    With ``time_budget``, the first ``probe`` steps are timed (no drawing meanwhile), then the
+    With a time budget, the first ``probe`` steps are timed (no drawing meanwhile), then the
     number of steps, and the warm-up and decay with it, is set to what fits in what is left of
     the budget, at most ``steps``: all of it but the share the live curve takes (the first
-    picture is timed), or, with ``reserve``, all of it but that fixed fraction.
-    ``time_limit`` stops the run wherever it is. Returns ``history``, the model in eval mode."""
+    picture is timed), or, with ``reserve``, all of it but that fixed fraction. The time limit
+    stops the run wherever it is. Returns the History, the model in eval mode."""
+    steps, lr, warmup, time_budget, time_limit = (
+        plan.steps,
+        plan.lr,
+        plan.warmup,
+        plan.time_budget,
+        plan.time_limit,
+    )
+    probe = min(steps, probe) if time_budget is not None else 0  # steps timed before planning
+    history = History(
+        device=str(plan.device), requested=steps, planned=steps, budget=time_budget, time_limit=time_limit
+    )  # the summary says what the plan was fitted to
+    display = _Display(steps, plan.show, plan.redraw_every)
     total, warm = steps, warmup
     start = time.perf_counter()
     step, paces = 0, []  # seconds of each step, drawing excluded

@@ -54,11 +54,12 @@ def test_no_private_name_crosses_a_package():
 
 
 def test_the_kit_names_what_the_checks_use():
-    from course_utils.checks import _core, _recording, _seal, kit
+    from course_utils.checks import _core, _exercise, _recording, _seal, kit
 
     for name in kit.__all__:
         assert any(
-            getattr(kit, name) is getattr(module, name, None) for module in (_core, _recording, _seal)
+            getattr(kit, name) is getattr(module, name, None)
+            for module in (_core, _exercise, _recording, _seal)
         ), name
 
 

@@ -38,29 +38,24 @@ from course_grading.authoring.nbformat_tools import normalize, write_notebook
 HEADER = re.compile(r"^# %%(?: \[(\w+)\])?(.*)$")
 
 
+# the nbgrader flags each kind of cell sets; a graded one (grade) has points too
+_FLAGS = {
+    "solution": {"solution": True},
+    "tests": {"grade": True, "locked": True},
+    "locked": {"locked": True},
+    "question": {"locked": True},
+    "answer": {"solution": True, "grade": True},
+}
+
+
 def _nbgrader(kind: str, opts: dict) -> dict | None:
+    if kind not in _FLAGS:
+        return None
     base = {"schema_version": 3, "grade": False, "solution": False, "locked": False, "task": False}
-    if kind == "solution":
-        return {**base, "solution": True, "grade_id": opts["id"]}
-    if kind == "tests":
-        return {
-            **base,
-            "grade": True,
-            "locked": True,
-            "grade_id": opts["id"],
-            "points": float(opts.get("points", 1)),
-        }
-    if kind in ("locked", "question"):
-        return {**base, "locked": True, "grade_id": opts["id"]}
-    if kind == "answer":
-        return {
-            **base,
-            "solution": True,
-            "grade": True,
-            "grade_id": opts["id"],
-            "points": float(opts.get("points", 1)),
-        }
-    return None
+    meta = {**base, **_FLAGS[kind], "grade_id": opts["id"]}
+    if meta["grade"]:
+        meta["points"] = float(opts.get("points", 1))
+    return meta
 
 
 def to_notebook(text: str):

@@ -15,12 +15,12 @@ from pathlib import Path
 import torch
 
 
-def write_record(
-    path: Path, *, tool: str, argv, config, model, history, device, train_seconds: float, **reached
-) -> dict:
-    """Write and return the record of the checkpoint at ``path``, saved by ``tools/<tool>``
-    run with ``argv`` (None: this process's arguments); ``reached``: what the model reached,
-    in the order given."""
+def write_record(path: Path, tool: str, argv, run, **reached) -> dict:
+    """Write and return the record of the checkpoint at ``path``, saved by the tool at ``tool``
+    (its ``__file__``) run with ``argv`` (None: this process's arguments) after the training
+    ``run`` (``training_cli.Trained``); ``reached``: what the model reached, in the order given."""
+    config, model, history, device, train_seconds = run
+    tool = Path(tool).name
     info = {
         "command": f"python tools/{tool} " + " ".join(sys.argv[1:] if argv is None else argv),
         "config": dataclasses.asdict(config),

@@ -10,7 +10,6 @@ course_utils.language_model.GPTConfig; the model is the course's reference GPT.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,8 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
-from provenance import write_record  # noqa: E402 - tools/, this script's folder
-from training_cli import training_parser, training_run  # noqa: E402 - tools/, this script's folder
+from training_cli import Trained, as_saved, config_options, training_parser, training_run  # noqa: E402 - tools/, this script's folder
 
 from course_grading.reference.gpt import GPT, generate
 from course_utils.language_model import (
@@ -44,52 +42,29 @@ def main(argv=None) -> int:
     train_ids, val_ids = split(tok.encode(text))
     model = build_gpt(GPT, config, len(tok))
     t0 = time.perf_counter()
-    history = train_lm(
-        model,
-        train_ids,
-        steps=config.steps,
-        block=config.block,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        warmup=config.warmup,
-        weight_decay=config.weight_decay,
-        device=device,
-        seed=config.seed,
-        show="text",
-        redraw_every=20.0,
-    )
+    options = config_options(config, train_lm)
+    history = train_lm(model, train_ids, **options, device=device, show="text", redraw_every=20.0)
     train_seconds = time.perf_counter() - t0
     model.float().eval()
     ppl = perplexity(model, val_ids.to(device), config.block)
     ppl_train = perplexity(model, train_ids.to(device), config.block)
-    half = build_gpt(GPT, config, len(tok)).to(device)  # what the checkpoint holds: float16 weights
-    half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
-    ppl_half = perplexity(half.eval(), val_ids.to(device), config.block)
-    print(
-        f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
-        f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
-        f"final loss {sum(history.losses[-50:]) / 50:.4f}"
-    )
-    print(
+    half = as_saved(model, build_gpt(GPT, config, len(tok)).to(device))
+    ppl_half = perplexity(half, val_ids.to(device), config.block)
+    reached = (
         f"perplexity per character: held-out {ppl:.3f} (float16 weights {ppl_half:.3f}), "
         f"training text {ppl_train:.3f}"
     )
-    if args.save:
-        path = save_gpt(model, config, tok, args.out)
-        write_record(
-            path,
-            tool="train_gpt.py",
-            argv=argv,
-            config=config,
-            model=model,
-            history=history,
-            device=device,
-            train_seconds=train_seconds,
-            vocab_size=len(tok),
-            held_out_perplexity=round(ppl_half, 3),
-            train_perplexity=round(ppl_train, 3),
-            held_out_characters=len(val_ids),
-        )
+    Trained(config, model, history, device, train_seconds).finish(
+        args,
+        argv,
+        __file__,
+        reached,
+        lambda out: save_gpt(model, config, tok, out),
+        vocab_size=len(tok),
+        held_out_perplexity=round(ppl_half, 3),
+        train_perplexity=round(ppl_train, 3),
+        held_out_characters=len(val_ids),
+    )
     prompt = torch.tensor([tok.encode("ROMEO:\n")], device=device)
     sample = generate(
         half,

@@ -9,16 +9,13 @@ on a GPU the numbers may differ in the last digits. Defaults are course_utils.tr
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch
-from provenance import write_record  # noqa: E402 - tools/, this script's folder
-from training_cli import training_parser, training_run  # noqa: E402 - tools/, this script's folder
+from training_cli import Trained, as_saved, config_options, training_parser, training_run  # noqa: E402 - tools/, this script's folder
 
 from course_grading.reference.attention import causal_mask
 from course_grading.reference.decoder import Transformer, make_padding_mask
@@ -36,52 +33,22 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     pairs = make_pairs(config.train_pairs, "train", seed=config.seed)
     model = build_model(Transformer, config)
-    history = train(
-        model,
-        pairs,
-        causal_mask=causal_mask,
-        make_padding_mask=make_padding_mask,
-        steps=config.steps,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        warmup=config.warmup,
-        label_smoothing=config.label_smoothing,
-        weight_decay=config.weight_decay,
-        device=device,
-        seed=config.seed,
-        show="text",
-        redraw_every=10.0,
-    )
+    masks = dict(causal_mask=causal_mask, make_padding_mask=make_padding_mask)
+    options = config_options(config, train)
+    history = train(model, pairs, **masks, **options, device=device, show="text", redraw_every=10.0)
     train_seconds = time.perf_counter() - t0  # data generation + training
     test = make_pairs(args.eval, "test", seed=0)
     model.float()
     acc = exact_match(model, test, decode=greedy_decode, make_padding_mask=make_padding_mask)
-    half = build_model(Transformer, config).to(device)  # what the checkpoint holds: float16 weights
-    half.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
-    acc_half = exact_match(half.eval(), test, decode=greedy_decode, make_padding_mask=make_padding_mask)
-    print(
-        f"trained {history.steps} steps in {train_seconds:.1f}s on {device} "
-        f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
-        f"final loss {sum(history.losses[-50:]) / 50:.4f}"
-    )
-    print(
+    half = as_saved(model, build_model(Transformer, config).to(device))
+    acc_half = exact_match(half, test, decode=greedy_decode, make_padding_mask=make_padding_mask)
+    reached = (
         f"held-out exact match (greedy, {len(test)} dates never seen in training): "
         f"{acc:.4f} float32, {acc_half:.4f} float16 weights"
     )
-    if args.save:
-        path = save_checkpoint(model, config, args.out)
-        write_record(
-            path,
-            tool="train_toy_model.py",
-            argv=argv,
-            config=config,
-            model=model,
-            history=history,
-            device=device,
-            train_seconds=train_seconds,
-            held_out_exact_match_greedy=round(acc_half, 4),
-            held_out_pairs=len(test),
-        )
+    record = dict(held_out_exact_match_greedy=round(acc_half, 4), held_out_pairs=len(test))
+    run = Trained(config, model, history, device, train_seconds)
+    run.finish(args, argv, __file__, reached, lambda out: save_checkpoint(model, config, out), **record)
     return 0
 
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import os
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+from provenance import write_record
 
 from course_utils.device import get_device
 
@@ -45,3 +49,41 @@ def training_run(args: argparse.Namespace, config_cls):
     if args.threads:
         torch.set_num_threads(args.threads)
     return config, device
+
+
+def config_options(config, train) -> dict:
+    """The fields of ``config`` that the training function ``train`` takes (steps, lr, ...)."""
+    takes = inspect.signature(train).parameters
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name in takes}
+
+
+class Trained(NamedTuple):
+    """A finished training run, as a tool reports it and records it (``provenance``)."""
+
+    config: object
+    model: object
+    history: object
+    device: object
+    seconds: float
+
+    def finish(self, args, argv, tool: str, reached: str, save, **record) -> None:
+        """What a tool does when its training ends: say how the run went (steps, time, where,
+        the final loss) and what the model ``reached``; with --save, write the checkpoint
+        (``save(path)``) and its record (``provenance``: ``tool`` is the tool's ``__file__``,
+        ``record`` what the model reached, by name)."""
+        history = self.history
+        print(
+            f"trained {history.steps} steps in {self.seconds:.1f}s on {self.device} "
+            f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
+            f"final loss {sum(history.losses[-50:]) / 50:.4f}"
+        )
+        print(reached)
+        if args.save:
+            write_record(save(args.out), tool, argv, self, **record)
+
+
+def as_saved(model, fresh):
+    """``fresh`` (a new model of ``model``'s kind, on its device) holding ``model``'s weights as
+    the checkpoint holds them, rounded to float16; in eval mode."""
+    fresh.load_state_dict({k: v.half().float() for k, v in model.state_dict().items()})
+    return fresh.eval()

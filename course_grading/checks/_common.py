@@ -13,6 +13,7 @@ the setup cell finds it done already.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import pkgutil
@@ -25,6 +26,20 @@ def visible_first(check, fn) -> None:
     failure, with the visible check's own message."""
     with contextlib.redirect_stdout(io.StringIO()):
         check(fn)
+
+
+def hidden_check(visible, forbidden, ops=()):
+    """A hidden check of exercise ``name`` written as ``check_<name>(c, fn)``
+    (``exercise_check``): ``visible``'s check of the same name runs first (``visible_first``),
+    then the body with its hidden ``Check``, forbidding ``forbidden`` and ``ops``."""
+    from course_utils.checks.kit import exercise_check
+
+    def wrap(body):
+        visible_check = getattr(visible, body.__name__)
+        first = functools.partial(visible_first, visible_check)
+        return exercise_check(forbidden, ops, hidden=True, first=first)(body)
+
+    return wrap
 
 
 def forbidding(reference: str, *names: str) -> list[str]:
@@ -96,3 +111,55 @@ def gradients_reach(c, module, *args, **kwargs) -> None:
             ".detach() or tensors rebuilt from numbers on the way)?",
         )
     c.ok("gradients reach every parameter")
+
+
+def trains_on_every_device(c, build, args: tuple, want) -> None:
+    """A module ``build()`` returns (the learner's, afresh, its known weights loaded) passes
+    gradients to every parameter (``gradients_reach``) and, on every second device, gives
+    ``want`` for ``args``."""
+    from ._device import second_devices
+
+    gradients_reach(c, build(), *args)
+    for dev in second_devices():
+        runs_on(c, dev, dev.module(build()), args, want)
+
+
+def runs_on(c, dev, fn, args: tuple, want, wrong="wrong values on {dev}.", rtol=1e-3, passed="runs on {dev}"):
+    """``fn(*args)`` on the second device ``dev`` gives ``want``, to float32's tolerance;
+    ``wrong`` and ``passed`` name the device as ``{dev}``."""
+    from course_utils.checks.torch_parts import compare
+
+    got = dev.call(c, fn, *dev.tensor(args))
+    compare(
+        c, got, want, wrong.format(dev=dev), atol=1e-4, rtol=rtol, passed=passed and passed.format(dev=dev)
+    )
+
+
+def both_norms(c, build, load_parts, case, plain, double) -> None:
+    """Post-norm, then pre-norm: the learner's layer ``build(norm_first)``, its known weights
+    loaded (``load_parts``), compared by ``case(layer, *inputs, norm_first, wrong, passed=...)``
+    on ``plain`` = (inputs, wrong, passed); then a float64 copy on ``double()``'s, which must
+    give float64. The texts may name ``{kind}`` ("post" or "pre") and ``{norm_first}``."""
+    import torch
+
+    from course_utils.checks.torch_parts import F64
+
+    for norm_first in (False, True):
+        names = {"kind": "pre" if norm_first else "post", "norm_first": norm_first}
+        for (inputs, wrong, passed), tol in ((plain, {}), (double(), F64)):
+            layer = build(norm_first)
+            layer = layer.double() if tol else layer
+            load_parts(layer)
+            got = case(
+                layer, *inputs, norm_first, wrong.format(**names), passed=passed.format(**names), **tol
+            )
+        c.that(got.dtype == torch.float64, "float64 in should give float64 out.")
+
+
+def leaves_input(c, fn, x, *args, wrong: str, passed: str | None = None) -> None:
+    """``fn(x, *args)`` must leave the tensor ``x`` as it was (``wrong`` says what it did)."""
+    from course_utils.checks.kit import torch_equal
+
+    before = x.clone()
+    c.call(fn, x, *args)
+    c.that(torch_equal(x, before), wrong, passed)

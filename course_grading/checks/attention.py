@@ -9,7 +9,7 @@ from course_utils.checks import attention as visible
 from course_utils.checks.attention import qkv, unpack
 from course_utils.checks.kit import Check, generator, torch_equal
 
-from ._common import visible_first
+from ._common import hidden_check, leaves_input
 from ._device import second_devices
 
 ASSIGNMENT = "03_attention"
@@ -27,9 +27,12 @@ _REFERENCE = [
 ATOL64, RTOL64 = 1e-6, 1e-6
 
 
-def check_softmax(softmax) -> None:
-    visible_first(visible.check_softmax, softmax)
-    c = Check("softmax", visible.SOFTMAX_BUILTINS + _REFERENCE, hidden=True, ops=visible.SOFTMAX_OPS)
+# the checks of the attention functions
+_attention = hidden_check(visible, visible.ATTENTION_BUILTINS + _REFERENCE, visible.ATTENTION_OPS)
+
+
+@hidden_check(visible, visible.SOFTMAX_BUILTINS + _REFERENCE, visible.SOFTMAX_OPS)
+def check_softmax(c: Check, softmax) -> None:
     g = generator(30)
     x3 = torch.randn(2, 3, 4, generator=g) * 3
     for dim in (0, 1, -1):
@@ -74,13 +77,8 @@ def check_softmax(softmax) -> None:
     )
     c.close(out64, ref.softmax(x64), "wrong values in float64.", atol=ATOL64, rtol=RTOL64)
     fresh = torch.randn(3, 4, generator=g) + 5.0  # a tensor no earlier call has touched
-    before = fresh.clone()
-    c.call(softmax, fresh)
-    c.that(
-        torch_equal(fresh, before),
-        "softmax modified its input in place (e.g. x -= ...): compute into a new tensor.",
-        "leaves the input unchanged",
-    )
+    wrong = "softmax modified its input in place (e.g. x -= ...): compute into a new tensor."
+    leaves_input(c, softmax, fresh, wrong=wrong, passed="leaves the input unchanged")
     # a transposed view (what scores.transpose(...) gives: .view() on it raises), through
     # which gradients must flow (attention is trained through this softmax)
     xg = x3.clone().requires_grad_(True)
@@ -114,17 +112,10 @@ def check_softmax(softmax) -> None:
             atol=1e-5,
             passed=f"runs on {dev}",
         )
-    c.done()
 
 
-def check_simple_self_attention(simple_self_attention) -> None:
-    visible_first(visible.check_simple_self_attention, simple_self_attention)
-    c = Check(
-        "simple_self_attention",
-        visible.ATTENTION_BUILTINS + _REFERENCE,
-        hidden=True,
-        ops=visible.ATTENTION_OPS,
-    )
+@_attention
+def check_simple_self_attention(c: Check, simple_self_attention) -> None:
     Xw = torch.randn(5, 3, generator=generator(31)) * 2
     c.close(
         c.call(simple_self_attention, Xw),
@@ -148,17 +139,10 @@ def check_simple_self_attention(simple_self_attention) -> None:
             rtol=RTOL64,
             passed=f"batched, float64, on {dev}",
         )
-    c.done()
 
 
-def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
-    visible_first(visible.check_scaled_dot_product_attention, scaled_dot_product_attention)
-    c = Check(
-        "scaled_dot_product_attention",
-        visible.ATTENTION_BUILTINS + _REFERENCE,
-        hidden=True,
-        ops=visible.ATTENTION_OPS,
-    )
+@_attention
+def check_scaled_dot_product_attention(c: Check, scaled_dot_product_attention) -> None:
     g = generator(32)
     Q, K, V = qkv(g, 2, q=5, k=7, d_k=4, d_v=9)
     out, w = unpack(c, c.call(scaled_dot_product_attention, Q, K, V))
@@ -241,12 +225,10 @@ def check_scaled_dot_product_attention(scaled_dot_product_attention) -> None:
         ro, rw = ref.scaled_dot_product_attention(Q, K, V, mask)
         c.close(w, rw, f"wrong weights on {dev}.", atol=ATOL64, rtol=RTOL64)
         c.close(out, ro, f"wrong output on {dev}.", atol=ATOL64, rtol=RTOL64, passed=f"runs on {dev}")
-    c.done()
 
 
-def check_causal_mask(causal_mask) -> None:
-    visible_first(visible.check_causal_mask, causal_mask)
-    c = Check("causal_mask", _REFERENCE, hidden=True)
+@hidden_check(visible, _REFERENCE)
+def check_causal_mask(c: Check, causal_mask) -> None:
     for n in (1, 2, 7):
         c.that(torch_equal(c.call(causal_mask, n), ref.causal_mask(n)), f"wrong for size {n}.")
     c.ok("sizes 1, 2 and 7")
@@ -263,4 +245,3 @@ def check_causal_mask(causal_mask) -> None:
             f"wrong mask on {dev}.",
             f"runs on {dev}",
         )
-    c.done()

@@ -31,7 +31,7 @@ from course_utils.checks.encoder import (
     feed_forward_case,
     layer_norm_case,
 )
-from course_utils.checks.kit import Check, generator, torch_equal, torch_isfinite
+from course_utils.checks.kit import Check, generator, torch_isfinite
 from course_utils.checks.torch_parts import (
     F64,
     compare,
@@ -47,7 +47,7 @@ from course_utils.checks.torch_parts import (
     torch_encoder_layer,
 )
 
-from ._common import forbidding, gradients_reach
+from ._common import both_norms, forbidding, leaves_input, runs_on, trains_on_every_device
 from ._device import second_devices
 from .positional import exact as exact_table
 
@@ -101,13 +101,8 @@ def check_layer_norm(LayerNorm) -> None:
         passed="constant input -> bias, no NaN",
     )
     x = torch.randn(2, 5, 8, generator=g) * 3 + 1
-    before = x.clone()
-    c.call(ln, x)
-    c.that(
-        torch_equal(x, before),
-        "LayerNorm modified its input in place; compute into new tensors.",
-        "input left unchanged",
-    )
+    wrong = "LayerNorm modified its input in place; compute into new tensors."
+    leaves_input(c, ln, x, wrong=wrong, passed="input left unchanged")
     with torch.enable_grad():
         c.call(ln, x).sum().backward()
     c.that(
@@ -126,15 +121,7 @@ def check_layer_norm(LayerNorm) -> None:
     for dev in second_devices():
         lnd = c.build(LayerNorm, 8)
         load(c, lnd, r, "weight, bias")
-        compare(
-            c,
-            dev.call(c, dev.module(lnd), dev.tensor(x)),
-            want,
-            f"wrong values on {dev}.",
-            atol=1e-4,
-            rtol=1e-4,
-            passed=f"runs on {dev}",
-        )
+        runs_on(c, dev, dev.module(lnd), (x,), want, rtol=1e-4)
     c.done()
 
 
@@ -219,37 +206,22 @@ def check_encoder_layer(EncoderLayer) -> None:
     c = Check("EncoderLayer", EVERYWHERE + forbidding(_REF, "EncoderLayer"), hidden=True, ops=EVERYWHERE_OPS)
     g = generator(31)
     x = torch.randn(2, 6, D, generator=g)
-    for norm_first in (False, True):
-        kind = "pre" if norm_first else "post"
-        layer = c.build(EncoderLayer, D, H, FF, norm_first=norm_first)
-        parts = known(lambda: encoder_layer_parts(D, FF), seed=5)
-        load(c, layer, parts, ENCODER_LAYER_NAMES)
-        encoder_layer_case(
-            c,
-            layer,
-            parts,
-            x,
-            None,
-            norm_first,
-            f"wrong {kind}-norm output with mask=None.",
-            passed=f"norm_first={norm_first}: mask=None",
-        )
-        lay64 = c.build(EncoderLayer, D, H, FF, norm_first=norm_first).double()
-        load(c, lay64, parts, ENCODER_LAYER_NAMES)
-        x64 = torch.randn(3, 4, D, generator=g, dtype=torch.float64)
-        causal = torch.ones(4, 4, dtype=torch.bool).tril()
-        got = encoder_layer_case(
-            c,
-            lay64,
-            parts,
-            x64,
-            causal,
-            norm_first,
+    parts = known(lambda: encoder_layer_parts(D, FF), seed=5)
+    both_norms(
+        c,
+        lambda norm_first: c.build(EncoderLayer, D, H, FF, norm_first=norm_first),
+        lambda layer: load(c, layer, parts, ENCODER_LAYER_NAMES),
+        lambda layer, *rest, **kw: encoder_layer_case(c, layer, parts, *rest, **kw),
+        ((x, None), "wrong {kind}-norm output with mask=None.", "norm_first={norm_first}: mask=None"),
+        lambda: (
+            (
+                torch.randn(3, 4, D, generator=g, dtype=torch.float64),
+                torch.ones(4, 4, dtype=torch.bool).tril(),
+            ),
             "wrong with a (seq, seq) mask in float64.",
-            passed=f"norm_first={norm_first}: float64, (seq, seq) mask",
-            **F64,
-        )
-        c.that(got.dtype == torch.float64, "float64 in should give float64 out.")
+            "norm_first={norm_first}: float64, (seq, seq) mask",
+        ),
+    )
     default = c.build(EncoderLayer, D, H, FF)
     c.that(
         not getattr(default, "norm_first", False),
@@ -269,15 +241,14 @@ def check_encoder_layer(EncoderLayer) -> None:
             "uses its dropout argument",
         )
     mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
-    layer = c.build(EncoderLayer, D, H, FF)
-    load(c, layer, parts, ENCODER_LAYER_NAMES)
-    gradients_reach(c, layer, x, mask)
     want = run_encoder_layers([torch_encoder_layer(parts, H)], x, mask)
-    for dev in second_devices():
+
+    def build():
         layer = c.build(EncoderLayer, D, H, FF)
         load(c, layer, parts, ENCODER_LAYER_NAMES)
-        got = dev.call(c, dev.module(layer), dev.tensor(x), dev.tensor(mask))
-        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3, passed=f"runs on {dev}")
+        return layer
+
+    trains_on_every_device(c, build, (x, mask), want)
     c.done()
 
 
@@ -309,13 +280,12 @@ def check_encoder(Encoder) -> None:
     )
     want, mistakes = encoder_outputs(parts, src, mask, exact_table(6, D), torch.float64)
     compare(c, got, want, "wrong values in float64.", mistakes, passed="float64", **F64)
-    enc = c.build(Encoder, 20, D, H, FF, 2)
-    load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)
-    gradients_reach(c, enc, src, mask)
-    for dev in second_devices():
+    want, _ = encoder_outputs(parts, src, mask, exact_table(6, D))
+
+    def build():
         enc = c.build(Encoder, 20, D, H, FF, 2)
         load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)
-        got = dev.call(c, dev.module(enc), dev.tensor(src), dev.tensor(mask))
-        want, _ = encoder_outputs(parts, src, mask, exact_table(6, D))
-        compare(c, got, want, f"wrong values on {dev}.", atol=1e-4, rtol=1e-3, passed=f"runs on {dev}")
+        return enc
+
+    trains_on_every_device(c, build, (src, mask), want)
     c.done()

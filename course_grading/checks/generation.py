@@ -11,6 +11,7 @@ here too.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -255,11 +256,10 @@ def _beam_vs_reference(c: Check, beam_search, model, src, beam_size, max_len, le
 def check_beam_search(beam_search) -> None:
     c = Check("beam_search", _FORBIDDEN, hidden=True)
     src = torch.tensor(BEAM_SRC)
+    vs_reference = functools.partial(_beam_vs_reference, c, beam_search)
     for seed in range(8):
         model = LookupModel(6, seed=100 + seed, eos_id=EOS, eos_bias=1.0, layers=LAYERS)
-        _beam_vs_reference(
-            c, beam_search, model, src, 1 + seed % 4, 8, what=f"beam_size {1 + seed % 4}, random model {seed}"
-        )
+        vs_reference(model, src, 1 + seed % 4, 8, what=f"beam_size {1 + seed % 4}, random model {seed}")
     c.ok("matches on eight random models, beam sizes 1-4")
     for seed, lp in ((11, 0.0), (12, 0.5), (13, 2.0)):
         model = wide_model(seed)
@@ -284,26 +284,17 @@ def check_beam_search(beam_search) -> None:
     )
     for seed in (31, 32, 33):
         model = LookupModel(7, seed=seed, eos_id=EOS, eos_bias=2.5, layers=LAYERS)
-        _beam_vs_reference(
-            c, beam_search, model, src, 3, 9, 1.0, what=f"beam_size 3, eos likely (model {seed})"
-        )
+        vs_reference(model, src, 3, 9, 1.0, what=f"beam_size 3, eos likely (model {seed})")
     c.ok("many finished hypotheses: the beam refills with live ones")
     for seed, source_seed in BEAM_TRANSFORMERS:
         model = deep_transformer(seed)
         one = torch.randint(3, 12, (1, 5), generator=generator(source_seed))
-        _beam_vs_reference(
-            c,
-            beam_search,
-            model,
-            one,
-            3,
-            8,
-            0.7,
-            what=f"beam_size 3, a Transformer with 3 layers, random weights {seed}",
+        vs_reference(
+            model, one, 3, 8, 0.7, what=f"beam_size 3, a Transformer with 3 layers, random weights {seed}"
         )
     model, srcs = trained_model()
     one = srcs[:1, : int((srcs[0] != 0).sum())]
-    _beam_vs_reference(c, beam_search, model, one, 3, 12, what="beam_size 3, the trained dates model")
+    vs_reference(model, one, 3, 12, what="beam_size 3, the trained dates model")
     c.ok("real encoder-decoders: three layers with random weights, and the trained dates model")
     # on a second device, with a real encoder-decoder there (as greedy_decode's)
     one = torch.randint(3, 12, (1, 5), generator=generator(55))

@@ -10,6 +10,8 @@ float64 and the trained Shakespeare model, cached against uncached and against t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch import nn
@@ -288,68 +290,29 @@ def _vs_reference(c: Check, generate, model, ids, n, what, **kwargs):
 def check_generate(generate) -> None:
     visible_first(visible_check_generate, generate)
     c = Check("generate", [f"{_REF}.generate"], hidden=True)
+    vs_reference = functools.partial(_vs_reference, c, generate)
     for seed, prompt_len in ((11, 1), (12, 4), (13, 8)):
         model = PrefixLM(10, seed)
         ids = torch.randint(0, 10, (3, prompt_len), generator=generator(seed))
-        _vs_reference(
-            c,
-            generate,
-            model,
-            ids,
-            6,
-            f"a fake model, prompts of {prompt_len} token(s), a batch of 3, greedy",
-            temperature=0,
-        )
-        _vs_reference(
-            c,
-            generate,
-            model,
-            ids,
-            6,
-            f"a fake model, prompts of {prompt_len} token(s), temperature 1.3, top_p 0.8",
-            temperature=1.3,
-            top_p=0.8,
-            seed=seed,
+        what = f"a fake model, prompts of {prompt_len} token(s)"
+        vs_reference(model, ids, 6, f"{what}, a batch of 3, greedy", temperature=0)
+        vs_reference(
+            model, ids, 6, f"{what}, temperature 1.3, top_p 0.8", temperature=1.3, top_p=0.8, seed=seed
         )
     c.ok("prompts of 1, 4 and 8 tokens in batches of 3, greedy and top-p sampling")
     for seed in (21, 22):
         model = random_gpt(seed)
         ids = torch.randint(0, 13, (2, 5), generator=generator(seed))
-        _vs_reference(
-            c,
-            generate,
-            model,
-            ids,
-            12,
-            f"a GPT with 3 blocks, random weights {seed}, float64, greedy",
-            temperature=0,
-        )
-        _vs_reference(
-            c,
-            generate,
-            model,
-            ids,
-            12,
-            f"a GPT with 3 blocks, random weights {seed}, float64, temperature 1, top_k 6",
-            temperature=1.0,
-            top_k=6,
-            seed=seed,
-        )
+        what = f"a GPT with 3 blocks, random weights {seed}, float64"
+        vs_reference(model, ids, 12, f"{what}, greedy", temperature=0)
+        vs_reference(model, ids, 12, f"{what}, temperature 1, top_k 6", temperature=1.0, top_k=6, seed=seed)
     c.ok("a real GPT (random weights): cached and uncached give the reference's tokens")
     from course_utils.language_model import load_gpt
 
     model, tok = load_gpt(ref.GPT, device="cpu")
     ids = torch.tensor([tok.encode("ROMEO:\n"), tok.encode("JULIET:")])
-    _vs_reference(
-        c,
-        generate,
-        model.double(),
-        ids,
-        20,
-        "the trained Shakespeare model, temperature 0.8",
-        temperature=0.8,
-        seed=5,
-    )
+    shakespeare = "the trained Shakespeare model, temperature 0.8"
+    vs_reference(model.double(), ids, 20, shakespeare, temperature=0.8, seed=5)
     c.ok("the trained Shakespeare model, cached and uncached")
     model, ids, n, kwargs = generate_case("greedy")
     for dev in devices()[1:]:

@@ -127,28 +127,19 @@ def check_positional_encoding(PositionalEncoding) -> None:
     g = generator(31)
     m = c.build(PositionalEncoding, 16, max_len=50)
     table_buffer(c, m, 50, 16)
-    m.eval()
     t50, wrong50 = exact(51, 16), mistakes(51, 16)
-    compare_added(c, m, torch.randn(3, 50, 16, generator=g), t50, "a sequence of exactly max_len", wrong50)
-    compare_added(
-        c,
-        m,
-        torch.randn(1, 1, 16, generator=g),
-        t50,
-        "a single position",
-        wrong50,
-        passed="seq = max_len and seq = 1",
-    )
-    m.train()
-    compare_added(
-        c,
-        m,
-        torch.randn(4, 9, 16, generator=g),
-        t50,
-        "training mode, default dropout=0.0",
-        wrong50,
-        passed="no dropout by default, even in training mode",
-    )
+    for training, shape, what, passed in (
+        (False, (3, 50, 16), "a sequence of exactly max_len", None),
+        (False, (1, 1, 16), "a single position", "seq = max_len and seq = 1"),
+        (
+            True,
+            (4, 9, 16),
+            "training mode, default dropout=0.0",
+            "no dropout by default, even in training mode",
+        ),
+    ):
+        m.train(training)
+        compare_added(c, m, torch.randn(*shape, generator=g), t50, what, wrong50, passed=passed)
     m6 = c.build(PositionalEncoding, 6)
     m6.eval()
     table_buffer(c, m6, 5000, 6, "PositionalEncoding(6), whose max_len should default to 5000")

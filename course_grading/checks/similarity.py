@@ -8,7 +8,7 @@ from course_grading.reference import similarity as ref
 from course_utils.checks import similarity as visible
 from course_utils.checks.kit import Check, CheckFailed, to_numpy
 
-from ._common import visible_first
+from ._common import hidden_check
 
 ASSIGNMENT = visible.ASSIGNMENT
 # the course's own solutions are off limits too (an earlier exercise may be reused only in
@@ -21,8 +21,7 @@ _FORBIDDEN = visible.COSINE_BUILTINS + [
 ]
 
 
-def _check(exercise: str) -> Check:
-    return Check(exercise, _FORBIDDEN, hidden=True, ops=visible.COSINE_OPS)
+_cosine = hidden_check(visible, _FORBIDDEN, visible.COSINE_OPS)  # every check of this notebook
 
 
 def _vectors_with_lengths(seed: int):
@@ -50,9 +49,8 @@ def expected_outputs() -> dict[str, np.ndarray]:
     }
 
 
-def check_cosine_similarity(cosine_similarity) -> None:
-    visible_first(visible.check_cosine_similarity, cosine_similarity)
-    c = _check("cosine_similarity")
+@_cosine
+def check_cosine_similarity(c: Check, cosine_similarity) -> None:
     rng = np.random.default_rng(11)
     u, v = rng.normal(size=7), rng.normal(size=7)
     c.close(
@@ -79,12 +77,10 @@ def check_cosine_similarity(cosine_similarity) -> None:
         "plain Python lists of ints should work too (convert with np.asarray).",
         passed="lists of ints",
     )
-    c.done()
 
 
-def check_cosine_similarity_matrix(cosine_similarity_matrix) -> None:
-    visible_first(visible.check_cosine_similarity_matrix, cosine_similarity_matrix)
-    c = _check("cosine_similarity_matrix")
+@_cosine
+def check_cosine_similarity_matrix(c: Check, cosine_similarity_matrix) -> None:
     rng = np.random.default_rng(12)
     A, B = rng.normal(size=(3, 4)), rng.normal(size=(5, 4))
     A2 = A * np.array([[0.1], [10.0], [3.0]])
@@ -110,12 +106,10 @@ def check_cosine_similarity_matrix(cosine_similarity_matrix) -> None:
         "a row has cosine 1 with itself.",
         passed="diagonal of cos(A, A) is 1",
     )
-    c.done()
 
 
-def check_most_similar(most_similar) -> None:
-    visible_first(visible.check_most_similar, most_similar)
-    c = _check("most_similar")
+@_cosine
+def check_most_similar(c: Check, most_similar) -> None:
     E, rng = _vectors_with_lengths(13)
     q = rng.normal(size=6)
     target = E[4] / np.linalg.norm(E[4]) * 0.3
@@ -172,12 +166,10 @@ def check_most_similar(most_similar) -> None:
     )
     got = np.asarray(c.call(most_similar, q, E))
     c.that(len(got) == 5, "the default k is 5.", "default k=5")
-    c.done()
 
 
-def check_analogy(analogy) -> None:
-    visible_first(visible.check_analogy, analogy)
-    c = _check("analogy")
+@_cosine
+def check_analogy(c: Check, analogy) -> None:
     rng = np.random.default_rng(5)
     E2 = rng.normal(size=(30, 8))
     for a, b, cc in [(0, 1, 2), (5, 9, 11), (3, 20, 7)]:
@@ -203,4 +195,3 @@ def check_analogy(analogy) -> None:
         "one of the input words came back: exclude a, b, c.",
         "inputs excluded even when they are nearest",
     )
-    c.done()

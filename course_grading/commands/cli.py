@@ -157,10 +157,8 @@ def _database_error(exc: BaseException) -> bool:
 
 def _db_url(args, course: Course) -> str:
     """The gradebook the command used: --db, else the course's (``Course.db_url``)."""
-    if getattr(args, "db", None):
-        return args.db
     try:
-        return course.db_url
+        return getattr(args, "db", None) or course.db_url
     except Exception:  # noqa: BLE001 - only for a message
         return f"sqlite:///{course.root / 'gradebook.db'}"
 
@@ -262,8 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
     feedback = sub.add_parser("feedback", parents=[common], help="HTML feedback into feedback/")
     feedback.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
     feedback.add_argument("--student", nargs="+", action="extend", metavar="S", help="only these students")
-    feedback.add_argument("--db", help=DB_HELP)
-    feedback.set_defaults(run=cmd_feedback)
+    _on_gradebook(feedback, cmd_feedback)
 
     export = sub.add_parser("export", parents=[common], help="nbgrader's CSV export of the gradebook")
     export.add_argument("--to", help=f"CSV file (default: {EXPORT_CSV})")
@@ -292,8 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only the students of this class list (the LMS's participants download); "
         "every other gradebook student is named",
     )
-    export.add_argument("--db", help=DB_HELP)
-    export.set_defaults(run=cmd_export)
+    _on_gradebook(export, cmd_export)
 
     roster = sub.add_parser("roster", parents=[common], help="the class list: names and emails")
     roster_sub = roster.add_subparsers(dest="roster_command", required=True, metavar="ACTION")
@@ -310,15 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the column holding the student id (the hub user name), where "
         "the file's own would be taken wrongly or is missing",
     )
-    roster_import.add_argument("--db", help=DB_HELP)
-    roster_import.set_defaults(run=cmd_roster_import)
+    _on_gradebook(roster_import, cmd_roster_import)
 
     class_report = sub.add_parser(
         "report", parents=[common], help="class report from the gradebook: pass rates, scores, failures"
     )
     class_report.add_argument("assignments", nargs="*", metavar="ASSIGNMENT")
-    class_report.add_argument("--db", help=DB_HELP)
-    class_report.set_defaults(run=cmd_report)
+    _on_gradebook(class_report, cmd_report)
 
     student = sub.add_parser(
         "build-student",
@@ -329,6 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     student.add_argument("--force", action="store_true", help="replace what OUT already holds")
     student.set_defaults(run=cmd_build_student)
     return parser
+
+
+def _on_gradebook(parser: argparse.ArgumentParser, run) -> None:
+    """The last option of a command that works on the gradebook (``--db``), and its handler."""
+    parser.add_argument("--db", help=DB_HELP)
+    parser.set_defaults(run=run)
 
 
 def _positive_int(text: str) -> int:

@@ -12,22 +12,19 @@ so a Transformer's state_dict has keys such as ``encoder.embedding.weight``,
 ``decoder.layers.0.norm3.weight``, ``generator.weight``. The positional tables are
 non-persistent buffers: they are rebuilt on construction and are not in the state_dict.
 
-``DecoderLayer`` and ``Decoder`` repeat the shape of 06's ``EncoderLayer`` and ``Encoder`` on
-purpose: each is copied verbatim into the students' ``building_blocks.py``
-(``course_grading.authoring.building_blocks``), where it must read whole, as the notebook
-teaches it, not as a subclass of the other.
+``Decoder`` is 06's ``Encoder`` with other layers (its ``layer_class``): the same embedding,
+positions and stack, its own ``forward``. ``DecoderLayer`` has the shape of ``EncoderLayer``
+with a cross-attention sublayer added, and reads whole, as the notebook teaches it: each is
+copied verbatim into the students' ``building_blocks.py`` (``course_grading.authoring.building_blocks``).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from .encoder import Encoder, FeedForward, LayerNorm
+from .encoder import Encoder, FeedForward, LayerNorm, residual
 from .multi_head import MultiHeadAttention
-from .positional import PositionalEncoding
 
 
 class DecoderLayer(nn.Module):
@@ -50,12 +47,6 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def _self(self, x, mask):
-        return self.dropout(self.self_attn(x, x, x, mask)[0])  # (b, t, d_model)
-
-    def _cross(self, x, memory, mask):
-        return self.dropout(self.cross_attn(x, memory, memory, mask)[0])  # (b, t, d_model)
-
     def forward(
         self,
         x: torch.Tensor,
@@ -64,37 +55,24 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # x (b, t, d_model), memory (b, s, d_model)
-        if self.norm_first:
-            x = x + self._self(self.norm1(x), tgt_mask)  # (b, t, d_model)
-            x = x + self._cross(self.norm2(x), memory, memory_mask)  # (b, t, d_model)
-            x = x + self.dropout(self.ffn(self.norm3(x)))  # (b, t, d_model)
-        else:
-            x = self.norm1(x + self._self(x, tgt_mask))  # (b, t, d_model)
-            x = self.norm2(x + self._cross(x, memory, memory_mask))  # (b, t, d_model)
-            x = self.norm3(x + self.dropout(self.ffn(x)))  # (b, t, d_model)
-        return x
+        def attend(h):
+            return self.self_attn(h, h, h, tgt_mask)[0]  # (b, t, d_model)
+
+        def attend_memory(h):
+            return self.cross_attn(h, memory, memory, memory_mask)[0]  # (b, t, d_model)
+
+        x = residual(x, self.norm1, attend, self.dropout, self.norm_first)  # (b, t, d_model)
+        x = residual(x, self.norm2, attend_memory, self.dropout, self.norm_first)  # (b, t, d_model)
+        return residual(x, self.norm3, self.ffn, self.dropout, self.norm_first)  # (b, t, d_model)
 
 
-class Decoder(nn.Module):
-    """Target embedding × √d_model + sinusoidal positions, then ``num_layers`` decoder layers."""
+class Decoder(Encoder):
+    """Target embedding × √d_model + sinusoidal positions, then ``num_layers`` decoder layers.
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        num_layers: int,
-        max_len: int = 512,
-        dropout: float = 0.0,
-    ):
-        super().__init__()
-        self.d_model = d_model
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
-        self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
-        )
+    The same embedding, positions and stack as ``Encoder`` (its ``__init__`` and ``embed``);
+    only the layers, and what each is given, differ."""
+
+    layer_class = DecoderLayer
 
     def forward(
         self,
@@ -103,8 +81,7 @@ class Decoder(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = self.embedding(tgt) * math.sqrt(self.d_model)  # (b, t, d_model)
-        x = self.pos_encoding(x)  # (b, t, d_model)
+        x = self.embed(tgt)  # (b, t, d_model)
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)  # (b, t, d_model)
         return x

@@ -53,6 +53,15 @@ class FeedForward(nn.Module):
         return self.linear2(self.dropout(h))  # (b, s, d_model)
 
 
+def residual(x: torch.Tensor, norm, sublayer, dropout, norm_first: bool) -> torch.Tensor:
+    """One sublayer of a Transformer layer with its residual connection and LayerNorm ``norm``:
+    post-norm (the 2017 paper) norm(x + dropout(sublayer(x))); pre-norm (norm_first=True, GPT-2
+    and later) x + dropout(sublayer(norm(x)))."""
+    if norm_first:
+        return x + dropout(sublayer(norm(x)))
+    return norm(x + dropout(sublayer(x)))
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each wrapped in a residual connection and a LayerNorm.
 
@@ -71,21 +80,20 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def _attn(self, x, mask):
-        return self.dropout(self.self_attn(x, x, x, mask)[0])  # (b, s, d_model)
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.norm_first:
-            x = x + self._attn(self.norm1(x), mask)  # (b, s, d_model)
-            x = x + self.dropout(self.ffn(self.norm2(x)))  # (b, s, d_model)
-        else:
-            x = self.norm1(x + self._attn(x, mask))  # (b, s, d_model)
-            x = self.norm2(x + self.dropout(self.ffn(x)))  # (b, s, d_model)
-        return x
+        def attend(h):
+            return self.self_attn(h, h, h, mask)[0]  # (b, s, d_model)
+
+        x = residual(x, self.norm1, attend, self.dropout, self.norm_first)  # (b, s, d_model)
+        return residual(x, self.norm2, self.ffn, self.dropout, self.norm_first)  # (b, s, d_model)
 
 
 class Encoder(nn.Module):
-    """Token embedding × √d_model + sinusoidal positions, then ``num_layers`` post-norm layers."""
+    """Token embedding × √d_model + sinusoidal positions, then ``num_layers`` post-norm layers.
+
+    ``layer_class`` is the kind of layer it stacks (07's ``Decoder`` stacks ``DecoderLayer``)."""
+
+    layer_class = EncoderLayer
 
     def __init__(
         self,
@@ -102,12 +110,16 @@ class Encoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+            [self.layer_class(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
         )
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """(b, s) token ids -> (b, s, d_model): the scaled embeddings plus the positions."""
+        x = self.embedding(ids) * math.sqrt(self.d_model)  # (b, s, d_model)
+        return self.pos_encoding(x)  # (b, s, d_model)
+
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.embedding(src) * math.sqrt(self.d_model)  # (b, s, d_model)
-        x = self.pos_encoding(x)  # (b, s, d_model)
+        x = self.embed(src)  # (b, s, d_model)
         for layer in self.layers:
             x = layer(x, src_mask)  # (b, s, d_model)
         return x

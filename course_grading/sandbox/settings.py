@@ -98,14 +98,15 @@ class Settings:
     """One sandbox's settings, as plain values (compared, and sent to worker processes)."""
 
     hidden: tuple[str, ...] = ()
-    memory_mb: int = 3072
-    cpu_seconds: int = 600
-    processes: int = 128
-    file_mb: int = 64
-    open_files: int = 1024
-    tmpfs_mb: int = 256
-    warm: bool = True
-    grader_memory_mb: int = 1024
+    # the defaults are Sandbox's
+    memory_mb: int = Sandbox.memory_mb.default_value
+    cpu_seconds: int = Sandbox.cpu_seconds.default_value
+    processes: int = Sandbox.processes.default_value
+    file_mb: int = Sandbox.file_mb.default_value
+    open_files: int = Sandbox.open_files.default_value
+    tmpfs_mb: int = Sandbox.tmpfs_mb.default_value
+    warm: bool = Sandbox.warm.default_value
+    grader_memory_mb: int = Sandbox.grader_memory_mb.default_value
 
     @classmethod
     def from_config(cls, config: Config | None, hidden=None) -> "Settings":

@@ -370,6 +370,26 @@ class Check:
         if passed:
             self.ok(passed)
 
+    def raises_value_error(self, what: str, fn, *args, wrong: str, instead: str, accepted: str, passed=None):
+        """``fn(*args)`` (``what``, as the learner reads it) must raise a ValueError whose message
+        says what is wrong (``wrong``); ``instead`` and ``accepted`` say what to do when it raises
+        something else, or nothing."""
+        try:
+            self.call(fn, *args)
+        except CheckFailed as exc:
+            cause = exc.__cause__
+            if cause is None:
+                raise
+            if not isinstance(cause, ValueError):
+                self.fail(f"{what} raised {type(cause).__name__}: {instead}")
+            self.that(
+                len(str(cause)) > 10,
+                f"raise the ValueError with a message that says what is wrong ({wrong}).",
+                passed,
+            )
+            return
+        self.fail(f"{what} was accepted: {accepted}")
+
     def done(self):
         self.sound()
         what = "hidden" if self.hidden else "visible"

@@ -486,16 +486,8 @@ class _Flat:
     function's code, defaults, keyword defaults and closure; then the records with entries to
     look at one by one."""
 
-    __slots__ = (
-        "names",
-        "modules",
-        "owners",
-        "kinds",
-        "keyed",
-        "keys",
-        "plain",
-        "getters",
-        "spaces",
+    # the parts gathered from every record's own tuple of the same name (``record._<part>``)
+    _GATHERED = (
         "values",
         "funcs",
         "codes",
@@ -507,8 +499,9 @@ class _Flat:
         "kwvalues",
         "cells",
         "cell_contents",
-        "careful",
     )
+    __slots__ = ("names", "modules", "owners", "kinds", "keyed", "keys", "plain", "getters", "spaces")
+    __slots__ += _GATHERED + ("careful",)
 
     def __init__(self, seal: _Seal):
         records = seal.records
@@ -520,19 +513,7 @@ class _Flat:
         self.plain = tuple(record.space for record in records if record.keys is None)
         self.getters = tuple(record._get for record in records)
         self.spaces = tuple(record.space for record in records)
-        for part in (
-            "values",
-            "funcs",
-            "codes",
-            "defaults",
-            "kwdefaults",
-            "kwdicts",
-            "kwlens",
-            "kwkeys",
-            "kwvalues",
-            "cells",
-            "cell_contents",
-        ):
+        for part in self._GATHERED:
             setattr(self, part, tuple(_chain(getattr(record, "_" + part) for record in records)))
         self.careful = tuple(record for record in records if record._careful)
 

@@ -162,36 +162,33 @@ def simple_mistakes(c: Check, out, X) -> None:
 def check_simple_self_attention(simple_self_attention) -> None:
     c = Check("simple_self_attention", ATTENTION_BUILTINS, ops=ATTENTION_OPS)
     X = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]) * 0.5
-    out = c.call(simple_self_attention, X)
-    c.shape(
-        out,
-        (3, 2),
-        "simple_self_attention(X) for X of shape (3, 2)",
-        "Each token gets a new vector of the same size: softmax(X Xᵀ) X.",
-    )
-    simple_mistakes(c, out, X)
-    c.close(
-        out,
-        _sdpa(X, X, X, scale=1.0),
-        "expected softmax(X Xᵀ) X with the softmax over the LAST dim (each row of scores "
-        "is one token's weights over all tokens). No scaling in this parameter-free form.",
-        passed="softmax(X Xᵀ) X on a (3, 2) example",
-    )
     Xb = torch.randn(2, 4, 3, generator=generator(1))
-    got = c.call_on("a batch of shape (2, 4, 3): transpose only the last two dims", simple_self_attention, Xb)
-    c.shape(
-        got,
-        (2, 4, 3),
-        "a batch (2, 4, 3)",
-        "Transpose the last two dims only: X.T reverses every dim, the batch's too.",
-    )
-    c.close(
-        got,
-        _sdpa(Xb, Xb, Xb, scale=1.0),
-        "wrong values for a batch: each sequence attends within itself "
-        "(transpose(-2, -1), softmax over dim=-1).",
-        passed="batched input",
-    )
+    batch_call = "a batch of shape (2, 4, 3): transpose only the last two dims"
+    for x, called, what, shape_hint, wrong, passed in (
+        (
+            X,
+            None,
+            "simple_self_attention(X) for X of shape (3, 2)",
+            "Each token gets a new vector of the same size: softmax(X Xᵀ) X.",
+            "expected softmax(X Xᵀ) X with the softmax over the LAST dim (each row of scores "
+            "is one token's weights over all tokens). No scaling in this parameter-free form.",
+            "softmax(X Xᵀ) X on a (3, 2) example",
+        ),
+        (
+            Xb,
+            batch_call,
+            "a batch (2, 4, 3)",
+            "Transpose the last two dims only: X.T reverses every dim, the batch's too.",
+            "wrong values for a batch: each sequence attends within itself "
+            "(transpose(-2, -1), softmax over dim=-1).",
+            "batched input",
+        ),
+    ):
+        out = c.call_on(called, simple_self_attention, x) if called else c.call(simple_self_attention, x)
+        c.shape(out, tuple(x.shape), what, shape_hint)
+        if called is None:
+            simple_mistakes(c, out, x)  # the usual mistakes, told apart on the plain example
+        c.close(out, _sdpa(x, x, x, scale=1.0), wrong, passed=passed)
     c.done()
 
 

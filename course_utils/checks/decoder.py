@@ -8,11 +8,23 @@ output is compared with the common mistakes, built from the same PyTorch parts, 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
 from ._core import Check, CheckFailed, generator, stored, torch_equal
-from .encoder import EVERYWHERE, EVERYWHERE_OPS, FF, POSITIONS_HINT, D, H, embedded
+from .encoder import (
+    ENCODER_NAMES,
+    EVERYWHERE,
+    EVERYWHERE_OPS,
+    FF,
+    POSITIONS_HINT,
+    D,
+    H,
+    embedded,
+    known_stack,
+)
 from .torch_parts import (
     Parts,
     _torch_layer,
@@ -78,19 +90,13 @@ def transformer_parts(
     )
 
 
-def torch_decoder_layer(
-    parts: Parts, num_heads: int, norm_first: bool = False, dtype=torch.float32
-) -> nn.TransformerDecoderLayer:
-    """PyTorch's decoder layer holding ``parts``' weights."""
-    return _torch_layer(
-        nn.TransformerDecoderLayer,
-        parts,
-        num_heads,
-        norm_first,
-        dtype,
-        {"self_attn": "self_attn", "multihead_attn": "cross_attn"},
-        ("norm1", "norm2", "norm3"),
-    )
+# PyTorch's decoder layer holding ``parts``' weights: (parts, num_heads, norm_first, dtype)
+torch_decoder_layer = functools.partial(
+    _torch_layer,
+    nn.TransformerDecoderLayer,
+    {"self_attn": "self_attn", "multihead_attn": "cross_attn"},
+    ("norm1", "norm2", "norm3"),
+)
 
 
 def run_decoder_layers(layers, x, memory, tgt_mask=None, memory_mask=None):
@@ -302,15 +308,12 @@ def decoder_outputs(parts: Parts, tgt, memory, tm, mm, table, dtype=torch.float3
     return run(x), mistakes
 
 
-DECODER_NAMES = "embedding, pos_encoding, layers"
+DECODER_NAMES = ENCODER_NAMES
 
 
 def check_decoder(Decoder) -> None:
     c = Check("Decoder", EVERYWHERE, ops=EVERYWHERE_OPS)
-    dec = c.build(Decoder, 20, D, H, FF, 2)
-    parts = known(lambda: decoder_parts(20, D, FF, 2), seed=5)
-    load(c, dec, parts, DECODER_NAMES, POSITIONS_HINT)
-    table = torch.from_numpy(stored(ASSIGNMENT, "table"))  # float64
+    dec, parts, table = known_stack(c, Decoder, decoder_parts, 5, ASSIGNMENT)
     tgt = torch.tensor([[1, 7, 3, 9, 4], [1, 2, 5, 0, 0]])
     memory = torch.randn(2, 6, D, generator=generator(50))
     tm = causal(5)

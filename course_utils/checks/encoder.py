@@ -434,16 +434,23 @@ def encoder_outputs(parts: Parts, src, mask, table, dtype=torch.float32):
     ]
 
 
-ENCODER_NAMES = "embedding, pos_encoding, layers"
+ENCODER_NAMES = "embedding, pos_encoding, layers"  # a Decoder's too
 POSITIONS_HINT = "The positions are the fixed sinusoidal table (a buffer), not a learned parameter."
+
+
+def known_stack(c: Check, cls, make_parts, seed: int, assignment: str):
+    """The learner's stack ``cls`` (an Encoder or a Decoder: vocabulary 20, 2 layers) holding
+    the weights of ``make_parts``'s, those parts, and the assignment's stored positional
+    table (max_len, D), float64."""
+    model = c.build(cls, 20, D, H, FF, 2)
+    parts = known(lambda: make_parts(20, D, FF, 2), seed=seed)
+    load(c, model, parts, ENCODER_NAMES, POSITIONS_HINT)
+    return model, parts, torch.from_numpy(stored(assignment, "table"))
 
 
 def check_encoder(Encoder) -> None:
     c = Check("Encoder", EVERYWHERE, ops=EVERYWHERE_OPS)
-    enc = c.build(Encoder, 20, D, H, FF, 2)
-    parts = known(lambda: encoder_parts(20, D, FF, 2), seed=2)
-    load(c, enc, parts, ENCODER_NAMES, POSITIONS_HINT)
-    table = torch.from_numpy(stored(ASSIGNMENT, "table"))  # (max_len, D), float64
+    enc, parts, table = known_stack(c, Encoder, encoder_parts, 2, ASSIGNMENT)
     src = torch.tensor([[3, 7, 1, 9, 4, 0], [2, 2, 5, 8, 0, 0]])
     mask = (src != 0)[:, None, None, :]
     want, mistakes = encoder_outputs(parts, src, None, table)

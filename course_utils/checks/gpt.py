@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..language_model import PrefixLM
-from ._core import Check, CheckFailed, generator
+from ._core import Check, generator
 from .encoder import EVERYWHERE, EVERYWHERE_OPS
 from .gpt_block import FF, D, H, TorchBlock, block_parts, causal, check_gpt_block, kv_pair, pair
 from .gpt_generate import check_generate
@@ -206,28 +206,15 @@ def present_list(c: Check, present, layers: int, what: str):
 
 
 def raises_value_error(c: Check, fn, *args, what: str) -> None:
-    try:
-        c.call(fn, *args)
-    except CheckFailed as exc:
-        cause = exc.__cause__
-        if isinstance(cause, ValueError):
-            c.that(
-                len(str(cause)) > 10,
-                "raise the ValueError with a message that says what is "
-                "wrong (the positions would pass max_len).",
-            )
-            return
-        if cause is None:
-            raise
-        c.fail(
-            f"{what} raised {type(cause).__name__}: check the number of positions (cached + "
-            "new) first and "
-            "raise a ValueError with a clear message (an index error from pos_embedding "
-            "says nothing about max_len)."
-        )
-    c.fail(
-        f"{what} was accepted: the model has no position embedding beyond max_len. Raise a "
-        "ValueError when cached + new positions > max_len."
+    c.raises_value_error(
+        what,
+        fn,
+        *args,
+        wrong="the positions would pass max_len",
+        instead="check the number of positions (cached + new) first and raise a ValueError "
+        "with a clear message (an index error from pos_embedding says nothing about max_len).",
+        accepted="the model has no position embedding beyond max_len. Raise a "
+        "ValueError when cached + new positions > max_len.",
     )
 
 

@@ -4,6 +4,8 @@ instructor's side (``course_grading.checks``), as public names.
     Check, CheckFailed          one check's cases, calls and verdicts; its failure
     generator, devices, stored  seeded random inputs, the devices to try, stored expected outputs
     to_numpy                    a learner's result as a NumPy array
+    exercise_check              a check written as check_<exercise>(c, fn), its Check opened
+                                and closed around it
     torch_equal, torch_isfinite, np_array_equal
                                 comparisons as the checks record them (a learner's replacement
                                 of the library function is seen, ``_seal``)
@@ -14,7 +16,7 @@ instructor's side (``course_grading.checks``), as public names.
                                 kernel's own threads, before the first cell runs (outside
                                 grading: the threads alive when the setup cell runs)
 
-The implementation stays in ``_core``, ``_recording`` and ``_seal``; this module only names
+The implementation stays in ``_core``, ``_exercise``, ``_recording`` and ``_seal``; this module only names
 what other packages may use.
 """
 
@@ -29,6 +31,7 @@ from ._core import (
     torch_equal,
     torch_isfinite,
 )
+from ._exercise import exercise_check
 from ._recording import prepare_recording
 from ._seal import kernel_started, load_libraries, own_threads_now, protect
 
@@ -36,6 +39,7 @@ __all__ = [
     "Check",
     "CheckFailed",
     "devices",
+    "exercise_check",
     "generator",
     "kernel_started",
     "load_libraries",

@@ -62,37 +62,23 @@ OUTPUT_MISTAKES = {
 }
 
 
-_near = near  # its former name, which the positional checks import
-
-
 # -- MultiHeadAttention -------------------------------------------------------------------------
 
 
 def expect_value_error(c: Check, cls, d_model: int, num_heads: int) -> None:
-    try:
-        c.call(cls, d_model, num_heads)
-    except CheckFailed as exc:
-        cause = exc.__cause__
-        if isinstance(cause, ValueError):
-            c.that(
-                len(str(cause)) > 10,
-                "raise the ValueError with a message that says what is "
-                "wrong (d_model is not divisible by num_heads).",
-            )
-            c.ok(f"MultiHeadAttention({d_model}, {num_heads}) raises ValueError")
-            return
-        if cause is None:
-            raise
-        c.fail(
-            f"MultiHeadAttention({d_model}, {num_heads}) raised {type(cause).__name__}: "
-            f"check that d_model is divisible by num_heads first and raise a ValueError "
-            "with a clear message (an assert raises AssertionError and vanishes under "
-            "python -O)."
-        )
-    c.fail(
-        f"MultiHeadAttention({d_model}, {num_heads}) was accepted: {d_model} is not "
-        f"divisible by {num_heads}, so the heads can't share the features equally. Raise a "
-        "ValueError in __init__."
+    what = f"MultiHeadAttention({d_model}, {num_heads})"
+    c.raises_value_error(
+        what,
+        cls,
+        d_model,
+        num_heads,
+        wrong="d_model is not divisible by num_heads",
+        instead="check that d_model is divisible by num_heads first and raise a ValueError "
+        "with a clear message (an assert raises AssertionError and vanishes under "
+        "python -O).",
+        accepted=f"{d_model} is not divisible by {num_heads}, so the heads can't share the "
+        "features equally. Raise a ValueError in __init__.",
+        passed=f"{what} raises ValueError",
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import Check, CheckFailed, np_allclose, stored
+from ._exercise import exercise_check
 
 ASSIGNMENT = "02_cosine_similarity"
 # What the exercises ask the learner to build, as PyTorch ships it.
@@ -22,8 +23,11 @@ KING = [0.9, 0.8, 0.7, 0.1, 0.2]  # the notebook's toy vectors
 QUEEN = [0.9, 0.8, 0.7, 0.1, 0.7]
 
 
-def check_cosine_similarity(cosine_similarity) -> None:
-    c = Check("cosine_similarity", COSINE_BUILTINS, ops=COSINE_OPS)
+_cosine_check = exercise_check(COSINE_BUILTINS, COSINE_OPS)  # every check of this notebook
+
+
+@_cosine_check
+def check_cosine_similarity(c: Check, cosine_similarity) -> None:
     got = c.call(cosine_similarity, np.array(KING), np.array(QUEEN))
     c.that(np.ndim(got) == 0, f"should return one number, got an array of shape {np.shape(got)}.")
     c.that(
@@ -71,11 +75,10 @@ def check_cosine_similarity(cosine_similarity) -> None:
         "opposite vectors have cosine -1: a similarity keeps its sign (no abs, no 1 - …).",
         passed="opposite vectors give -1",
     )
-    c.done()
 
 
-def check_cosine_similarity_matrix(cosine_similarity_matrix) -> None:
-    c = Check("cosine_similarity_matrix", COSINE_BUILTINS, ops=COSINE_OPS)
+@_cosine_check
+def check_cosine_similarity_matrix(c: Check, cosine_similarity_matrix) -> None:
     A, B = stored(ASSIGNMENT, "matrix_A"), stored(ASSIGNMENT, "matrix_B")
     got = c.call(cosine_similarity_matrix, A, B)
     c.shape(
@@ -110,11 +113,10 @@ def check_cosine_similarity_matrix(cosine_similarity_matrix) -> None:
         "A and B (axis=1) before the matrix product.",
         passed="matches pairwise cosines",
     )
-    c.done()
 
 
-def check_most_similar(most_similar) -> None:
-    c = Check("most_similar", COSINE_BUILTINS, ops=COSINE_OPS)
+@_cosine_check
+def check_most_similar(c: Check, most_similar) -> None:
     # unit directions scaled very differently, so that dot product and cosine disagree
     E, q = stored(ASSIGNMENT, "similar_E"), stored(ASSIGNMENT, "similar_query")
     got = np.asarray(c.call(most_similar, q, E, k=3))
@@ -191,11 +193,10 @@ def check_most_similar(most_similar) -> None:
     )
     got = np.asarray(c.call(most_similar, x_axis, F))
     c.that(len(got) == 5, f"without k, return 5 ids (the default k=5), got {len(got)}.", "default k=5")
-    c.done()
 
 
-def check_analogy(analogy) -> None:
-    c = Check("analogy", COSINE_BUILTINS, ops=COSINE_OPS)
+@_cosine_check
+def check_analogy(c: Check, analogy) -> None:
     # a toy world: a=man, b=king, c=woman; queen = king - man + woman
     E = np.array(
         [
@@ -266,4 +267,3 @@ def check_analogy(analogy) -> None:
         "target vector (king - man + woman), a, b and c excluded.",
         "by cosine, not dot product or distance",
     )
-    c.done()

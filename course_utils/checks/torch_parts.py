@@ -13,6 +13,7 @@ Tolerances: float32 outputs at ``ATOL``/``RTOL``; float64 outputs at ``F64`` (se
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import warnings
 
@@ -96,15 +97,16 @@ def _copy_attention(dst: nn.MultiheadAttention, src: Parts) -> None:
 
 def _torch_layer(
     make,
-    parts: Parts,
-    num_heads: int,
-    norm_first: bool,
-    dtype,
     attentions: dict[str, str],
     norms: tuple[str, ...],
+    parts: Parts,
+    num_heads: int,
+    norm_first: bool = False,
+    dtype=torch.float32,
 ) -> nn.Module:
     """PyTorch's layer ``make`` (encoder or decoder layer class) holding ``parts``' weights:
-    ``attentions`` maps its attention attributes to the parts', ``norms`` names the norms."""
+    ``attentions`` maps its attention attributes to the parts', ``norms`` names the norms.
+    ``torch_encoder_layer`` and ``decoder.torch_decoder_layer`` fix the first three."""
     d, d_ff = parts.norm1.weight.numel(), parts.ffn.linear1.out_features
     layer = _fresh(lambda: make(d, num_heads, d_ff, dropout=0.0, batch_first=True, norm_first=norm_first))
     for theirs, mine in attentions.items():
@@ -117,19 +119,10 @@ def _torch_layer(
     return layer.to(dtype).train()
 
 
-def torch_encoder_layer(
-    parts: Parts, num_heads: int, norm_first: bool = False, dtype=torch.float32
-) -> nn.TransformerEncoderLayer:
-    """PyTorch's encoder layer holding ``parts``' weights."""
-    return _torch_layer(
-        nn.TransformerEncoderLayer,
-        parts,
-        num_heads,
-        norm_first,
-        dtype,
-        {"self_attn": "self_attn"},
-        ("norm1", "norm2"),
-    )
+# PyTorch's encoder layer holding ``parts``' weights: (parts, num_heads, norm_first, dtype)
+torch_encoder_layer = functools.partial(
+    _torch_layer, nn.TransformerEncoderLayer, {"self_attn": "self_attn"}, ("norm1", "norm2")
+)
 
 
 @contextlib.contextmanager

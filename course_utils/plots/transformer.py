@@ -115,18 +115,10 @@ def plot_transformer_attention(
     return out
 
 
-def attention_labels(
-    maps: dict,
-    kind: str,
-    layer: int = 0,
-    head: int = 0,
-    example: int = 0,
-    src_tokens: Sequence[str] | None = None,
-    tgt_tokens: Sequence[str] | None = None,
-    predicted: Sequence[str] | None = None,
-):
-    """What :func:`plot_transformer_attention` draws: ``(weights (q, k), row labels, column
-    labels, whether the rows read "input → predicted")``."""
+def attention_labels(maps: dict, kind: str, layer, head, example, src_tokens, tgt_tokens, predicted):
+    """What :func:`plot_transformer_attention` draws, given its arguments (the same meaning, no
+    defaults): ``(weights (q, k), row labels, column labels, whether the rows read "input →
+    predicted")``."""
     if kind not in maps:
         raise ValueError(f"this model has no {kind!r} attention; it has {sorted(maps)}")
     layers = maps[kind]

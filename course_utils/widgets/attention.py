@@ -39,7 +39,7 @@ def attention_explorer(
         sentence_figsize,
         update_sentence_attention,
     )
-    from .picture import Picture
+    from .picture import widget_box
 
     text = W.Text(
         value=sentence, description="sentence", continuous_update=False, layout=W.Layout(width="560px")
@@ -58,18 +58,15 @@ def attention_explorer(
     mask_box = W.Checkbox(
         value=causal, description="causal mask", indent=False, disabled=causal_mask_fn is None
     )
-    status = W.HTML()
-    picture = Picture()
-    ui = W.VBox([text, W.HBox([slider, mask_box]), status, picture.message, picture.image])
-    ui.add_class("course-widget")
-    ui.controls = {
-        "sentence": text,
-        "scale": slider,
-        "causal": mask_box,
-        "status": status,
-        "image": picture.image,
-        "message": picture.message,
-    }
+    ui, status, picture = widget_box(
+        W,
+        [text, W.HBox([slider, mask_box])],
+        {
+            "sentence": text,
+            "scale": slider,
+            "causal": mask_box,
+        },
+    )
 
     kept = {}  # causal -> the SentencePlot drawn last with (True) or without the causal mask
 

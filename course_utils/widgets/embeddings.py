@@ -34,7 +34,7 @@ def embedding_projector(
     import ipywidgets as W
 
     from ..plots.embeddings import analogy_projection, plot_analogy
-    from .picture import Picture
+    from .picture import widget_box
 
     fns = {"analogy": analogy_fn}
     box = dict(continuous_update=False)
@@ -49,20 +49,17 @@ def embedding_projector(
         **box,
     )
     k_slider = W.IntSlider(value=neighbours, min=0, max=8, description="runners-up", **box)
-    status = W.HTML()
-    picture = Picture()
-    ui = W.VBox([words_box, W.HBox([a_box, b_box, c_box]), k_slider, status, picture.message, picture.image])
-    ui.add_class("course-widget")
-    ui.controls = {
-        "words": words_box,
-        "a": a_box,
-        "b": b_box,
-        "c": c_box,
-        "neighbours": k_slider,
-        "status": status,
-        "image": picture.image,
-        "message": picture.message,
-    }
+    ui, status, picture = widget_box(
+        W,
+        [words_box, W.HBox([a_box, b_box, c_box]), k_slider],
+        {
+            "words": words_box,
+            "a": a_box,
+            "b": b_box,
+            "c": c_box,
+            "neighbours": k_slider,
+        },
+    )
 
     def redraw(*_):
         args = (

@@ -15,29 +15,30 @@ from ..plots.attention import plot_attention
 from ..plots.generation import next_token_step, plot_next_token
 
 
-def cut_off_knobs(W, vocab_size: int, width: str):
-    """The top-k and top-p sliders of a sampler (09's widget has them too): top-k starts off
-    (the whole vocabulary), top-p at 1."""
-    top_k = W.IntSlider(
-        vocab_size,
-        1,
-        vocab_size,
-        description="top-k",
-        style={"description_width": "45px"},
-        continuous_update=False,
-        layout=W.Layout(width=width),
-    )
-    top_p = W.FloatSlider(
-        1.0,
-        min=0.05,
-        max=1.0,
+def sampler_knobs(W, vocab_size: int, temperature: float, top: float, label: dict, widths: tuple, **more):
+    """The sliders of a sampler (09's widget has them too): the temperature, on a log scale
+    from 0.1 to 10**top, starts at ``temperature`` (``more``: its other settings, ``label`` its
+    label's style); top-k starts off (the whole vocabulary), top-p at 1. ``widths``: the
+    temperature's, the others'."""
+    from .picture import slider
+
+    narrow = {"description_width": "45px"}
+    temperature = slider(
+        W,
+        "FloatLogSlider",
+        temperature,
+        -1,
+        top,
+        "temperature",
+        widths[0],
+        base=10,
         step=0.05,
-        description="top-p",
-        style={"description_width": "45px"},
-        continuous_update=False,
-        layout=W.Layout(width=width),
+        style=label,
+        **more,
     )
-    return top_k, top_p
+    top_k = slider(W, "IntSlider", vocab_size, 1, vocab_size, "top-k", widths[1], style=narrow)
+    top_p = slider(W, "FloatSlider", 1.0, 0.05, 1.0, "top-p", widths[1], step=0.05, style=narrow)
+    return temperature, top_k, top_p
 
 
 def greedy_only(state: dict, mode) -> None:
@@ -49,23 +50,21 @@ def greedy_only(state: dict, mode) -> None:
         mode.value, mode.disabled = "greedy", True
 
 
-def stepper_layout(W, top, knobs: list, buttons: list, status, picture, controls: dict):
-    """A stepper's container (09's widget is one too): ``top`` (what is decoded), the sampler's
-    ``knobs`` in a row, the ``buttons`` in a row, the status line and the picture; its
-    ``controls`` are ``controls`` with the status line and the picture's parts."""
-    ui = W.VBox(
-        [
-            top,
-            W.HBox(knobs),
-            W.HBox(buttons, layout=W.Layout(align_items="center")),
-            status,
-            picture.message,
-            picture.image,
-        ]
-    )
-    ui.add_class("course-widget")
-    ui.controls = {**controls, "status": status, "image": picture.image, "message": picture.message}
-    return ui
+def stepper_layout(W, top: dict, knobs: tuple, buttons: dict, extra: tuple = ()):
+    """A stepper's container (09's widget is one too): ``top`` (what is decoded, by its name),
+    the sampler's ``knobs`` (temperature, top_k, top_p) in a row, the ``buttons`` (by name,
+    after the ``extra`` widgets) in a row, the status line and the picture. Its ``controls``
+    are these by name, the status line and the picture's parts. Returns ``(ui, status,
+    picture)``."""
+    from .picture import widget_box
+
+    temperature, top_k, top_p = knobs
+    rows = [
+        *top.values(),
+        W.HBox(list(knobs)),
+        W.HBox([*extra, *buttons.values()], layout=W.Layout(align_items="center")),
+    ]
+    return widget_box(W, rows, {**top, "temperature": temperature, "top_k": top_k, "top_p": top_p, **buttons})
 
 
 def wire_stepper(clicks: dict, text, restart: Callable, knobs: list, draw: Callable) -> None:
@@ -104,25 +103,13 @@ def decoding_stepper(
     import torch
 
     from ..toy_task import source_tokenizer, target_tokenizer
-    from .picture import Picture
 
     src_tok, tgt_tok = src_tok or source_tokenizer(), tgt_tok or target_tokenizer()
     label = {"description_width": "100px"}  # wide enough for "temperature" in full
     source = W.Dropdown(
         options=list(sources), description="source", style=label, layout=W.Layout(width="560px")
     )
-    temperature = W.FloatLogSlider(
-        1.0,
-        base=10,
-        min=-1,
-        max=1,
-        step=0.05,
-        description="temperature",
-        style=label,
-        continuous_update=False,
-        layout=W.Layout(width="360px"),
-    )
-    top_k, top_p = cut_off_knobs(W, len(tgt_tok), "270px")
+    temperature, top_k, top_p = sampler_knobs(W, len(tgt_tok), 1.0, 1, label, ("360px", "270px"))
     # the label "pick" is a widget of its own: as the menu's description it takes a line
     pick = W.Label("pick", layout=W.Layout(width="100px", justify_content="flex-end", margin="0 8px 0 0"))
     mode = W.ToggleButtons(options=["greedy", "sample"], layout=W.Layout(width="auto"))
@@ -131,24 +118,12 @@ def decoding_stepper(
         description="next token", button_style="primary", layout=W.Layout(width="120px", margin="0 0 0 16px")
     )
     reset_btn = W.Button(description="reset", layout=W.Layout(width="80px"))
-    status = W.HTML()
-    picture = Picture()
-    ui = stepper_layout(
+    ui, status, picture = stepper_layout(
         W,
-        source,
-        [temperature, top_k, top_p],
-        [pick, mode, step_btn, reset_btn],
-        status,
-        picture,
-        {
-            "source": source,
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "mode": mode,
-            "next": step_btn,
-            "reset": reset_btn,
-        },
+        {"source": source},
+        (temperature, top_k, top_p),
+        {"mode": mode, "next": step_btn, "reset": reset_btn},
+        extra=(pick,),
     )
     state = {
         "prefix": [tgt_tok.bos_id],

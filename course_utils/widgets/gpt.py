@@ -13,7 +13,7 @@ from typing import Callable
 
 from ..device import grading
 from ..plots.gpt import advance, plot_generation, sampler_share, start
-from .generation import cut_off_knobs, greedy_only, stepper_layout, wire_stepper
+from .generation import greedy_only, sampler_knobs, stepper_layout, wire_stepper
 
 
 def generation_stepper(
@@ -36,8 +36,6 @@ def generation_stepper(
     import ipywidgets as W
     import torch
 
-    from .picture import Picture
-
     label = {"description_width": "90px"}
     text = W.Text(
         prompt.replace("\n", "\\n"),
@@ -46,19 +44,9 @@ def generation_stepper(
         continuous_update=False,
         layout=W.Layout(width="420px"),
     )
-    temperature = W.FloatLogSlider(
-        0.8,
-        base=10,
-        min=-1,
-        max=0.5,
-        step=0.05,
-        description="temperature",
-        style=label,
-        readout_format=".2f",
-        continuous_update=False,
-        layout=W.Layout(width="340px"),
+    temperature, top_k, top_p = sampler_knobs(
+        W, len(tokenizer), 0.8, 0.5, label, ("340px", "260px"), readout_format=".2f"
     )
-    top_k, top_p = cut_off_knobs(W, len(tokenizer), "260px")
     mode = W.ToggleButtons(
         options=["greedy", "sample"], value="sample" if sample_fn else "greedy", layout=W.Layout(width="auto")
     )
@@ -66,25 +54,11 @@ def generation_stepper(
     one = W.Button(description="next", button_style="primary", layout=W.Layout(width="90px"))
     ten = W.Button(description="next 10", layout=W.Layout(width="90px"))
     reset = W.Button(description="reset", layout=W.Layout(width="80px"))
-    status = W.HTML()
-    picture = Picture()
-    ui = stepper_layout(
+    ui, status, picture = stepper_layout(
         W,
-        text,
-        [temperature, top_k, top_p],
-        [mode, one, ten, reset],
-        status,
-        picture,
-        {
-            "prompt": text,
-            "temperature": temperature,
-            "top_k": top_k,
-            "top_p": top_p,
-            "mode": mode,
-            "next": one,
-            "next10": ten,
-            "reset": reset,
-        },
+        {"prompt": text},
+        (temperature, top_k, top_p),
+        {"mode": mode, "next": one, "next10": ten, "reset": reset},
     )
     limit = getattr(model, "max_len", None) or model.pos_embedding.num_embeddings  # positions
     box = {

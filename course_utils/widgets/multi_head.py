@@ -27,16 +27,9 @@ def head_viewer(
 
     from ..plots.attention import tokenize
     from ..plots.multi_head import changing_artists, head_attention, plot_heads, update_heads
-    from .picture import Picture
+    from .picture import slider, widget_box
 
-    head_slider = W.IntSlider(
-        value=head,
-        min=0,
-        max=num_heads - 1,
-        description="head",
-        continuous_update=False,
-        layout=W.Layout(width="340px"),
-    )
+    head_slider = slider(W, "IntSlider", head, 0, num_heads - 1, "head", "340px")
     tokens = tokenize(sentence)
     start = tokens.index(query) if query in tokens else 0
     query_box = W.Dropdown(
@@ -45,18 +38,15 @@ def head_viewer(
     text = W.Text(
         value=sentence, description="sentence", continuous_update=False, layout=W.Layout(width="620px")
     )
-    status = W.HTML()
-    picture = Picture()
-    ui = W.VBox([W.HBox([head_slider, query_box]), text, status, picture.message, picture.image])
-    ui.add_class("course-widget")
-    ui.controls = {
-        "head": head_slider,
-        "query": query_box,
-        "sentence": text,
-        "status": status,
-        "image": picture.image,
-        "message": picture.message,
-    }
+    ui, status, picture = widget_box(
+        W,
+        [W.HBox([head_slider, query_box]), text],
+        {
+            "head": head_slider,
+            "query": query_box,
+            "sentence": text,
+        },
+    )
     state = {"tokens": tokens, "busy": False, "plot": None, "labels": None, "drawn": 0}
 
     def keep_query(new_tokens: list[str]) -> int:

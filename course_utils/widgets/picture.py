@@ -403,3 +403,22 @@ class Picture:
     def note(self, text_html: str) -> None:
         """A message that does not hide the picture (e.g. "not written yet" with a fallback)."""
         self.message.value = text_html
+
+
+def widget_box(W, rows: list, controls: dict):
+    """A picture widget's container: ``rows`` (its controls) above a status line and the
+    picture. Its ``controls`` are ``controls`` with the status line and the picture's parts.
+    Returns ``(ui, status, picture)``."""
+    status, picture = W.HTML(), Picture()
+    ui = W.VBox([*rows, status, picture.message, picture.image])
+    ui.add_class("course-widget")
+    ui.controls = {**controls, "status": status, "image": picture.image, "message": picture.message}
+    return ui, status, picture
+
+
+def slider(W, kind: str, value, low, high, description: str, width: str, **more):
+    """An ipywidgets slider of ``kind`` ("IntSlider", "FloatSlider", ...), ``width`` wide, that
+    reports its value when it is let go (a widget redraws once, not at every step)."""
+    bounds = dict(value=value, min=low, max=high)
+    layout = W.Layout(width=width)
+    return getattr(W, kind)(**bounds, description=description, continuous_update=False, layout=layout, **more)

@@ -27,44 +27,26 @@ def positional_explorer(encoding_fn: Callable, d_model: int = 100, max_len: int 
     from matplotlib.figure import Figure
 
     from ..plots.positional import explorer_artists, plot_explorer, update_explorer
-    from .picture import Picture
+    from .picture import slider, widget_box
 
     lengths = sorted(set(LENGTHS) | {max_len})
-    pos_slider = W.IntSlider(
-        value=pos,
-        min=0,
-        max=max_len - 1,
-        description="position",
-        continuous_update=False,
-        layout=W.Layout(width="420px"),
-    )
-    d_slider = W.IntSlider(
-        value=d_model,
-        min=4,
-        max=256,
-        step=2,
-        description="d_model",
-        continuous_update=False,
-        layout=W.Layout(width="420px"),
-    )
+    pos_slider = slider(W, "IntSlider", pos, 0, max_len - 1, "position", "420px")
+    d_slider = slider(W, "IntSlider", d_model, 4, 256, "d_model", "420px", step=2)
     len_box = W.Dropdown(
         options=[(f"{n:,}", n) for n in lengths],
         value=max_len,
         description="positions",
         layout=W.Layout(width="200px"),
     )
-    status = W.HTML()
-    picture = Picture()
-    ui = W.VBox([W.HBox([pos_slider, len_box]), d_slider, status, picture.message, picture.image])
-    ui.add_class("course-widget")
-    ui.controls = {
-        "position": pos_slider,
-        "d_model": d_slider,
-        "positions": len_box,
-        "status": status,
-        "image": picture.image,
-        "message": picture.message,
-    }
+    ui, status, picture = widget_box(
+        W,
+        [W.HBox([pos_slider, len_box]), d_slider],
+        {
+            "position": pos_slider,
+            "d_model": d_slider,
+            "positions": len_box,
+        },
+    )
     state = {"busy": False}
     kept = {}  # (max_len, d_model) -> its drawn ExplorerPlot, for the last KEPT tables
 

@@ -17,20 +17,12 @@ def angle_explorer(angle: float = 45.0, len_u: float = 1.0, len_v: float = 2.0):
     import ipywidgets as W
 
     from ..plots.similarity import plot_two_vectors, two_vectors
-    from .picture import Picture
+    from .picture import Picture, slider
 
-    box = dict(continuous_update=False, layout=W.Layout(width="380px"))
-    theta = W.FloatSlider(
-        value=angle,
-        min=0,
-        max=180,
-        step=5,
-        description="angle θ (°)",
-        style={"description_width": "initial"},
-        **box,
-    )
-    lu = W.FloatSlider(value=len_u, min=0.25, max=3, step=0.25, description="|u|", **box)
-    lv = W.FloatSlider(value=len_v, min=0.25, max=3, step=0.25, description="|v|", **box)
+    wide = {"description_width": "initial"}
+    theta = slider(W, "FloatSlider", angle, 0, 180, "angle θ (°)", "380px", step=5, style=wide)
+    lu = slider(W, "FloatSlider", len_u, 0.25, 3, "|u|", "380px", step=0.25)
+    lv = slider(W, "FloatSlider", len_v, 0.25, 3, "|v|", "380px", step=0.25)
     table = W.HTML()
     picture = Picture()
     ui = W.HBox([picture.image, W.VBox([theta, lu, lv, table])], layout=W.Layout(align_items="flex-start"))

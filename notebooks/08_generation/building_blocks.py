@@ -126,6 +126,15 @@ class LayerNorm(nn.Module):
         return self.weight * x_hat + self.bias  # (..., d_model)
 
 
+def residual(x: torch.Tensor, norm, sublayer, dropout, norm_first: bool) -> torch.Tensor:
+    """One sublayer of a Transformer layer with its residual connection and LayerNorm ``norm``:
+    post-norm (the 2017 paper) norm(x + dropout(sublayer(x))); pre-norm (norm_first=True, GPT-2
+    and later) x + dropout(sublayer(norm(x)))."""
+    if norm_first:
+        return x + dropout(sublayer(norm(x)))
+    return norm(x + dropout(sublayer(x)))
+
+
 class EncoderLayer(nn.Module):
     """Self-attention then feed-forward, each wrapped in a residual connection and a LayerNorm.
 
@@ -144,17 +153,12 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def _attn(self, x, mask):
-        return self.dropout(self.self_attn(x, x, x, mask)[0])  # (b, s, d_model)
-
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.norm_first:
-            x = x + self._attn(self.norm1(x), mask)  # (b, s, d_model)
-            x = x + self.dropout(self.ffn(self.norm2(x)))  # (b, s, d_model)
-        else:
-            x = self.norm1(x + self._attn(x, mask))  # (b, s, d_model)
-            x = self.norm2(x + self.dropout(self.ffn(x)))  # (b, s, d_model)
-        return x
+        def attend(h):
+            return self.self_attn(h, h, h, mask)[0]  # (b, s, d_model)
+
+        x = residual(x, self.norm1, attend, self.dropout, self.norm_first)  # (b, s, d_model)
+        return residual(x, self.norm2, self.ffn, self.dropout, self.norm_first)  # (b, s, d_model)
 
 
 def sinusoidal_positional_encoding(max_len: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
@@ -187,7 +191,11 @@ class PositionalEncoding(nn.Module):
 
 
 class Encoder(nn.Module):
-    """Token embedding × √d_model + sinusoidal positions, then ``num_layers`` post-norm layers."""
+    """Token embedding × √d_model + sinusoidal positions, then ``num_layers`` post-norm layers.
+
+    ``layer_class`` is the kind of layer it stacks (07's ``Decoder`` stacks ``DecoderLayer``)."""
+
+    layer_class = EncoderLayer
 
     def __init__(
         self,
@@ -204,12 +212,16 @@ class Encoder(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model)
         self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
         self.layers = nn.ModuleList(
-            [EncoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
+            [self.layer_class(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
         )
 
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """(b, s) token ids -> (b, s, d_model): the scaled embeddings plus the positions."""
+        x = self.embedding(ids) * math.sqrt(self.d_model)  # (b, s, d_model)
+        return self.pos_encoding(x)  # (b, s, d_model)
+
     def forward(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.embedding(src) * math.sqrt(self.d_model)  # (b, s, d_model)
-        x = self.pos_encoding(x)  # (b, s, d_model)
+        x = self.embed(src)  # (b, s, d_model)
         for layer in self.layers:
             x = layer(x, src_mask)  # (b, s, d_model)
         return x
@@ -235,12 +247,6 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def _self(self, x, mask):
-        return self.dropout(self.self_attn(x, x, x, mask)[0])  # (b, t, d_model)
-
-    def _cross(self, x, memory, mask):
-        return self.dropout(self.cross_attn(x, memory, memory, mask)[0])  # (b, t, d_model)
-
     def forward(
         self,
         x: torch.Tensor,
@@ -249,37 +255,24 @@ class DecoderLayer(nn.Module):
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # x (b, t, d_model), memory (b, s, d_model)
-        if self.norm_first:
-            x = x + self._self(self.norm1(x), tgt_mask)  # (b, t, d_model)
-            x = x + self._cross(self.norm2(x), memory, memory_mask)  # (b, t, d_model)
-            x = x + self.dropout(self.ffn(self.norm3(x)))  # (b, t, d_model)
-        else:
-            x = self.norm1(x + self._self(x, tgt_mask))  # (b, t, d_model)
-            x = self.norm2(x + self._cross(x, memory, memory_mask))  # (b, t, d_model)
-            x = self.norm3(x + self.dropout(self.ffn(x)))  # (b, t, d_model)
-        return x
+        def attend(h):
+            return self.self_attn(h, h, h, tgt_mask)[0]  # (b, t, d_model)
+
+        def attend_memory(h):
+            return self.cross_attn(h, memory, memory, memory_mask)[0]  # (b, t, d_model)
+
+        x = residual(x, self.norm1, attend, self.dropout, self.norm_first)  # (b, t, d_model)
+        x = residual(x, self.norm2, attend_memory, self.dropout, self.norm_first)  # (b, t, d_model)
+        return residual(x, self.norm3, self.ffn, self.dropout, self.norm_first)  # (b, t, d_model)
 
 
-class Decoder(nn.Module):
-    """Target embedding × √d_model + sinusoidal positions, then ``num_layers`` decoder layers."""
+class Decoder(Encoder):
+    """Target embedding × √d_model + sinusoidal positions, then ``num_layers`` decoder layers.
 
-    def __init__(
-        self,
-        vocab_size: int,
-        d_model: int,
-        num_heads: int,
-        d_ff: int,
-        num_layers: int,
-        max_len: int = 512,
-        dropout: float = 0.0,
-    ):
-        super().__init__()
-        self.d_model = d_model
-        self.embedding = nn.Embedding(vocab_size, d_model)
-        self.pos_encoding = PositionalEncoding(d_model, max_len, dropout)
-        self.layers = nn.ModuleList(
-            [DecoderLayer(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)]
-        )
+    The same embedding, positions and stack as ``Encoder`` (its ``__init__`` and ``embed``);
+    only the layers, and what each is given, differ."""
+
+    layer_class = DecoderLayer
 
     def forward(
         self,
@@ -288,8 +281,7 @@ class Decoder(nn.Module):
         tgt_mask: torch.Tensor | None = None,
         memory_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        x = self.embedding(tgt) * math.sqrt(self.d_model)  # (b, t, d_model)
-        x = self.pos_encoding(x)  # (b, t, d_model)
+        x = self.embed(tgt)  # (b, t, d_model)
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)  # (b, t, d_model)
         return x
