@@ -136,11 +136,15 @@ class History:
     def steps(self) -> int:
         return len(self.losses)
 
+    def recent_loss(self, last: int = 20) -> float:
+        """The mean loss of the last ``last`` steps (all of them in a shorter run); NaN before any."""
+        recent = self.losses[-last:]
+        return sum(recent) / len(recent) if recent else float("nan")
+
     def summary(self) -> str:
         """How far the run got, e.g. '321 steps in 13.5 s on cpu, loss 0.572 (planned: what
         the pace of its first steps fits in a budget of about 12 s; the full run is 900)'."""
-        recent = self.losses[-20:]
-        loss = f", loss {sum(recent) / len(recent):.3f}" if recent else ""
+        loss = f", loss {self.recent_loss():.3f}" if self.losses else ""
         done = f"{self.steps} steps in {self.seconds:.1f} s on {self.device}{loss}"
         if self.steps >= self.requested:
             return "all " + done
@@ -201,9 +205,8 @@ class _Display:
         if final:
             text = f"step {step}/{self.total}: {history.summary()}"
         else:
-            recent = history.losses[-20:]
             text = (
-                f"step {step}/{self.total}  loss {sum(recent) / len(recent):.3f}  "
+                f"step {step}/{self.total}  loss {history.recent_loss():.3f}  "
                 f"{history.seconds:.0f}s on {history.device}"
             )
         if self.mode == "text":

@@ -27,7 +27,7 @@ def write_record(path: Path, tool: str, argv, run, **reached) -> dict:
         **reached,
         "train_seconds": round(train_seconds, 1),
         "steps": history.steps,
-        "final_loss": round(sum(history.losses[-50:]) / 50, 4),
+        "final_loss": round(history.recent_loss(50), 4),
         "device": str(device),
         "torch_threads": torch.get_num_threads(),
         "load_average_1min": round(os.getloadavg()[0], 2),

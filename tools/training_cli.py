@@ -75,7 +75,7 @@ class Trained(NamedTuple):
         print(
             f"trained {history.steps} steps in {self.seconds:.1f}s on {self.device} "
             f"({torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.2f}); "
-            f"final loss {sum(history.losses[-50:]) / 50:.4f}"
+            f"final loss {history.recent_loss(50):.4f}"
         )
         print(reached)
         if args.save:
