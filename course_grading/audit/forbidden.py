@@ -39,21 +39,21 @@ ROUTES = (
 
 def _checks() -> dict[str, tuple[list[str], list[str]]]:
     """{function or class: (the built-ins its check forbids, the check's operator patterns)}
-    (grader's side only: in the child ``course_utils.checks`` is a stand-in)."""
-    from course_utils.checks import attention, embeddings, encoder, multi_head, similarity
+    (the checks' own lists, read without importing the checks)."""
+    from course_utils import forbidden as f
 
     found = {
-        "softmax": (attention.SOFTMAX_BUILTINS, attention.SOFTMAX_OPS),
-        "embed": (embeddings.EMBED_BUILTINS, embeddings.EMBED_OPS),
-        "one_hot": (embeddings.ONE_HOT_BUILTINS, []),
-        "LayerNorm": (encoder.LAYER_NORM_BUILTINS, encoder.LAYER_NORM_OPS),
+        "softmax": (f.SOFTMAX_BUILTINS, f.SOFTMAX_OPS),
+        "embed": (f.EMBED_BUILTINS, f.EMBED_OPS),
+        "one_hot": (f.ONE_HOT_BUILTINS, []),
+        "LayerNorm": (f.LAYER_NORM_BUILTINS, f.LAYER_NORM_OPS),
     }
     for name in ("simple_self_attention", "scaled_dot_product_attention"):
-        found[name] = (attention.ATTENTION_BUILTINS, attention.ATTENTION_OPS)
+        found[name] = (f.ATTENTION_BUILTINS, f.ATTENTION_OPS)
     for name in ("cosine_similarity", "cosine_similarity_matrix", "most_similar", "analogy"):
-        found[name] = (similarity.COSINE_BUILTINS, similarity.COSINE_OPS)
+        found[name] = (f.COSINE_BUILTINS, f.COSINE_OPS)
     for name in ("split_heads", "merge_heads", "MultiHeadAttention"):
-        found[name] = (multi_head.MHA_BUILTINS, multi_head.MHA_OPS)
+        found[name] = (f.MHA_BUILTINS, f.MHA_OPS)
     for name in (
         "FeedForward",
         "EncoderLayer",
@@ -64,7 +64,7 @@ def _checks() -> dict[str, tuple[list[str], list[str]]]:
         "GPTBlock",
         "GPT",
     ):
-        found[name] = (encoder.EVERYWHERE, encoder.EVERYWHERE_OPS)
+        found[name] = (f.EVERYWHERE, f.EVERYWHERE_OPS)
     return found
 
 

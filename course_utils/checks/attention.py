@@ -14,31 +14,13 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..forbidden import ATTENTION_BUILTINS, ATTENTION_OPS, SOFTMAX_BUILTINS, SOFTMAX_OPS
 from ._core import Check, CheckFailed, generator, torch_allclose, torch_equal, torch_isfinite
 
 # Taken at import (the notebook's first cell), before any learner code can replace them.
 _softmax = torch.softmax
 _sdpa = F.scaled_dot_product_attention
 _eye = torch.eye
-
-# What each exercise asks the learner to build, as PyTorch ships it, and the operators behind it.
-SOFTMAX_BUILTINS = [
-    "torch.softmax",
-    "torch.nn.functional.softmax",
-    "torch.Tensor.softmax",
-    "torch.special.softmax",
-    "torch.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "torch.Tensor.log_softmax",
-    "torch.nn.Softmax.forward",
-]
-SOFTMAX_OPS = ["_softmax", "_log_softmax", "_safe_softmax"]
-ATTENTION_BUILTINS = [
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch.nn.MultiheadAttention.forward",
-    "torch.nn.functional.multi_head_attention_forward",
-]
-ATTENTION_OPS = ["_scaled_dot_product*", "_safe_softmax", "_native_multi_head_attention"]
 
 
 def builtin_attention(Q, K, V, mask=None, scale=None):

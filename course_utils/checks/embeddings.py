@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..forbidden import EMBED_BUILTINS, EMBED_OPS, ONE_HOT_BUILTINS
 from ._core import Check, np_all, np_allclose, np_array_equal, np_unique, to_numpy
-
-# What each exercise asks the learner to build, as PyTorch ships it.
-ONE_HOT_BUILTINS = ["torch.nn.functional.one_hot"]
-EMBED_BUILTINS = ["torch.nn.functional.embedding", "torch.embedding"]
-EMBED_OPS = ["embedding", "_embedding_bag*"]
 
 
 def check_one_hot(one_hot) -> None:

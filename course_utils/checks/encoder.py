@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..forbidden import EVERYWHERE, EVERYWHERE_OPS, LAYER_NORM_BUILTINS, LAYER_NORM_OPS
 from ._core import Check, generator, stored, to_numpy
 from .torch_parts import (
     ATOL,
@@ -44,30 +45,6 @@ from .torch_parts import (
 
 ASSIGNMENT = "06_encoder"
 D, H, FF = 16, 4, 32  # the small sizes every check uses
-
-EVERYWHERE = [
-    "torch.nn.functional.scaled_dot_product_attention",
-    "torch.nn.TransformerEncoderLayer.forward",
-    "torch.nn.TransformerDecoderLayer.forward",
-    "torch.nn.TransformerEncoder.forward",
-    "torch.nn.TransformerDecoder.forward",
-    "torch.nn.Transformer.forward",
-    "torch.nn.MultiheadAttention.forward",
-]
-# the torch operators behind those built-ins, however they are reached
-EVERYWHERE_OPS = [
-    "_scaled_dot_product*",
-    "_safe_softmax",
-    "_native_multi_head_attention",
-    "_transformer_encoder_layer_fwd",
-]
-LAYER_NORM_BUILTINS = EVERYWHERE + [
-    "torch.nn.LayerNorm.forward",
-    "torch.nn.functional.layer_norm",
-    "torch.layer_norm",
-    "torch.native_layer_norm",
-]
-LAYER_NORM_OPS = EVERYWHERE_OPS + ["native_layer_norm"]
 
 
 # -- LayerNorm -----------------------------------------------------------------------------------

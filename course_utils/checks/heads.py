@@ -12,18 +12,10 @@ from __future__ import annotations
 
 import torch
 
+from ..forbidden import MHA_BUILTINS, MHA_OPS
 from ._core import Check, _allclose, stored, to_numpy
 
 ASSIGNMENT = "04_multi_head_attention"
-
-# Reusing scaled_dot_product_attention from notebook 03 (yours or the course's) is the point;
-# the ready-made multi-head pieces are not.
-MHA_BUILTINS = [
-    "torch.nn.MultiheadAttention.forward",
-    "torch.nn.functional.multi_head_attention_forward",
-    "torch.nn.functional.scaled_dot_product_attention",
-]
-MHA_OPS = ["_scaled_dot_product*", "_native_multi_head_attention", "_safe_softmax"]
 
 
 def near(a, b, atol=1e-4, rtol=1e-3) -> bool:
