@@ -13,11 +13,12 @@ take one back. The lines:
                             NAME "python::F" for a Python function ``mark_python`` prefixed
     escape WHAT WHERE       a route out of Python's reach was tried, and refused: ctypes or cffi
                             (an import however its name was computed, a library, a symbol, a
-                            pointer; any ctypes object made or foreign function called: sealed,
-                            ``seal_ctypes``), a native module from anywhere but the installed
-                            packages, tracing or profiling, the collector's lists of objects,
-                            another process or program, another audit hook, /proc/*/mem, a
-                            function's code replaced
+                            pointer; any ctypes object made or foreign function called: sealed),
+                            a route to raw memory (``memory``: numpy's array interfaces, torch's
+                            raw pointers, a sparse tensor), a native module from anywhere but
+                            the installed packages, tracing or profiling, the collector's lists
+                            of objects, another process or program, another audit hook,
+                            /proc/*/mem, a function's code replaced
     begin GID N, end GID N  the child's marks around each call, and ``done`` its last line: audit
                             events (``MARK``) it raises through a reference taken before any cell ran
 
@@ -33,6 +34,8 @@ import builtins
 import os
 import signal
 import sys
+
+from . import memory
 
 MARK = "course.audit.mark"  # sys.audit(MARK, "begin"|"end"|"done", gid, index)
 OP = "course.audit.op"  # sys.audit(OP, name): raised by the kernels, written by the hook
@@ -67,9 +70,13 @@ def arm(fd, names=None):
     from .forbidden import recorded_ops
 
     ops = recorded_ops(names)  # torch imported (it makes ctypes types as it loads), then ctypes sealed
-    no_new_programs()
-    seal_ctypes()
+    no_new_programs()  # (no_new_privs: Landlock needs it)
+    memory.no_proc_writes()
+    memory.seal_numpy()  # each uses ctypes: before its seal
+    memory.seal_torch()
+    memory.seal_ctypes()
     mark_python()
+    memory.refuse_kernels()  # (the recorded operators' kernels, registered after, stay theirs)
     install(fd, ops)  # (torch imports ctypes: forgotten after)
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
@@ -122,99 +129,6 @@ def no_new_programs() -> bool:
     return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
 
 
-# CPython 3.11 on a 64-bit machine: where a type keeps its size, flags, constructor and call, a
-# slot wrapper the function it wraps, a builtin function its C side (each checked before use)
-LAYOUT = {"tp_basicsize": 32, "tp_call": 128, "tp_flags": 168, "tp_new": 312, "d_wrapped": 48, "m_ml": 16}
-SEALED = "ctypes.object"  # raised by a sealed constructor or call: the hook writes it as an escape
-
-
-def seal_ctypes() -> bool:
-    """Before the hook: every ctypes type (and every type of ctypes types) is made to construct
-    nothing, and every foreign function to call nothing; each try raises ``SEALED`` instead.
-
-    torch imports ctypes, and ``torch.ctypes``, ``object.__subclasses__()`` or a ctypes object's
-    methods reach it without an import. Its ready-made helpers (``memmove``, ``memset``,
-    ``cast``), a pointer's index, a union of an address and a pointer, a function made from an
-    address: none raises an audit event (measured), and each writes to any address. Sealed, they
-    cannot run: the constructor and call slots of the types, and the slot wrapper of
-    ``CFuncPtr.__call__``, point at one native callback that raises ``SEALED`` (the thread's
-    cell and line: the hook writes them) and returns no object; so do the reference counts'
-    functions of ``_ctypes`` (``Py_DECREF``: no event either), which come back as the same objects
-    if ``_imp.create_dynamic`` loads the module again. False, nothing changed: another
-    interpreter, whose layout this does not know."""
-    import _ctypes
-    import ctypes
-
-    if sys.version_info[:2] != (3, 11) or ctypes.sizeof(ctypes.c_void_p) != 8:
-        return False
-    word = ctypes.c_ssize_t.from_address
-    roots = [_ctypes._SimpleCData.__base__] + [
-        type(t)
-        for t in (
-            _ctypes._SimpleCData,
-            _ctypes._Pointer,
-            _ctypes.Array,
-            _ctypes.Structure,
-            _ctypes.Union,
-            _ctypes.CFuncPtr,
-        )
-    ]
-    types, todo = [], roots
-    while todo:
-        cls = todo.pop()
-        if cls not in types:
-            types.append(cls)
-            todo.extend(type.__subclasses__(cls))
-    wrapper = vars(_ctypes.CFuncPtr)["__call__"]
-    if (
-        any(
-            word(id(t) + LAYOUT["tp_basicsize"]).value != t.__basicsize__
-            or word(id(t) + LAYOUT["tp_flags"]).value != t.__flags__
-            for t in types
-        )
-        or word(id(wrapper) + LAYOUT["d_wrapped"]).value
-        != word(id(_ctypes.CFuncPtr) + LAYOUT["tp_call"]).value
-    ):
-        return False
-
-    class MethodDef(ctypes.Structure):  # a builtin function's C side (made before the seal)
-        _fields_ = [
-            ("name", ctypes.c_char_p),
-            ("meth", ctypes.c_void_p),
-            ("flags", ctypes.c_int),
-            ("doc", ctypes.c_char_p),
-        ]
-
-    counts = [vars(_ctypes)[name] for name in ("Py_INCREF", "Py_DECREF")]
-    if any(
-        ctypes.cast(word(id(f) + LAYOUT["m_ml"]).value, ctypes.POINTER(MethodDef)).contents.name
-        != f.__name__.encode()
-        for f in counts
-    ):
-        return False
-
-    def sealed(*args, _audit=sys.audit, _event=SEALED, _any=BaseException):  # returns NULL, raises nothing:
-        try:  # what a callback raises is printed and its return value left undefined
-            _audit(_event)
-        except _any:
-            pass
-
-    slots = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
-    one_arg = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
-    method = MethodDef(b"sealed", ctypes.cast(one_arg, ctypes.c_void_p).value, 0x0008, None)  # METH_O
-    for kept in (slots, one_arg, method):  # held by nothing Python can reach
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
-    address = ctypes.cast(slots, ctypes.c_void_p).value
-    for cls in types:
-        word(id(cls) + LAYOUT["tp_new"]).value = address
-        if issubclass(cls, _ctypes.CFuncPtr):
-            word(id(cls) + LAYOUT["tp_call"]).value = address
-    word(id(wrapper) + LAYOUT["d_wrapped"]).value = address
-    for function in counts:  # the same objects come back if _ctypes is loaded again
-        word(id(function) + LAYOUT["m_ml"]).value = ctypes.addressof(method)
-    return True
-
-
 def mark_python() -> None:
     """Before the hook: each Python function of ``derive.PYTHON`` gets code that first raises
     ``OP`` ("python::NAME") with ``sys.audit`` itself as a constant of the code (no name that
@@ -262,8 +176,10 @@ def _hook_for(fd: int) -> None:
     write, fstat, kill, getpid, getframe = os.write, os.fstat, os.kill, os.getpid, sys._getframe
     is_str, is_int, length, kill_signal = str, int, builtins.len, signal.SIGKILL
     type_of, error = builtins.type, PermissionError
+    is_bytes, decode, stat_of = bytes, bytes.decode, os.stat
+    proc = stat_of("/proc").st_dev if os.path.isdir("/proc") else None  # a file under it: /proc/self/mem
     native, escapes = NATIVE, tuple(ESCAPES.items())
-    mark, op_event = MARK, OP
+    mark, op_event, raw = MARK, OP, memory.RAW
     stat = fstat(fd)
     pipe = (stat.st_dev, stat.st_ino)
     prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix)  # the installed packages, as named and as real
@@ -294,18 +210,20 @@ def _hook_for(fd: int) -> None:
                 and not args[1].startswith(trusted)
             ):
                 what = "native-module:" + args[1]
-        elif event.startswith(("ctypes.", "cffi")):
+        elif event.startswith(("ctypes.", "cffi", raw)):
             what = event
         elif event == "object.__setattr__" and length(args) > 1 and args[1] == "__code__":
             what = "a function's code replaced"
-        elif (
-            event == "open"
-            and length(args) > 0
-            and type_of(args[0]) is is_str
-            and args[0].startswith("/proc/")
-            and args[0].endswith(("/mem", "/pagemap"))
-        ):
-            what = "open:" + args[0]
+        elif event == "open" and length(args) > 2:  # (path, mode, flags): what a name hides, stat sees
+            path = decode(args[0], "utf-8", "replace") if type_of(args[0]) is is_bytes else args[0]
+            if type_of(path) is is_str and path.startswith("/proc/") and path.endswith(("/mem", "/pagemap")):
+                what = "open:" + path
+            elif type_of(args[2]) is is_int and args[2] & 3 and type_of(path) is is_str:  # for writing
+                try:
+                    if stat_of(args[0]).st_dev == proc:
+                        what = "open-for-writing:" + path
+                except OSError:
+                    pass
         else:
             for name, said in escapes:
                 if event == name:
