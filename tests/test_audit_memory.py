@@ -11,6 +11,7 @@ import pytest
 
 from audit_runner import forked
 from course_grading.audit import trusted as audit
+from course_grading.sandbox import bubblewrap
 from harness import ROOT, solution_with
 
 BY_HAND = "    e = (x - x.amax(dim, keepdim=True)).exp()\n    return e / e.sum(dim, keepdim=True)\n"
@@ -166,6 +167,13 @@ ATTACKS = {
 }
 
 
+# /proc/self/mem through a folder's descriptor, and a wrong softmax where the write went through
+DIR_FD = (
+    "import os\nfd = os.open('/proc/self', os.O_RDONLY)\n"
+    "os.pwrite(os.open('mem', os.O_RDWR, dir_fd=fd), b'1', ADDRESS)\nreturn x * 0\n"
+)
+
+
 def _verdict(tmp_path, source):
     path = solution_with(tmp_path, "03_attention", softmax=source)
     found = audit.audit(
@@ -187,14 +195,8 @@ def test_a_route_to_raw_memory_is_a_disagreement(tmp_path, name):
 
 
 def test_the_routes_fail_even_where_no_name_is_seen(tmp_path):
-    # /proc/self/mem through a folder's descriptor: no path the hook could stat, refused by Landlock;
-    # the softmax is wrong where any write went through
-    body = (
-        "import os\nfd = os.open('/proc/self', os.O_RDONLY)\n"
-        "os.pwrite(os.open('mem', os.O_RDWR, dir_fd=fd), b'1', ADDRESS)\n"
-        "return x * 0\n"
-    )
-    verdict = _verdict(tmp_path, _softmax("", body))
+    # no path the hook could stat: refused by Landlock
+    verdict = _verdict(tmp_path, _softmax("", DIR_FD))
     assert verdict.agrees, verdict.reason
 
 
@@ -211,3 +213,16 @@ def test_each_route_is_closed_on_this_interpreter():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-2:] == ["[True, True, True, True]", "1"], out.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not bubblewrap.available()[0], reason="needs bubblewrap")
+def test_in_the_sandbox(tmp_path):
+    blocks = ROOT / "solutions" / "03_attention" / "building_blocks.py"
+    top, body, said = ATTACKS["numpy_instance_attribute"]
+    path = solution_with(tmp_path, "03_attention", softmax=_softmax(top, body))
+    found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
+    assert said in found["test_softmax"].reason, found["test_softmax"].reason
+    path = solution_with(tmp_path, "03_attention", softmax=_softmax("", DIR_FD))
+    found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
+    assert all(v.agrees for v in found.values()), found  # Landlock there too: the write failed
