@@ -139,6 +139,10 @@ TORCH_ROUTES = {
         "                            check_invariants=False)\ntorch.zeros(1, 4).add_(s)",
         "memory.sparse-tensor (cell softmax, line 8)",
     ),
+    "view_past_its_storage": (
+        "v = torch.ops.aten._reshape_alias(torch.zeros(4, dtype=torch.uint8), [2], [1 << 20])\nv.fill_(1)",
+        "memory.aten::_reshape_alias (cell softmax, line 6)",
+    ),
     "tensor_expressions": (
         "from torch._C import _te\nA = _te.BufHandle('A', [8], torch.uint8)",
         f"{TORCH}._te (cell softmax, line 7)",
@@ -197,6 +201,12 @@ def test_a_route_to_raw_memory_is_a_disagreement(tmp_path, name):
 def test_the_routes_fail_even_where_no_name_is_seen(tmp_path):
     # no path the hook could stat: refused by Landlock
     verdict = _verdict(tmp_path, _softmax("", DIR_FD))
+    assert verdict.agrees, verdict.reason
+
+
+def test_a_view_within_its_storage_is_no_escape(tmp_path):
+    body = "x = torch.ops.aten._reshape_alias(x.contiguous(), [x.numel()], [1]).reshape(x.shape)"
+    verdict = _verdict(tmp_path, _softmax("", body))
     assert verdict.agrees, verdict.reason
 
 

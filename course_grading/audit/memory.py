@@ -10,8 +10,9 @@ anywhere in the process with no audit event, which could rewrite the record's ho
                     store at any index, into any address), a storage resized under the tensors
                     that use it (``resize_``: theirs then overflows it)
     refuse_kernels  at the dispatcher: every kernel of a sparse layout (a sparse tensor's indices
-                    are not checked unless asked: one out of range writes out of bounds), and a
-                    storage resized by an operator (``inductor::resize_storage_bytes_``)
+                    are not checked unless asked: one out of range writes out of bounds), a
+                    storage resized by an operator (``inductor::resize_storage_bytes_``), a view
+                    past its storage (``aten::_reshape_alias``: checked)
     no_proc_writes  Landlock: no file under /proc opened for writing (``/proc/self/mem``, however
                     its path is spelled)
     seal_ctypes     ctypes itself, imported by torch: no ctypes object made, no foreign call
@@ -45,6 +46,7 @@ RAW_FUNCTIONS = (  # (module, attribute path): each reads a raw address or point
 COMPILERS = ("torch._C._te",)  # every function and method of these modules
 SPARSE_KEYS = ("SparseCPU", "SparseCsrCPU")
 RESIZE = ("inductor::resize_storage_bytes_", "CompositeExplicitAutograd")
+ALIAS = ("aten::_reshape_alias", ("CPU", "QuantizedCPU"))  # a view of any size and strides, unchecked
 # CPython 3.11 on a 64-bit machine: where a type keeps its size, flags, constructor and call, a
 # slot wrapper the function it wraps, a builtin function and a method descriptor their C side
 LAYOUT = {
@@ -176,22 +178,27 @@ def sparse_kernels() -> tuple[tuple[str, str], ...]:
 def refuse_kernels(audit=sys.audit) -> None:
     """At the dispatcher, on any thread and under any mode: every kernel of a sparse layout
     raises ``RAW + "sparse-tensor"``, and ``RESIZE`` ``RAW`` + its name, and each fails. No
-    sparse tensor can then be made or used, whatever its indices; a storage keeps its size."""
+    sparse tensor can then be made or used, whatever its indices; a storage keeps its size.
+    ``ALIAS`` is computed by ``as_strided``, which checks the view against its storage: one
+    past it raises ``RAW`` + its name, and fails."""
     import warnings
 
     import torch
 
     handles, kernels = {}, {}
+    checked = [(ALIAS[0], key) for key in ALIAS[1]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-        for name, key in (*sparse_kernels(), RESIZE):
+        for name, key in (*sparse_kernels(), RESIZE, *checked):
             ns, rest = name.split("::", 1)
             lib = handles.get((ns, key))
             if lib is None:
                 lib = handles[(ns, key)] = torch._C._dispatch_library("IMPL", ns, key, "", 0)
             event = RAW + ("sparse-tensor" if key in SPARSE_KEYS else name)
-            kernel = kernels.get(event) or kernels.setdefault(event, _refusing_kernel(event, audit))
-            lib.impl(rest, key, kernel, False)
+            if event not in kernels:
+                alias = name == ALIAS[0]
+                kernels[event] = (_checked_alias if alias else _refusing_kernel)(event, audit)
+            lib.impl(rest, key, kernels[event], False)
     held = tuple(handles.values())
     for kernel in kernels.values():
         kernel.held = held  # the library handles live as long as the dispatcher holds a kernel
@@ -203,6 +210,21 @@ def _refusing_kernel(event: str, audit):
     def kernel(*args, **kwargs):
         audit(event)
         raise RuntimeError(refused)
+
+    return kernel
+
+
+def _checked_alias(event: str, audit):
+    import torch
+
+    as_strided, error = torch.ops.aten.as_strided.default, RuntimeError
+
+    def kernel(tensor, size, stride):
+        try:
+            return as_strided(tensor, size, stride, tensor.storage_offset())
+        except error:
+            audit(event)
+            raise
 
     return kernel
 
