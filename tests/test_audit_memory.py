@@ -143,6 +143,23 @@ TORCH_ROUTES = {
         "v = torch.ops.aten._reshape_alias(torch.zeros(4, dtype=torch.uint8), [2], [1 << 20])\nv.fill_(1)",
         "memory.aten::_reshape_alias (cell softmax, line 6)",
     ),
+    "pooling_backward_indices": (
+        "g, i = torch.ones(1, 1, 1, 1), torch.full((1, 1, 1, 1), 1 << 20)\n"
+        "torch.ops.aten.max_pool2d_with_indices_backward(g, torch.zeros(1, 1, 2, 2), [2, 2], [2, 2], [0, 0], [1, 1],\n"
+        "                                                False, i)",
+        "memory.aten::max_pool2d_with_indices_backward (cell softmax, line 7)",
+    ),
+    "adaptive_pooling_backward_indices": (
+        "i = torch.full((1, 1, 1, 1), 1 << 20)\n"
+        "torch.ops.aten.adaptive_max_pool2d_backward.grad_input(torch.ones(1, 1, 1, 1), torch.zeros(1, 1, 2, 2), i,\n"
+        "                                                       grad_input=torch.zeros(1, 1, 2, 2))",
+        "memory.aten::adaptive_max_pool2d_backward (cell softmax, line 7)",
+    ),
+    "embedding_bag_backward_indices": (
+        "torch.ops.aten._embedding_bag_dense_backward(torch.ones(1, 1), torch.tensor([1 << 20]), torch.tensor([0]),\n"
+        "    torch.tensor([1]), torch.tensor([[0]]), 4, False, 0, None, -1)",
+        "memory.aten::_embedding_bag_dense_backward (cell softmax, line 6)",
+    ),
     "tensor_expressions": (
         "from torch._C import _te\nA = _te.BufHandle('A', [8], torch.uint8)",
         f"{TORCH}._te (cell softmax, line 7)",

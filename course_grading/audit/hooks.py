@@ -76,8 +76,8 @@ def arm(fd, names=None):
     memory.seal_torch()
     memory.seal_ctypes()
     mark_python()
-    memory.refuse_kernels()  # (the recorded operators' kernels, registered after, stay theirs)
     install(fd, ops)  # (torch imports ctypes: forgotten after)
+    memory.refuse_kernels()  # after the recorded operators': a refused one is an escape
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
     return sys.audit

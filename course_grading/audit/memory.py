@@ -12,7 +12,8 @@ anywhere in the process with no audit event, which could rewrite the record's ho
     refuse_kernels  at the dispatcher: every kernel of a sparse layout (a sparse tensor's indices
                     are not checked unless asked: one out of range writes out of bounds), a
                     storage resized by an operator (``inductor::resize_storage_bytes_``), a view
-                    past its storage (``aten::_reshape_alias``: checked)
+                    past its storage (``aten::_reshape_alias``: checked), the backward kernels
+                    of max pooling and embedding bags given indices (``INDEXED``)
     no_proc_writes  Landlock: no file under /proc opened for writing (``/proc/self/mem``, however
                     its path is spelled)
     seal_ctypes     ctypes itself, imported by torch: no ctypes object made, no foreign call
@@ -47,6 +48,16 @@ COMPILERS = ("torch._C._te",)  # every function and method of these modules
 SPARSE_KEYS = ("SparseCPU", "SparseCsrCPU")
 RESIZE = ("inductor::resize_storage_bytes_", "CompositeExplicitAutograd")
 ALIAS = ("aten::_reshape_alias", ("CPU", "QuantizedCPU"))  # a view of any size and strides, unchecked
+# backward kernels that write (or read) where an index tensor says, unchecked (measured): only a
+# backward pass runs them, and the audit runs none
+INDEXED = (
+    "max_pool2d_with_indices_backward",
+    "max_pool3d_with_indices_backward",
+    "adaptive_max_pool2d_backward",
+    "adaptive_max_pool3d_backward",
+    "_embedding_bag_dense_backward",
+    "_embedding_bag_per_sample_weights_backward",
+)
 # CPython 3.11 on a 64-bit machine: where a type keeps its size, flags, constructor and call, a
 # slot wrapper the function it wraps, a builtin function and a method descriptor their C side
 LAYOUT = {
@@ -177,8 +188,9 @@ def sparse_kernels() -> tuple[tuple[str, str], ...]:
 
 def refuse_kernels(audit=sys.audit) -> None:
     """At the dispatcher, on any thread and under any mode: every kernel of a sparse layout
-    raises ``RAW + "sparse-tensor"``, and ``RESIZE`` ``RAW`` + its name, and each fails. No
-    sparse tensor can then be made or used, whatever its indices; a storage keeps its size.
+    raises ``RAW + "sparse-tensor"``, ``RESIZE`` and ``INDEXED`` ``RAW`` + their names, and
+    each fails. No sparse tensor can then be made or used, whatever its indices; a storage keeps
+    its size; no index given to a backward kernel writes past its output.
     ``ALIAS`` is computed by ``as_strided``, which checks the view against its storage: one
     past it raises ``RAW`` + its name, and fails."""
     import warnings
@@ -187,14 +199,16 @@ def refuse_kernels(audit=sys.audit) -> None:
 
     handles, kernels = {}, {}
     checked = [(ALIAS[0], key) for key in ALIAS[1]]
+    packets = [getattr(torch.ops.aten, name) for name in INDEXED]
+    indexed = [(getattr(p, overload).name(), "CPU") for p in packets for overload in p.overloads()]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-        for name, key in (*sparse_kernels(), RESIZE, *checked):
+        for name, key in (*sparse_kernels(), RESIZE, *indexed, *checked):
             ns, rest = name.split("::", 1)
             lib = handles.get((ns, key))
             if lib is None:
                 lib = handles[(ns, key)] = torch._C._dispatch_library("IMPL", ns, key, "", 0)
-            event = RAW + ("sparse-tensor" if key in SPARSE_KEYS else name)
+            event = RAW + ("sparse-tensor" if key in SPARSE_KEYS else name.split(".")[0])
             if event not in kernels:
                 alias = name == ALIAS[0]
                 kernels[event] = (_checked_alias if alias else _refusing_kernel)(event, audit)
