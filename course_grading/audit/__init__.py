@@ -19,10 +19,7 @@ process, on fresh inputs drawn from a secret seed, and compared with the referen
 # "module:function" names called; every name here stays plain data, loaded in the sandbox too.
 SANDBOX_ENTRY = {
     "preload": ["course_grading.audit.child"],  # imported by a warm server before it forks
-    "warm_up": [  # the operators the child records or refuses, looked up once
-        "course_grading.audit.forbidden:recorded_ops",
-        "course_grading.audit.memory:sparse_kernels",
-    ],
+    "warm_up": ["course_grading.audit.forbidden:recorded_ops"],  # the operators, looked up once
     "prepare": "course_grading.audit.child:stand_in_unaudited",  # in the child, before main
     "main": "course_grading.audit.child:main",  # main(FOLDER, RECORD_FD)
     "pipe": "course_grading.audit.channel:open_pipe",  # the record's pipe: (read end, write end)

@@ -27,7 +27,6 @@ each takes on the course's.
 
 import datetime
 import sys
-from functools import lru_cache
 
 RAW = "memory."  # the events of a closed route: RAW + what was tried
 NUMPY = RAW + "numpy.array_interface"
@@ -176,14 +175,12 @@ def seal_torch() -> bool:
     return True
 
 
-@lru_cache(maxsize=1)
-def sparse_kernels() -> tuple[tuple[str, str], ...]:
-    """(operator, key) for every kernel of a sparse layout on the CPU. Looked up once (the warm
-    sandbox does it before it forks any audit)."""
+def sparse_kernels() -> list[tuple[str, str]]:
+    """(operator, key) for every kernel of a sparse layout on the CPU."""
     import torch
 
-    has = torch._C._dispatch_has_kernel_for_dispatch_key
-    return tuple((n, k) for n in torch._C._dispatch_get_all_op_names() for k in SPARSE_KEYS if has(n, k))
+    registered = torch._C._dispatch_get_registrations_for_dispatch_key
+    return [(name, key) for key in SPARSE_KEYS for name in registered(key)]
 
 
 def refuse_kernels(audit=sys.audit) -> None:
@@ -199,8 +196,8 @@ def refuse_kernels(audit=sys.audit) -> None:
 
     handles, kernels = {}, {}
     checked = [(ALIAS[0], key) for key in ALIAS[1]]
-    packets = [getattr(torch.ops.aten, name) for name in INDEXED]
-    indexed = [(getattr(p, overload).name(), "CPU") for p in packets for overload in p.overloads()]
+    registered = torch._C._dispatch_get_registrations_for_dispatch_key("CPU")
+    indexed = [(name, "CPU") for name in registered if name[6:].split(".")[0] in INDEXED]  # aten::
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
         for name, key in (*sparse_kernels(), RESIZE, *indexed, *checked):
