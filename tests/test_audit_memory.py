@@ -182,9 +182,29 @@ TORCH_ROUTES = {
         "open-for-writing:mem (cell softmax, line 8)",
     ),
 }
+# bytecode of one's own: an index past a frame's locals or constants reads and writes there
+BYTECODE_ROUTES = {
+    "code_replaced": (
+        "f = lambda: 0\nf.__code__.replace(co_code=f.__code__.co_code)",
+        "a code object made (cell softmax, line 7)",
+    ),
+    "code_unmarshalled": (
+        "import marshal\nmarshal.loads(marshal.dumps((lambda: 0).__code__))",
+        "marshal.loads (cell softmax, line 7)",
+    ),
+    "code_from_a_pyc": (
+        "import importlib.machinery, importlib.util, marshal, os, tempfile\n"
+        "path = os.path.join(tempfile.mkdtemp(), 'planted.pyc')\n"
+        "with open(path, 'wb') as f:\n"
+        "    f.write(importlib.util.MAGIC_NUMBER + bytes(12) + marshal.dumps(compile('x = 1', 'p', 'exec')))\n"
+        "importlib.machinery.SourcelessFileLoader('planted', path).load_module()",
+        "marshal.loads",
+    ),
+}
 ATTACKS = {
     **{f"numpy_{name}": route for name, route in NUMPY_ROUTES.items()},
     **{f"torch_{name}": ("", body, said) for name, (body, said) in TORCH_ROUTES.items()},
+    **{f"bytecode_{name}": ("", body, said) for name, (body, said) in BYTECODE_ROUTES.items()},
 }
 
 
@@ -225,6 +245,18 @@ def test_a_view_within_its_storage_is_no_escape(tmp_path):
     body = "x = torch.ops.aten._reshape_alias(x.contiguous(), [x.numel()], [1]).reshape(x.shape)"
     verdict = _verdict(tmp_path, _softmax("", body))
     assert verdict.agrees, verdict.reason
+
+
+def test_a_module_imported_after_the_record_is_armed_is_no_escape(tmp_path):
+    body = (  # a module of its own, new to the child: compiled from its source, no bytecode read
+        "import importlib, os, sys, tempfile\nfolder = tempfile.mkdtemp()\n"
+        "with open(os.path.join(folder, 'fresh_module.py'), 'w') as f:\n    f.write('X = 1')\n"
+        "sys.path.insert(0, folder)\nassert importlib.import_module('fresh_module').X == 1\nreturn x * 0"
+    )
+    verdict = _verdict(tmp_path, _softmax("", body.replace("return x * 0", "import tabnanny")))
+    assert verdict.agrees, verdict.reason
+    verdict = _verdict(tmp_path, _softmax("", body))  # the import did run: its wrong softmax is seen
+    assert not verdict.agrees and "leave Python's reach" not in verdict.reason, verdict.reason
 
 
 def test_each_route_is_closed_on_this_interpreter():

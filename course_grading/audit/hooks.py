@@ -18,7 +18,8 @@ take one back. The lines:
                             raw pointers, a sparse tensor), a native module from anywhere but
                             the installed packages, tracing or profiling, the collector's lists
                             of objects, another process or program, another audit hook,
-                            /proc/*/mem, a function's code replaced
+                            /proc/*/mem, a function's code replaced, a code object made or
+                            unmarshalled (a module imported after ``arm`` is compiled from source)
     begin GID N, end GID N  the child's marks around each call, and ``done`` its last line: audit
                             events (``MARK``) it raises through a reference taken before any cell ran
 
@@ -55,6 +56,9 @@ ESCAPES = {
     "subprocess.Popen": "subprocess",
     "pty.spawn": "pty.spawn",
     "sys.addaudithook": "an audit hook",
+    "code.__new__": "a code object made",  # bytecode of one's own reads and writes past a frame
+    "marshal.loads": "marshal.loads",  # (a code object too)
+    "marshal.load": "marshal.load",
 }
 BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU")
 
@@ -80,6 +84,7 @@ def arm(fd, names=None):
     memory.refuse_kernels()  # after the recorded operators': a refused one is an escape
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
+    sys.implementation.cache_tag = None  # a module imported now is compiled from its source: no marshal
     return sys.audit
 
 
