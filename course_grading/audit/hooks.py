@@ -66,9 +66,10 @@ BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "Ne
 def arm(fd, names=None):
     """Before the first cell: the audit event that marks the child's calls (``sys.audit``, for
     the child to keep), every hook installed on ``fd`` (recording the operators ``names``, by
-    default ``forbidden.recorded_names``); ctypes and cffi forgotten by the import system (an
-    import by any name then raises an event). ``fd`` None: nothing recorded (a child run
-    in-process by the tests' runner), and a mark that does nothing."""
+    default ``forbidden.recorded_names``), the routes to raw memory closed (``memory``); ctypes
+    and cffi forgotten by the import system (an import by any name then raises an event). ``fd``
+    None: nothing recorded (a child run in-process by the tests' runner), and a mark that does
+    nothing."""
     if fd is None:
         return lambda *args: None
     from .forbidden import recorded_ops

@@ -18,11 +18,11 @@ anywhere in the process with no audit event, which could rewrite the record's ho
                     its path is spelled)
     seal_ctypes     ctypes itself, imported by torch: no ctypes object made, no foreign call
 
-Each sealed route raises an audit event named ``RAW`` + what it was (ctypes: ``SEALED``) with
-the cell and line that tried: the hook writes it as an escape. Each function checks the layout
-it writes against what the interpreter reports and returns False, changing nothing, where it
-does not know it (another interpreter or machine); ``tests/test_audit_memory.py`` asserts that
-each takes on the course's.
+Each closed route raises an audit event named ``RAW`` + what it was (ctypes: ``SEALED``) with
+the cell and line that tried: the hook writes it as an escape. Each seal checks the layout it
+writes against what the interpreter reports and returns False, changing nothing, where it does
+not know it (another interpreter or machine), as ``no_proc_writes`` does without Landlock;
+``tests/test_audit_memory.py`` asserts that each takes on the course's.
 """
 
 import datetime
