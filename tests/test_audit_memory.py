@@ -117,6 +117,14 @@ TORCH_ROUTES = {
         "torch.UntypedStorage._free_weak_ref(ADDRESS)",
         f"{TORCH}.StorageBase._free_weak_ref (cell softmax, line 6)",
     ),
+    "a_wrapper_on_an_address": (  # no storage: its offset is the address, and a kernel writes there
+        "class W(torch.Tensor):\n    @classmethod\n    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):\n"
+        "        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(torch._C.DispatchKey.Python)):\n"
+        "            return func(*args, **(kwargs or {}))\n"
+        "t = torch.Tensor._make_wrapper_subclass(W, (8,), strides=(1,), storage_offset=ADDRESS, dtype=torch.uint8)\n"
+        "t.fill_(1)",
+        f"{TORCH}.TensorBase._make_wrapper_subclass (cell softmax, line 11)",
+    ),
     "storage_shrunk_under_its_tensor": (
         "t = torch.zeros(1 << 16)\nt.untyped_storage().resize_(8)\nt.fill_(1)",
         f"{TORCH}.StorageBase.resize_ (cell softmax, line 7)",

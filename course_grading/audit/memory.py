@@ -6,7 +6,8 @@ anywhere in the process with no audit event, which could rewrite the record's ho
                     (``as_strided`` makes its views so), or on what an ``__array_struct__``
                     capsule points at
     seal_torch      torch's functions that take a raw address or a raw object pointer
-                    (``RAW_FUNCTIONS``), its tensor-expression compiler (``torch._C._te``: a
+                    (``RAW_FUNCTIONS``; a wrapper subclass's storage offset is one), its
+                    tensor-expression compiler (``torch._C._te``: a
                     store at any index, into any address), a storage resized under the tensors
                     that use it (``resize_``: theirs then overflows it)
     refuse_kernels  at the dispatcher: every kernel of a sparse layout (a sparse tensor's indices
@@ -40,6 +41,7 @@ RAW_FUNCTIONS = (  # (module, attribute path): each reads a raw address or point
     ("torch._C", "StorageBase._free_weak_ref"),
     ("torch._C", "StorageBase._expired"),
     ("torch._C", "StorageBase.resize_"),
+    ("torch._C", "TensorBase._make_wrapper_subclass"),  # no storage: its offset is the address
     ("torch._C._aoti", "alloc_tensor_by_stealing_from_void_ptr"),
     ("torch._C._aoti", "alloc_tensors_by_stealing_from_void_ptrs"),
 )
