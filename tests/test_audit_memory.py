@@ -200,6 +200,14 @@ BYTECODE_ROUTES = {
         "import marshal\nmarshal.loads(marshal.dumps((lambda: 0).__code__))",
         "marshal.loads (cell softmax, line 7)",
     ),
+    "code_in_a_subinterpreter": (  # no audit hook there: marshal.loads, ctypes imported, unseen
+        "import _xxsubinterpreters as interpreters\ninterpreters.run_string(interpreters.create(), 'import marshal')",
+        "import:_xxsubinterpreters (cell softmax, line 6)",
+    ),
+    "a_test_module_of_cpython": (
+        "import _testcapi\n_testcapi.pymem_buffer_overflow()",
+        "import:_testcapi (cell softmax, line 6)",
+    ),
     "code_from_a_pyc": (
         "import importlib.machinery, importlib.util, marshal, os, tempfile\n"
         "path = os.path.join(tempfile.mkdtemp(), 'planted.pyc')\n"

@@ -19,7 +19,8 @@ take one back. The lines:
                             the installed packages, tracing or profiling, the collector's lists
                             of objects, another process or program, another audit hook,
                             /proc/*/mem, a function's code replaced, a code object made or
-                            unmarshalled (a module imported after ``arm`` is compiled from source)
+                            unmarshalled (a module imported after ``arm`` is compiled from source),
+                            a subinterpreter
     begin GID N, end GID N  the child's marks around each call, and ``done`` its last line: audit
                             events (``MARK``) it raises through a reference taken before any cell ran
 
@@ -41,6 +42,23 @@ from . import memory
 MARK = "course.audit.mark"  # sys.audit(MARK, "begin"|"end"|"done", gid, index)
 OP = "course.audit.op"  # sys.audit(OP, name): raised by the kernels, written by the hook
 NATIVE = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
+# CPython's own test modules: buffers, memory and interpreters on request (_testcapi's
+# pymem_buffer_overflow, _testbuffer's strides, a subinterpreter without this hook)
+TEST_MODULES = frozenset(
+    {
+        "_ctypes_test",
+        "_testbuffer",
+        "_testcapi",
+        "_testclinic",
+        "_testimportmultiple",
+        "_testinternalcapi",
+        "_testmultiphase",
+        "_testsinglephase",
+        "_xxinterpchannels",
+        "_xxsubinterpreters",
+        "_xxtestfuzz",
+    }
+)
 ESCAPES = {
     "sys.settrace": "tracing",
     "sys.setprofile": "profiling",
@@ -59,6 +77,7 @@ ESCAPES = {
     "code.__new__": "a code object made",  # bytecode of one's own reads and writes past a frame
     "marshal.loads": "marshal.loads",  # (a code object too)
     "marshal.load": "marshal.load",
+    "cpython.PyInterpreterState_New": "a subinterpreter",  # its code runs without this hook
 }
 BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU")
 
@@ -184,7 +203,7 @@ def _hook_for(fd: int) -> None:
     type_of, error = builtins.type, PermissionError
     is_bytes, decode, stat_of = bytes, bytes.decode, os.stat
     proc = stat_of("/proc").st_dev if os.path.isdir("/proc") else None  # a file under it: /proc/self/mem
-    native, escapes = NATIVE, tuple(ESCAPES.items())
+    native, tests, escapes = NATIVE, TEST_MODULES, tuple(ESCAPES.items())
     mark, op_event, raw = MARK, OP, memory.RAW
     stat = fstat(fd)
     pipe = (stat.st_dev, stat.st_ino)
@@ -208,7 +227,7 @@ def _hook_for(fd: int) -> None:
             ):
                 line = "done" if args[0] == "done" else f"{args[0]} {args[1]} {args[2]}"
         elif event == "import" and length(args) > 1 and type_of(args[0]) is is_str:
-            if args[0].split(".")[0] in native:
+            if args[0].split(".")[0] in native or args[0] in tests:
                 what = "import:" + args[0]
             elif (
                 type_of(args[1]) is is_str
