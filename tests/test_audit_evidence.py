@@ -274,31 +274,6 @@ def test_softmax_attack_is_a_disagreement(tmp_path, name):
     assert not verdict.agrees and said in verdict.reason, verdict.reason
 
 
-# numpy builds an array on any address its array interface names (or strides past its buffer:
-# ``as_strided``): a write anywhere in the child, with no audit event. 01's solutions use numpy,
-# so it cannot be refused. Such a write could forge the record; docs/guides/security.md.
-NUMPY_WRITE = (
-    """import numpy as np
-class At:
-    def __init__(self, address, size):
-        self.__array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (address, False), "version": 3}
-def softmax(x, dim=-1):
-    target = bytearray(8)
-    np.asarray(At(np.frombuffer(target, np.uint8).__array_interface__["data"][0], 8))[0] = 1
-    assert target[0] == 1
-"""
-    + BY_HAND
-)
-
-
-@pytest.mark.xfail(strict=True, reason="no audit event sees a memory write through numpy")
-def test_a_memory_write_through_numpy_is_flagged(tmp_path):
-    verdict = _verdicts(
-        solution_with(tmp_path, "03_attention", softmax=NUMPY_WRITE), "03_attention", runner=forked
-    )["test_softmax"]
-    assert not verdict.agrees, "the write went unseen"
-
-
 def test_honest_softmax_and_the_rest_agree(tmp_path):
     found = _verdicts(solution_with(tmp_path, "03_attention"), "03_attention", runner=forked)
     assert all(v.agrees for v in found.values()), found
@@ -521,16 +496,3 @@ def test_the_child_records_every_operator_of_every_exercise():
                 function,
                 pattern,
             )
-
-
-def test_ctypes_is_sealed_on_this_interpreter():
-    import subprocess
-    import sys
-
-    code = (
-        "import torch, sys\nfrom course_grading.audit import hooks\nassert hooks.seal_ctypes()\n"
-        "events = []\nsys.addaudithook(lambda e, a: events.append(e))\n"
-        "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-1:] == ["1"], out.stderr[-2000:]

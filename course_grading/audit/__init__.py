@@ -5,8 +5,9 @@ process, on fresh inputs drawn from a secret seed, and compared with the referen
     child       the untrusted side: runs the submission's cells and calls, writes plain data
     wire        the files the two exchange (JSON and .npy, never pickle)
     exercises   what is audited, exercise by exercise, and how its inputs are drawn
-    hooks       the child's record: audit hooks and dispatcher kernels armed before any cell,
-                ctypes sealed
+    hooks       the child's record: audit hooks and dispatcher kernels armed before any cell
+    memory      the child's routes to raw memory closed before any cell: numpy's array
+                interfaces, torch's raw pointers, sparse tensors, /proc/self/mem, ctypes
     channel     the pipe that carries the record out of the child, drained as it is written
     evidence    the grader's reading of the record: escapes, tampering, forbidden operators
     forbidden   which operators the child records, and which each exercise may not run

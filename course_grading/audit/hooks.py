@@ -13,11 +13,14 @@ take one back. The lines:
                             NAME "python::F" for a Python function ``mark_python`` prefixed
     escape WHAT WHERE       a route out of Python's reach was tried, and refused: ctypes or cffi
                             (an import however its name was computed, a library, a symbol, a
-                            pointer; any ctypes object made or foreign function called: sealed,
-                            ``seal_ctypes``), a native module from anywhere but the installed
-                            packages, tracing or profiling, the collector's lists of objects,
-                            another process or program, another audit hook, /proc/*/mem, a
-                            function's code replaced
+                            pointer; any ctypes object made or foreign function called: sealed),
+                            a route to raw memory (``memory``: numpy's array interfaces, torch's
+                            raw pointers, a sparse tensor), a native module from anywhere but
+                            the installed packages, tracing or profiling, the collector's lists
+                            of objects, another process or program, another audit hook,
+                            /proc/*/mem, a function's code replaced, a code object made or
+                            unmarshalled (a module imported after ``arm`` is compiled from source),
+                            a subinterpreter
     begin GID N, end GID N  the child's marks around each call, and ``done`` its last line: audit
                             events (``MARK``) it raises through a reference taken before any cell ran
 
@@ -34,9 +37,28 @@ import os
 import signal
 import sys
 
+from . import memory
+
 MARK = "course.audit.mark"  # sys.audit(MARK, "begin"|"end"|"done", gid, index)
 OP = "course.audit.op"  # sys.audit(OP, name): raised by the kernels, written by the hook
 NATIVE = frozenset({"ctypes", "_ctypes", "cffi", "_cffi_backend"})
+# CPython's own test modules: buffers, memory and interpreters on request (_testcapi's
+# pymem_buffer_overflow, _testbuffer's strides, a subinterpreter without this hook)
+TEST_MODULES = frozenset(
+    {
+        "_ctypes_test",
+        "_testbuffer",
+        "_testcapi",
+        "_testclinic",
+        "_testimportmultiple",
+        "_testinternalcapi",
+        "_testmultiphase",
+        "_testsinglephase",
+        "_xxinterpchannels",
+        "_xxsubinterpreters",
+        "_xxtestfuzz",
+    }
+)
 ESCAPES = {
     "sys.settrace": "tracing",
     "sys.setprofile": "profiling",
@@ -52,6 +74,10 @@ ESCAPES = {
     "subprocess.Popen": "subprocess",
     "pty.spawn": "pty.spawn",
     "sys.addaudithook": "an audit hook",
+    "code.__new__": "a code object made",  # bytecode of one's own reads and writes past a frame
+    "marshal.loads": "marshal.loads",  # (a code object too)
+    "marshal.load": "marshal.load",
+    "cpython.PyInterpreterState_New": "a subinterpreter",  # its code runs without this hook
 }
 BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "NestedTensorCPU")
 
@@ -59,20 +85,26 @@ BACKENDS = ("CPU", "SparseCPU", "SparseCsrCPU", "MkldnnCPU", "QuantizedCPU", "Ne
 def arm(fd, names=None):
     """Before the first cell: the audit event that marks the child's calls (``sys.audit``, for
     the child to keep), every hook installed on ``fd`` (recording the operators ``names``, by
-    default ``forbidden.recorded_names``); ctypes and cffi forgotten by the import system (an
-    import by any name then raises an event). ``fd`` None: nothing recorded (a child run
-    in-process by the tests' runner), and a mark that does nothing."""
+    default ``forbidden.recorded_names``), the routes to raw memory closed (``memory``); ctypes
+    and cffi forgotten by the import system (an import by any name then raises an event). ``fd``
+    None: nothing recorded (a child run in-process by the tests' runner), and a mark that does
+    nothing."""
     if fd is None:
         return lambda *args: None
     from .forbidden import recorded_ops
 
     ops = recorded_ops(names)  # torch imported (it makes ctypes types as it loads), then ctypes sealed
-    no_new_programs()
-    seal_ctypes()
+    no_new_programs()  # (no_new_privs: Landlock needs it)
+    memory.no_proc_writes()
+    memory.seal_numpy()  # each uses ctypes: before its seal
+    memory.seal_torch()
+    memory.seal_ctypes()
     mark_python()
     install(fd, ops)  # (torch imports ctypes: forgotten after)
+    memory.refuse_kernels()  # after the recorded operators': a refused one is an escape
     for name in [n for n in sys.modules if n.split(".")[0] in NATIVE]:
         del sys.modules[name]
+    sys.implementation.cache_tag = None  # a module imported now is compiled from its source: no marshal
     return sys.audit
 
 
@@ -122,99 +154,6 @@ def no_new_programs() -> bool:
     return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
 
 
-# CPython 3.11 on a 64-bit machine: where a type keeps its size, flags, constructor and call, a
-# slot wrapper the function it wraps, a builtin function its C side (each checked before use)
-LAYOUT = {"tp_basicsize": 32, "tp_call": 128, "tp_flags": 168, "tp_new": 312, "d_wrapped": 48, "m_ml": 16}
-SEALED = "ctypes.object"  # raised by a sealed constructor or call: the hook writes it as an escape
-
-
-def seal_ctypes() -> bool:
-    """Before the hook: every ctypes type (and every type of ctypes types) is made to construct
-    nothing, and every foreign function to call nothing; each try raises ``SEALED`` instead.
-
-    torch imports ctypes, and ``torch.ctypes``, ``object.__subclasses__()`` or a ctypes object's
-    methods reach it without an import. Its ready-made helpers (``memmove``, ``memset``,
-    ``cast``), a pointer's index, a union of an address and a pointer, a function made from an
-    address: none raises an audit event (measured), and each writes to any address. Sealed, they
-    cannot run: the constructor and call slots of the types, and the slot wrapper of
-    ``CFuncPtr.__call__``, point at one native callback that raises ``SEALED`` (the thread's
-    cell and line: the hook writes them) and returns no object; so do the reference counts'
-    functions of ``_ctypes`` (``Py_DECREF``: no event either), which come back as the same objects
-    if ``_imp.create_dynamic`` loads the module again. False, nothing changed: another
-    interpreter, whose layout this does not know."""
-    import _ctypes
-    import ctypes
-
-    if sys.version_info[:2] != (3, 11) or ctypes.sizeof(ctypes.c_void_p) != 8:
-        return False
-    word = ctypes.c_ssize_t.from_address
-    roots = [_ctypes._SimpleCData.__base__] + [
-        type(t)
-        for t in (
-            _ctypes._SimpleCData,
-            _ctypes._Pointer,
-            _ctypes.Array,
-            _ctypes.Structure,
-            _ctypes.Union,
-            _ctypes.CFuncPtr,
-        )
-    ]
-    types, todo = [], roots
-    while todo:
-        cls = todo.pop()
-        if cls not in types:
-            types.append(cls)
-            todo.extend(type.__subclasses__(cls))
-    wrapper = vars(_ctypes.CFuncPtr)["__call__"]
-    if (
-        any(
-            word(id(t) + LAYOUT["tp_basicsize"]).value != t.__basicsize__
-            or word(id(t) + LAYOUT["tp_flags"]).value != t.__flags__
-            for t in types
-        )
-        or word(id(wrapper) + LAYOUT["d_wrapped"]).value
-        != word(id(_ctypes.CFuncPtr) + LAYOUT["tp_call"]).value
-    ):
-        return False
-
-    class MethodDef(ctypes.Structure):  # a builtin function's C side (made before the seal)
-        _fields_ = [
-            ("name", ctypes.c_char_p),
-            ("meth", ctypes.c_void_p),
-            ("flags", ctypes.c_int),
-            ("doc", ctypes.c_char_p),
-        ]
-
-    counts = [vars(_ctypes)[name] for name in ("Py_INCREF", "Py_DECREF")]
-    if any(
-        ctypes.cast(word(id(f) + LAYOUT["m_ml"]).value, ctypes.POINTER(MethodDef)).contents.name
-        != f.__name__.encode()
-        for f in counts
-    ):
-        return False
-
-    def sealed(*args, _audit=sys.audit, _event=SEALED, _any=BaseException):  # returns NULL, raises nothing:
-        try:  # what a callback raises is printed and its return value left undefined
-            _audit(_event)
-        except _any:
-            pass
-
-    slots = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
-    one_arg = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(sealed)
-    method = MethodDef(b"sealed", ctypes.cast(one_arg, ctypes.c_void_p).value, 0x0008, None)  # METH_O
-    for kept in (slots, one_arg, method):  # held by nothing Python can reach
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
-    address = ctypes.cast(slots, ctypes.c_void_p).value
-    for cls in types:
-        word(id(cls) + LAYOUT["tp_new"]).value = address
-        if issubclass(cls, _ctypes.CFuncPtr):
-            word(id(cls) + LAYOUT["tp_call"]).value = address
-    word(id(wrapper) + LAYOUT["d_wrapped"]).value = address
-    for function in counts:  # the same objects come back if _ctypes is loaded again
-        word(id(function) + LAYOUT["m_ml"]).value = ctypes.addressof(method)
-    return True
-
-
 def mark_python() -> None:
     """Before the hook: each Python function of ``derive.PYTHON`` gets code that first raises
     ``OP`` ("python::NAME") with ``sys.audit`` itself as a constant of the code (no name that
@@ -262,8 +201,10 @@ def _hook_for(fd: int) -> None:
     write, fstat, kill, getpid, getframe = os.write, os.fstat, os.kill, os.getpid, sys._getframe
     is_str, is_int, length, kill_signal = str, int, builtins.len, signal.SIGKILL
     type_of, error = builtins.type, PermissionError
-    native, escapes = NATIVE, tuple(ESCAPES.items())
-    mark, op_event = MARK, OP
+    is_bytes, decode, stat_of = bytes, bytes.decode, os.stat
+    proc = stat_of("/proc").st_dev if os.path.isdir("/proc") else None  # a file under it: /proc/self/mem
+    native, tests, escapes = NATIVE, TEST_MODULES, tuple(ESCAPES.items())
+    mark, op_event, raw = MARK, OP, memory.RAW
     stat = fstat(fd)
     pipe = (stat.st_dev, stat.st_ino)
     prefixes = (sys.prefix, sys.base_prefix, sys.exec_prefix)  # the installed packages, as named and as real
@@ -286,7 +227,7 @@ def _hook_for(fd: int) -> None:
             ):
                 line = "done" if args[0] == "done" else f"{args[0]} {args[1]} {args[2]}"
         elif event == "import" and length(args) > 1 and type_of(args[0]) is is_str:
-            if args[0].split(".")[0] in native:
+            if args[0].split(".")[0] in native or args[0] in tests:
                 what = "import:" + args[0]
             elif (
                 type_of(args[1]) is is_str
@@ -294,18 +235,20 @@ def _hook_for(fd: int) -> None:
                 and not args[1].startswith(trusted)
             ):
                 what = "native-module:" + args[1]
-        elif event.startswith(("ctypes.", "cffi")):
+        elif event.startswith(("ctypes.", "cffi", raw)):
             what = event
         elif event == "object.__setattr__" and length(args) > 1 and args[1] == "__code__":
             what = "a function's code replaced"
-        elif (
-            event == "open"
-            and length(args) > 0
-            and type_of(args[0]) is is_str
-            and args[0].startswith("/proc/")
-            and args[0].endswith(("/mem", "/pagemap"))
-        ):
-            what = "open:" + args[0]
+        elif event == "open" and length(args) > 2:  # (path, mode, flags): what a name hides, stat sees
+            path = decode(args[0], "utf-8", "replace") if type_of(args[0]) is is_bytes else args[0]
+            if type_of(path) is is_str and path.startswith("/proc/") and path.endswith(("/mem", "/pagemap")):
+                what = "open:" + path
+            elif type_of(args[2]) is is_int and args[2] & 3 and type_of(path) is is_str:  # for writing
+                try:
+                    if stat_of(args[0]).st_dev == proc:
+                        what = "open-for-writing:" + path
+                except OSError:
+                    pass
         else:
             for name, said in escapes:
                 if event == name:
