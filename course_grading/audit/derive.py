@@ -33,6 +33,8 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
+from course_utils.forbidden import SOFTMAX_BUILTINS
+
 
 def _x(*shape, grad=False):
     import torch
@@ -133,16 +135,7 @@ def _mha_forward():
 # they compute (attention and the transformer's layers are never among them: the exercises write
 # those by hand, and later ones call the learner's own). Every check's list is some of these
 # groups and attention's built-ins (tests/test_audit_evidence.py).
-SOFTMAX = (
-    "torch.softmax",
-    "torch.nn.functional.softmax",
-    "torch.Tensor.softmax",
-    "torch.special.softmax",
-    "torch.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "torch.Tensor.log_softmax",
-    "torch.nn.Softmax.forward",
-)
+SOFTMAX = tuple(SOFTMAX_BUILTINS)  # 03's softmax forbids them all
 ELEMENTARY = {
     "softmax": SOFTMAX,
     "layer_norm": (
