@@ -144,3 +144,12 @@ def userns_fix(proc: str = "/proc/sys") -> str | None:
     """The command that allows user namespaces here (until the next boot), or None."""
     found = userns_setting(proc)
     return as_root(f"sysctl -w {found[0]}={found[1]}") if found else None
+
+
+def git_changed(clone: Path, file: str) -> bool:
+    """Whether ``file``, tracked by the git checkout ``clone``, differs from git's copy (False
+    where git, or the checkout, is missing)."""
+    if not (clone / ".git").exists() or not shutil.which("git"):
+        return False
+    done = _run(["git", "-C", str(clone), "diff", "--quiet", "HEAD", "--", file])
+    return done is not None and done.returncode == 1

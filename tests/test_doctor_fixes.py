@@ -252,6 +252,25 @@ def test_bubblewrap_without_user_namespaces_is_fixed_by_its_sysctl():
     assert found["after"]["status"] == doctor.OK, found
 
 
+def test_an_edited_file_that_breaks_the_course_is_set_aside_by_its_fix(tmp_path):
+    """A file of the clone edited so that the course no longer imports: reinstalling would change
+    nothing, so the fix keeps the edit beside the file and restores git's copy; the line is OK
+    after it, and the edit is still there to look at."""
+    if not (ROOT / ".git").exists() or not shutil.which("git"):
+        pytest.skip("not a git checkout")
+    prefix, mount = course(tmp_path)
+    edited = ROOT / "course_utils" / "notebook.py"
+    found = healed(
+        heal(
+            "course", f'printf \'\\nraise RuntimeError("edited on purpose")\\n\' >> "{edited}"', prefix, mount
+        )
+    )
+    assert "edited on purpose" in found["before"]["detail"]
+    assert "course_utils/notebook.py differs from git's copy" in found["before"]["detail"]
+    assert found["before"]["fix"].endswith("checkout HEAD -- course_utils/notebook.py")
+    assert "edited on purpose" not in edited.read_text()  # this machine's clone was never touched
+
+
 def test_start_stops_while_the_widget_extension_is_gone(tmp_path):
     """scripts/start.sh, the widget extension's files gone (setup.sh finds every package there):
     it prints the FAIL line and its fix, and stops before JupyterLab; once that fix is run, the

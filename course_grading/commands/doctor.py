@@ -40,6 +40,7 @@ from pathlib import Path
 from course_grading import system
 
 OK, FAIL, WARN = "OK", "FAIL", "WARN"
+LEARNER_SIDE = "course_utils"  # the package a course that imports must import
 DISTRIBUTION = "attention-course"
 EXTRAS_TESTED = ("test", "postgres")  # what ``setup.sh --test`` installs besides the course
 
@@ -127,9 +128,34 @@ def check_course() -> Line:
 
         installed.verify()
     except Exception as exc:  # noqa: BLE001 - what the learner side raised, or another copy
-        return Line(FAIL, "course", f"{type(exc).__name__}: {exc} (the fix reinstalls it)", SETUP)
+        return _course_broken(exc)
     place = where.get("course_grading")
     return Line(OK, "course", f"{DISTRIBUTION} {version}" + (f" from {place.parent}" if place else ""))
+
+
+def _course_broken(exc: BaseException) -> Line:
+    """The course line of a course that does not import. Where the error is in a file of this
+    clone that differs from git's copy (an edit), reinstalling changes nothing: the fix keeps
+    the edited file beside it (``FILE.edited``) and restores git's. Else it reinstalls the course."""
+    clone = Path(__file__).resolve().parents[2]
+    shown = f"{type(exc).__name__}: {str(exc)[:300]}"
+    places = [Path(getattr(exc, "filename", None) or "")] if isinstance(exc, SyntaxError) else []
+    tb = exc.__traceback__
+    while tb is not None:
+        places.append(Path(tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    for place in reversed(places):
+        if place.is_absolute() and clone / LEARNER_SIDE in place.parents:
+            file = place.relative_to(clone).as_posix()
+            if system.git_changed(clone, file):
+                return Line(
+                    FAIL,
+                    "course",
+                    f"{shown} ({file} differs from git's copy; the fix keeps yours as {file}.edited)",
+                    f"cp -p {shlex.quote(str(place))} {shlex.quote(f'{place}.edited')} && "
+                    f"git -C {shlex.quote(str(clone))} checkout HEAD -- {shlex.quote(file)}",
+                )
+    return Line(FAIL, "course", f"{shown} (the fix reinstalls it)", SETUP)
 
 
 def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL, fix: str = SETUP) -> Line:
