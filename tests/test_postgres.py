@@ -279,7 +279,7 @@ def debian_cluster(monkeypatch):
 
 def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_cluster, capsys, monkeypatch):
     """`course doctor --instructor` on a PostgreSQL gradebook: the server stopped, then no role,
-    a wrong password, no database, no right to create tables. Each time the fix printed is run
+    a wrong password, no database, no pg_hba.conf line for this host, no right to create tables. Each time the fix printed is run
     as it is, in a shell, and the line is then OK (or, the server started, names the next thing)."""
     from sqlalchemy.engine import URL
 
@@ -346,6 +346,14 @@ def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_c
     assert fix(check_gradebook(url, course), "password authentication failed").status == "OK"
     superuser(f"DROP DATABASE {DB_NAME}")
     assert fix(check_gradebook(url, course), f'database "{DB_NAME}" does not exist').status == "OK"
+    hba = Path(os.environ["PG_CLUSTER_CONF_ROOT"]) / version / name / "pg_hba.conf"
+    kept = [ln for ln in hba.read_text().splitlines() if not ln.startswith("host")]
+    hba.write_text("\n".join(kept) + "\n")  # no line lets a TCP connection in any more
+    subprocess.run(["pg_ctlcluster", version, name, "reload"], check=True, capture_output=True, timeout=60)
+    line = check_gradebook(url, course)
+    assert line.fix.startswith(f"echo 'host {DB_NAME} grader 127.0.0.1/32 scram-sha-256' | "), line
+    assert fix(line, 'no pg_hba.conf entry for host "127.0.0.1"').status == "OK"
+    assert hba.read_text().count("\nhost ") == 1  # that one line, for that database and user
     superuser(f"ALTER DATABASE {DB_NAME} OWNER TO postgres")  # made by another: no CREATE in public
     superuser("REVOKE ALL ON SCHEMA public FROM grader, PUBLIC", DB_NAME)
     assert fix(check_gradebook(url, course), "may not create nbgrader's tables").status == "OK"
@@ -356,7 +364,7 @@ def test_each_gradebook_failure_is_made_ok_by_its_printed_fix(tmp_path, debian_c
         assert gb.students == []
     line = check_gradebook(url, course)
     assert line.status == "OK" and "nbgrader's tables there" in line.detail
-    print(f"five gradebook failures broken and fixed: {time.perf_counter() - started:.1f} s")
+    print(f"six gradebook failures broken and fixed: {time.perf_counter() - started:.1f} s")
     started = time.perf_counter()
     _driver_is_put_back_by_its_fix(tmp_path, course)
     print(f"the driver uninstalled, then its files gone, each fixed: {time.perf_counter() - started:.1f} s")

@@ -13,7 +13,9 @@ Each FAIL's fix is a command for this machine where one can be known:
   makes them as the URL says (``python -m course_grading.commands.doctor_gradebook sql ROOT``:
   the password goes from nbgrader_config.py to psql through a pipe, never onto the screen),
   piped to ``psql`` as the server's superuser (``postgres`` on this machine, through Debian's
-  ``--cluster`` where there is one).
+  ``--cluster`` where there is one);
+* no pg_hba.conf line for this connection, on this machine's cluster: one line for exactly the
+  URL's database, user and address appended to it, and the server reloaded.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import getpass
 import importlib.metadata as metadata
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -89,14 +92,7 @@ def _unconnected(shown: str, exc: Exception, url, root: Path) -> Line:
     # libpq gives a refused connection no SQLSTATE: its message is all there is to tell the
     # server's rules (pg_hba.conf, the administrator's) from a role or database missing
     if "pg_hba.conf" in first:
-        return Line(
-            FAIL,
-            WHAT,
-            f"{shown}: {first}",
-            "the server refuses this host: add a line for "
-            f"it to the server's pg_hba.conf (database {url.database}, user {url.username}), "
-            "then reload the server (its configuration is the server's administrator's)",
-        )
+        return Line(FAIL, WHAT, f"{shown}: {first}", _allow(url, first))
     return Line(
         FAIL,
         WHAT,
@@ -179,6 +175,30 @@ def _start(url) -> str:
         f"start the PostgreSQL server of port {url.port or 5432} as its owner (pg_ctl -D ITS_DATA_FOLDER "
         "start): no cluster of this machine's is known to be on that port"
     )
+
+
+def _allow(url, refused: str) -> str:
+    """The fix for a server with no pg_hba.conf line for this connection: on this machine's
+    Debian cluster, one line for exactly this database, user and address (password checked:
+    scram-sha-256) appended to the cluster's pg_hba.conf, then the server reloaded. A line of the
+    administrator's that rejects it, or a server elsewhere, is theirs to change: said in words."""
+    asked = re.search(r'no pg_hba\.conf entry for host "([^"]+)"', refused)
+    cluster = _cluster(url.port or 5432) if _local(url) else None
+    if not (asked and cluster and url.password and url.database and url.username):
+        return (
+            "the server refuses this host: add a line for "
+            f"it to the server's pg_hba.conf (database {url.database}, user {url.username}), "
+            "then reload the server (its configuration is the server's administrator's)"
+        )
+    version, name, _, owner = cluster
+    host = asked.group(1)
+    rule = ["local" if host == "[local]" else "host", url.database, url.username]
+    if host != "[local]":
+        rule.append(f"{host}/128" if ":" in host else f"{host}/32")
+    hba = Path(os.environ.get("PG_CLUSTER_CONF_ROOT") or "/etc/postgresql") / version / name / "pg_hba.conf"
+    append = system.as_user(owner, f"tee -a {shlex.quote(str(hba))}")
+    reload = system.as_root(f"pg_ctlcluster {version} {name} reload")
+    return f"echo {shlex.quote(' '.join([*rule, 'scram-sha-256']))} | {append} >/dev/null && {reload}"
 
 
 def _create(url, root: Path) -> str:
