@@ -3,28 +3,36 @@
 # checks the layout (ruff format), then runs the whole test suite. A lint finding fails the run
 # before any test starts.
 #
-# The suite runs as two pytest processes at once, `--part 1/2` and `--part 2/2` (tests/conftest.py):
-# each test file whole in one of them, the same files in the same order on every machine. Much
-# of the suite waits on kernels, browsers and servers, so one process leaves a core idle.
-# Arguments go to both (a file, -k, -m); part 2's report follows part 1's.
+# The suite runs as COURSE_TEST_PARTS pytest processes at once (3 unless set), `--part K/N`
+# (tests/conftest.py): each test file whole in one of them, the same files in the same order on
+# every machine. Much of the suite waits on kernels, browsers and servers, so one process a core
+# leaves the cores idle. Arguments go to every part (a file, -k, -m); the reports follow in order.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+parts=${COURSE_TEST_PARTS:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-.venv/bin/python -m pytest --part 2/2 --basetemp "$work/part2" "$@" >"$work/part2.log" 2>&1 &
-second=$!
-status=0
-.venv/bin/python -m pytest --part 1/2 --basetemp "$work/part1" "$@" || status=$?
-wait "$second" || second_status=$?
-echo "================================ part 2 of 2 ================================"
-cat "$work/part2.log"
-second_status=${second_status:-0}
-# 5: no test in that part (a selection that falls in the other part only) is not a failure
-for s in "$status" "$second_status"; do
-    if [ "$s" -ne 0 ] && [ "$s" -ne 5 ]; then exit "$s"; fi
+pids=()
+for ((k = 2; k <= parts; k++)); do
+    .venv/bin/python -m pytest --part "$k/$parts" --basetemp "$work/part$k" "$@" >"$work/part$k.log" 2>&1 &
+    pids[k]=$!
 done
-if [ "$status" -eq 5 ] && [ "$second_status" -eq 5 ]; then exit 5; fi
+statuses=()
+.venv/bin/python -m pytest --part "1/$parts" --basetemp "$work/part1" "$@" && statuses[1]=0 || statuses[1]=$?
+for ((k = 2; k <= parts; k++)); do
+    wait "${pids[k]}" && statuses[k]=0 || statuses[k]=$?
+    echo "================================ part $k of $parts ================================"
+    cat "$work/part$k.log"
+done
+# 5: no test in that part (a selection that falls in another part only) is not a failure
+empty=0
+for ((k = 1; k <= parts; k++)); do
+    s=${statuses[k]}
+    if [ "$s" -ne 0 ] && [ "$s" -ne 5 ]; then exit "$s"; fi
+    if [ "$s" -eq 5 ]; then empty=$((empty + 1)); fi
+done
+if [ "$empty" -eq "$parts" ]; then exit 5; fi
 exit 0

@@ -134,7 +134,7 @@ def one_torch_thread():
 # -- the suite in parts (scripts/test.sh runs two at once) --------------------------------------
 
 # Seconds of the longest test files in a whole run on two busy cores (measured); every other
-# file counts a tenth of a second a test. Only the balance of the two parts depends on them.
+# file counts a tenth of a second a test. Only the balance of the parts depends on them.
 COST = {
     "test_browser.py": 280,
     "test_adversarial.py": 190,
