@@ -131,37 +131,55 @@ def one_torch_thread():
     plt.close("all")
 
 
-# -- the suite in parts (scripts/test.sh runs two at once) --------------------------------------
+# -- the suite in parts (scripts/test.sh runs several at once) ----------------------------------
 
-# Seconds of the longest test files in a whole run on two busy cores (measured); every other
-# file counts a tenth of a second a test. Only the balance of the parts depends on them.
+# Seconds of each test file that takes 5 s or more, summed from `bash scripts/test.sh
+# --durations=0` (setup, call and teardown) in a fresh clone on an idle 2-core machine, three
+# parts at once; every other file counts a tenth of a second a test. Only the balance of the
+# parts depends on them: measure again when a file grows or shrinks by much.
 COST = {
-    "test_browser.py": 280,
-    "test_adversarial.py": 190,
-    "test_hub.py": 140,
-    "test_student_side.py": 110,
-    "test_any_cpu.py": 95,
-    "test_autograde_variants_05_08.py": 90,
-    "test_warm.py": 90,
-    "test_instructor_browser.py": 80,
-    "test_doctor_fixes.py": 75,
-    "test_course_root.py": 65,
-    "test_audit_variants.py": 60,
-    "test_graders.py": 60,
-    "test_postgres.py": 50,
-    "test_autograde_course.py": 45,
-    "test_grading_parity.py": 41,
-    "test_audit_evidence.py": 40,
-    "test_pipeline.py": 40,
-    "test_limited_execute.py": 35,
-    "test_autograde_variants_01_04.py": 34,
-    "test_launch.py": 30,
-    "test_progress_resume.py": 30,
-    "test_course_utils.py": 25,
-    "test_doctor.py": 25,
-    "test_exchange.py": 25,
-    "test_message_specificity.py": 25,
-    "test_worker_death.py": 23,
+    "test_browser.py": 254,
+    "test_graders.py": 253,
+    "test_hub.py": 197,
+    "test_adversarial.py": 183,
+    "test_audit_variants.py": 173,
+    "test_any_cpu.py": 166,
+    "test_doctor_fixes.py": 164,
+    "test_warm.py": 134,
+    "test_instructor_browser.py": 113,
+    "test_autograde_variants_05_08.py": 110,
+    "test_student_side.py": 96,
+    "test_pipeline.py": 55,
+    "test_grading_parity.py": 53,
+    "test_autograde_course.py": 52,
+    "test_course_root.py": 49,
+    "test_limited_execute.py": 44,
+    "test_launch.py": 40,
+    "test_postgres.py": 38,
+    "test_progress_resume.py": 38,
+    "test_autograde_variants_01_04.py": 36,
+    "test_exchange.py": 31,
+    "test_worker_death.py": 29,
+    "test_visible_checks_catch_the_bugs.py": 28,
+    "test_audit_evidence.py": 25,
+    "test_widget_pictures.py": 25,
+    "test_audit.py": 24,
+    "test_audit_memory.py": 22,
+    "test_failure_messages.py": 21,
+    "test_written_answers.py": 20,
+    "test_doctor.py": 19,
+    "test_run_all.py": 18,
+    "test_message_specificity.py": 17,
+    "test_dictation.py": 14,
+    "test_lms_exports.py": 11,
+    "test_cli.py": 9,
+    "test_scan.py": 9,
+    "test_generation.py": 7,
+    "test_learner_side_01_04.py": 7,
+    "test_sandbox.py": 7,
+    "test_status.py": 7,
+    "test_visible_checks_03_04_06.py": 7,
+    "test_course_utils.py": 6,
 }
 
 
