@@ -186,7 +186,16 @@ def _type_into(page, widget, box: str, text: str, expect: str) -> None:
         return
     assert _redrew(page, widget, before), f"typing into {box!r} did not redraw"
     if expect == "query it":
-        chosen = widget.locator("select").first.evaluate("s => s.selectedOptions[0].text")
+        # the menu follows the picture in a message of its own: wait for the new sentence's
+        # tokens in it, then read which one is chosen
+        menu = widget.locator("select").first
+        first_word = text.split()[0]
+        menu.page.wait_for_function(
+            "([s, w]) => s.options.length && s.options[0].text.replace(/\\s/g, ' ') === '0: ' + w",
+            arg=[menu.element_handle(), first_word],
+            timeout=30_000,
+        )
+        chosen = menu.evaluate("s => s.selectedOptions[0].text")
         assert chosen.replace("\xa0", " ").endswith(": it"), f"the query moved to {chosen!r}"
 
 

@@ -114,6 +114,20 @@ def test_head_viewer_responds_and_keeps_the_query_word(monkeypatch):
     assert head_viewer(MultiHeadAttention) is None
 
 
+def test_head_viewer_sends_the_new_menu_in_one_message():
+    """A new sentence's options and chosen query reach the browser together: options alone
+    would show the first token chosen until the value followed (seen in a real browser)."""
+    from course_utils.widgets.multi_head import head_viewer
+
+    ui = head_viewer(MultiHeadAttention)
+    menu = ui.controls["query"]
+    sent = []
+    menu.comm.kernel = object()  # a comm that sends, as in a kernel
+    menu.comm.send = lambda data=None, metadata=None, buffers=None: sent.append(set(data["state"]))
+    ui.controls["sentence"].value = "my dog did not eat because it was full"
+    assert sent == [{"_options_labels", "index"}], sent
+
+
 # -- 05 ---------------------------------------------------------------------------------------
 
 

@@ -100,8 +100,11 @@ def head_viewer(
         if new_tokens:  # the menu of queries after the picture: the picture is what is awaited
             state["busy"] = True  # its new options and value redraw nothing
             try:
-                query_box.options = [(f"{i}: {t}", i) for i, t in enumerate(result.labels)]
-                query_box.value = query
+                # one message to the browser: new options alone would show the first token
+                # chosen until the value follows
+                with query_box.hold_sync():
+                    query_box.options = [(f"{i}: {t}", i) for i, t in enumerate(result.labels)]
+                    query_box.value = query
             finally:
                 state["busy"] = False
             state["tokens"] = result.tokens
