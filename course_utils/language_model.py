@@ -79,21 +79,16 @@ def split(ids, val_fraction: float = VAL_FRACTION) -> tuple[torch.Tensor, torch.
 
 @dataclass
 class GPTConfig(ModelRun):
-    """The model and the training run behind the shipped checkpoint."""
+    """09's character-level GPT and its training run: those of the shipped checkpoint."""
 
     d_model: int = 96
-    num_heads: int = 4
     d_ff: int = 384
     num_layers: int = 3
     max_len: int = 128
-    dropout: float = 0.0
     block: int = 128  # characters per training window: every position of max_len trained
     steps: int = 2400
     batch_size: int = 16
-    lr: float = 3e-3
-    warmup: int = 100
     weight_decay: float = 0.1
-    seed: int = 0
 
 
 def build_gpt(gpt_cls, config: GPTConfig | None = None, vocab_size: int | None = None):

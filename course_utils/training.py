@@ -31,7 +31,7 @@ import math
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import torch
 from torch import nn
@@ -43,11 +43,26 @@ CHECKPOINT = Path(__file__).resolve().parent / "data" / "dates_transformer.pt"
 MAX_TARGET_LEN = 12  # <bos> + "YYYY-MM-DD" + <eos>
 
 
+@dataclass
 class ModelRun:
-    """What a training run's configuration (a dataclass: ``ToyConfig``, 09's ``GPTConfig``)
-    gives the model's constructor: those of its fields named in ``MODEL_FIELDS``."""
+    """What the course's training runs share: the defaults both models keep, and
+    ``model_kwargs()``, the fields the model's constructor takes (``MODEL_FIELDS``). Each
+    run's configuration (``ToyConfig``, 09's ``GPTConfig``) adds its own sizes and length."""
 
-    MODEL_FIELDS = ("d_model", "num_heads", "d_ff", "num_layers", "max_len", "dropout")
+    MODEL_FIELDS: ClassVar[tuple[str, ...]] = (
+        "d_model",
+        "num_heads",
+        "d_ff",
+        "num_layers",
+        "max_len",
+        "dropout",
+    )
+
+    num_heads: int = 4
+    dropout: float = 0.0
+    lr: float = 3e-3
+    warmup: int = 100  # steps of linear warm-up before the cosine decay
+    seed: int = 0
 
     def model_kwargs(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name in self.MODEL_FIELDS}
@@ -55,21 +70,16 @@ class ModelRun:
 
 @dataclass
 class ToyConfig(ModelRun):
-    """The model and the training run behind the shipped checkpoint."""
+    """The dates Transformer (07, 08) and its training run: those of the shipped checkpoint."""
 
     d_model: int = 64
-    num_heads: int = 4
     d_ff: int = 128
     num_layers: int = 2
-    dropout: float = 0.0
     steps: int = 900
     batch_size: int = 64
-    lr: float = 3e-3
-    warmup: int = 100
     label_smoothing: float = 0.1
     weight_decay: float = 0.01
     train_pairs: int = 40_000
-    seed: int = 0
 
 
 def build_model(

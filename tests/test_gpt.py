@@ -151,3 +151,19 @@ def test_widget_is_silent_under_grading(trained, monkeypatch):
 
     monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     assert generation_stepper(trained[0], trained[1]) is None
+
+
+def test_the_configurations_defaults_are_the_shipped_checkpoints():
+    """ToyConfig() and GPTConfig() are the runs behind the shipped checkpoints, as their
+    docstrings say: the JSON written beside each checkpoint records the same fields."""
+    import dataclasses
+    import json
+
+    from course_utils import language_model, training
+
+    for config, checkpoint in (
+        (training.ToyConfig(), training.CHECKPOINT),
+        (language_model.GPTConfig(), language_model.CHECKPOINT),
+    ):
+        recorded = json.loads(checkpoint.with_suffix(".json").read_text())["config"]
+        assert dataclasses.asdict(config) == recorded, type(config).__name__

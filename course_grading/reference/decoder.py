@@ -47,13 +47,7 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor,
-        tgt_mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, x, memory, tgt_mask=None, memory_mask=None):
         # x (b, t, d_model), memory (b, s, d_model)
         def attend(h):
             return self.self_attn(h, h, h, tgt_mask)[0]  # (b, t, d_model)
@@ -74,13 +68,7 @@ class Decoder(Encoder):
 
     layer_class = DecoderLayer
 
-    def forward(
-        self,
-        tgt: torch.Tensor,
-        memory: torch.Tensor,
-        tgt_mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None):
         x = self.embed(tgt)  # (b, t, d_model)
         for layer in self.layers:
             x = layer(x, memory, tgt_mask, memory_mask)  # (b, t, d_model)
@@ -99,14 +87,14 @@ class Transformer(nn.Module):
 
     def __init__(
         self,
-        src_vocab_size: int,
-        tgt_vocab_size: int,
-        d_model: int = 128,
-        num_heads: int = 4,
-        d_ff: int = 512,
-        num_layers: int = 2,
-        max_len: int = 512,
-        dropout: float = 0.0,
+        src_vocab_size,
+        tgt_vocab_size,
+        d_model=128,
+        num_heads=4,
+        d_ff=512,
+        num_layers=2,
+        max_len=512,
+        dropout=0.0,
     ):
         super().__init__()
         self.encoder = Encoder(src_vocab_size, d_model, num_heads, d_ff, num_layers, max_len, dropout)
@@ -116,26 +104,14 @@ class Transformer(nn.Module):
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
 
-    def encode(self, src: torch.Tensor, src_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def encode(self, src, src_mask=None):
         return self.encoder(src, src_mask)  # (b, s, d_model)
 
-    def decode(
-        self,
-        tgt: torch.Tensor,
-        memory: torch.Tensor,
-        tgt_mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def decode(self, tgt, memory, tgt_mask=None, memory_mask=None):
         h = self.decoder(tgt, memory, tgt_mask, memory_mask)  # (b, t, d_model)
         return self.generator(h)  # (b, t, tgt_vocab_size)
 
-    def forward(
-        self,
-        src: torch.Tensor,
-        tgt: torch.Tensor,
-        src_mask: torch.Tensor | None = None,
-        tgt_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None):
         memory = self.encode(src, src_mask)  # (b, s, d_model)
         return self.decode(tgt, memory, tgt_mask, src_mask)  # (b, t, tgt_vocab_size)
 

@@ -59,14 +59,7 @@ class GPT(nn.Module):
     linear head to the vocabulary: ids (b, t) -> logits (b, t, vocab_size), and the cache."""
 
     def __init__(
-        self,
-        vocab_size: int,
-        d_model: int = 128,
-        num_heads: int = 4,
-        d_ff: int = 512,
-        num_layers: int = 4,
-        max_len: int = 256,
-        dropout: float = 0.0,
+        self, vocab_size, d_model=128, num_heads=4, d_ff=512, num_layers=4, max_len=256, dropout=0.0
     ):
         super().__init__()
         self.max_len = max_len
