@@ -75,6 +75,11 @@ def _remove_module(name: str) -> str:
     return f'rm -r "{Path(spec.origin).parent}"'
 
 
+def _remove_compiled(name: str) -> str:
+    """The shell command that removes one compiled module's file, its distribution kept."""
+    return f'rm "{importlib.util.find_spec(name).origin}"'
+
+
 PIP = f'"{sys.executable}" -m pip'
 
 
@@ -89,6 +94,7 @@ PIP = f'"{sys.executable}" -m pip'
         ("tqdm", lambda: f"{PIP} uninstall -y tqdm", doctor.SETUP),
         ("tqdm", lambda: f"{PIP} install -q --no-deps tqdm==4.65.0 || exit {CANNOT_BREAK}", doctor.SETUP),
         ("mkdocs", lambda: f"{PIP} uninstall -y mkdocs", doctor.SETUP_TEST),  # the tests'
+        ("course", lambda: _remove_compiled("numpy._core._multiarray_umath"), "numpy"),  # it imports
     ],
     ids=[
         "widgets-files",
@@ -98,6 +104,7 @@ PIP = f'"{sys.executable}" -m pip'
         "tqdm",
         "tqdm-too-old",
         "mkdocs",
+        "numpy-files",
     ],
 )
 def test_what_the_course_installs_is_put_back_by_its_fix(tmp_path, what, breaking, fix):

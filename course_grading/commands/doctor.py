@@ -136,26 +136,64 @@ def check_course() -> Line:
 def _course_broken(exc: BaseException) -> Line:
     """The course line of a course that does not import. Where the error is in a file of this
     clone that differs from git's copy (an edit), reinstalling changes nothing: the fix keeps
-    the edited file beside it (``FILE.edited``) and restores git's. Else it reinstalls the course."""
+    the edited file beside it (``FILE.edited``) and restores git's. Where it is in a package the
+    course imports, that package is reinstalled. Else the course is."""
     clone = Path(__file__).resolve().parents[2]
-    shown = f"{type(exc).__name__}: {str(exc)[:300]}"
-    places = [Path(getattr(exc, "filename", None) or "")] if isinstance(exc, SyntaxError) else []
-    tb = exc.__traceback__
-    while tb is not None:
-        places.append(Path(tb.tb_frame.f_code.co_filename))
-        tb = tb.tb_next
-    for place in reversed(places):
+    for place in reversed(_places(exc)):
         if place.is_absolute() and clone / LEARNER_SIDE in place.parents:
             file = place.relative_to(clone).as_posix()
             if system.git_changed(clone, file):
                 return Line(
                     FAIL,
                     "course",
-                    f"{shown} ({file} differs from git's copy; the fix keeps yours as {file}.edited)",
+                    f"{_error(exc)} ({file} differs from git's copy; the fix keeps yours as {file}.edited)",
                     f"cp -p {shlex.quote(str(place))} {shlex.quote(f'{place}.edited')} && "
                     f"git -C {shlex.quote(str(clone))} checkout HEAD -- {shlex.quote(file)}",
                 )
-    return Line(FAIL, "course", f"{shown} (the fix reinstalls it)", SETUP)
+    owner = _third_party(exc)
+    if owner:  # setup.sh would find it installed and change nothing
+        return Line(
+            FAIL, "course", f"{_error(exc)} ({owner} is broken; the fix reinstalls it)", reinstall(owner)
+        )
+    return Line(FAIL, "course", f"{_error(exc)} (the fix reinstalls it)", SETUP)
+
+
+def _error(exc: BaseException, limit: int = 300) -> str:
+    """One line for ``exc``: where it was raised from another error (numpy's ImportError wraps
+    the module it misses), that one first."""
+    text = f"{type(exc).__name__}: {exc}"
+    if exc.__cause__ is not None:
+        text = f"{type(exc.__cause__).__name__}: {exc.__cause__} (then {type(exc).__name__})"
+    return " ".join(text.split())[:limit]
+
+
+def _places(exc: BaseException) -> list[Path]:
+    """The files ``exc`` went through, outermost first (a SyntaxError's own file last)."""
+    places = []
+    tb = exc.__traceback__
+    while tb is not None:
+        places.append(Path(tb.tb_frame.f_code.co_filename))
+        tb = tb.tb_next
+    if isinstance(exc, SyntaxError) and exc.filename:
+        places.append(Path(exc.filename))
+    return places
+
+
+def _third_party(exc: BaseException) -> str | None:
+    """The installed distribution, other than the course, whose module failed: the one an
+    ImportError names, else the one holding the innermost file ``exc`` went through."""
+    owners = metadata.packages_distributions()
+    tops = [(exc.name or "").split(".")[0]] if isinstance(exc, ImportError) else []
+    innermost = next((p for p in reversed(_places(exc)) if p.is_absolute()), None)
+    for base in map(Path, sys.path if innermost else ()):
+        if base.name in ("site-packages", "dist-packages") and base in innermost.parents:
+            tops.append(innermost.relative_to(base).parts[0].removesuffix(".py"))
+            break
+    for top in tops:
+        found = [d for d in owners.get(top, []) if d.lower() != DISTRIBUTION.lower()]
+        if found:
+            return found[0]
+    return None
 
 
 def check_requirement(req, needed_for: str = "", status_if_missing: str = FAIL, fix: str = SETUP) -> Line:
@@ -179,9 +217,9 @@ def check_torch(course: Line | None = None) -> Line:
         import torch
 
         assert float((torch.ones(2, 2) @ torch.ones(2, 2)).sum()) == 8.0
-    except Exception as exc:  # noqa: BLE001 - whatever is broken
+    except Exception as exc:  # noqa: BLE001 - whatever is broken: torch, or a package it imports
         return Line(
-            FAIL, "torch device", f"torch: {type(exc).__name__}: {str(exc)[:200]}", reinstall("torch")
+            FAIL, "torch device", f"torch: {_error(exc, 200)}", reinstall(_third_party(exc) or "torch")
         )
     if course is not None and course.status == FAIL:
         return _not_checked("torch device", course)
@@ -195,7 +233,7 @@ def check_torch(course: Line | None = None) -> Line:
         return Line(
             FAIL,
             "torch device",
-            f"{type(exc).__name__}: {str(exc)[:200]}",
+            _error(exc, 200),
             "export COURSE_DEVICE=cpu (the notebooks then run on the CPU)",
         )
     why = ""
@@ -413,7 +451,8 @@ def format_lines(lines: list[Line], quiet: bool = False) -> str:
     for line in lines:
         if quiet and line.status == OK:
             continue
-        out.append(f"{line.status:<4}  {line.what:<{width}}  {line.detail}")
+        detail = " ".join(line.detail.split())  # one row a line, whatever an error message holds
+        out.append(f"{line.status:<4}  {line.what:<{width}}  {detail}")
         if line.fix and line.status != OK:
             out.append(f"{'':<4}  {'':<{width}}  fix: {line.fix}")
     return "\n".join(out)
