@@ -144,7 +144,7 @@ COST = {
     "test_adversarial.py": 183,
     "test_audit_variants.py": 173,
     "test_any_cpu.py": 166,
-    "test_doctor_fixes.py": 164,
+    "test_doctor_fixes.py": 178,
     "test_warm.py": 134,
     "test_instructor_browser.py": 113,
     "test_autograde_variants_05_08.py": 110,
