@@ -15,6 +15,7 @@ failure messages in ``autograded/``. matplotlib is imported only to draw (Agg ba
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,9 +204,10 @@ def _percent(r: SubmissionResult) -> float:
 
 
 def _label(text: str) -> str:
-    """``text`` for a label of the picture: ``reports_csv.clean``, short, and no ``$`` that
-    matplotlib would read as the start of a formula."""
-    return clean(text, 120).replace("$", r"\$")
+    """``text`` for a label of the picture: ``reports_csv.clean``, short, its compatibility
+    forms folded (a full-width sign is drawn as its ASCII one, which the font has), and no ``$``
+    that matplotlib would read as the start of a formula."""
+    return unicodedata.normalize("NFKC", clean(text, 120)).replace("$", r"\$")
 
 
 def _rate_colour(rate: float) -> str:
