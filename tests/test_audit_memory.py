@@ -91,6 +91,14 @@ NUMPY_ROUTES = {
         "np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8).view(Sub), subok=True)[0] = 1",
         "line 10",
     ),
+    "the_seal_silenced": (  # the course's own functions are reachable: their defaults replaced
+        "import sys\nfrom course_grading.audit import memory\nfor f in list(vars(memory).values()):\n"
+        "    if sys.audit in (getattr(f, '__defaults__', None) or ()):\n"
+        "        f.__defaults__ = tuple(id if v is sys.audit else v for v in f.__defaults__)\n"
+        f"class At:\n    __array_interface__ = {FORGED}\n",
+        "np.asarray(At())[0] = 1",
+        f"{NUMPY} (cell softmax, line 13)",
+    ),
     "array_struct": (
         "class At:\n    pass\n",
         "a = At()\na.__array_struct__ = np.zeros(8, np.uint8).__array_struct__\nnp.asarray(a)",
@@ -275,19 +283,44 @@ def test_a_module_imported_after_the_record_is_armed_is_no_escape(tmp_path):
     assert not verdict.agrees and "leave Python's reach" not in verdict.reason, verdict.reason
 
 
-def test_each_route_is_closed_on_this_interpreter():
+def _sealed_here(code: str) -> list[str]:
+    """The last lines ``code`` prints in a fresh interpreter, after ``no_new_programs``."""
     import subprocess
     import sys
 
+    setup = "import numpy, torch\nfrom course_grading.audit import hooks, memory\nassert hooks.no_new_programs()\n"
+    out = subprocess.run([sys.executable, "-c", setup + code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()
+
+
+def test_each_route_is_closed_on_this_interpreter():
     code = (
-        "import numpy, torch\nfrom course_grading.audit import hooks, memory\n"
-        "assert hooks.no_new_programs()\n"
         "print([memory.no_proc_writes(), memory.seal_numpy(), memory.seal_torch(), memory.seal_ctypes()])\n"
         "events = []\nsys = __import__('sys')\nsys.addaudithook(lambda e, a: events.append(e))\n"
         "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-2:] == ["[True, True, True, True]", "1"], out.stderr[-2000:]
+    assert _sealed_here(code)[-2:] == ["[True, True, True, True]", "1"]
+
+
+def test_what_an_objects_lookup_raises_goes_through_the_numpy_seal():
+    # as without the seal: its exception, and an alarm that ends a lookup that never returns
+    code = (
+        "import signal\n"
+        "class Raises:\n    def __getattr__(self, name):\n"
+        "        raise (KeyError if name in memory.INTERFACES else AttributeError)(name)\n"
+        "for tried in (Raises(), [1.0, Raises()]):\n    try:\n        numpy.asarray(tried)\n"
+        "    except KeyError as e:\n        print('raised', e)\n"
+        "class Late(BaseException):\n    pass\n"
+        "def late(*args):\n    raise Late\n"
+        "class Runaway:\n    def __getattr__(self, name):\n        while name in memory.INTERFACES:\n"
+        "            pass\n        raise AttributeError(name)\n"
+        "signal.signal(signal.SIGALRM, late)\nsignal.setitimer(signal.ITIMER_REAL, 0.2)\n"
+        "try:\n    numpy.asarray(Runaway())\nexcept Late:\n    print('ended by the alarm')\n"
+    )
+    unsealed = _sealed_here(code)
+    assert unsealed[-3:] == ["raised '__array_struct__'"] * 2 + ["ended by the alarm"]
+    assert _sealed_here("print(memory.seal_numpy())\n" + code)[-4:] == ["True", *unsealed[-3:]]
 
 
 @pytest.mark.slow

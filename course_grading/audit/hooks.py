@@ -148,10 +148,10 @@ def no_new_programs() -> bool:
     ]
     instructions = (Instruction * len(code))(*[Instruction(*c) for c in code])
     program = Program(len(code), instructions)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    prctl = memory.libc().prctl
+    if prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         return False
-    return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
+    return prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
 
 
 def mark_python() -> None:

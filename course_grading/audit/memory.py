@@ -27,6 +27,7 @@ not know it (another interpreter or machine), as ``no_proc_writes`` does without
 """
 
 import datetime
+import functools
 import sys
 
 RAW = "memory."  # the events of a closed route: RAW + what was tried
@@ -71,6 +72,14 @@ LAYOUT = {
     "d_method": 40,
 }
 SEALED = "ctypes.object"  # raised by a sealed ctypes constructor or call
+
+
+@functools.cache
+def libc():
+    """The C library (the process's own symbols), loaded once."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _method_def(ctypes):
@@ -260,11 +269,11 @@ def no_proc_writes() -> bool:
         _pack_ = 1
         _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    if libc.syscall(create, None, 0, 1) < 1:  # LANDLOCK_CREATE_RULESET_VERSION: the ABI
+    syscall = libc().syscall
+    syscall.restype = ctypes.c_long
+    if syscall(create, None, 0, 1) < 1:  # LANDLOCK_CREATE_RULESET_VERSION: the ABI
         return False
-    ruleset = libc.syscall(create, ctypes.byref(Ruleset(write_file)), ctypes.sizeof(Ruleset), 0)
+    ruleset = syscall(create, ctypes.byref(Ruleset(write_file)), ctypes.sizeof(Ruleset), 0)
     if ruleset < 0:
         return False
     try:
@@ -275,33 +284,42 @@ def no_proc_writes() -> bool:
                 continue
             try:
                 rule = Beneath(write_file, fd)
-                if libc.syscall(add, ruleset, 1, ctypes.byref(rule), 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
+                if syscall(add, ruleset, 1, ctypes.byref(rule), 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
                     return False
             finally:
                 os.close(fd)
-        return libc.syscall(restrict, ruleset, 0) == 0
+        return syscall(restrict, ruleset, 0) == 0
     finally:
         os.close(ruleset)
 
 
-def _stub(names: tuple[int, int], original: int, callback: int) -> bytes:
-    """x86-64: ``rsi`` (the name) is one of ``names``: ``*rdx = NULL``, then on to ``callback``
-    (which returns 0: not found); else on to ``original``, registers untouched."""
+def _stub(names: tuple[int, int], original: int, check: int, call: int) -> bytes:
+    """x86-64, in place of ``_PyObject_LookupAttr(obj, name, &result)``: ``name`` (``rsi``) is
+    one of ``names``: ``result = NULL``, then ``call(check, obj, name, NULL)``
+    (``PyObject_CallFunctionObjArgs``), and 0 (not found) if it returned (None), -1 with its
+    exception set if it raised, as the lookup itself does; else on to ``original``, registers
+    untouched."""
 
     def imm(value: int) -> bytes:
         return value.to_bytes(8, "little")
 
     compare = [b"\x48\xb8" + imm(n) + b"\x48\x39\xc6" for n in names]  # mov rax, NAME; cmp rsi, rax
-    code = compare[0] + b"\x74\x1b" + compare[1] + b"\x74\x0c"  # je refused (twice)
+    code = compare[0] + b"\x74\x1b" + compare[1] + b"\x74\x0c"  # je looked_up (twice)
     code += b"\x48\xb8" + imm(original) + b"\xff\xe0"  # mov rax, ORIGINAL; jmp rax
-    code += b"\x48\xc7\x02\x00\x00\x00\x00"  # refused: mov qword [rdx], 0
-    return code + b"\x48\xb8" + imm(callback) + b"\xff\xe0"  # mov rax, CALLBACK; jmp rax
+    code += b"\x48\xc7\x02\x00\x00\x00\x00"  # looked_up: mov qword [rdx], 0
+    code += b"\x48\x89\xf2\x48\x89\xfe\x48\xbf" + imm(check)  # mov rdx, rsi; mov rsi, rdi; mov rdi, CHECK
+    code += b"\x31\xc9\x31\xc0\x48\x83\xec\x08"  # xor ecx, ecx; xor eax, eax; sub rsp, 8 (aligned)
+    code += b"\x49\xbb" + imm(call) + b"\x41\xff\xd3\x48\x83\xc4\x08"  # mov r11, CALL; call r11; add rsp, 8
+    code += b"\x48\x85\xc0\x74\x06"  # test rax, rax; jz raised
+    code += b"\x48\xff\x08\x31\xc0\xc3"  # dec qword [rax] (None's count); xor eax, eax; ret
+    return code + b"\xb8\xff\xff\xff\xff\xc3"  # raised: mov eax, -1; ret
 
 
-def _refused(
+def _looked_up(
     obj,
     name,
     _getattr=getattr,
+    _missing=AttributeError,
     _type=type,
     _issubclass=issubclass,
     _dict=dict,
@@ -309,21 +327,18 @@ def _refused(
     _capsule=CAPSULE,
     _audit=sys.audit,
     _event=NUMPY,
-    _any=BaseException,
 ):
-    """What numpy's lookup of an interface runs instead: nothing found, and ``NUMPY`` raised where
-    the object holds a value numpy would build an array on (a dict, a capsule). It reads no global
-    or builtin by name; what it raises is swallowed (a native callback cannot raise)."""
+    """What numpy's lookup of an interface runs instead (a copy of it, held by nothing Python
+    can reach): ``NUMPY`` raised where the object holds a value numpy would build an array on (a
+    dict, a capsule); None, for not found, otherwise. What the object's lookup raises, but
+    AttributeError, is raised, as the lookup without the seal raises it. Reads no global or
+    builtin by name."""
     try:
         kind = _type(_getattr(obj, name))
-    except _any:
-        return 0
+    except _missing:
+        return
     if (kind is _capsule) if name is not _interface else _issubclass(kind, _dict):
-        try:
-            _audit(_event)
-        except _any:
-            pass
-    return 0
+        _audit(_event)
 
 
 def _slots(path: str, value: int) -> list[tuple[int, bool]]:
@@ -356,6 +371,7 @@ def seal_numpy() -> bool:
     it). False, nothing changed: another machine or interpreter, whose layout this does not know."""
     import ctypes
     import platform
+    import types
 
     import numpy
     from numpy._core import _multiarray_umath
@@ -366,29 +382,30 @@ def seal_numpy() -> bool:
     slots = _slots(_multiarray_umath.__file__, lookup)
     if len(slots) != 1:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype, libc.mmap.argtypes = (
+    c = libc()
+    c.mmap.restype, c.mmap.argtypes = (
         ctypes.c_void_p,
         [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long],
     )
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    c.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     read, write, run, page = 1, 2, 4, 4096
-    callback = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.py_object)(_refused)
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(callback))  # held by nothing Python can reach
+    check = types.FunctionType(_looked_up.__code__, {}, None, _looked_up.__defaults__)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(check))  # held by nothing Python can reach
+    call = ctypes.cast(ctypes.pythonapi.PyObject_CallFunctionObjArgs, ctypes.c_void_p).value
     names = tuple(id(sys.intern(n)) for n in INTERFACES)
-    code = _stub(names, lookup, ctypes.cast(callback, ctypes.c_void_p).value)
-    stub = libc.mmap(None, page, read | write, 0x22, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
+    code = _stub(names, lookup, id(check), call)
+    stub = c.mmap(None, page, read | write, 0x22, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
     if stub in (None, ctypes.c_void_p(-1).value):
         return False
     ctypes.memmove(stub, code, len(code))
-    if libc.mprotect(stub, page, read | run) != 0:
+    if c.mprotect(stub, page, read | run) != 0:
         return False
     (slot, writable), first = slots[0], slots[0][0] & ~(page - 1)
-    if not writable and libc.mprotect(first, page, read | write) != 0:
+    if not writable and c.mprotect(first, page, read | write) != 0:
         return False
     ctypes.c_void_p.from_address(slot).value = stub
     if not writable:
-        libc.mprotect(first, page, read)
+        c.mprotect(first, page, read)
     own = bytearray(1)
 
     class Probe:
