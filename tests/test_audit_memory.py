@@ -153,7 +153,34 @@ TORCH_ROUTES = {
     "compressed_index_out_of_range": (
         "s = torch.sparse_csr_tensor(torch.tensor([0, 1]), torch.tensor([1 << 20]), torch.tensor([1.0]), (1, 4),\n"
         "                            check_invariants=False)\ntorch.zeros(1, 4).add_(s)",
-        "memory.sparse-tensor (cell softmax, line 8)",
+        "memory.sparse-tensor (cell softmax, line 6)",  # made, before it is used
+    ),
+    # a compressed layout is made with no kernel of a sparse key run: each is refused as it is made
+    "csr_made": (
+        "s = torch.sparse_csr_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1.0]), (1, 4))",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "csc_made_from_dense": (
+        "s = torch.ones(2, 2).to_sparse_csc()",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "bsr_made_from_dense": (
+        "s = torch.ones(2, 2).to_sparse(layout=torch.sparse_bsr, blocksize=(1, 1))",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "bsc_made": (
+        "s = torch.sparse_bsc_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 1, 1), (1, 1))",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "compressed_made_unchecked": (
+        "s = torch.ops.aten._sparse_compressed_tensor_unsafe(torch.tensor([0, 1]), torch.tensor([1 << 20]),\n"
+        "    torch.tensor([1.0]), [1, 4], layout=torch.sparse_csr)\ntorch.zeros(1, 4).add_(s)",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "coo_made_unchecked": (
+        "s = torch.ops.aten._sparse_coo_tensor_unsafe(torch.tensor([[1 << 20]]), torch.tensor([1.0]), [4])\n"
+        "torch.zeros(4).add_(s)",
+        "memory.sparse-tensor (cell softmax, line 6)",
     ),
     "view_past_its_storage": (
         "v = torch.ops.aten._reshape_alias(torch.zeros(4, dtype=torch.uint8), [2], [1 << 20])\nv.fill_(1)",

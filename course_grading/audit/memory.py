@@ -10,11 +10,12 @@ anywhere in the process with no audit event, which could rewrite the record's ho
                     tensor-expression compiler (``torch._C._te``: a
                     store at any index, into any address), a storage resized under the tensors
                     that use it (``resize_``: theirs then overflows it)
-    refuse_kernels  at the dispatcher: every kernel of a sparse layout (a sparse tensor's indices
-                    are not checked unless asked: one out of range writes out of bounds), a
-                    storage resized by an operator (``inductor::resize_storage_bytes_``), a view
-                    past its storage (``aten::_reshape_alias``: checked), the backward kernels
-                    of max pooling and embedding bags given indices (``INDEXED``)
+    refuse_kernels  at the dispatcher: every kernel of a sparse layout and every one that makes
+                    a sparse tensor (its indices are not checked unless asked: one out of range
+                    writes out of bounds), a storage resized by an operator
+                    (``inductor::resize_storage_bytes_``), a view past its storage
+                    (``aten::_reshape_alias``: checked), the backward kernels of max pooling and
+                    embedding bags given indices (``INDEXED``)
     no_proc_writes  Landlock: no file under /proc opened for writing (``/proc/self/mem``, however
                     its path is spelled)
     seal_ctypes     ctypes itself, imported by torch: no ctypes object made, no foreign call
@@ -28,6 +29,7 @@ not know it (another interpreter or machine), as ``no_proc_writes`` does without
 
 import datetime
 import functools
+import re
 import sys
 
 RAW = "memory."  # the events of a closed route: RAW + what was tried
@@ -48,6 +50,8 @@ RAW_FUNCTIONS = (  # (module, attribute path): each reads a raw address or point
 )
 COMPILERS = ("torch._C._te",)  # every function and method of these modules
 SPARSE_KEYS = ("SparseCPU", "SparseCsrCPU")
+MAKERS = re.compile(r"aten::_?(sparse_\w+_tensor|to_sparse)")  # sparse_csr_tensor, _to_sparse_bsc.out, ...
+MAKER_KEYS = ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
 RESIZE = ("inductor::resize_storage_bytes_", "CompositeExplicitAutograd")
 ALIAS = ("aten::_reshape_alias", ("CPU", "QuantizedCPU"))  # a view of any size and strides, unchecked
 # backward kernels that write (or read) where an index tensor says, unchecked (measured): only a
@@ -187,18 +191,23 @@ def seal_torch() -> bool:
 
 
 def sparse_kernels() -> list[tuple[str, str]]:
-    """(operator, key) for every kernel of a sparse layout on the CPU."""
+    """(operator, key) for every kernel of a sparse layout on the CPU, and for every kernel that
+    makes a sparse tensor from dense data (``MAKERS``): a compressed layout's (CSR, CSC, BSR,
+    BSC) is built with no kernel of a sparse key run."""
     import torch
 
     registered = torch._C._dispatch_get_registrations_for_dispatch_key
-    return [(name, key) for key in SPARSE_KEYS for name in registered(key)]
+    return [(name, key) for key in SPARSE_KEYS for name in registered(key)] + [
+        (name, key) for key in MAKER_KEYS for name in registered(key) if MAKERS.match(name)
+    ]
 
 
 def refuse_kernels(audit=sys.audit) -> None:
-    """At the dispatcher, on any thread and under any mode: every kernel of a sparse layout
-    raises ``RAW + "sparse-tensor"``, ``RESIZE`` and ``INDEXED`` ``RAW`` + their names, and
-    each fails. No sparse tensor can then be made or used, whatever its indices; a storage keeps
-    its size; no index given to a backward kernel writes past its output.
+    """At the dispatcher, on any thread and under any mode: every kernel of a sparse layout, and
+    every one that makes a sparse tensor, raises ``RAW + "sparse-tensor"``, ``RESIZE`` and
+    ``INDEXED`` ``RAW`` + their names, and each fails. No sparse tensor can then be made or
+    used, whatever its indices; a storage keeps its size; no index given to a backward kernel
+    writes past its output.
     ``ALIAS`` is computed by ``as_strided``, which checks the view against its storage: one
     past it raises ``RAW`` + its name, and fails."""
     import warnings
@@ -216,7 +225,8 @@ def refuse_kernels(audit=sys.audit) -> None:
             lib = handles.get((ns, key))
             if lib is None:
                 lib = handles[(ns, key)] = torch._C._dispatch_library("IMPL", ns, key, "", 0)
-            event = RAW + ("sparse-tensor" if key in SPARSE_KEYS else name.split(".")[0])
+            sparse = key in SPARSE_KEYS or MAKERS.match(name)
+            event = RAW + ("sparse-tensor" if sparse else name.split(".")[0])
             if event not in kernels:
                 alias = name == ALIAS[0]
                 kernels[event] = (_checked_alias if alias else _refusing_kernel)(event, audit)
