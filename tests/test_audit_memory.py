@@ -224,6 +224,21 @@ TORCH_ROUTES = {
         "import os\nos.chdir('/proc/self')\nos.pwrite(os.open('mem', os.O_RDWR), b'1', ADDRESS)",
         "open-for-writing:mem (cell softmax, line 8)",
     ),
+    # a folder's descriptor (``dir_fd``), which the open's audit event leaves out: Landlock refuses
+    # the write, and the try is an escape
+    "proc_mem_through_a_folders_descriptor": (
+        "import os\nfd = os.open('/proc/self', os.O_RDONLY)\nos.pwrite(os.open('mem', os.O_RDWR, dir_fd=fd), b'1', ADDRESS)",
+        "open-for-writing:mem (cell softmax, line 8)",
+    ),
+    "proc_thread_mem_through_a_folders_descriptor": (
+        "import os\nfd = os.open('/proc', os.O_RDONLY)\nos.open(b'thread-self/mem', os.O_WRONLY, dir_fd=fd)",
+        "open-for-writing:thread-self/mem (cell softmax, line 8)",
+    ),
+    "proc_task_mem_through_an_opener": (
+        "import os, threading\nfd = os.open(f'/proc/self/task/{threading.get_native_id()}', os.O_RDONLY)\n"
+        "open('mem', 'r+b', opener=lambda path, flags: os.open(path, flags, dir_fd=fd))",
+        "open-for-writing:mem (cell softmax, line 8)",
+    ),
 }
 # bytecode of one's own: an index past a frame's locals or constants reads and writes there
 BYTECODE_ROUTES = {
@@ -259,13 +274,6 @@ ATTACKS = {
 }
 
 
-# /proc/self/mem through a folder's descriptor, and a wrong softmax where the write went through
-DIR_FD = (
-    "import os\nfd = os.open('/proc/self', os.O_RDONLY)\n"
-    "os.pwrite(os.open('mem', os.O_RDWR, dir_fd=fd), b'1', ADDRESS)\nreturn x * 0\n"
-)
-
-
 def _verdict(tmp_path, source):
     path = solution_with(tmp_path, "03_attention", softmax=source)
     found = audit.audit(
@@ -284,12 +292,6 @@ def test_a_route_to_raw_memory_is_a_disagreement(tmp_path, name):
     verdict = _verdict(tmp_path, _softmax(top, body))
     assert not verdict.agrees and "leave Python's reach: " in verdict.reason, verdict.reason
     assert said in verdict.reason, verdict.reason
-
-
-def test_the_routes_fail_even_where_no_name_is_seen(tmp_path):
-    # no path the hook could stat: refused by Landlock
-    verdict = _verdict(tmp_path, _softmax("", DIR_FD))
-    assert verdict.agrees, verdict.reason
 
 
 def test_a_view_within_its_storage_is_no_escape(tmp_path):
@@ -326,8 +328,10 @@ def test_each_route_is_closed_on_this_interpreter():
         "print([memory.no_proc_writes(), memory.seal_numpy(), memory.seal_torch(), memory.seal_ctypes()])\n"
         "events = []\nsys = __import__('sys')\nsys.addaudithook(lambda e, a: events.append(e))\n"
         "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n"
+        "import os\ntry:\n    os.open('mem', os.O_RDWR, dir_fd=os.open('/proc/self', os.O_RDONLY))\n"
+        "except PermissionError:\n    print('refused')\n"  # Landlock, with no hook to name the try
     )
-    assert _sealed_here(code)[-2:] == ["[True, True, True, True]", "1"]
+    assert _sealed_here(code)[-3:] == ["[True, True, True, True]", "1", "refused"]
 
 
 def test_what_an_objects_lookup_raises_goes_through_the_numpy_seal():
@@ -354,10 +358,8 @@ def test_what_an_objects_lookup_raises_goes_through_the_numpy_seal():
 @pytest.mark.skipif(not bubblewrap.available()[0], reason="needs bubblewrap")
 def test_in_the_sandbox(tmp_path):
     blocks = ROOT / "solutions" / "03_attention" / "building_blocks.py"
-    top, body, said = ATTACKS["numpy_instance_attribute"]
-    path = solution_with(tmp_path, "03_attention", softmax=_softmax(top, body))
-    found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
-    assert said in found["test_softmax"].reason, found["test_softmax"].reason
-    path = solution_with(tmp_path, "03_attention", softmax=_softmax("", DIR_FD))
-    found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
-    assert all(v.agrees for v in found.values()), found  # Landlock there too: the write failed
+    for name in ("numpy_instance_attribute", "torch_proc_mem_through_a_folders_descriptor"):
+        top, body, said = ATTACKS[name]
+        path = solution_with(tmp_path, "03_attention", softmax=_softmax(top, body))
+        found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
+        assert said in found["test_softmax"].reason, found["test_softmax"].reason
