@@ -91,6 +91,14 @@ NUMPY_ROUTES = {
         "np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8).view(Sub), subok=True)[0] = 1",
         "line 10",
     ),
+    "the_seal_silenced": (  # the course's own functions are reachable: their defaults replaced
+        "import sys\nfrom course_grading.audit import memory\nfor f in list(vars(memory).values()):\n"
+        "    if sys.audit in (getattr(f, '__defaults__', None) or ()):\n"
+        "        f.__defaults__ = tuple(id if v is sys.audit else v for v in f.__defaults__)\n"
+        f"class At:\n    __array_interface__ = {FORGED}\n",
+        "np.asarray(At())[0] = 1",
+        f"{NUMPY} (cell softmax, line 13)",
+    ),
     "array_struct": (
         "class At:\n    pass\n",
         "a = At()\na.__array_struct__ = np.zeros(8, np.uint8).__array_struct__\nnp.asarray(a)",
@@ -145,7 +153,34 @@ TORCH_ROUTES = {
     "compressed_index_out_of_range": (
         "s = torch.sparse_csr_tensor(torch.tensor([0, 1]), torch.tensor([1 << 20]), torch.tensor([1.0]), (1, 4),\n"
         "                            check_invariants=False)\ntorch.zeros(1, 4).add_(s)",
-        "memory.sparse-tensor (cell softmax, line 8)",
+        "memory.sparse-tensor (cell softmax, line 6)",  # made, before it is used
+    ),
+    # a compressed layout is made with no kernel of a sparse key run: each is refused as it is made
+    "csr_made": (
+        "s = torch.sparse_csr_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([1.0]), (1, 4))",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "csc_made_from_dense": (
+        "s = torch.ones(2, 2).to_sparse_csc()",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "bsr_made_from_dense": (
+        "s = torch.ones(2, 2).to_sparse(layout=torch.sparse_bsr, blocksize=(1, 1))",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "bsc_made": (
+        "s = torch.sparse_bsc_tensor(torch.tensor([0, 1]), torch.tensor([0]), torch.ones(1, 1, 1), (1, 1))",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "compressed_made_unchecked": (
+        "s = torch.ops.aten._sparse_compressed_tensor_unsafe(torch.tensor([0, 1]), torch.tensor([1 << 20]),\n"
+        "    torch.tensor([1.0]), [1, 4], layout=torch.sparse_csr)\ntorch.zeros(1, 4).add_(s)",
+        "memory.sparse-tensor (cell softmax, line 6)",
+    ),
+    "coo_made_unchecked": (
+        "s = torch.ops.aten._sparse_coo_tensor_unsafe(torch.tensor([[1 << 20]]), torch.tensor([1.0]), [4])\n"
+        "torch.zeros(4).add_(s)",
+        "memory.sparse-tensor (cell softmax, line 6)",
     ),
     "view_past_its_storage": (
         "v = torch.ops.aten._reshape_alias(torch.zeros(4, dtype=torch.uint8), [2], [1 << 20])\nv.fill_(1)",
@@ -189,6 +224,21 @@ TORCH_ROUTES = {
         "import os\nos.chdir('/proc/self')\nos.pwrite(os.open('mem', os.O_RDWR), b'1', ADDRESS)",
         "open-for-writing:mem (cell softmax, line 8)",
     ),
+    # a folder's descriptor (``dir_fd``), which the open's audit event leaves out: Landlock refuses
+    # the write, and the try is an escape
+    "proc_mem_through_a_folders_descriptor": (
+        "import os\nfd = os.open('/proc/self', os.O_RDONLY)\nos.pwrite(os.open('mem', os.O_RDWR, dir_fd=fd), b'1', ADDRESS)",
+        "open-for-writing:mem (cell softmax, line 8)",
+    ),
+    "proc_thread_mem_through_a_folders_descriptor": (
+        "import os\nfd = os.open('/proc', os.O_RDONLY)\nos.open(b'thread-self/mem', os.O_WRONLY, dir_fd=fd)",
+        "open-for-writing:thread-self/mem (cell softmax, line 8)",
+    ),
+    "proc_task_mem_through_an_opener": (
+        "import os, threading\nfd = os.open(f'/proc/self/task/{threading.get_native_id()}', os.O_RDONLY)\n"
+        "open('mem', 'r+b', opener=lambda path, flags: os.open(path, flags, dir_fd=fd))",
+        "open-for-writing:mem (cell softmax, line 8)",
+    ),
 }
 # bytecode of one's own: an index past a frame's locals or constants reads and writes there
 BYTECODE_ROUTES = {
@@ -224,13 +274,6 @@ ATTACKS = {
 }
 
 
-# /proc/self/mem through a folder's descriptor, and a wrong softmax where the write went through
-DIR_FD = (
-    "import os\nfd = os.open('/proc/self', os.O_RDONLY)\n"
-    "os.pwrite(os.open('mem', os.O_RDWR, dir_fd=fd), b'1', ADDRESS)\nreturn x * 0\n"
-)
-
-
 def _verdict(tmp_path, source):
     path = solution_with(tmp_path, "03_attention", softmax=source)
     found = audit.audit(
@@ -251,12 +294,6 @@ def test_a_route_to_raw_memory_is_a_disagreement(tmp_path, name):
     assert said in verdict.reason, verdict.reason
 
 
-def test_the_routes_fail_even_where_no_name_is_seen(tmp_path):
-    # no path the hook could stat: refused by Landlock
-    verdict = _verdict(tmp_path, _softmax("", DIR_FD))
-    assert verdict.agrees, verdict.reason
-
-
 def test_a_view_within_its_storage_is_no_escape(tmp_path):
     body = "x = torch.ops.aten._reshape_alias(x.contiguous(), [x.numel()], [1]).reshape(x.shape)"
     verdict = _verdict(tmp_path, _softmax("", body))
@@ -275,29 +312,54 @@ def test_a_module_imported_after_the_record_is_armed_is_no_escape(tmp_path):
     assert not verdict.agrees and "leave Python's reach" not in verdict.reason, verdict.reason
 
 
-def test_each_route_is_closed_on_this_interpreter():
+def _sealed_here(code: str) -> list[str]:
+    """The last lines ``code`` prints in a fresh interpreter, after ``no_new_programs``."""
     import subprocess
     import sys
 
+    setup = "import numpy, torch\nfrom course_grading.audit import hooks, memory\nassert hooks.no_new_programs()\n"
+    out = subprocess.run([sys.executable, "-c", setup + code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout.strip().splitlines()
+
+
+def test_each_route_is_closed_on_this_interpreter():
     code = (
-        "import numpy, torch\nfrom course_grading.audit import hooks, memory\n"
-        "assert hooks.no_new_programs()\n"
         "print([memory.no_proc_writes(), memory.seal_numpy(), memory.seal_torch(), memory.seal_ctypes()])\n"
         "events = []\nsys = __import__('sys')\nsys.addaudithook(lambda e, a: events.append(e))\n"
         "try:\n    torch.ctypes.c_int(1)\nexcept SystemError:\n    pass\nprint(events.count('ctypes.object'))\n"
+        "import os\ntry:\n    os.open('mem', os.O_RDWR, dir_fd=os.open('/proc/self', os.O_RDONLY))\n"
+        "except PermissionError:\n    print('refused')\n"  # Landlock, with no hook to name the try
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.stdout.strip().splitlines()[-2:] == ["[True, True, True, True]", "1"], out.stderr[-2000:]
+    assert _sealed_here(code)[-3:] == ["[True, True, True, True]", "1", "refused"]
+
+
+def test_what_an_objects_lookup_raises_goes_through_the_numpy_seal():
+    # as without the seal: its exception, and an alarm that ends a lookup that never returns
+    code = (
+        "import signal\n"
+        "class Raises:\n    def __getattr__(self, name):\n"
+        "        raise (KeyError if name in memory.INTERFACES else AttributeError)(name)\n"
+        "for tried in (Raises(), [1.0, Raises()]):\n    try:\n        numpy.asarray(tried)\n"
+        "    except KeyError as e:\n        print('raised', e)\n"
+        "class Late(BaseException):\n    pass\n"
+        "def late(*args):\n    raise Late\n"
+        "class Runaway:\n    def __getattr__(self, name):\n        while name in memory.INTERFACES:\n"
+        "            pass\n        raise AttributeError(name)\n"
+        "signal.signal(signal.SIGALRM, late)\nsignal.setitimer(signal.ITIMER_REAL, 0.2)\n"
+        "try:\n    numpy.asarray(Runaway())\nexcept Late:\n    print('ended by the alarm')\n"
+    )
+    unsealed = _sealed_here(code)
+    assert unsealed[-3:] == ["raised '__array_struct__'"] * 2 + ["ended by the alarm"]
+    assert _sealed_here("print(memory.seal_numpy())\n" + code)[-4:] == ["True", *unsealed[-3:]]
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not bubblewrap.available()[0], reason="needs bubblewrap")
 def test_in_the_sandbox(tmp_path):
     blocks = ROOT / "solutions" / "03_attention" / "building_blocks.py"
-    top, body, said = ATTACKS["numpy_instance_attribute"]
-    path = solution_with(tmp_path, "03_attention", softmax=_softmax(top, body))
-    found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
-    assert said in found["test_softmax"].reason, found["test_softmax"].reason
-    path = solution_with(tmp_path, "03_attention", softmax=_softmax("", DIR_FD))
-    found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
-    assert all(v.agrees for v in found.values()), found  # Landlock there too: the write failed
+    for name in ("numpy_instance_attribute", "torch_proc_mem_through_a_folders_descriptor"):
+        top, body, said = ATTACKS[name]
+        path = solution_with(tmp_path, "03_attention", softmax=_softmax(top, body))
+        found = {v.grade_id: v for v in audit.audit(path, "03_attention", seed=7, blocks=blocks)}
+        assert said in found["test_softmax"].reason, found["test_softmax"].reason

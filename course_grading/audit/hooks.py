@@ -148,10 +148,10 @@ def no_new_programs() -> bool:
     ]
     instructions = (Instruction * len(code))(*[Instruction(*c) for c in code])
     program = Program(len(code), instructions)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    prctl = memory.libc().prctl
+    if prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
         return False
-    return libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
+    return prctl(22, 2, ctypes.byref(program), 0, 0) == 0  # PR_SET_SECCOMP, MODE_FILTER
 
 
 def mark_python() -> None:
@@ -201,7 +201,7 @@ def _hook_for(fd: int) -> None:
     write, fstat, kill, getpid, getframe = os.write, os.fstat, os.kill, os.getpid, sys._getframe
     is_str, is_int, length, kill_signal = str, int, builtins.len, signal.SIGKILL
     type_of, error = builtins.type, PermissionError
-    is_bytes, decode, stat_of = bytes, bytes.decode, os.stat
+    is_bytes, decode, stat_of, listdir = bytes, bytes.decode, os.stat, os.listdir
     proc = stat_of("/proc").st_dev if os.path.isdir("/proc") else None  # a file under it: /proc/self/mem
     native, tests, escapes = NATIVE, TEST_MODULES, tuple(ESCAPES.items())
     mark, op_event, raw = MARK, OP, memory.RAW
@@ -244,11 +244,19 @@ def _hook_for(fd: int) -> None:
             if type_of(path) is is_str and path.startswith("/proc/") and path.endswith(("/mem", "/pagemap")):
                 what = "open:" + path
             elif type_of(args[2]) is is_int and args[2] & 3 and type_of(path) is is_str:  # for writing
+                # relative: to the working folder, or to any folder it holds open (``dir_fd``,
+                # which the event leaves out)
                 try:
-                    if stat_of(args[0]).st_dev == proc:
-                        what = "open-for-writing:" + path
+                    folders = [None] if path.startswith("/") else [None, *listdir("/proc/self/fd")]
                 except OSError:
-                    pass
+                    folders = [None]
+                for folder in folders:
+                    try:
+                        if stat_of(args[0], dir_fd=folder and is_int(folder)).st_dev == proc:
+                            what = "open-for-writing:" + path
+                            break
+                    except OSError:
+                        pass
         else:
             for name, said in escapes:
                 if event == name:

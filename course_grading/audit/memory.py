@@ -10,11 +10,12 @@ anywhere in the process with no audit event, which could rewrite the record's ho
                     tensor-expression compiler (``torch._C._te``: a
                     store at any index, into any address), a storage resized under the tensors
                     that use it (``resize_``: theirs then overflows it)
-    refuse_kernels  at the dispatcher: every kernel of a sparse layout (a sparse tensor's indices
-                    are not checked unless asked: one out of range writes out of bounds), a
-                    storage resized by an operator (``inductor::resize_storage_bytes_``), a view
-                    past its storage (``aten::_reshape_alias``: checked), the backward kernels
-                    of max pooling and embedding bags given indices (``INDEXED``)
+    refuse_kernels  at the dispatcher: every kernel of a sparse layout and every one that makes
+                    a sparse tensor (its indices are not checked unless asked: one out of range
+                    writes out of bounds), a storage resized by an operator
+                    (``inductor::resize_storage_bytes_``), a view past its storage
+                    (``aten::_reshape_alias``: checked), the backward kernels of max pooling and
+                    embedding bags given indices (``INDEXED``)
     no_proc_writes  Landlock: no file under /proc opened for writing (``/proc/self/mem``, however
                     its path is spelled)
     seal_ctypes     ctypes itself, imported by torch: no ctypes object made, no foreign call
@@ -27,6 +28,8 @@ not know it (another interpreter or machine), as ``no_proc_writes`` does without
 """
 
 import datetime
+import functools
+import re
 import sys
 
 RAW = "memory."  # the events of a closed route: RAW + what was tried
@@ -47,6 +50,8 @@ RAW_FUNCTIONS = (  # (module, attribute path): each reads a raw address or point
 )
 COMPILERS = ("torch._C._te",)  # every function and method of these modules
 SPARSE_KEYS = ("SparseCPU", "SparseCsrCPU")
+MAKERS = re.compile(r"aten::_?(sparse_\w+_tensor|to_sparse)")  # sparse_csr_tensor, _to_sparse_bsc.out, ...
+MAKER_KEYS = ("CPU", "CompositeImplicitAutograd", "CompositeExplicitAutograd")
 RESIZE = ("inductor::resize_storage_bytes_", "CompositeExplicitAutograd")
 ALIAS = ("aten::_reshape_alias", ("CPU", "QuantizedCPU"))  # a view of any size and strides, unchecked
 # backward kernels that write (or read) where an index tensor says, unchecked (measured): only a
@@ -71,6 +76,14 @@ LAYOUT = {
     "d_method": 40,
 }
 SEALED = "ctypes.object"  # raised by a sealed ctypes constructor or call
+
+
+@functools.cache
+def libc():
+    """The C library (the process's own symbols), loaded once."""
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _method_def(ctypes):
@@ -178,18 +191,23 @@ def seal_torch() -> bool:
 
 
 def sparse_kernels() -> list[tuple[str, str]]:
-    """(operator, key) for every kernel of a sparse layout on the CPU."""
+    """(operator, key) for every kernel of a sparse layout on the CPU, and for every kernel that
+    makes a sparse tensor from dense data (``MAKERS``): a compressed layout's (CSR, CSC, BSR,
+    BSC) is built with no kernel of a sparse key run."""
     import torch
 
     registered = torch._C._dispatch_get_registrations_for_dispatch_key
-    return [(name, key) for key in SPARSE_KEYS for name in registered(key)]
+    return [(name, key) for key in SPARSE_KEYS for name in registered(key)] + [
+        (name, key) for key in MAKER_KEYS for name in registered(key) if MAKERS.match(name)
+    ]
 
 
 def refuse_kernels(audit=sys.audit) -> None:
-    """At the dispatcher, on any thread and under any mode: every kernel of a sparse layout
-    raises ``RAW + "sparse-tensor"``, ``RESIZE`` and ``INDEXED`` ``RAW`` + their names, and
-    each fails. No sparse tensor can then be made or used, whatever its indices; a storage keeps
-    its size; no index given to a backward kernel writes past its output.
+    """At the dispatcher, on any thread and under any mode: every kernel of a sparse layout, and
+    every one that makes a sparse tensor, raises ``RAW + "sparse-tensor"``, ``RESIZE`` and
+    ``INDEXED`` ``RAW`` + their names, and each fails. No sparse tensor can then be made or
+    used, whatever its indices; a storage keeps its size; no index given to a backward kernel
+    writes past its output.
     ``ALIAS`` is computed by ``as_strided``, which checks the view against its storage: one
     past it raises ``RAW`` + its name, and fails."""
     import warnings
@@ -207,7 +225,8 @@ def refuse_kernels(audit=sys.audit) -> None:
             lib = handles.get((ns, key))
             if lib is None:
                 lib = handles[(ns, key)] = torch._C._dispatch_library("IMPL", ns, key, "", 0)
-            event = RAW + ("sparse-tensor" if key in SPARSE_KEYS else name.split(".")[0])
+            sparse = key in SPARSE_KEYS or MAKERS.match(name)
+            event = RAW + ("sparse-tensor" if sparse else name.split(".")[0])
             if event not in kernels:
                 alias = name == ALIAS[0]
                 kernels[event] = (_checked_alias if alias else _refusing_kernel)(event, audit)
@@ -260,11 +279,11 @@ def no_proc_writes() -> bool:
         _pack_ = 1
         _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    if libc.syscall(create, None, 0, 1) < 1:  # LANDLOCK_CREATE_RULESET_VERSION: the ABI
+    syscall = libc().syscall
+    syscall.restype = ctypes.c_long
+    if syscall(create, None, 0, 1) < 1:  # LANDLOCK_CREATE_RULESET_VERSION: the ABI
         return False
-    ruleset = libc.syscall(create, ctypes.byref(Ruleset(write_file)), ctypes.sizeof(Ruleset), 0)
+    ruleset = syscall(create, ctypes.byref(Ruleset(write_file)), ctypes.sizeof(Ruleset), 0)
     if ruleset < 0:
         return False
     try:
@@ -275,33 +294,42 @@ def no_proc_writes() -> bool:
                 continue
             try:
                 rule = Beneath(write_file, fd)
-                if libc.syscall(add, ruleset, 1, ctypes.byref(rule), 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
+                if syscall(add, ruleset, 1, ctypes.byref(rule), 0) != 0:  # LANDLOCK_RULE_PATH_BENEATH
                     return False
             finally:
                 os.close(fd)
-        return libc.syscall(restrict, ruleset, 0) == 0
+        return syscall(restrict, ruleset, 0) == 0
     finally:
         os.close(ruleset)
 
 
-def _stub(names: tuple[int, int], original: int, callback: int) -> bytes:
-    """x86-64: ``rsi`` (the name) is one of ``names``: ``*rdx = NULL``, then on to ``callback``
-    (which returns 0: not found); else on to ``original``, registers untouched."""
+def _stub(names: tuple[int, int], original: int, check: int, call: int) -> bytes:
+    """x86-64, in place of ``_PyObject_LookupAttr(obj, name, &result)``: ``name`` (``rsi``) is
+    one of ``names``: ``result = NULL``, then ``call(check, obj, name, NULL)``
+    (``PyObject_CallFunctionObjArgs``), and 0 (not found) if it returned (None), -1 with its
+    exception set if it raised, as the lookup itself does; else on to ``original``, registers
+    untouched."""
 
     def imm(value: int) -> bytes:
         return value.to_bytes(8, "little")
 
     compare = [b"\x48\xb8" + imm(n) + b"\x48\x39\xc6" for n in names]  # mov rax, NAME; cmp rsi, rax
-    code = compare[0] + b"\x74\x1b" + compare[1] + b"\x74\x0c"  # je refused (twice)
+    code = compare[0] + b"\x74\x1b" + compare[1] + b"\x74\x0c"  # je looked_up (twice)
     code += b"\x48\xb8" + imm(original) + b"\xff\xe0"  # mov rax, ORIGINAL; jmp rax
-    code += b"\x48\xc7\x02\x00\x00\x00\x00"  # refused: mov qword [rdx], 0
-    return code + b"\x48\xb8" + imm(callback) + b"\xff\xe0"  # mov rax, CALLBACK; jmp rax
+    code += b"\x48\xc7\x02\x00\x00\x00\x00"  # looked_up: mov qword [rdx], 0
+    code += b"\x48\x89\xf2\x48\x89\xfe\x48\xbf" + imm(check)  # mov rdx, rsi; mov rsi, rdi; mov rdi, CHECK
+    code += b"\x31\xc9\x31\xc0\x48\x83\xec\x08"  # xor ecx, ecx; xor eax, eax; sub rsp, 8 (aligned)
+    code += b"\x49\xbb" + imm(call) + b"\x41\xff\xd3\x48\x83\xc4\x08"  # mov r11, CALL; call r11; add rsp, 8
+    code += b"\x48\x85\xc0\x74\x06"  # test rax, rax; jz raised
+    code += b"\x48\xff\x08\x31\xc0\xc3"  # dec qword [rax] (None's count); xor eax, eax; ret
+    return code + b"\xb8\xff\xff\xff\xff\xc3"  # raised: mov eax, -1; ret
 
 
-def _refused(
+def _looked_up(
     obj,
     name,
     _getattr=getattr,
+    _missing=AttributeError,
     _type=type,
     _issubclass=issubclass,
     _dict=dict,
@@ -309,21 +337,18 @@ def _refused(
     _capsule=CAPSULE,
     _audit=sys.audit,
     _event=NUMPY,
-    _any=BaseException,
 ):
-    """What numpy's lookup of an interface runs instead: nothing found, and ``NUMPY`` raised where
-    the object holds a value numpy would build an array on (a dict, a capsule). It reads no global
-    or builtin by name; what it raises is swallowed (a native callback cannot raise)."""
+    """What numpy's lookup of an interface runs instead (a copy of it, held by nothing Python
+    can reach): ``NUMPY`` raised where the object holds a value numpy would build an array on (a
+    dict, a capsule); None, for not found, otherwise. What the object's lookup raises, but
+    AttributeError, is raised, as the lookup without the seal raises it. Reads no global or
+    builtin by name."""
     try:
         kind = _type(_getattr(obj, name))
-    except _any:
-        return 0
+    except _missing:
+        return
     if (kind is _capsule) if name is not _interface else _issubclass(kind, _dict):
-        try:
-            _audit(_event)
-        except _any:
-            pass
-    return 0
+        _audit(_event)
 
 
 def _slots(path: str, value: int) -> list[tuple[int, bool]]:
@@ -356,6 +381,7 @@ def seal_numpy() -> bool:
     it). False, nothing changed: another machine or interpreter, whose layout this does not know."""
     import ctypes
     import platform
+    import types
 
     import numpy
     from numpy._core import _multiarray_umath
@@ -366,29 +392,30 @@ def seal_numpy() -> bool:
     slots = _slots(_multiarray_umath.__file__, lookup)
     if len(slots) != 1:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype, libc.mmap.argtypes = (
+    c = libc()
+    c.mmap.restype, c.mmap.argtypes = (
         ctypes.c_void_p,
         [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long],
     )
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    c.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     read, write, run, page = 1, 2, 4, 4096
-    callback = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.py_object)(_refused)
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(callback))  # held by nothing Python can reach
+    check = types.FunctionType(_looked_up.__code__, {}, None, _looked_up.__defaults__)
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(check))  # held by nothing Python can reach
+    call = ctypes.cast(ctypes.pythonapi.PyObject_CallFunctionObjArgs, ctypes.c_void_p).value
     names = tuple(id(sys.intern(n)) for n in INTERFACES)
-    code = _stub(names, lookup, ctypes.cast(callback, ctypes.c_void_p).value)
-    stub = libc.mmap(None, page, read | write, 0x22, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
+    code = _stub(names, lookup, id(check), call)
+    stub = c.mmap(None, page, read | write, 0x22, -1, 0)  # MAP_PRIVATE | MAP_ANONYMOUS
     if stub in (None, ctypes.c_void_p(-1).value):
         return False
     ctypes.memmove(stub, code, len(code))
-    if libc.mprotect(stub, page, read | run) != 0:
+    if c.mprotect(stub, page, read | run) != 0:
         return False
     (slot, writable), first = slots[0], slots[0][0] & ~(page - 1)
-    if not writable and libc.mprotect(first, page, read | write) != 0:
+    if not writable and c.mprotect(first, page, read | write) != 0:
         return False
     ctypes.c_void_p.from_address(slot).value = stub
     if not writable:
-        libc.mprotect(first, page, read)
+        c.mprotect(first, page, read)
     own = bytearray(1)
 
     class Probe:
