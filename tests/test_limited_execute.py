@@ -245,6 +245,21 @@ def test_a_cell_that_will_not_stop_at_the_budget_scores_zero():
         assert "time budget of 3 s" in cell.outputs[-1].evalue
 
 
+def test_a_cell_past_its_own_limit_says_so_not_keyboardinterrupt():
+    """A graded cell that loops past Execute.timeout is interrupted: it scores 0 with one error
+    that names the limit (what grades.csv and the class report show) and the line that was
+    running, not the KeyboardInterrupt the interruption raised; the next cells still run."""
+    from nbgrader.utils import determine_grade
+
+    nb = run("def f():\n    while True:\n        pass\n", "f()\n", "x = 1\nx\n", grade=(1,), timeout=3)
+    looped = nb.cells[1]
+    assert determine_grade(looped)[0] == 0
+    [err] = [o for o in looped.outputs if o.output_type == "error"]
+    assert err.ename == "CellTimeoutError" and "ran past its limit of 3 s" in err.evalue, err
+    assert any("while True" in line or "pass" in line for line in err.traceback[:-1]), err.traceback
+    assert nb.cells[2].outputs[0].data["text/plain"] == "1"
+
+
 HIDDEN = "### BEGIN HIDDEN TESTS\n{}\n### END HIDDEN TESTS\n"
 
 

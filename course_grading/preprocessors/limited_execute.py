@@ -24,7 +24,9 @@ submission bounded, and the hidden tests of the notebook run after all its cells
   less. A cell still running when the budget is spent is interrupted (a kernel that does not
   stop is given ``BUDGET_GRACE`` seconds, then left behind), and what has not run then does not
   run: each such cell gets an error output saying so (``TimeBudgetSpent``), so a grade cell
-  scores 0, with that message.
+  scores 0, with that message. A cell interrupted at its own ``Execute.timeout`` gets one
+  ``CellTimeoutError`` naming the limit, with the line that was running, in place of the
+  ``KeyboardInterrupt`` the interruption raised.
 * **Hidden tests.** A cell holding a hidden-test region runs its visible part in place; the
   hidden part, from the hidden-test delimiter on, runs only after every cell of the notebook has
   run, in the cells' order, each as a request of its own, its output attached to its cell after
@@ -146,6 +148,7 @@ class LimitedExecute(Execute):
         self._noticed: set[tuple[int, str]] = set()
         self._deadline: float | None = None
         self._cut = False  # the time budget ran out while a request ran
+        self._timed_out: int | None = None  # the limit a request ran past (Execute.timeout)
         self._part_start = 0  # first output index of the request now running
         self._prefix: list | None = None  # outputs to put back before the hidden part's own
         self._cell_index_now: int | None = None
@@ -245,6 +248,8 @@ class LimitedExecute(Execute):
             # millisecond early): a short wait for its output
             self._cut = True
             self.iopub_timeout = min(self.iopub_timeout, BUDGET_GRACE)
+        else:  # at the cell's own limit
+            self._timed_out = timeout
         return await super()._async_handle_timeout(timeout, cell)
 
     def _budget_error(self, evalue: str) -> dict:
@@ -325,6 +330,7 @@ class LimitedExecute(Execute):
         outputs it produces."""
         cell.source = source
         self._prefix = prefix
+        self._timed_out = None
         self._part_start = len(prefix or [])
         self._cell_index_now = cell_index
         iopub_timeout = self.iopub_timeout
@@ -352,7 +358,10 @@ class LimitedExecute(Execute):
 
     def _settle(self, cell):
         """After a request: a grade cell that raised keeps no result; an interruption at the end
-        of the budget says so."""
+        of the budget, or at a cell's own limit, says so."""
+        limit, self._timed_out = self._timed_out, None
+        if limit is not None and not self._cut:
+            _name_timeout(cell, limit)
         if is_grade(cell) and any(o.get("output_type") == "error" for o in cell.outputs):
             # a cell that raised never displayed its last expression: a result before the
             # error was sent by the code it ran, and nbgrader would score the cell by it
@@ -498,6 +507,23 @@ def _kept_on_clear(output) -> bool:
 def _cut_error(msg: dict) -> dict:
     """An error message with its name, value and traceback cut short."""
     return dict(msg, content=_cut_error_content(msg.get("content") or {}))
+
+
+def _name_timeout(cell, limit: int) -> None:
+    """A cell interrupted at its limit: one error that says so (``CellTimeoutError``, with the
+    interrupted traceback, which shows the line that was running), not the KeyboardInterrupt
+    the interruption raised in the kernel."""
+    said = f"interrupted: this cell ran past its limit of {limit:g} s (Execute.timeout)"
+    raised = [
+        o for o in cell.outputs if o.get("output_type") == "error" and o.get("ename") == "KeyboardInterrupt"
+    ]
+    where = list(raised[0].get("traceback", []))[:-1] if raised else []
+    cell.outputs = [o for o in cell.outputs if not any(o is r for r in raised)]
+    for output in cell.outputs:
+        if output.get("output_type") == "error" and output.get("ename") == "CellTimeoutError":
+            output["evalue"], output["traceback"] = said, [*where, f"CellTimeoutError: {said}"]
+            return
+    cell.outputs.append(new_output("error", ename="CellTimeoutError", evalue=said, traceback=[*where, said]))
 
 
 def _cut_error_content(content: dict) -> dict:
