@@ -246,6 +246,9 @@ def test_exchange_modes_and_owner_are_made_ok_by_their_fixes(tmp_path):
 
     exchange = tmp_path / "exchange"
     assert "mkdir -p" in di.check_exchange(exchange, "attention-course").fix
+    # not named by the configuration: a course that copies submissions itself needs none
+    unnamed = di.check_exchange(exchange, "attention-course", named=False)
+    assert unnamed.status == doctor.WARN and "needed only to release and collect" in unnamed.detail
     exchange.mkdir()
     exchange.chmod(0o755)  # not writable by students, not sticky
     env = {**os.environ}

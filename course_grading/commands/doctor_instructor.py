@@ -28,7 +28,7 @@ from pathlib import Path
 from course_grading import system
 
 from . import server_config
-from .doctor import FAIL, OK, Line
+from .doctor import FAIL, OK, WARN, Line
 from .doctor_gradebook import check_gradebook
 
 EXTENSION = "course_grading.instructor_server"
@@ -118,14 +118,18 @@ def _user(uid: int) -> str:
         return str(uid)
 
 
-def check_exchange(exchange: Path, course_id: str, me: int | None = None) -> Line:
+def check_exchange(exchange: Path, course_id: str, me: int | None = None, named: bool = True) -> Line:
+    """The exchange's modes and owner. One that does not exist FAILs where the configuration
+    names it (``named``), else WARNs: a course that copies submissions into ``submitted/``
+    itself needs none."""
     what = "exchange"
     me = os.getuid() if me is None else me
     if not exchange.is_dir():
         return Line(
-            FAIL,
+            FAIL if named else WARN,
             what,
-            f"{exchange} does not exist (c.Exchange.root)",
+            f"{exchange} does not exist (c.Exchange.root)"
+            + ("" if named else ": needed only to release and collect through nbgrader's exchange"),
             " && ".join(
                 _as_root_unless_mine(f"{command} {shlex.quote(str(exchange))}", exchange)
                 for command in ("mkdir -p", "chmod 1777")
@@ -172,7 +176,7 @@ def diagnose(course) -> list[Line]:
         ]
     exchange = Path(course.Exchange.get("root", "/srv/nbgrader/exchange"))
     course_id = str(course.CourseDirectory.get("course_id", "")) or "attention-course"
-    lines.append(check_exchange(exchange, course_id))
+    lines.append(check_exchange(exchange, course_id, named="root" in course.Exchange))
     db_url = course.CourseDirectory.get("db_url", "")
     gradebook = check_gradebook(db_url, root) if db_url else None
     return lines + ([gradebook] if gradebook else [])
