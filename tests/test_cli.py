@@ -110,6 +110,8 @@ def test_unknown_assignment(course, capsys):
 
 def test_autograde_without_submissions(course, capsys):
     assert "no submissions to grade" in run_error(capsys, "--root", str(course), "autograde")
+    said = run_error(capsys, "--root", str(course), "autograde", "01_tiny", "--student", "nobody")
+    assert "no submissions of 'nobody' for 01_tiny to grade" in said, said
 
 
 def test_feedback_before_autograde(course, capsys):
@@ -312,3 +314,22 @@ def test_autograde_refuses_without_a_sandbox(course, capsys, monkeypatch):
     assert "bubblewrap (bwrap) is not installed" in line and f"To fix it: {bubblewrap.fix()};" in line
     assert bubblewrap.fix() == doctor.check_bubblewrap().fix != ""
     assert "--no-sandbox" in line
+
+
+def test_a_partial_regrade_says_its_own_flags_and_the_class_files(course, capsys, monkeypatch):
+    """Regrading one student prints that run's flags ("no red flags in this run"), and says
+    that flags.csv, which keeps the whole class, still holds another submission's flag."""
+    from course_grading.grading import autograde as grading
+    from course_grading.grading.red_flags import Flag
+    from course_grading.reports import class_report
+    from course_grading.reports.results import SubmissionResult
+
+    ben = SubmissionResult("ben", ASSIGNMENT)
+    cy = SubmissionResult("cy", ASSIGNMENT, flags=[Flag("cell 3", "reads or writes the gradebook")])
+    monkeypatch.setattr(grading, "autograde", lambda *a, **k: [ben])
+    monkeypatch.setattr(class_report, "whole_class", lambda *a, **k: [ben, cy])
+    argv = ["--root", str(course), "autograde", ASSIGNMENT, "--student", "ben", "--no-report"]
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "no red flags in this run" in out and "1 other submission of the class flagged before" in out
+    assert "cy" in (course / "reports" / "flags.csv").read_text()

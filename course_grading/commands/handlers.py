@@ -215,7 +215,11 @@ def cmd_autograde(args, course: Course) -> int:
     print(f"\ngrades: {csv_path}")
     if not args.no_audit or any(r.flags for r in results):  # files left out are flagged anyway
         flags = out.format_flags(results)
-        print(f"\n{flags}" if flags else "\nno red flags")
+        print(f"\n{flags}" if flags else "\nno red flags" + " in this run" * bool(partial))
+        graded = {(r.student, r.assignment) for r in results}
+        before = sum(1 for r in reported if r.flags and (r.student, r.assignment) not in graded)
+        if partial and before:  # the class's file keeps them: say so, not only this run's
+            print(f"{before} other submission{'s' * (before != 1)} of the class flagged before")
         print(f"flags: {out.write_flags_csv(reported, csv_path.parent / out.FLAGS_CSV.name)}")
     if not args.no_report:
         print("class report: {}, {}".format(*class_report.write_report(reported, course.root)))

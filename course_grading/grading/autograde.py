@@ -98,7 +98,9 @@ def autograde(
     if not pairs:
         if invalid:
             return invalid
-        raise GradingError(f"no submissions to grade under {submitted}")
+        which = " of " + ", ".join(map(repr, students)) if students else ""
+        which += " for " + ", ".join(assignments) if assignments else ""
+        raise GradingError(f"no submissions{which} to grade under {submitted}")
     known = set(course.source_assignments())
     run = GradingRun(
         course,
