@@ -230,8 +230,10 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     assert main(["--root", str(course), "feedback", "--student", "ann"]) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"course: note: ann/{ASSIGNMENT}: 2 points of written answers not graded by hand yet "
-        "(its feedback shows them as 0)"
+        "(its feedback says so beside each)"
     ]
+    waiting = next(p for p in (course / "feedback" / "ann").rglob("*.html")).read_text(encoding="utf-8")
+    assert "Not graded yet: this answer waits to be graded by hand" in waiting  # not a bare 0
 
     # the instructor scores ann's answer and comments, as the Formgrader's API does
     with gradebook(course_directory(course)) as gb:
@@ -264,6 +266,7 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     pages = feedback.feedback(course, students=["ann"])
     html = pages[0].read_text(encoding="utf-8")
     assert "Right idea; say <em>why</em> adding equals doubling" in html
+    assert "Not graded yet" not in html
     assert "Because doubling a number adds it to itself" in html
     assert "overflow-wrap: anywhere" in html  # FeedbackStyle: long messages wrap
 

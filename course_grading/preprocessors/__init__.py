@@ -5,8 +5,9 @@
 Autograding: ``RefuseLinks`` first among the sanitizing steps and ``TrustedMetadata`` right after
 it, ``LimitedExecute`` (in place of
 nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenOutputs`` and ``ScrubHiddenTracebacks`` before nbgrader's
-``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``), and ``FeedbackStyle`` last (``FEEDBACK_LAST``:
-long lines wrap). ``SanitizeNotebook`` last among the
+``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``), ``PendingGrades`` in place of nbgrader's
+``GetGrades`` (a score that waits for grading by hand says so), and ``FeedbackStyle`` last
+(``FEEDBACK_LAST``: long lines wrap). ``SanitizeNotebook`` last among the
 autograding steps, in feedback, and in every HTMLExporter (the Formgrader's pages).
 ``GraderRubric`` before it in every HTMLExporter: the model answer and rubric beside each
 written answer, on the Formgrader's submission page only. ``kernel_messages`` (reading a
@@ -18,6 +19,7 @@ from .feedback_style import FeedbackStyle
 from .grader_rubric import GraderRubric
 from .hidden_outputs import HideHiddenOutputs
 from .limited_execute import LimitedExecute
+from .pending_grades import PendingGrades
 from .refuse_links import LinkedSubmission, RefuseLinks
 from .require_setup import RequireSetup, SetupCellFailed
 from .sanitize import SanitizeNotebook
@@ -33,6 +35,7 @@ __all__ = [
     "FeedbackStyle",
     "GraderRubric",
     "HideHiddenOutputs",
+    "PendingGrades",
     "LimitedExecute",
     "LinkedSubmission",
     "RefuseLinks",

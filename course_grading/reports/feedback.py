@@ -22,7 +22,7 @@ from course_grading.course.course import Course
 from course_grading.course.course_dir import find_submissions
 from course_grading.course.nbgrader_setup import LOG, course_directory, gradebook, run_converter
 from course_grading.errors import GradingError
-from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS
+from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS, PendingGrades
 from course_grading.reports.reports_csv import write_rows
 from course_grading.reports.results import pending_points, uncomputed
 
@@ -100,22 +100,23 @@ def awaiting_manual(course, assignments=None, students=None, db_url=None) -> lis
                 if pending:
                     lines.append(
                         f"{submission.student.id}/{assignment.name}: {pending:g} points of written "
-                        "answers not graded by hand yet (its feedback shows them as 0)"
+                        "answers not graded by hand yet (its feedback says so beside each)"
                     )
     return sorted(lines)
 
 
 def feedback_preprocessors(configured: list) -> list:
     """``configured`` (nbgrader_config.py's GenerateFeedback.preprocessors, classes or dotted
-    names) with the course's feedback filters first where it does not list them, and its
-    style (long lines wrap) last."""
+    names) with the course's feedback filters first where it does not list them, nbgrader's
+    GetGrades replaced by ``PendingGrades``, and the course's style (long lines wrap) last."""
+    from nbgrader.preprocessors import GetGrades
     from traitlets.utils.importstring import import_item
 
-    listed = {import_item(p) if isinstance(p, str) else p for p in configured}
+    classes = [import_item(p) if isinstance(p, str) else p for p in configured]
     return [
-        *(p for p in FEEDBACK_PREPROCESSORS if p not in listed),
-        *configured,
-        *(p for p in FEEDBACK_LAST if p not in listed),
+        *(p for p in FEEDBACK_PREPROCESSORS if p not in classes),
+        *(PendingGrades if p is GetGrades else p for p in classes),
+        *(p for p in FEEDBACK_LAST if p not in classes),
     ]
 
 
