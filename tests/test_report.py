@@ -38,6 +38,21 @@ def results():
     ]
 
 
+def test_a_written_answers_comment_is_no_failure_message():
+    """The instructor's comment to one student on a written answer given less than full marks
+    is not a failure message of the class: the report counts it without quoting it."""
+    from course_grading.reports.results import ExerciseResult, SubmissionResult
+
+    graded = [
+        SubmissionResult(
+            "ann", "a", [ExerciseResult("written", 1.0, 2.0, "Ann: see me after class", manual=True)]
+        ),
+        SubmissionResult("bob", "a", [ExerciseResult("written", 2.0, 2.0, "", manual=True)]),
+    ]
+    [row] = report.exercise_stats(graded)
+    assert row.common_failures() == [(report.BELOW_FULL_MARKS, 1)]
+
+
 def test_exercise_stats(results):
     stats = report.exercise_stats(results)
     assert [(s.assignment, s.exercise) for s in stats] == [

@@ -32,6 +32,7 @@ REPORT_PNG = Path("reports") / "class_report.png"
 TOP_FAILURES = 3
 GRADING_FAILED = "(grading failed)"
 _NO_MESSAGE = "(no message)"
+BELOW_FULL_MARKS = "(given less than full marks by hand)"
 NOT_GRADED = "not graded: the gradebook has no score for some cells (autograding failed)"
 
 
@@ -88,8 +89,8 @@ def exercise_stats(results: list[SubmissionResult]) -> list[ExerciseStats]:
                 row.awaiting_manual += 1
                 continue
             row.scores.append(e.score)
-            if not e.passed:
-                row.failures[e.message or _NO_MESSAGE] += 1
+            if not e.passed:  # a written answer's message is the instructor's comment to one student
+                row.failures[BELOW_FULL_MARKS if e.manual else e.message or _NO_MESSAGE] += 1
     rows = list(stats.values())
     for assignment, row in broken.items():
         last = max((i for i, s in enumerate(rows) if s.assignment == assignment), default=len(rows) - 1)
