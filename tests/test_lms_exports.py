@@ -101,8 +101,13 @@ def test_canvas_fill_matches_by_recorded_canvas_id_and_names_missing_columns(cou
     relogged.write_text(
         CANVAS.read_text(encoding="utf-8-sig").replace(",S1001,ada,", ",S1001,a.lovelace,"), encoding="utf-8"
     )
-    with gradebook(course_directory(course)) as gb:
+    with gradebook(course_directory(course)) as gb:  # a Moodle ID number that is a number: not Canvas's
         gb.update_or_create_student("ada", lms_user_id="1001")
+    done = canvas.fill(course, relogged, tmp_path / "upload.csv")
+    assert _rows_by_login(_read(done.path))["a.lovelace"][COLUMN] == ""
+    assert any(p.startswith("ada ") for p in done.problems)
+    with gradebook(course_directory(course)) as gb:
+        gb.update_or_create_student("ada", lms_user_id="canvas:1001")
     done = canvas.fill(course, relogged, tmp_path / "upload.csv")
     assert _rows_by_login(_read(done.path))["a.lovelace"][COLUMN] == "3"
     assert not any(p.startswith("ada ") for p in done.problems)
@@ -132,16 +137,16 @@ def test_a_canvas_gradebook_export_reads_as_a_roster(course):
     read = roster.read_roster(CANVAS)
     entries = read.entries
     assert [(e.id, e.first_name, e.last_name, e.lms_id) for e in entries] == [
-        ("ada", "Ada", "Lovelace", "1001"),
-        ("ben", "Ben", "Okafor", "1002"),
-        ("cy", None, "Cy", "1003"),
-        ("eve", "Eve", "Fremd", "1005"),
+        ("ada", "Ada", "Lovelace", "canvas:1001"),
+        ("ben", "Ben", "Okafor", "canvas:1002"),
+        ("cy", None, "Cy", "canvas:1003"),
+        ("eve", "Eve", "Fremd", "canvas:1005"),
     ]  # no "Points Possible", no numeric-id student, no test student
     assert read.notes == [f"1 of {CANVAS} not imported, not a student: Student, Test (Canvas's test student)"]
     roster.import_roster(course, CANVAS)
     with gradebook(course_directory(course)) as gb:
         assert sorted(s.id for s in gb.students) == ["ada", "ben", "cy", "eve"]
-        assert gb.find_student("ben").lms_user_id == "1002"
+        assert gb.find_student("ben").lms_user_id == "canvas:1002"
 
 
 def test_moodle_participants_read_as_a_roster(course, tmp_path):
@@ -202,17 +207,28 @@ def test_a_canvas_row_without_a_login_is_named(course, tmp_path):
     assert [e.id for e in roster.read_roster(path).entries] == ["S1001", "S1002", "S1003", "S1005"]
 
 
-def test_an_lms_id_replaced_by_the_other_lms_s_is_named(course, capsys):
-    """Canvas's ID and Moodle's ID number share nbgrader's one lms_user_id: importing one after
-    the other changes what a Moodle export by ID number writes, and says so."""
+def test_canvas_and_moodle_ids_are_kept_apart(course, tmp_path, capsys):
+    """Canvas's ID and Moodle's ID number share nbgrader's one lms_user_id: Canvas's is tagged,
+    never replaces an ID number, and a Moodle export by ID number never writes it."""
     participants = FIXTURES / "moodle_participants_with_username.csv"
-    roster.import_roster(course, participants)
-    assert main(["--root", str(course), "roster", "import", str(CANVAS)]) == 0
-    captured = capsys.readouterr()
-    assert captured.out.strip() == f"4 students in {CANVAS}: 1 added, 3 updated, 0 unchanged"
-    assert "course: note: 3 LMS ids replaced: ada S1001 → 1001, ben S1002 → 1002, cy S1003 → 1003" in (
-        captured.err
+    roster.import_roster(course, CANVAS)
+    _submit(course, "ada", 2)
+    done = grade_exports.export(course, tmp_path / "m.csv", "moodle", match="idnumber")
+    assert [r[0] for r in _read(done.path)] == ["ID number"]  # no Canvas ID as an ID number
+    assert sorted(p.split(":")[0] for p in done.problems) == ["ada", "ben", "cy", "eve"]
+    done = roster.import_roster(course, participants)  # Moodle's ID number replaces Canvas's ID
+    assert done.notes[1] == (
+        "3 LMS ids replaced: ada canvas:1001 → S1001, ben canvas:1002 → S1002, cy canvas:1003 → S1003"
     )
+    assert main(["--root", str(course), "roster", "import", str(CANVAS)]) == 0  # and stays
+    captured = capsys.readouterr()
+    assert captured.out.strip() == f"4 students in {CANVAS}: 0 added, 0 updated, 4 unchanged"
+    assert (
+        "course: note: Canvas's ID not recorded for 3 students with a Moodle ID number, kept" in captured.err
+    )
+    assert captured.err.rstrip().endswith("ada (S1001), ben (S1002), cy (S1003)")
+    rows = _read(grade_exports.export(course, tmp_path / "m.csv", "moodle", match="idnumber").path)
+    assert sorted(r[0] for r in rows[1:]) == ["S1001", "S1002", "S1003"]
 
 
 def test_moodle_round_trip_by_id_number_only_for_its_participants(course, tmp_path, capsys):

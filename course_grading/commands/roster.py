@@ -13,8 +13,8 @@ column named by ``id_column``. The files instructors download are read as they c
   then a ``Points Possible`` row): the id is the SIS Login ID (else the SIS User ID; an export
   with neither, as Canvas gives it to a user without SIS permission, is refused: Canvas's own
   numeric ``ID`` is never a student id), the name is split from "Last, First", and the ``ID``
-  is kept as the student's LMS id (``lms_user_id``, which ``course export --format canvas
-  --fill`` matches by); the points row and the "Manual Posting" row are nobody, Canvas's test
+  is kept as the student's LMS id, ``canvas:<ID>`` (``lms_user_id``, which ``course export
+  --format canvas --fill`` matches by; ``reports.lms.ids``); the points row and the "Manual Posting" row are nobody, Canvas's test
   student is named in a note and not imported;
 * Moodle's participants download: only a participant whose ``Roles`` include Student is
   imported (the others are named in a note); its ``ID number`` is kept as the LMS id (``course
@@ -22,8 +22,9 @@ column named by ``id_column``. The files instructors download are read as they c
   shows one: without it, name the id column (``--id-column``).
 
 The import says how many students it added, updated and left unchanged; it names each student
-of the gradebook the file lacks (kept: nothing is deleted) and each LMS id it replaced (the
-gradebook holds one per student: Canvas's ID and Moodle's ID number overwrite each other).
+of the gradebook the file lacks (kept: nothing is deleted) and each LMS id it replaced. The
+gradebook holds one LMS id per student: Moodle's ID number replaces Canvas's ID, but Canvas's ID
+never replaces an ID number (kept, and named: it is what an export by ID number writes).
 
 A roster comes from outside the course (an LMS, a registrar), and students choose their own
 display names there: the file is read within a size cap and without following a link
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from course_grading import untrusted
 from course_grading.course.nbgrader_setup import course_directory, gradebook
 from course_grading.errors import GradingError
+from course_grading.reports.lms import ids
 from course_grading.reports.lms.canvas import TEST_STUDENT, posting_cell
 from course_grading.reports.reports_csv import clean, read_rows
 
@@ -72,7 +74,12 @@ class RosterEntry:
     first_name: str | None
     last_name: str | None
     email: str | None
-    lms_id: str | None = None  # the LMS's own id of the student (Canvas's ID, Moodle's ID number)
+    lms_id: str | None = None  # the LMS's own id of the student (``reports.lms.ids``)
+
+    @property
+    def id_number(self) -> str:
+        """Moodle's ID number ("" for none, or for Canvas's ID)."""
+        return ids.id_number(self.lms_id)
 
     def fields(self) -> dict[str, str]:
         """The gradebook's fields this row sets (an empty cell leaves its field as it is)."""
@@ -227,7 +234,10 @@ def read_roster(path, id_column: str | None = None) -> Roster:
             problems.append(f"line {line}{who}: {student} is listed twice (first on line {seen[student]})")
         else:
             seen[student] = line
-            entries.append(RosterEntry(student, first, last, cell("email"), cell("lms_id")))
+            lms_id = cell("lms_id")
+            if canvas and lms_id:
+                lms_id = ids.canvas_tagged(lms_id)
+            entries.append(RosterEntry(student, first, last, cell("email"), lms_id))
     if problems:
         rule = f" ({ID_RULE})" if bad_id else ""
         raise GradingError(
@@ -243,16 +253,19 @@ def import_roster(course, path, db_url=None, id_column: str | None = None) -> Im
     """Create or update a gradebook student for each row of roster ``path`` (nbgrader's
     ``update_or_create_student``); a cell left empty leaves that field as it is. Says which
     students were added, updated or unchanged, and notes each gradebook student the file lacks
-    (kept) and each LMS id replaced by another LMS's."""
+    (kept) and each LMS id replaced or kept: a Canvas ID never replaces a Moodle ID number."""
     roster = read_roster(path, id_column)
     done = Imported(notes=list(roster.notes))
-    replaced = []
+    replaced, kept = [], []
     coursedir = course_directory(course, db_url=db_url)
     with gradebook(coursedir) as gb:
         before = {s.id: s for s in gb.students}
         for entry in roster.entries:
             fields = entry.fields()
             old = before.get(entry.id)
+            if old is not None and _keeps_id_number(old.lms_user_id, fields.get("lms_user_id")):
+                kept.append(f"{entry.id} ({clean(old.lms_user_id)})")
+                del fields["lms_user_id"]
             if old is None:
                 done.added.append(entry.id)
             elif all(getattr(old, k) == v for k, v in fields.items()):
@@ -264,10 +277,12 @@ def import_roster(course, path, db_url=None, id_column: str | None = None) -> Im
             gb.update_or_create_student(entry.id, **fields)
         absent = sorted(set(before) - {e.id for e in roster.entries})
     if replaced:
+        done.notes.append(f"{count(len(replaced), 'LMS id')} replaced: {named(replaced, ', ')}")
+    if kept:
         done.notes.append(
-            f"{count(len(replaced), 'LMS id')} replaced: {named(replaced, ', ')} (the gradebook holds one "
-            "LMS id per student, Canvas's ID or Moodle's ID number, the last imported: "
-            "`course export --format moodle --match idnumber` writes it)"
+            f"Canvas's ID not recorded for {count(len(kept), 'student')} with a Moodle ID number, kept "
+            "(the gradebook holds one LMS id per student; `course export --format moodle --match idnumber` "
+            f"writes it, Canvas's file is matched by SIS Login ID): {named(kept, ', ')}"
         )
     if absent:
         done.notes.append(
@@ -275,3 +290,9 @@ def import_roster(course, path, db_url=None, id_column: str | None = None) -> Im
             f"remove ID` for one who left the course): {named(absent, ', ')}"
         )
     return done
+
+
+def _keeps_id_number(old: str | None, new: str | None) -> bool:
+    """Whether the gradebook's LMS id ``old`` is a Moodle ID number that Canvas's ID ``new``
+    would replace (kept: an ID number recorded before Canvas's IDs were tagged is Canvas's own)."""
+    return bool(new and ids.canvas_id(new) and ids.id_number(old) and old != ids.canvas_id(new))

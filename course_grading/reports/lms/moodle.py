@@ -31,7 +31,7 @@ NO_GRADE = Literal("-")
 IDENTIFIERS = {
     "username": ("Username", "id", "username"),
     "email": ("Email address", "email", "email address"),
-    "idnumber": ("ID number", "lms_id", "ID number"),
+    "idnumber": ("ID number", "id_number", "ID number"),
 }
 NAME_COLUMNS = ["First name", "Last name"]
 FEEDBACK = " feedback"
