@@ -59,7 +59,7 @@ COLUMNS = {
     "last_name": ("lastname", "surname", "familyname", "last"),
     "email": ("email", "emailaddress", "mail"),
     "lms_id": ("idnumber",),
-    "roles": ("roles", "role"),  # Moodle's participants: only a Student is imported
+    "roles": ("roles",),  # Moodle's participants: only a Student is imported
 }
 CANVAS_SIS = ("sisloginid", "sisuserid")  # Canvas's columns that may hold the student id
 ID_RULE = (
