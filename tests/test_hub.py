@@ -929,7 +929,8 @@ def test_a_class_on_jupyterhub(hub):
                 + "".join(f"{s},{first},{last},{s}@example.org\n" for s, (first, last) in NAMES.items())
             )
             os.chmod(roster, 0o644)
-            assert "3 students imported" in instructor(hub, "course", "roster", "import", str(roster))
+            imported = instructor(hub, "course", "roster", "import", str(roster))
+            assert "3 students in" in imported and "0 added, 3 updated" in imported  # autograde added them
 
             # The Formgrader tab shows the submissions, with the students' names, and the scores
             # of reports/grades.csv.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,7 @@ def test_canvas_round_trip_fills_the_downloaded_gradebook(course, tmp_path, caps
     assert code == 1  # dee's grades cannot land: named, not silent
     assert "course: error: dee (dee): a student of the course the Canvas file lacks" in captured.err
     assert "line 6: Fremd, Eve (eve) is not a student of the course: left as Canvas has it" in captured.err
+    assert "line 7: Student, Test (Canvas's test student) is not a student of the course" in captured.err
     assert (
         f"ben/{A}: 2 points of written answers to grade by hand: left as Canvas has it (1.00)" in captured.err
     )
@@ -99,8 +101,13 @@ def test_canvas_fill_matches_by_recorded_canvas_id_and_names_missing_columns(cou
     relogged.write_text(
         CANVAS.read_text(encoding="utf-8-sig").replace(",S1001,ada,", ",S1001,a.lovelace,"), encoding="utf-8"
     )
-    with gradebook(course_directory(course)) as gb:
+    with gradebook(course_directory(course)) as gb:  # a Moodle ID number that is a number: not Canvas's
         gb.update_or_create_student("ada", lms_user_id="1001")
+    done = canvas.fill(course, relogged, tmp_path / "upload.csv")
+    assert _rows_by_login(_read(done.path))["a.lovelace"][COLUMN] == ""
+    assert any(p.startswith("ada ") for p in done.problems)
+    with gradebook(course_directory(course)) as gb:
+        gb.update_or_create_student("ada", lms_user_id="canvas:1001")
     done = canvas.fill(course, relogged, tmp_path / "upload.csv")
     assert _rows_by_login(_read(done.path))["a.lovelace"][COLUMN] == "3"
     assert not any(p.startswith("ada ") for p in done.problems)
@@ -127,30 +134,101 @@ def test_a_huge_field_in_a_canvas_download_is_one_error_line(course, tmp_path, c
 
 
 def test_a_canvas_gradebook_export_reads_as_a_roster(course):
-    entries = roster.read_roster(CANVAS)
+    read = roster.read_roster(CANVAS)
+    entries = read.entries
     assert [(e.id, e.first_name, e.last_name, e.lms_id) for e in entries] == [
-        ("ada", "Ada", "Lovelace", "1001"),
-        ("ben", "Ben", "Okafor", "1002"),
-        ("cy", None, "Cy", "1003"),
-        ("eve", "Eve", "Fremd", "1005"),
+        ("ada", "Ada", "Lovelace", "canvas:1001"),
+        ("ben", "Ben", "Okafor", "canvas:1002"),
+        ("cy", None, "Cy", "canvas:1003"),
+        ("eve", "Eve", "Fremd", "canvas:1005"),
     ]  # no "Points Possible", no numeric-id student, no test student
+    assert read.notes == [f"1 of {CANVAS} not imported, not a student: Student, Test (Canvas's test student)"]
     roster.import_roster(course, CANVAS)
     with gradebook(course_directory(course)) as gb:
         assert sorted(s.id for s in gb.students) == ["ada", "ben", "cy", "eve"]
-        assert gb.find_student("ben").lms_user_id == "1002"
+        assert gb.find_student("ben").lms_user_id == "canvas:1002"
 
 
 def test_moodle_participants_read_as_a_roster(course, tmp_path):
     with pytest.raises(GradingError, match="--id-column"):  # no username shown: not guessed
         roster.read_roster(FIXTURES / "moodle_participants.csv")
-    entries = roster.read_roster(FIXTURES / "moodle_participants_with_username.csv")
+    entries = roster.read_roster(FIXTURES / "moodle_participants_with_username.csv").entries
     assert [(e.id, e.lms_id, e.email) for e in entries] == [
         ("ada", "S1001", "ada@example.org"),
         ("ben", "S1002", "ben@example.org"),
         ("cy", "S1003", None),
     ]
-    by_number = roster.read_roster(FIXTURES / "moodle_participants.csv", id_column="ID number")
+    by_number = roster.read_roster(FIXTURES / "moodle_participants.csv", id_column="ID number").entries
     assert [e.id for e in by_number] == ["S1001", "S1002", "S1003"]
+
+
+def test_moodle_participants_import_only_students_and_name_the_others(course, capsys):
+    """A teacher of the participants list is no student: not imported (so no "not submitted"
+    row in every export), and named."""
+    participants = FIXTURES / "moodle_participants_with_username.csv"
+    assert main(["--root", str(course), "roster", "import", str(participants)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == f"3 students in {participants}: 3 added, 0 updated, 0 unchanged"
+    assert captured.err == (
+        f"course: note: 1 of {participants} not imported, not a student: Grace Hopper (Non-editing teacher)\n"
+    )
+    with gradebook(course_directory(course)) as gb:
+        assert sorted(s.id for s in gb.students) == ["ada", "ben", "cy"]
+
+
+@pytest.mark.parametrize("points_row", [True, False])
+def test_a_canvas_export_without_sis_columns_is_refused(course, tmp_path, capsys, points_row):
+    """Canvas's gradebook export as a user without SIS permission: Canvas's own ID is never
+    taken as a student id; one error says what the file lacks and how to get it."""
+    path = tmp_path / "canvas.csv"
+    lines = (FIXTURES / "canvas_gradebook_export_no_sis.csv").read_text(encoding="utf-8").splitlines(True)
+    path.write_text("".join(lines if points_row else lines[:1] + lines[2:]), encoding="utf-8")
+    for extra in ([], ["--id-column", "ID"]):
+        assert main(["--root", str(course), "roster", "import", str(path), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(
+            "course: error: the roster is a Canvas gradebook export without a SIS Login ID or SIS User ID column"
+        )
+        assert "Canvas's own ID is no student id" in err and err.count("\n") == 1
+    with gradebook(course_directory(course)) as gb:
+        assert gb.students == []
+
+
+def test_a_canvas_row_without_a_login_is_named(course, tmp_path):
+    text = CANVAS.read_text(encoding="utf-8-sig")
+    path = tmp_path / "canvas.csv"
+    path.write_text(text.replace(",S1002,ben,", ",S1002,,"), encoding="utf-8")
+    with pytest.raises(
+        GradingError, match=re.escape("line 4 (Okafor, Ben): an empty SIS Login ID is not a valid")
+    ):
+        roster.read_roster(path)
+    # a Canvas export with SIS User ID and no SIS Login ID: the SIS User ID is the id
+    path.write_text(text.replace("SIS Login ID,", "Integration ID,"), encoding="utf-8")
+    assert [e.id for e in roster.read_roster(path).entries] == ["S1001", "S1002", "S1003", "S1005"]
+
+
+def test_canvas_and_moodle_ids_are_kept_apart(course, tmp_path, capsys):
+    """Canvas's ID and Moodle's ID number share nbgrader's one lms_user_id: Canvas's is tagged,
+    never replaces an ID number, and a Moodle export by ID number never writes it."""
+    participants = FIXTURES / "moodle_participants_with_username.csv"
+    roster.import_roster(course, CANVAS)
+    _submit(course, "ada", 2)
+    done = grade_exports.export(course, tmp_path / "m.csv", "moodle", match="idnumber")
+    assert [r[0] for r in _read(done.path)] == ["ID number"]  # no Canvas ID as an ID number
+    assert sorted(p.split(":")[0] for p in done.problems) == ["ada", "ben", "cy", "eve"]
+    done = roster.import_roster(course, participants)  # Moodle's ID number replaces Canvas's ID
+    assert done.notes[1] == (
+        "3 LMS ids replaced: ada canvas:1001 → S1001, ben canvas:1002 → S1002, cy canvas:1003 → S1003"
+    )
+    assert main(["--root", str(course), "roster", "import", str(CANVAS)]) == 0  # and stays
+    captured = capsys.readouterr()
+    assert captured.out.strip() == f"4 students in {CANVAS}: 0 added, 0 updated, 4 unchanged"
+    assert (
+        "course: note: Canvas's ID not recorded for 3 students with a Moodle ID number, kept" in captured.err
+    )
+    assert captured.err.rstrip().endswith("ada (S1001), ben (S1002), cy (S1003)")
+    rows = _read(grade_exports.export(course, tmp_path / "m.csv", "moodle", match="idnumber").path)
+    assert sorted(r[0] for r in rows[1:]) == ["S1001", "S1002", "S1003"]
 
 
 def test_moodle_round_trip_by_id_number_only_for_its_participants(course, tmp_path, capsys):

@@ -149,7 +149,7 @@ def test_roster_import_names_students_as_nbgrader_does(course, tmp_path, capsys)
     path.write_text(ROSTER, encoding="utf-8")
     _submit(course, "ada", 2)
     assert main(["--root", str(course), "roster", "import", str(path)]) == 0
-    assert capsys.readouterr().out.strip() == "3 students imported into the gradebook"
+    assert capsys.readouterr().out.strip() == f"3 students in {path}: 2 added, 1 updated, 0 unchanged"
     with gradebook(course_directory(course)) as gb:
         found = {s.id: (s.first_name, s.last_name, s.email) for s in gb.students}
     assert found == {
@@ -159,7 +159,13 @@ def test_roster_import_names_students_as_nbgrader_does(course, tmp_path, capsys)
     }
     # again, with a field left empty: what the gradebook holds stays
     path.write_text("id,first_name,last_name,email\nada,,Byron,\n", encoding="utf-8")
-    assert roster.import_roster(course, path)[0].last_name == "Byron"
+    done = roster.import_roster(course, path)
+    assert (done.added, done.updated, done.unchanged) == ([], ["ada"], [])
+    # ben and cy are not in this file: named, kept
+    assert done.notes == [
+        f"2 students of the gradebook not in {path}, kept "
+        "(`nbgrader db student remove ID` for one who left the course): ben, cy"
+    ]
     with gradebook(course_directory(course)) as gb:
         ada = gb.find_student("ada")
         assert (ada.first_name, ada.last_name, ada.email) == ("Ada", "Byron", "ada@example.org")
@@ -169,9 +175,9 @@ def test_roster_import_names_students_as_nbgrader_does(course, tmp_path, capsys)
     "text,says",
     [
         ("name,email\nada,a@x\n", "no id column"),
-        ("id,first_name\nada,A\n../evil,B\n", "line 3: '../evil' is not a valid student id"),
-        ("id,first_name\nada,A\n,B\n", "line 3: an empty id is not a valid student id"),
-        ("id\nada\nada\n", "line 3: ada is listed twice"),
+        ("id,first_name\nada,A\n../evil,B\n", "line 3 (B): '../evil' is not a valid student id"),
+        ("id,first_name\nada,A\n,B\n", "line 3 (B): an empty id is not a valid student id"),
+        ("id\nada\nada\n", "line 3: ada is listed twice (first on line 2)"),
         ("id\nada\n@ben\n", "line 3: '@ben' is not a valid student id"),  # a spreadsheet formula
         ("id\nada\n-1\n", "line 3: '-1' is not a valid student id"),
     ],
@@ -181,6 +187,27 @@ def test_a_roster_with_a_bad_row_imports_nothing(course, tmp_path, text, says):
     path.write_text(text, encoding="utf-8")
     with pytest.raises(GradingError, match=re.escape(says)):
         roster.import_roster(course, path)
+    with gradebook(course_directory(course)) as gb:
+        assert gb.students == []
+
+
+def test_every_bad_row_is_named_with_the_students_name(course, tmp_path, capsys):
+    path = tmp_path / "roster.csv"
+    path.write_text(
+        "id,first_name,last_name,email\nhal,Hal,Ab,hal@x\nJohn Smith,John,Smith,j@x\nhal,Hal,Ab2,hal2@x\n",
+        encoding="utf-8",
+    )
+    assert main(["--root", str(course), "roster", "import", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("course: error: roster not imported, 2 rows to fix: ")
+    assert "line 3 (John Smith): 'John Smith' is not a valid student id; " in err
+    assert "line 4 (Hal Ab2): hal is listed twice (first on line 2)" in err
+    # many: the first ones in full, then a count, on one line
+    path.write_text("id\n" + "".join(f"-{n}\n" for n in range(15)), encoding="utf-8")
+    with pytest.raises(GradingError) as raised:
+        roster.import_roster(course, path)
+    message = str(raised.value)
+    assert "line 11: '-9' is not" in message and "line 12" not in message and "(and 5 more)" in message
     with gradebook(course_directory(course)) as gb:
         assert gb.students == []
 

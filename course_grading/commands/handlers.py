@@ -282,8 +282,10 @@ def cmd_roster_import(args, course: Course) -> int:
     """Students' names and emails into the gradebook (nbgrader's update_or_create_student)."""
     from course_grading.commands.roster import import_roster
 
-    entries = import_roster(course, args.csv, db_url=args.db, id_column=args.id_column)
-    print(f"{len(entries)} students imported into the gradebook")
+    done = import_roster(course, args.csv, db_url=args.db, id_column=args.id_column)
+    print(done.summary(args.csv))
+    for note in done.notes:
+        print(f"course: note: {_one_line(note)}", file=sys.stderr)
     return 0
 
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from nbgrader.api import MissingEntry
 
 from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.reports.lms import ids
 from course_grading.reports.reports_csv import clean, write_rows
 from course_grading.reports.results import manual_cells, pending_points, uncomputed
 
@@ -128,7 +129,15 @@ class StudentGrades:
     last_name: str
     email: str
     grades: dict  # assignment -> Grade
-    lms_id: str = ""  # the LMS's own id of the student (Canvas's ID, Moodle's ID number)
+    lms_id: str = ""  # the LMS's own id of the student (Canvas's ID, Moodle's ID number: ``lms.ids``)
+
+    @property
+    def canvas_id(self) -> str:
+        return ids.canvas_id(self.lms_id)
+
+    @property
+    def id_number(self) -> str:
+        return ids.id_number(self.lms_id)
 
     @property
     def display_name(self) -> str:

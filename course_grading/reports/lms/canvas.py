@@ -39,6 +39,7 @@ from course_grading.reports.reports_csv import clean, read_rows
 
 MAX_DOWNLOAD_BYTES = 32 * 2**20
 POINTS_ROW = "Points Possible"
+TEST_STUDENT = "Student, Test"  # the student Canvas adds for "Student View": no login
 # Canvas's own columns that are no assignment (gradebook_importer.rb NON_ASSIGNMENT_COLUMN_HEADERS,
 # "Unposted ..." included by the same search)
 NOT_ASSIGNMENTS = re.compile(
@@ -161,7 +162,7 @@ def fill(course, download_path, out, db_url=None) -> Filled:
     columns, problems = assignment_columns(download, list(maxima), canvas_ids(course))
     by_id = {s.id: s for s in found}
     by_folded = {s.id.casefold(): s for s in found}
-    by_canvas = {s.lms_id: s for s in found if s.lms_id}
+    by_canvas = {s.canvas_id: s for s in found if s.canvas_id}
     notes, matched = [], set()
     rows = [list(download.rows[0])]
     for number, row in enumerate(download.rows[1:], start=2):
@@ -174,8 +175,7 @@ def fill(course, download_path, out, db_url=None) -> Filled:
             student = _student(row, download, by_id, by_folded, by_canvas)
             if student is None:
                 notes.append(
-                    f"line {number}: {clean(row[0])} ({clean(_login(row, download))}) is not a "
-                    "student of the course: left as Canvas has it"
+                    f"line {number}: {_who(row, download)} is not a student of the course: left as Canvas has it"
                 )
             elif student.id in matched:
                 problems.append(f"line {number}: {student.id} is in the Canvas file twice: filled once")
@@ -201,6 +201,14 @@ def _login(row: list, download: Download) -> str:
         if index is not None and row[index].strip():
             return row[index].strip()
     return ""
+
+
+def _who(row: list, download: Download) -> str:
+    """A row's student as a note names them: "Last, First (login)"."""
+    login = _login(row, download)
+    if login:
+        return f"{clean(row[0])} ({clean(login)})"
+    return f"{clean(row[0])} (Canvas's test student)" if row[0].strip() == TEST_STUDENT else clean(row[0])
 
 
 def _student(row, download: Download, by_id: dict, by_folded: dict, by_canvas: dict):

@@ -31,7 +31,7 @@ NO_GRADE = Literal("-")
 IDENTIFIERS = {
     "username": ("Username", "id", "username"),
     "email": ("Email address", "email", "email address"),
-    "idnumber": ("ID number", "lms_id", "ID number"),
+    "idnumber": ("ID number", "id_number", "ID number"),
 }
 NAME_COLUMNS = ["First name", "Last name"]
 FEEDBACK = " feedback"
@@ -73,11 +73,11 @@ def only_listed(found: list, roster_path, match: str = "username") -> tuple[list
 
     header, attribute, _ = IDENTIFIERS[match]  # RosterEntry and StudentGrades share the names
     try:
-        listed = {getattr(e, attribute) for e in read_roster(roster_path)} - {None, ""}
+        listed = {getattr(e, attribute) for e in read_roster(roster_path).entries} - {None, ""}
     except GradingError:
         if match == "username":
             raise
-        listed = {e.id for e in read_roster(roster_path, id_column=header)}
+        listed = {e.id for e in read_roster(roster_path, id_column=header).entries}
     kept = [s for s in found if getattr(s, attribute) in listed]
     missing = [
         f"{s.id}: not in {roster_path} (the LMS would not know them): not in the file"
