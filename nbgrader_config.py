@@ -45,10 +45,12 @@ c.Autograde.sanitize_preprocessors = [
 # per notebook bounded, a time budget per notebook, hidden tests run after all the cells so that
 # no cell prints what they passed, and feedback can leave their output out) and RequireSetup right
 # after it (a failed setup cell fails the submission: no score is recorded, instead of 0 for
-# every test).
+# every test), then ExplainUndefinedNames (a test's "name 'f' is not defined" names the cell
+# defining f that raised, and what it raised).
 c.Autograde.autograde_preprocessors = [
     "course_grading.preprocessors.LimitedExecute",
     "course_grading.preprocessors.RequireSetup",
+    "course_grading.preprocessors.ExplainUndefinedNames",
     "nbgrader.preprocessors.IgnorePattern",
     "nbconvert.preprocessors.ClearMetadataPreprocessor",
     "nbgrader.preprocessors.LimitOutput",

@@ -572,3 +572,51 @@ def test_a_setup_cell_that_fails_on_its_own_too_is_the_courses():
     nb, resources = _graded("x = 1\n", "import no_such_module_here\nhalf = 0.5\n")
     with pytest.raises(SetupCellFailed, match="fails on its own too .*ModuleNotFoundError"):
         RequireSetup().preprocess(nb, resources)
+
+
+def test_a_name_left_undefined_by_a_failed_cell_points_to_that_cell():
+    """A test's "name 'softmax' is not defined" names the student's cell that defines softmax
+    and raised (a syntax error), and what it raised; a name defined again cleanly later, or one
+    defined nowhere, keeps nbgrader's message."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from course_grading.preprocessors import ExplainUndefinedNames
+
+    def failing(source, ename, evalue, **meta):
+        cell = new_code_cell(source, metadata=meta)
+        cell.outputs = [new_output("error", ename=ename, evalue=evalue, traceback=[])]
+        return cell
+
+    undefined = "name '{}' is not defined"
+    nb = new_notebook(
+        cells=[
+            failing("def softmax(x)\n    return x\n", "SyntaxError", "expected ':' (3180312.py, line 1)"),
+            failing(
+                "check_softmax(softmax)\n",
+                "NameError",
+                undefined.format("softmax"),
+                **nbgrader_meta("t1", grade=True, points=1),
+            ),
+            failing("helper = 1 / 0\n", "ZeroDivisionError", "division by zero"),
+            new_code_cell("helper = 1\n"),
+            failing(
+                "check(helper, other)\n",
+                "NameError",
+                undefined.format("helper"),
+                **nbgrader_meta("t2", grade=True, points=1),
+            ),
+            failing(
+                "check(other)\n",
+                "NameError",
+                undefined.format("other"),
+                **nbgrader_meta("t3", grade=True, points=1),
+            ),
+        ]
+    )
+    ExplainUndefinedNames().preprocess(nb, {})
+    said = [c.outputs[0].evalue if c.outputs else "" for c in nb.cells]
+    assert said[1] == (
+        "name 'softmax' is not defined (cell 1, which defines it, raised SyntaxError: expected ':' "
+        "(3180312.py, line 1))"
+    )
+    assert said[4] == undefined.format("helper") and said[5] == undefined.format("other")

@@ -23,7 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from course_grading.course.course import Course
 from course_grading.errors import from_converter, gradebook_error
 from course_grading.grading.nbgrader_patches import record_failures
-from course_grading.preprocessors import LimitedExecute, RequireSetup, SanitizeNotebook
+from course_grading.preprocessors import ExplainUndefinedNames, LimitedExecute, RequireSetup, SanitizeNotebook
 from course_grading.sandbox import bubblewrap
 
 LOG = logging.getLogger("course_grading.nbgrader")
@@ -94,12 +94,14 @@ def course_directory(
 
 
 def autograde_preprocessors() -> list:
-    """nbgrader's autograde steps with Execute replaced by LimitedExecute and RequireSetup
-    right after it (what nbgrader_config.py configures)."""
+    """nbgrader's autograde steps with Execute replaced by LimitedExecute, then RequireSetup
+    and ExplainUndefinedNames (what nbgrader_config.py configures)."""
     default = Autograde.class_traits()["autograde_preprocessors"].default()
     steps = []
     for step in default:
-        steps += [LimitedExecute, RequireSetup] if step.__name__ == "Execute" else [step]
+        steps += (
+            [LimitedExecute, RequireSetup, ExplainUndefinedNames] if step.__name__ == "Execute" else [step]
+        )
     return sanitized_last(steps)
 
 

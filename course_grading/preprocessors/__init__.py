@@ -4,7 +4,7 @@
 
 Autograding: ``RefuseLinks`` first among the sanitizing steps and ``TrustedMetadata`` right after
 it, ``LimitedExecute`` (in place of
-nbgrader's Execute) and ``RequireSetup`` right after it. Feedback: ``HideHiddenOutputs`` and ``ScrubHiddenTracebacks`` before nbgrader's
+nbgrader's Execute), ``RequireSetup`` right after it, then ``ExplainUndefinedNames``. Feedback: ``HideHiddenOutputs`` and ``ScrubHiddenTracebacks`` before nbgrader's
 ``ClearHiddenTests`` (``FEEDBACK_PREPROCESSORS``), ``PendingGrades`` in place of nbgrader's
 ``GetGrades`` (a score that waits for grading by hand says so), and ``FeedbackStyle`` last
 (``FEEDBACK_LAST``: long lines wrap). ``SanitizeNotebook`` last among the
@@ -25,6 +25,7 @@ from .require_setup import RequireSetup, SetupCellFailed
 from .sanitize import SanitizeNotebook
 from .scrub_hidden_tracebacks import ScrubHiddenTracebacks
 from .trusted_metadata import TrustedMetadata
+from .undefined_names import ExplainUndefinedNames
 
 FEEDBACK_PREPROCESSORS = [ScrubHiddenTracebacks, HideHiddenOutputs, SanitizeNotebook]
 FEEDBACK_LAST = [FeedbackStyle]  # after nbconvert's CSSHTMLHeaderPreprocessor, which sets the page's CSS
@@ -32,6 +33,7 @@ FEEDBACK_LAST = [FeedbackStyle]  # after nbconvert's CSSHTMLHeaderPreprocessor, 
 __all__ = [
     "FEEDBACK_LAST",
     "FEEDBACK_PREPROCESSORS",
+    "ExplainUndefinedNames",
     "FeedbackStyle",
     "GraderRubric",
     "HideHiddenOutputs",
