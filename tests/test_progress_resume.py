@@ -306,7 +306,11 @@ def test_a_class_run_interrupted_with_ctrl_c_resumes_without_grading_again(tmp_p
     assert third.returncode == 1, third.stderr[-3000:]  # dee's is an error row
     assert _graded_lines(third.stderr) == {"ben", "cy", "dee"}, third.stderr[-3000:]
     assert "ben      0/2" in third.stdout
-    assert "dee" not in _records(course) and {"ben", "cy"} <= set(_records(course))
+    assert {"ben", "cy"} <= set(_records(course))
+    # dee's error row is recorded as a failure (for the exports), never as done
+    assert ledger.read(course, "dee", ASSIGNMENT) is None and "JSON" in ledger.failure(
+        course, "dee", ASSIGNMENT
+    )
 
 
 def _drain(fd: int, into: list) -> None:
