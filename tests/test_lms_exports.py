@@ -445,3 +445,17 @@ def test_moodle_feedback_has_the_graders_comments_in_notebook_order_only(tmp_pat
         gb.db.commit()
     rows = _read(grade_exports.export(root, tmp_path / "m.csv", "moodle").path)
     assert moodle_check(rows, "Username")["ada"][f"{A} feedback"] == "zeta: Say why.; alpha: Good."
+
+
+def test_grades_csv_and_the_class_report_say_the_same_failed_grading(course, tmp_path):
+    """What a later partial run (or ``course report``) writes for the others: the recorded
+    failure, not the earlier grade the gradebook still holds, and the student with none."""
+    from course_grading.reports import class_report
+
+    _failed_grading(course, tmp_path)
+    results = {r.student: r for r in class_report.gradebook_results(course)}
+    assert results["dee"].error == "the notebook is not valid JSON" and results["dee"].exercises == []
+    assert results["gus"].error == f"no {A}.ipynb in the submission"
+    assert results["ada"].error == "" and results["ada"].score == 3.5  # before its late penalty
+    merged = {r.student: r for r in class_report.whole_class([results["ada"]], course)}
+    assert merged["dee"].error == "the notebook is not valid JSON" and "gus" in merged

@@ -206,6 +206,16 @@ def failure(root, student: str, assignment: str) -> str | None:
     return error if isinstance(error, str) and error else None
 
 
+def failures(root) -> dict[tuple[str, str], str]:
+    """{(student, assignment): why its last grading failed} of every failure record."""
+    found = {}
+    for path in sorted((Path(root) / FOLDER).glob("*/*.json")):
+        error = failure(root, path.stem, path.parent.name)
+        if error is not None:
+            found[(path.stem, path.parent.name)] = error
+    return found
+
+
 def read(root, student: str, assignment: str) -> SubmissionResult | None:
     """The recorded result of a submission, or None (no record, a failure record, or one that
     cannot be read)."""
