@@ -231,7 +231,7 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     assert main(["--root", str(course), "feedback", "--student", "ann"]) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"course: note: ann/{ASSIGNMENT}: 2 points of written answers not graded by hand yet "
-        "(its feedback shows them as 0)"
+        "(its feedback has no final score for them)"
     ]
 
     # the instructor scores ann's answer and comments, as the Formgrader's API does

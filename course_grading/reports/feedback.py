@@ -83,7 +83,8 @@ def feedback(course, assignments=None, students=None, db_url=None) -> list[Path]
 
 def awaiting_manual(course, assignments=None, students=None, db_url=None) -> list[str]:
     """One line per gradebook submission whose written answers wait for manual grading: its
-    feedback shows them as 0 until they are graded (then run ``course feedback`` again)."""
+    feedback shows them as nbgrader scores them until they are graded (0, or a resubmitted
+    answer's old score; then run ``course feedback`` again)."""
     coursedir = course_directory(course, db_url=db_url)
     lines = []
     with gradebook(coursedir) as gb:
@@ -97,7 +98,7 @@ def awaiting_manual(course, assignments=None, students=None, db_url=None) -> lis
                 if pending:
                     lines.append(
                         f"{submission.student.id}/{assignment.name}: {pending:g} points of written "
-                        "answers not graded by hand yet (its feedback shows them as 0)"
+                        "answers not graded by hand yet (its feedback has no final score for them)"
                     )
     return sorted(lines)
 
