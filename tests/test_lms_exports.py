@@ -332,3 +332,208 @@ def test_moodle_round_trip_by_email_against_its_own_grade_export(course, tmp_pat
     assert [p.split(":")[0] for p in done.problems] == ["cy"]
     with open(moodle_export, newline="", encoding="utf-8") as fh:
         assert set(grades) <= {r["Email address"] for r in csv.DictReader(fh)}
+
+
+def _export(course, tmp_path, capsys, fmt, *options):
+    """``course export --format fmt``: (its rows, exit status, the lines on stderr)."""
+    out = tmp_path / f"{fmt}.csv"
+    code = main(["--root", str(course), "export", "--format", fmt, "--to", str(out), *options])
+    return _read(out), code, capsys.readouterr().err.splitlines()
+
+
+def _failed_grading(course, tmp_path):
+    """The class, and two gradings that failed (their error rows, recorded as autograde records
+    them): gus submitted no notebook and has no gradebook submission; dee had 4 of 4, then
+    resubmitted something that could not be graded."""
+    from course_grading.grading import ledger
+    from course_grading.reports.results import SubmissionResult
+
+    _class(course, tmp_path)
+    _submit(course, "dee", 2, written=2)
+    with gradebook(course_directory(course)) as gb:
+        gb.update_or_create_student("gus")
+    for student, error in (
+        ("gus", f"no {A}.ipynb in the submission"),
+        ("dee", "the notebook is not valid JSON"),
+    ):
+        ledger.write(course, SubmissionResult(student, A, error=error))
+
+
+def _by_id(rows, column):
+    return {row[column]: dict(zip(rows[0], row)) for row in rows[1:]}
+
+
+@pytest.mark.parametrize("fmt", ["canvas", "moodle", "wide", "nbgrader"])
+def test_a_failed_grading_is_no_grade_and_no_stale_grade_in_any_format(course, tmp_path, capsys, fmt):
+    _failed_grading(course, tmp_path)
+    rows, code, err = _export(course, tmp_path, capsys, fmt)
+    assert code == 0
+    why = {"gus": f"no {A}.ipynb in the submission", "dee": "the notebook is not valid JSON"}
+    for student, error in why.items():
+        assert any(
+            line.startswith(f"course: note: {student}/{A}: ") and line.endswith(f"grading failed: {error}")
+            for line in err
+        ), err
+    if fmt == "canvas":
+        grades = canvas_check(rows)[2]
+        assert (grades["gus"], grades["dee"], grades["ada"]) == ({A: ""}, {A: ""}, {A: "3"})
+    elif fmt == "moodle":
+        grades = moodle_check(rows, "Username")
+        assert (grades["gus"][A], grades["dee"][A], grades["ada"][A]) == (None, None, 3.0)
+        assert (
+            grades["dee"][f"{A} feedback"] == "no grade yet: grading failed: the notebook is not valid JSON"
+        )
+    elif fmt == "wide":
+        by_id = _by_id(rows, 0)
+        for student, error in why.items():
+            assert (by_id[student][A], by_id[student]["total"]) == ("", "0")
+            assert by_id[student]["note"] == f"{A}: grading failed: {error}"
+    else:
+        by_id = _by_id(rows, 3)
+        for student, error in why.items():
+            assert [by_id[student][k] for k in ("raw_score", "score", "note")] == [
+                "",
+                "",
+                f"grading failed: {error}",
+            ]
+        assert [by_id["cy"][k] for k in ("score", "note")] == ["0.0", "not submitted"]
+
+
+def test_a_written_answer_back_in_the_manual_queue_waits(course, tmp_path, capsys):
+    """A resubmitted written answer: nbgrader's autograde puts it back into the manual grading
+    queue and keeps the old score given by hand. It waits, in every format and in the feedback
+    notes: the old score is no grade of the new answer."""
+    from course_grading.reports.feedback import awaiting_manual
+
+    _class(course, tmp_path)
+    _submit(course, "dee", 1, written=2, regraded=True)
+    rows, _, err = _export(course, tmp_path, capsys, "canvas")
+    assert canvas_check(rows)[2]["dee"] == {A: ""}
+    assert f"course: note: dee/{A}: left blank, 2 points of written answers to grade by hand" in err
+    assert moodle_check(_export(course, tmp_path, capsys, "moodle")[0], "Username")["dee"][A] is None
+    dee = _by_id(_export(course, tmp_path, capsys, "wide")[0], 0)["dee"]
+    assert [dee[k] for k in (A, f"{A} manual_points", "total", "total_awaiting_manual")] == [
+        "",
+        "0",
+        "1",
+        "2",
+    ]
+    assert dee["note"].startswith("partial total: 2 points wait for grading by hand")
+    dee = _by_id(_export(course, tmp_path, capsys, "nbgrader")[0], 3)["dee"]
+    assert [dee[k] for k in ("raw_score", "score", "note")] == [
+        "1.0",
+        "1.0",
+        "needs manual grading (2 points)",
+    ]
+    assert any(line.startswith(f"dee/{A}: 2 points of written answers") for line in awaiting_manual(course))
+
+
+def test_the_nbgrader_format_agrees_on_not_due_and_failed(course, tmp_path, capsys):
+    _class(course, tmp_path)
+    _submit(course, "dee", 2, failed=True)
+    _due(course, dt.datetime.utcnow() + dt.timedelta(days=7))
+    rows, code, err = _export(course, tmp_path, capsys, "nbgrader")
+    by_id = _by_id(rows, 3)
+    assert [by_id["cy"][k] for k in ("raw_score", "score", "max_score")] == ["", "", "4.0"]
+    assert by_id["cy"]["note"].startswith("not submitted, due ")
+    assert by_id["cy"]["note"].endswith(": no grade yet")
+    assert [by_id["dee"][k] for k in ("raw_score", "score", "note")] == [
+        "",
+        "",
+        "grading failed: an autograded cell has no score",
+    ]
+    assert code == 0 and any(
+        line.startswith(f"course: note: cy/{A}: not a grade yet, not submitted") for line in err
+    )
+
+
+def test_canvas_fill_keeps_excused_and_names_each_grade_it_replaces(course, tmp_path, capsys):
+    """What Canvas already holds is never overwritten in silence: EX (excused) and any other
+    cell that is not a number are kept, a different number is replaced with a note."""
+    _class(course, tmp_path)  # ada 3, ben waiting, cy 0 (not submitted, past due)
+    download = _read(CANVAS)
+    by_login = {row[3]: row for row in download}
+    column = download[0].index(COLUMN)
+    by_login["ada"][column], by_login["cy"][column] = "EX", "11.00"
+    prefilled = tmp_path / "prefilled.csv"
+    with prefilled.open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows(download)
+    filled, _, err = _export(course, tmp_path, capsys, "canvas", "--fill", str(prefilled))
+    got = _rows_by_login(filled)
+    assert (got["ada"][COLUMN], got["cy"][COLUMN]) == ("EX", "0")
+    assert f"course: note: ada/{A}: Canvas has EX (excused): kept; the course's grade, 3, not written" in err
+    assert f"course: note: cy/{A}: Canvas has 11.00, the course 0: replaced by 0" in err
+
+
+@pytest.mark.parametrize(
+    "options,says",
+    [
+        (["--fill", "x.csv"], "--fill takes a gradebook downloaded from Canvas"),
+        (["--format", "moodle", "--fill", "x.csv"], "--fill takes a gradebook downloaded from Canvas"),
+        (
+            ["--format", "canvas", "--match", "email"],
+            "--match chooses the identifier column of --format moodle",
+        ),
+        (["--match", "idnumber"], "--match chooses the identifier column of --format moodle"),
+        (["--format", "canvas", "--fill", "x.csv", "--roster", "r.csv"], "--roster does not go with --fill"),
+    ],
+)
+def test_an_option_the_format_would_ignore_is_a_usage_error(course, tmp_path, capsys, options, says):
+    out = tmp_path / "out.csv"
+    assert main(["--root", str(course), "export", "--to", str(out), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"course: error: {says}")
+    assert not out.exists()
+
+
+def test_the_nbgrader_format_keeps_only_the_roster_s_students(course, tmp_path, capsys):
+    _class(course, tmp_path)
+    roster_file = tmp_path / "only_ada.csv"
+    roster_file.write_text("id\nada\n", encoding="utf-8")
+    rows, code, err = _export(course, tmp_path, capsys, "nbgrader", "--roster", str(roster_file))
+    assert [row[3] for row in rows[1:]] == ["ada"]
+    assert code == 1 and any(line.startswith("course: error: ben: not in") for line in err)
+
+
+def test_moodle_feedback_has_the_graders_comments_in_notebook_order_only(tmp_path):
+    """Two written answers, "zeta" before "alpha" in the notebook: their comments come in that
+    order; nbgrader's automatic "No response." on an untouched code cell is no grader's comment."""
+    import nbformat
+
+    from conftest import make_course, nbgrader_meta, tiny_notebook
+    from course_grading.authoring import release
+
+    nb = tiny_notebook()
+    nb.cells += [
+        nbformat.v4.new_markdown_cell(
+            "answer", metadata=nbgrader_meta(g, solution=True, grade=True, points=1)
+        )
+        for g in ("zeta", "alpha")
+    ]
+    root = make_course(tmp_path / "course", {A: nb})
+    release.release(root)
+    _submit(root, "ada", 2)
+    with gradebook(course_directory(root)) as gb:
+        for name, comment in (("double", None), ("zeta", "Say why."), ("alpha", "Good.")):
+            found = gb.find_comment(name, A, A, "ada")
+            found.auto_comment, found.manual_comment = "No response.", comment
+        for name in ("zeta", "alpha"):  # graded by hand
+            found = gb.find_grade(name, A, A, "ada")
+            found.manual_score, found.needs_manual_grade = 1, False
+        gb.db.commit()
+    rows = _read(grade_exports.export(root, tmp_path / "m.csv", "moodle").path)
+    assert moodle_check(rows, "Username")["ada"][f"{A} feedback"] == "zeta: Say why.; alpha: Good."
+
+
+def test_grades_csv_and_the_class_report_say_the_same_failed_grading(course, tmp_path):
+    """What a later partial run (or ``course report``) writes for the others: the recorded
+    failure, not the earlier grade the gradebook still holds, and the student with none."""
+    from course_grading.reports import class_report
+
+    _failed_grading(course, tmp_path)
+    results = {r.student: r for r in class_report.gradebook_results(course)}
+    assert results["dee"].error == "the notebook is not valid JSON" and results["dee"].exercises == []
+    assert results["gus"].error == f"no {A}.ipynb in the submission"
+    assert results["ada"].error == "" and results["ada"].score == 3.5  # before its late penalty
+    merged = {r.student: r for r in class_report.whole_class([results["ada"]], course)}
+    assert merged["dee"].error == "the notebook is not valid JSON" and "gus" in merged

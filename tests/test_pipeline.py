@@ -16,7 +16,7 @@ from course_grading.authoring.nbformat_tools import is_normalized, normalize, wr
 from course_grading.commands.cli import main
 from course_grading.errors import GradingError
 from course_grading.grading import autograde
-from course_grading.reports import feedback
+from course_grading.reports import feedback, grade_exports
 from course_grading.reports import results as grading_results
 
 SOLUTION_LINE = "result_value = x + x"
@@ -237,9 +237,11 @@ def test_round_trip(tiny_course, capsys):
         assert "double(-21)" not in html and "HIDDEN TESTS" not in html
     assert "NotImplementedError" in pages[1].read_text(encoding="utf-8")
 
-    exported = feedback.export(course, course / "out" / "grades.csv")
-    scores = {r["student_id"]: float(r["score"]) for r in csv.DictReader(exported.open())}
-    assert scores == {"alice": 2.0, "bob": 0.0, "carol": 0.0}
+    exported = grade_exports.export(course, course / "out" / "grades.csv", "nbgrader").path
+    rows = {r["student_id"]: r for r in csv.DictReader(exported.open())}
+    assert {s: rows[s]["score"] for s in rows} == {"alice": "2.0", "bob": "0.0", "carol": ""}
+    # carol's notebook could not be graded: no score and why, not 0 "not submitted"
+    assert rows["carol"]["note"].startswith("grading failed: ") and "JSON" in rows["carol"]["note"]
 
 
 @pytest.mark.slow
@@ -356,11 +358,12 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
         ("test_double", "1", "", ""),
         ("(grading failed)", "2", report_not_graded(), "2"),
     ]
-    exported = feedback.export(course, course / "reports" / "export.csv")
+    exported = grade_exports.export(course, course / "reports" / "export.csv", "nbgrader").path
     notes = {
         r["student_id"]: (r["score"], r["note"]) for r in csv.DictReader(exported.open(encoding="utf-8"))
     }
-    assert notes == {"good": ("2.0", ""), "broken": ("0.0", "not graded"), "linked": ("0.0", "not graded")}
+    no_score = ("", "grading failed: an autograded cell has no score")  # not nbgrader's 0
+    assert notes == {"good": ("2.0", ""), "broken": no_score, "linked": no_score}
 
     capsys.readouterr()
     assert main(["--root", str(course), "autograde", "--student", "broken"]) == 1
@@ -376,6 +379,12 @@ def test_failed_setup_or_linked_notebook_is_no_grade_with_plain_nbgrader_and_cou
     assert by_student["broken"]["score"] == "" and by_student["linked"]["score"] == ""
     assert by_student["broken"]["message"].startswith("grading failed: SetupCellFailed: the setup cell")
     assert by_student["good"]["score"] not in ("", "0")
+    # the export says what the grading run said
+    exported = grade_exports.export(course, course / "reports" / "export.csv", "nbgrader")
+    assert any(
+        n.startswith("broken/01_tiny: not a grade yet, grading failed: SetupCellFailed")
+        for n in exported.notes
+    )
 
 
 def report_not_graded() -> str:

@@ -115,7 +115,7 @@ def test_a_log_gets_one_plain_line_per_submission():
 # --------------------------------------------------------------------------- the record
 
 
-def test_a_record_is_kept_only_for_a_grade(tmp_path):
+def test_a_record_is_kept_for_a_grade_and_a_failure(tmp_path):
     ledger.write(tmp_path, result("ada"))
     back = ledger.read(tmp_path, "ada", ASSIGNMENT)
     assert (back.exercises, [str(f) for f in back.flags], back.key) == (
@@ -123,8 +123,13 @@ def test_a_record_is_kept_only_for_a_grade(tmp_path):
         ["test_double: a flag"],
         "k" * 64,
     )
+    assert ledger.failure(tmp_path, "ada", ASSIGNMENT) is None
     ledger.write(tmp_path, result("ada", error="the worker grading it died (killed by SIGKILL)"))
     assert ledger.read(tmp_path, "ada", ASSIGNMENT) is None  # an error is not a grade
+    # but it is recorded: the exports say grading failed, not the earlier grade
+    assert ledger.failure(tmp_path, "ada", ASSIGNMENT) == "the worker grading it died (killed by SIGKILL)"
+    ledger.write(tmp_path, result("ada"))
+    assert ledger.failure(tmp_path, "ada", ASSIGNMENT) is None and ledger.read(tmp_path, "ada", ASSIGNMENT)
     ledger.write(tmp_path, result("ada", key=""))
     assert ledger.read(tmp_path, "ada", ASSIGNMENT) is None  # nor is a result without its key
     ledger.write(tmp_path, result("../ada"))
@@ -196,7 +201,10 @@ def test_an_interrupted_run_keeps_what_was_graded_and_says_how_much(tmp_path, mo
         autograde._grade_all(_tasks(tmp_path, ["ada", "ben", "cy", "dee"]), 1, False, ledger_root=tmp_path)
     assert (stop.value.graded, stop.value.total) == (2, 4)
     assert graded == ["ada", "ben"]
-    assert [p.stem for p in (tmp_path / ledger.FOLDER / ASSIGNMENT).glob("*.json")] == ["ada"]
+    recorded = sorted(p.stem for p in (tmp_path / ledger.FOLDER / ASSIGNMENT).glob("*.json"))
+    assert recorded == ["ada", "ben"]  # ada as done, ben's error as a failure, cy and dee not at all
+    assert ledger.read(tmp_path, "ada", ASSIGNMENT) and ledger.read(tmp_path, "ben", ASSIGNMENT) is None
+    assert ledger.failure(tmp_path, "ben", ASSIGNMENT) == "broken"
 
 
 def test_a_result_that_comes_back_after_a_stop_is_not_kept(tmp_path, monkeypatch):
@@ -298,7 +306,11 @@ def test_a_class_run_interrupted_with_ctrl_c_resumes_without_grading_again(tmp_p
     assert third.returncode == 1, third.stderr[-3000:]  # dee's is an error row
     assert _graded_lines(third.stderr) == {"ben", "cy", "dee"}, third.stderr[-3000:]
     assert "ben      0/2" in third.stdout
-    assert "dee" not in _records(course) and {"ben", "cy"} <= set(_records(course))
+    assert {"ben", "cy"} <= set(_records(course))
+    # dee's error row is recorded as a failure (for the exports), never as done
+    assert ledger.read(course, "dee", ASSIGNMENT) is None and "JSON" in ledger.failure(
+        course, "dee", ASSIGNMENT
+    )
 
 
 def _drain(fd: int, into: list) -> None:

@@ -190,14 +190,14 @@ def test_export_has_no_formula_and_says_what_is_not_a_grade(tmp_path):
     from nbgrader.api import Gradebook
 
     from conftest import make_course, tiny_notebook
-    from course_grading.reports.feedback import export
+    from course_grading.reports.grade_exports import export
     from course_grading.reports.reports_csv import FORMULA_START
 
     course = make_course(tmp_path / "course", {"01_tiny": tiny_notebook()})
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}", "attention-course") as gb:
         gb.add_assignment("01_tiny")
         gb.add_student(EVIL[0], first_name=EVIL[3], email="a@example.com")
-    path = export(course, tmp_path / "export.csv")
+    path = export(course, tmp_path / "export.csv", "nbgrader").path
     assert not [c for c in _cells(path) if c.startswith(FORMULA_START)]
     [row] = list(csv.DictReader(path.open(encoding="utf-8")))
     assert (row["student_id"], row["first_name"], row["score"], row["note"]) == (

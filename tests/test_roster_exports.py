@@ -56,9 +56,11 @@ def course(tmp_path):
     return root
 
 
-def _submit(root, student, test_score, written=None, penalty=0.0, failed=False):
+def _submit(root, student, test_score, written=None, penalty=0.0, failed=False, regraded=False):
     """A submission as autograde and the Formgrader leave it: the test cell scored (or not,
-    when grading ``failed``), the written answer waiting (None) or scored by hand."""
+    when grading ``failed``), the written answer waiting (None) or scored by hand (and taken
+    out of the manual grading queue, as the Formgrader does; ``regraded``: put back into it
+    by a later autograde of a resubmitted answer, the score given by hand kept)."""
     with gradebook(course_directory(root)) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SQLAlchemy's notes on nbgrader's own add_submission
         gb.update_or_create_student(student)
@@ -67,8 +69,10 @@ def _submit(root, student, test_score, written=None, penalty=0.0, failed=False):
             for grade in nb.grades:
                 if grade.name == "test_double":
                     grade.auto_score = None if failed else test_score
+                    grade.needs_manual_grade = failed
                 elif written is not None:
                     grade.manual_score = written
+                    grade.needs_manual_grade = regraded
             nb.late_submission_penalty = penalty
         gb.db.commit()
 
@@ -338,12 +342,17 @@ def test_wide_export_has_penalties_and_manual_points(course, tmp_path):
         f"{a}: 2 points of written answers to grade by hand",
     ]
     assert [rows["cy"][k] for k in (a, "total", "note")] == ["0", "0", f"{a}: not submitted"]
-    assert [rows["dee"][k] for k in (a, "total", "note")] == [
+    # dee: autograding failed: no point is known, none waits for grading by hand
+    assert [
+        rows["dee"][k] for k in (a, f"{a} awaiting_manual", "total", "total_awaiting_manual", "note")
+    ] == [
         "",
         "0",
-        f"partial total: 2 points wait for grading by hand; {a}: autograding failed",
+        "0",
+        "0",
+        f"{a}: grading failed: an autograded cell has no score",
     ]
     assert notes == [
         f"ben/{a}: left blank, 2 points of written answers to grade by hand",
-        f"dee/{a}: left blank, autograding failed",
+        f"dee/{a}: left blank, grading failed: an autograded cell has no score",
     ]

@@ -213,7 +213,8 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     from course_grading.course.nbgrader_setup import course_directory, gradebook
 
     nbgrader_rows = {
-        r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())
+        r["student_id"]: r
+        for r in csv.DictReader(grade_exports.export(course, tmp_path / "n.csv", "nbgrader").path.open())
     }
     assert nbgrader_rows["ann"]["note"] == "needs manual grading (2 points)"
     assert nbgrader_rows["bob"]["note"] == ""
@@ -259,7 +260,8 @@ def test_exports_leave_waiting_grades_blank_until_the_instructor_grades(graded, 
     )
     assert notes == [f"cat/{ASSIGNMENT}: left blank, 2 points of written answers to grade by hand"]
     nbgrader_rows = {
-        r["student_id"]: r for r in csv.DictReader(feedback.export(course, tmp_path / "n.csv").open())
+        r["student_id"]: r
+        for r in csv.DictReader(grade_exports.export(course, tmp_path / "n.csv", "nbgrader").path.open())
     }
     assert (nbgrader_rows["ann"]["score"], nbgrader_rows["ann"]["note"]) == ("3.5", "")
 

@@ -279,7 +279,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument(
         "--match",
-        default="username",
         choices=("username", "email", "idnumber"),
         help="with --format moodle: the one column Moodle matches users by (default: username)",
     )

@@ -253,23 +253,28 @@ def cmd_feedback(args, course: Course) -> int:
 
 
 def cmd_export(args, course: Course) -> int:
-    """nbgrader's CSV export (one row per student and assignment), or an LMS's import file."""
-    if args.format == "nbgrader":
-        from course_grading.reports.feedback import export
-
-        print(export(course, args.to or course.root / EXPORT_CSV, db_url=args.db))
-        return 0
-    to = args.to or course.root / "reports" / f"{args.format}.csv"
+    """nbgrader's CSV export (one row per student and assignment), or an LMS's import file.
+    An option the chosen format would not use is a usage error, never ignored."""
+    if args.fill and args.format != "canvas":
+        raise UsageError("--fill takes a gradebook downloaded from Canvas: use it with --format canvas")
+    if args.fill and args.roster:
+        raise UsageError(
+            "--roster does not go with --fill: the Canvas file is the class list (its students are filled)"
+        )
+    if args.match and args.format != "moodle":
+        raise UsageError("--match chooses the identifier column of --format moodle only")
+    default = EXPORT_CSV if args.format == "nbgrader" else Path("reports") / f"{args.format}.csv"
+    to = args.to or course.root / default
     if args.fill:
-        if args.format != "canvas":
-            raise UsageError("--fill takes a gradebook downloaded from Canvas: use it with --format canvas")
         from course_grading.reports.lms.canvas import fill
 
         done = fill(course, args.fill, to, db_url=args.db)
     else:
-        from course_grading.reports.grade_exports import export as lms_export
+        from course_grading.reports.grade_exports import export
 
-        done = lms_export(course, to, args.format, db_url=args.db, match=args.match, roster=args.roster)
+        done = export(
+            course, to, args.format, db_url=args.db, match=args.match or "username", roster=args.roster
+        )
     print(done.path)
     for note in done.notes:
         print(f"course: note: {_one_line(note)}", file=sys.stderr)

@@ -15,8 +15,10 @@ of three things:
 
 ``course autograde`` writes one record per graded submission, as it is graded, into
 ``reports/progress/<assignment>/<student>.json`` (written whole, then renamed into place, so a
-record is there or not, never half). A submission whose grading failed (an error row) has
-none: an error is not a grade, it is tried again. ``course autograde --resume`` takes a
+record is there or not, never half). A submission whose grading failed (an error row) gets a
+failure record instead (its error, no key): an error is not a grade, ``--resume`` grades it
+again, and the exports read it (``failure``) so that the gradebook's earlier grade of the
+student, or its absence, is never taken for this submission's grade. ``course autograde --resume`` takes a
 submission as done only when its record's key is the key of the submission as it is now and
 the gradebook still holds the same computed scores for it (``recorded._still_recorded``);
 anything else is graded again. An interrupted submission never has a record: a run forgets
@@ -147,21 +149,25 @@ def _as_dict(result: SubmissionResult) -> dict:
 
 
 def write(root, result: SubmissionResult) -> None:
-    """Record ``result`` as done; a result without a grade (an error, no key) removes any
-    earlier record of its submission instead. Only plain names reach a file name."""
+    """Record ``result``: as done, or, for an error row, as failed (``failure``); a result
+    with neither a grade nor an error (no key) removes any earlier record of its submission.
+    Only plain names reach a file name."""
     from course_grading.untrusted import plain_name
 
     if not (plain_name(result.student) and plain_name(result.assignment)):
         return
     path = record_path(root, result.student, result.assignment)
-    if result.error or not result.key:
+    if not result.error and not result.key:
         forget(root, result.student, result.assignment)
         return
+    record = _as_dict(result)
+    if result.error:
+        record = {k: record[k] for k in ("format", "student", "assignment")} | {"error": result.error}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{result.student}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(_as_dict(result), fh)
+            json.dump(record, fh)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -178,16 +184,45 @@ def forget(root, student: str, assignment: str) -> None:
         pass
 
 
-def read(root, student: str, assignment: str) -> SubmissionResult | None:
-    """The recorded result of a submission, or None (no record, or one that cannot be read)."""
+def _load(root, student: str, assignment: str) -> dict | None:
+    """The record of a submission as written, or None (none, or not one of this format)."""
     from course_grading.untrusted import plain_name
 
     if not (plain_name(student) and plain_name(assignment)):
         return None
     try:
         data = json.loads(record_path(root, student, assignment).read_text(encoding="utf-8"))
-        if data.get("format") != FORMAT or data["student"] != student or data["assignment"] != assignment:
-            return None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return None
+    return data if (data.get("student"), data.get("assignment")) == (student, assignment) else None
+
+
+def failure(root, student: str, assignment: str) -> str | None:
+    """Why the last grading of a submission failed, where it did (its failure record), else None."""
+    data = _load(root, student, assignment)
+    error = data.get("error") if data else None
+    return error if isinstance(error, str) and error else None
+
+
+def failures(root) -> dict[tuple[str, str], str]:
+    """{(student, assignment): why its last grading failed} of every failure record."""
+    found = {}
+    for path in sorted((Path(root) / FOLDER).glob("*/*.json")):
+        error = failure(root, path.stem, path.parent.name)
+        if error is not None:
+            found[(path.stem, path.parent.name)] = error
+    return found
+
+
+def read(root, student: str, assignment: str) -> SubmissionResult | None:
+    """The recorded result of a submission, or None (no record, a failure record, or one that
+    cannot be read)."""
+    data = _load(root, student, assignment)
+    if data is None or "error" in data:
+        return None
+    try:
         exercises = [
             ExerciseResult(str(g), float(s), float(m), str(msg), manual is True, pending is True)
             for g, s, m, msg, manual, pending in data["exercises"]

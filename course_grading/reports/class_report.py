@@ -228,26 +228,32 @@ def write_report(results: list[SubmissionResult], root, csv_path=None, png_path=
 def gradebook_results(course, assignments=None, db_url=None) -> list[SubmissionResult]:
     """Every autograded submission in the gradebook, with the failure messages of the
     autograded notebooks that are on this machine (none where another machine graded). A
-    submission with a cell that has no score (its autograding failed) is an error row."""
+    submission whose last grading failed (its failure record, ``ledger.failure``: the
+    gradebook holds an earlier grade, or none) is an error row with that error; so is one
+    with a cell that has no score (its autograding failed)."""
+    from course_grading.grading import ledger
+
     coursedir = course_directory(course, db_url=db_url)
     with gradebook(coursedir) as gb:
-        found = sorted(
-            (s.student.id, s.assignment.name, uncomputed(s))
-            for a in gb.assignments
-            if not assignments or a.name in assignments
-            for s in a.submissions
-        )
+        chosen = [a for a in gb.assignments if not assignments or a.name in assignments]
+        broken = {(s.student.id, a.name): uncomputed(s) for a in chosen for s in a.submissions}
+    names = {a.name for a in chosen}
+    failed = {k: v for k, v in ledger.failures(Course.of(course).root).items() if k[1] in names}
     results = []
-    for student, assignment, broken in found:
-        if broken:
-            results.append(SubmissionResult(student, assignment, error=NOT_GRADED))
-            continue
-        try:
-            results.append(
-                SubmissionResult(student, assignment, exercise_results(coursedir, student, assignment))
-            )
-        except MissingEntry:
-            results.append(SubmissionResult(student, assignment, error="not graded"))
+    for student, assignment in sorted(set(broken) | set(failed)):
+        if (student, assignment) in failed:
+            error = failed[(student, assignment)]
+        elif broken[(student, assignment)]:
+            error = NOT_GRADED
+        else:
+            try:
+                exercises = exercise_results(coursedir, student, assignment)
+            except MissingEntry:
+                error = "not graded"
+            else:
+                results.append(SubmissionResult(student, assignment, exercises))
+                continue
+        results.append(SubmissionResult(student, assignment, error=error))
     return results
 
 

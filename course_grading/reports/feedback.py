@@ -1,6 +1,5 @@
-"""``course feedback`` and ``course export``: HTML feedback for students (hidden tests, what ran
-while they ran, and the hidden lines quoted in tracebacks removed), and the gradebook's grades
-as CSV.
+"""``course feedback``: HTML feedback for students (hidden tests, what ran while they ran, and
+the hidden lines quoted in tracebacks removed). The grades as CSV: ``grade_exports``.
 
 Feedback is generated from a copy of each ``autograded/<student>/<assignment>/`` that follows no
 link (``untrusted.copy_tree``): a folder or notebook that is a link gets no feedback, and a
@@ -14,7 +13,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from nbgrader.api import MissingEntry
 from nbgrader.converters import GenerateFeedback
 
 from course_grading import untrusted
@@ -23,8 +21,7 @@ from course_grading.course.course_dir import find_submissions
 from course_grading.course.nbgrader_setup import LOG, course_directory, gradebook, run_converter
 from course_grading.errors import GradingError
 from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS, PendingGrades
-from course_grading.reports.reports_csv import write_rows
-from course_grading.reports.results import pending_points, uncomputed
+from course_grading.reports.results import pending_points
 
 
 class FeedbackIncomplete(GradingError):
@@ -86,7 +83,8 @@ def feedback(course, assignments=None, students=None, db_url=None) -> list[Path]
 
 def awaiting_manual(course, assignments=None, students=None, db_url=None) -> list[str]:
     """One line per gradebook submission whose written answers wait for manual grading: its
-    feedback shows them as 0 until they are graded (then run ``course feedback`` again)."""
+    feedback shows them as nbgrader scores them until they are graded (0, or a resubmitted
+    answer's old score; then run ``course feedback`` again)."""
     coursedir = course_directory(course, db_url=db_url)
     lines = []
     with gradebook(coursedir) as gb:
@@ -144,70 +142,3 @@ def _stage(
             os.close(student_fd)
     finally:
         os.close(base)
-
-
-EXPORT_COLUMNS = [
-    "assignment",
-    "duedate",
-    "timestamp",
-    "student_id",
-    "last_name",
-    "first_name",
-    "email",
-    "raw_score",
-    "late_submission_penalty",
-    "score",
-    "max_score",
-    "note",
-]
-
-
-def export(course, path, assignments=None, students=None, db_url=None) -> Path:
-    """The gradebook's grades as CSV to ``path``: nbgrader's export (one row per student and
-    assignment, its columns and numbers), every cell written so that no spreadsheet takes it
-    for a formula, and a last column ``note`` that says where a score is not a grade: "not
-    submitted" (nbgrader's export shows 0), "not graded" where an autograded cell has no score
-    at all (autograding failed), "needs manual grading (N points)" where written answers wait
-    for the instructor (nbgrader's score counts them 0 until they are graded)."""
-    coursedir = course_directory(course, db_url=db_url)
-    rows = [EXPORT_COLUMNS]
-    with gradebook(coursedir) as gb:
-        for assignment in gb.assignments:
-            if assignments and assignment.name not in assignments:
-                continue
-            for student in gb.students:
-                if students and student.id not in students:
-                    continue
-                row = [
-                    assignment.name,
-                    assignment.duedate,
-                    "",
-                    student.id,
-                    student.last_name,
-                    student.first_name,
-                    student.email,
-                ]
-                try:
-                    submission = gb.find_submission(assignment.name, student.id)
-                except MissingEntry:
-                    row += [0.0, 0.0, 0.0, assignment.max_score, "not submitted"]
-                else:
-                    penalty = submission.late_submission_penalty
-                    row[2] = submission.timestamp
-                    row += [
-                        submission.score,
-                        penalty,
-                        max(0.0, submission.score - penalty),
-                        assignment.max_score,
-                        note(submission),
-                    ]
-                rows.append(["" if cell is None else str(cell) for cell in row])
-    return write_rows(Path(path).resolve(), rows)
-
-
-def note(submission) -> str:
-    """What makes a gradebook submission's score not (yet) a grade, or ''."""
-    if uncomputed(submission):
-        return "not graded"
-    pending = pending_points(submission)
-    return f"needs manual grading ({pending:g} points)" if pending else ""

@@ -1,12 +1,15 @@
-"""``course export --format canvas|moodle|wide``: the gradebook's grades in the files that
-instructors upload to their LMS, and a plain wide table.
+"""``course export --format nbgrader|canvas|moodle|wide``: the gradebook's grades in
+nbgrader's export columns, in the files that instructors upload to their LMS, and a plain wide
+table, all from one reading of the grades (``collect``).
 
 One grade per (student, assignment) in every format: nbgrader's score after its late penalty;
 for an assignment not submitted, 0 once its due date has passed (nbgrader's own export gives
 0; so does this one where the assignment has no due date) and **no grade yet** before it. A
-grade that is not known is never written as a number: a submission whose autograding failed
-(a cell without a score), one whose written answers still wait for manual grading (nbgrader
-would count them 0), or one not due yet. Canvas gets an empty cell, Moodle ``-`` (an empty cell
+grade that is not known is never written as a number: a submission whose last grading failed
+(the grading run's error row, recorded by ``ledger``: the gradebook then holds an earlier grade
+or nothing; or a cell without a score), one whose written answers wait for manual grading
+(nbgrader would count them 0, or, for an answer put back into the queue, its old score), or one
+not due yet. Canvas gets an empty cell, Moodle ``-`` (an empty cell
 is "no grade" for an existing Moodle grade item only; mapped to a new one, Moodle stores 0),
 so an upload never records a partial score as if it were final; ``export`` returns one note
 per grade left without a number, which the command prints.
@@ -27,6 +30,8 @@ The column rules each format follows, from the importers' published source:
 * **Moodle**: ``lms/moodle.py`` (one identifier column, ``-`` for no grade, feedback columns,
   only the students of the LMS's own participants list with ``roster``).
 * **Canvas, filling the instructor's own download**: ``lms/canvas.py``.
+* **nbgrader**: nbgrader's export columns, one row per assignment and student, and a ``note``
+  saying what is not a grade (no score where grading failed or nothing is due yet).
 * **wide**: one row per student; per assignment its grade, its late penalty, the points of its
   written answers graded by hand, and the points still waiting for that; then the total of
   the points known so far (a submission whose written answers wait counts with the points it
@@ -45,12 +50,30 @@ from pathlib import Path
 
 from nbgrader.api import MissingEntry
 
+from course_grading.authoring import cells
+from course_grading.authoring.nbformat_tools import read_untrusted
+from course_grading.course.course import Course
 from course_grading.course.nbgrader_setup import course_directory, gradebook
+from course_grading.grading import ledger
 from course_grading.reports.lms import ids
 from course_grading.reports.reports_csv import clean, write_rows
-from course_grading.reports.results import manual_cells, pending_points, uncomputed
+from course_grading.reports.results import awaits_manual, manual_cells, pending_points, uncomputed
 
 FORMATS = ("nbgrader", "canvas", "moodle", "wide")
+NBGRADER_COLUMNS = [
+    "assignment",
+    "duedate",
+    "timestamp",
+    "student_id",
+    "last_name",
+    "first_name",
+    "email",
+    "raw_score",
+    "late_submission_penalty",
+    "score",
+    "max_score",
+    "note",
+]
 CANVAS_STUDENT_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 CANVAS_POINTS_ROW = "Points Possible"
 WIDE_STUDENT_COLUMNS = ["student_id", "last_name", "first_name", "email"]
@@ -67,10 +90,16 @@ class Grade:
     raw_score: float = 0.0
     late_penalty: float = 0.0
     manual_points: float = 0.0  # points given by hand to written answers
-    awaiting_manual: float = 0.0  # points of written answers not graded yet
-    failed: bool = False  # an autograded cell without a score
+    awaiting_manual: float = 0.0  # points of written answers not graded (or graded again) yet
+    waiting_score: float = 0.0  # what nbgrader's score still counts for those (a stale score)
+    failure: str = ""  # why grading failed: a grading run's error, or a cell without a score
     due: datetime | None = None  # the assignment's due date (UTC), None without one
+    timestamp: datetime | None = None  # when the graded submission was made
     comments: list = field(default_factory=list)  # "grade id: the grader's comment"
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failure)
 
     @property
     def grade(self) -> float | None:
@@ -91,13 +120,13 @@ class Grade:
         if self.grade is not None:
             return self.grade
         if self.submitted and not self.failed:
-            return max(0.0, self.raw_score - self.late_penalty)
+            return max(0.0, self.raw_score - self.waiting_score - self.late_penalty)
         return 0.0
 
     @property
     def why_blank(self) -> str:
         if self.failed:
-            return "autograding failed"
+            return f"grading failed: {self.failure}"
         if self.awaiting_manual:
             return f"{self.awaiting_manual:g} points of written answers to grade by hand"
         if self.not_due:
@@ -152,11 +181,13 @@ def collect(
     """({assignment: max score}, one StudentGrades per gradebook student), in the gradebook's
     order of assignments (as nbgrader lists them) and by student id."""
     coursedir = course_directory(course, db_url=db_url)
+    root = Course.of(course).root
     with gradebook(coursedir) as gb:
         chosen = [a for a in gb.assignments if not assignments or a.name in assignments]
         maxima = {a.name: float(a.max_score) for a in chosen}
         dues = {a.name: a.duedate for a in chosen}
         names = list(maxima)
+        orders = {name: _cell_order(course, name) for name in names}
         found = []
         for student in sorted(gb.students, key=lambda s: s.id):
             if students and student.id not in students:
@@ -171,41 +202,77 @@ def collect(
             )
             for name in names:
                 grade = Grade(name, maxima[name], due=dues[name])
-                try:
-                    submission = gb.find_submission(name, student.id)
-                except MissingEntry:
-                    pass
-                else:
-                    grade.submitted = True
-                    grade.raw_score = float(submission.score)
-                    grade.late_penalty = float(submission.late_submission_penalty or 0)
-                    grade.failed = uncomputed(submission)
-                    grade.awaiting_manual = pending_points(submission)
-                    grade.manual_points = _manual_points(submission)
-                    grade.comments = _comments(submission)
-                row.grades[name] = grade
+                row.grades[name] = _fill(grade, gb, root, student.id, orders[name])
             found.append(row)
     return maxima, found
 
 
-def _manual_points(submission) -> float:
-    """Points the instructor gave to written answers (scores set by hand)."""
-    total = 0.0
+def _fill(grade: Grade, gb, root, student: str, order: dict) -> Grade:
+    """``grade`` of ``student``, filled from the course's record of a grading run that failed
+    for the submission (``ledger.failure``: the gradebook then holds an earlier grade, or
+    nothing), else from the gradebook (``order``: ``_cell_order`` of its assignment)."""
+    assignment = grade.assignment
+    failure = ledger.failure(root, student, assignment)
+    if failure is not None:
+        grade.submitted, grade.failure = True, failure
+        return grade
+    try:
+        submission = gb.find_submission(assignment, student)
+    except MissingEntry:
+        return grade
+    grade.submitted = True
+    grade.timestamp = submission.timestamp
+    grade.raw_score = float(submission.score)
+    grade.late_penalty = float(submission.late_submission_penalty or 0)
+    if uncomputed(submission):
+        grade.failure = "an autograded cell has no score"
+        return grade
+    grade.awaiting_manual = pending_points(submission)
+    grade.manual_points, grade.waiting_score = _hand_points(submission)
+    grade.comments = _comments(submission, order)
+    return grade
+
+
+def _hand_points(submission) -> tuple[float, float]:
+    """(points given by hand to written answers that stand, what nbgrader's score still
+    counts for written answers waiting to be graded by hand again)."""
+    given = waiting = 0.0
     for nb in submission.notebooks:
         manual = manual_cells(nb.notebook)
-        total += sum(
-            float(g.manual_score) for g in nb.grades if g.name in manual and g.manual_score is not None
-        )
-    return total
+        for g in nb.grades:
+            if awaits_manual(g, manual):
+                waiting += float(g.score or 0)
+            elif g.name in manual and g.manual_score is not None:
+                given += float(g.manual_score)
+    return given, waiting
 
 
-def _comments(submission) -> list[str]:
-    """The grader's comments of a gradebook submission, "grade id: comment", notebook order."""
+def _comments(submission, order: dict[str, dict[str, int]]) -> list[str]:
+    """The comments graders wrote on a gradebook submission, "grade id: comment", in notebook
+    order (``order``: ``_cell_order``); nbgrader's own automatic ones ("No response.") are no
+    grader's and are left out."""
     found = []
     for nb in sorted(submission.notebooks, key=lambda n: n.name):
+        place = order.get(nb.name, {})
+        written = [c for c in nb.comments if c.manual_comment and c.manual_comment.strip()]
         found += [
-            f"{c.name}: {' '.join(c.comment.split())}" for c in nb.comments if c.comment and c.comment.strip()
+            f"{c.name}: {' '.join(c.manual_comment.split())}"
+            for c in sorted(written, key=lambda c: (place.get(c.name, len(place)), c.name))
         ]
+    return found
+
+
+def _cell_order(course, assignment: str) -> dict[str, dict[str, int]]:
+    """{notebook: {grade id: its place}} of the assignment's source notebooks (the order the
+    students saw the cells in); a notebook that cannot be read has none."""
+    found = {}
+    for path in sorted(Course.of(course).folders.source_of(assignment).glob("*.ipynb")):
+        try:
+            nb = read_untrusted(path)
+        except (OSError, ValueError):
+            continue
+        ids = [cells.meta(cell).get("grade_id") for cell in nb.cells]
+        found[path.stem] = {g: i for i, g in enumerate(ids) if isinstance(g, str)}
     return found
 
 
@@ -221,6 +288,28 @@ def canvas_rows(maxima: dict[str, float], found: list[StudentGrades], ids: dict 
     rows = [CANVAS_STUDENT_COLUMNS + titles, [CANVAS_POINTS_ROW, "", "", "", ""] + list(maxima.values())]
     for s in found:
         rows.append([s.display_name, "", "", s.id, ""] + [_number(s.grades[n].grade) for n in names])
+    return rows
+
+
+def nbgrader_rows(maxima: dict[str, float], found: list[StudentGrades]) -> list[list]:
+    """nbgrader's export columns (one row per assignment and student), and a last column
+    ``note``: where a score is not a grade no number is written (grading failed, not due
+    yet); written answers waiting for the instructor leave a partial score, which the note
+    says."""
+    rows = [NBGRADER_COLUMNS]
+    for name, most in maxima.items():
+        for s in found:
+            g = s.grades[name]
+            if g.failed or g.not_due:
+                scores, note = ["", "", ""], g.why_blank
+            elif g.submitted:
+                raw = g.raw_score - g.waiting_score
+                scores = [raw, g.late_penalty, max(0.0, raw - g.late_penalty)]
+                note = f"needs manual grading ({g.awaiting_manual:g} points)" if g.awaiting_manual else ""
+            else:
+                scores, note = [0.0, 0.0, 0.0], "not submitted"
+            row = [name, g.due, g.timestamp, s.id, s.last_name, s.first_name, s.email, *scores, most, note]
+            rows.append(["" if cell is None else str(cell) for cell in row])
     return rows
 
 
@@ -275,7 +364,7 @@ def export(
     match: str = "username",
     roster=None,
 ) -> Exported:
-    """Write the grades in format ``fmt`` (canvas, moodle, wide) to ``path``. Moodle's file
+    """Write the grades in format ``fmt`` (``FORMATS``) to ``path``. Moodle's file
     identifies students by ``match`` (``lms.moodle.IDENTIFIERS``); with ``roster`` (an LMS's
     participants or class list) only its students are written, the others named."""
     maxima, found = collect(course, assignments, students, db_url)
@@ -289,15 +378,15 @@ def export(
 
         rows, missing = moodle_rows(maxima, found, match)
         left_out += missing
-    else:
+    elif fmt == "canvas":
         from course_grading.reports.lms.canvas import canvas_ids
 
-        rows = canvas_rows(maxima, found, canvas_ids(course)) if fmt == "canvas" else wide_rows(maxima, found)
+        rows = canvas_rows(maxima, found, canvas_ids(course))
+    else:
+        rows = nbgrader_rows(maxima, found) if fmt == "nbgrader" else wide_rows(maxima, found)
     written = write_rows(Path(path).resolve(), rows)
+    left = "not a grade yet" if fmt == "nbgrader" else "left blank"
     notes = [
-        f"{s.id}/{n}: left blank, {s.grades[n].why_blank}"
-        for s in found
-        for n in maxima
-        if s.grades[n].why_blank
+        f"{s.id}/{n}: {left}, {s.grades[n].why_blank}" for s in found for n in maxima if s.grades[n].why_blank
     ]
     return Exported(written, notes, left_out)

@@ -82,10 +82,13 @@ def manual_cells(notebook) -> set[str]:
 
 
 def awaits_manual(grade, manual: set[str]) -> bool:
-    """Whether a gradebook grade is a written answer (a name in ``manual``) that the
-    instructor has not scored yet: neither nbgrader (an answer it found unanswered scores 0)
-    nor the instructor gave it a score."""
-    return grade.name in manual and grade.auto_score is None and grade.manual_score is None
+    """Whether a gradebook grade is a written answer (a name in ``manual``) that waits for the
+    instructor: neither nbgrader (an answer it found unanswered scores 0) nor the instructor
+    gave it a score, or nbgrader put it back into the manual grading queue (a resubmitted
+    answer: the score given by hand to the earlier text is no grade of this one)."""
+    return grade.name in manual and (
+        bool(grade.needs_manual_grade) or (grade.auto_score is None and grade.manual_score is None)
+    )
 
 
 def uncomputed(submission) -> bool:
@@ -141,7 +144,7 @@ def _exercise(grade, manual: bool, failure: str | None, comment: str | None = No
     """One gradebook grade as an ExerciseResult: a written answer waits (pending, no score),
     was left unanswered (0, "not answered"), or has the instructor's score and comment (its
     first line, where the answer lost points)."""
-    if manual and grade.auto_score is None and grade.manual_score is None:
+    if awaits_manual(grade, {grade.name} if manual else set()):
         return ExerciseResult(
             grade.name, 0.0, float(grade.max_score), NEEDS_MANUAL, manual=True, pending=True
         )

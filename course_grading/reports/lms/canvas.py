@@ -18,7 +18,10 @@ the assignment to its Canvas id (``c.LMS.canvas_assignment_ids = {"03_attention"
 (its ``SIS Login ID``, else its ``SIS User ID``, is the course's student id, i.e. the hub's
 user name; or its ``ID`` is the Canvas id a roster import recorded). A grade that is not known
 yet (written answers waiting, grading failed, not submitted before the due date) keeps the
-cell as Canvas had it, so the import sees no change there; never a 0.
+cell as Canvas had it, so the import sees no change there; never a 0. A cell Canvas holds
+that is not a number (``EX``: excused; a letter grade, complete/incomplete) is kept, with a
+note; a number of Canvas's that differs from the course's grade is replaced, with a note
+naming both.
 
 Named, never silent (``Filled.problems``, exit status 1): every student of the course the file
 lacks, every course assignment without a column, a column Canvas marks read only; noted
@@ -40,6 +43,7 @@ from course_grading.reports.reports_csv import clean, read_rows
 MAX_DOWNLOAD_BYTES = 32 * 2**20
 POINTS_ROW = "Points Possible"
 TEST_STUDENT = "Student, Test"  # the student Canvas adds for "Student View": no login
+EXCUSED = "EX"  # Canvas's gradebook: the student is excused from the assignment
 # Canvas's own columns that are no assignment (gradebook_importer.rb NON_ASSIGNMENT_COLUMN_HEADERS,
 # "Unposted ..." included by the same search)
 NOT_ASSIGNMENTS = re.compile(
@@ -223,18 +227,30 @@ def _student(row, download: Download, by_id: dict, by_folded: dict, by_canvas: d
 
 
 def _fill_row(row: list, student, columns: dict[str, int]) -> list[str]:
-    """Write the student's known grades into ``row``; a note per grade left as it was."""
+    """Write the student's known grades into ``row``; a note per grade left as it was, and
+    per number of Canvas's that the course's grade replaces."""
     notes = []
     for name, index in columns.items():
-        grade = student.grades[name]
+        grade, had = student.grades[name], row[index].strip()
+        where = f"{student.id}/{name}"
         if grade.grade is None:
-            had = row[index].strip()
             notes.append(
-                f"{student.id}/{name}: {grade.why_blank}: left "
+                f"{where}: {grade.why_blank}: left "
                 + (f"as Canvas has it ({clean(had)})" if had else "empty (no grade)")
             )
-        else:
-            row[index] = f"{grade.grade:g}"
+            continue
+        new = f"{grade.grade:g}"
+        try:
+            old = float(had) if had else None
+        except ValueError:  # EX (excused), or a letter, complete/incomplete, a percentage
+            what = "excused" if had.upper() == EXCUSED else "not a number of points"
+            notes.append(
+                f"{where}: Canvas has {clean(had)} ({what}): kept; the course's grade, {new}, not written"
+            )
+            continue
+        if old is not None and abs(old - grade.grade) > 1e-9:
+            notes.append(f"{where}: Canvas has {clean(had)}, the course {new}: replaced by {new}")
+        row[index] = new
     return notes
 
 
