@@ -37,6 +37,7 @@ CONFIGURABLES = (  # traitlets classes an instructor configures (their own trait
     "course_grading.preprocessors.limited_execute:LimitedExecute",
     "course_grading.preprocessors.sanitize:SanitizeNotebook",
     "course_grading.authoring.building_blocks:BuildingBlocks",
+    "course_grading.reports.lms.canvas:LMS",
     "course_grading.sandbox.sandbox_kernel_manager:SandboxKernelManager",
 )
 BOUNDS = "course_grading.untrusted:NotebookBounds"  # a dataclass, read from c.NotebookBounds

@@ -36,6 +36,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from traitlets import Dict
+from traitlets.config import Configurable
+
 from course_grading.errors import GradingError
 from course_grading.reports.grade_exports import collect
 from course_grading.reports.reports_csv import clean, read_rows
@@ -116,14 +119,27 @@ def _index(names: list[str], wanted: str) -> int | None:
     return names.index(wanted) if wanted in names else None
 
 
+class LMS(Configurable):
+    """What the exports need to know of the course's LMS (nbgrader_config.py)."""
+
+    canvas_assignment_ids = Dict(
+        help="assignment -> its Canvas assignment id (the number in its Canvas address), e.g. "
+        '{"03_attention": 48213}: the Canvas export titles its column "03_attention (48213)", '
+        "which Canvas matches to that assignment, whatever its title there"
+    ).tag(config=True)
+
+
 def canvas_ids(course) -> dict[str, str]:
     """{course assignment: Canvas assignment id} of ``c.LMS.canvas_assignment_ids`` in the
     course's nbgrader_config.py ({} without it)."""
+    from traitlets import TraitError
+
     from course_grading.course.course import Course
 
-    mapping = Course.of(course).config.get("LMS", {}).get("canvas_assignment_ids", {}) or {}
-    if not isinstance(mapping, dict):
-        raise GradingError("c.LMS.canvas_assignment_ids must map assignment names to Canvas ids")
+    try:
+        mapping = LMS(config=Course.of(course).config).canvas_assignment_ids
+    except TraitError:
+        raise GradingError("c.LMS.canvas_assignment_ids must map assignment names to Canvas ids") from None
     return {str(k): str(v) for k, v in mapping.items()}
 
 
