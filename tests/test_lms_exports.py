@@ -537,3 +537,23 @@ def test_grades_csv_and_the_class_report_say_the_same_failed_grading(course, tmp
     assert results["ada"].error == "" and results["ada"].score == 3.5  # before its late penalty
     merged = {r.student: r for r in class_report.whole_class([results["ada"]], course)}
     assert merged["dee"].error == "the notebook is not valid JSON" and "gus" in merged
+
+
+def test_canvas_fill_scales_grades_to_canvas_s_points(course, tmp_path, capsys):
+    """Canvas has the assignment out of other points than the course: each grade is written as
+    the same fraction of Canvas's points (3 of the course's 4 is 7.5 of Canvas's 10, never 3 of
+    10), with a note; Canvas's Points Possible row is left as it is."""
+    _class(course, tmp_path)  # ada 3 of 4
+    download = _read(CANVAS)
+    column = download[0].index(COLUMN)
+    download[1][column] = "10.00"
+    other = tmp_path / "out-of-ten.csv"
+    with other.open("w", newline="", encoding="utf-8") as fh:
+        csv.writer(fh).writerows(download)
+    filled, _, err = _export(course, tmp_path, capsys, "canvas", "--fill", str(other))
+    assert filled[1][column] == "10.00"
+    assert _rows_by_login(filled)["ada"][COLUMN] == "7.5"
+    assert (
+        f"course: note: {A}: Canvas has it out of 10 points, the course out of 4: grades scaled"
+        in "\n".join(err)
+    )

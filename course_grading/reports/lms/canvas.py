@@ -26,7 +26,8 @@ naming both.
 Named, never silent (``Filled.problems``, exit status 1): every student of the course the file
 lacks, every course assignment without a column, a column Canvas marks read only; noted
 (``Filled.notes``): every student row of the file the course does not know (left as it was,
-Canvas's test student included), every grade left as it was, points that differ.
+Canvas's test student included), every grade left as it was, points that differ (the grades
+are then scaled to Canvas's points, each student's fraction of them kept).
 """
 
 from __future__ import annotations
@@ -184,11 +185,13 @@ def fill(course, download_path, out, db_url=None) -> Filled:
     by_folded = {s.id.casefold(): s for s in found}
     by_canvas = {s.canvas_id: s for s in found if s.canvas_id}
     notes, matched = [], set()
+    points = next((list(r) for r in download.rows[1:] if r and POINTS_ROW in r[0]), None)
+    scale = _points(points, columns, maxima, problems, notes) if points else {}
     rows = [list(download.rows[0])]
     for number, row in enumerate(download.rows[1:], start=2):
         row = list(row) + [""] * (len(rows[0]) - len(row))
         if POINTS_ROW in row[0]:
-            notes += _points(row, columns, maxima, problems)
+            pass
         elif all(posting_cell(cell) for cell in row):
             pass
         else:
@@ -201,7 +204,7 @@ def fill(course, download_path, out, db_url=None) -> Filled:
                 problems.append(f"line {number}: {student.id} is in the Canvas file twice: filled once")
             else:
                 matched.add(student.id)
-                notes += _fill_row(row, student, columns)
+                notes += _fill_row(row, student, columns, scale)
         rows.append(row)
     problems += [
         f"{s.id} ({clean(s.display_name)}): a student of the course the Canvas file lacks "
@@ -242,9 +245,10 @@ def _student(row, download: Download, by_id: dict, by_folded: dict, by_canvas: d
     return by_canvas.get(row[1].strip()) if row[1].strip() else None
 
 
-def _fill_row(row: list, student, columns: dict[str, int]) -> list[str]:
-    """Write the student's known grades into ``row``; a note per grade left as it was, and
-    per number of Canvas's that the course's grade replaces."""
+def _fill_row(row: list, student, columns: dict[str, int], scale: dict[str, float]) -> list[str]:
+    """Write the student's known grades into ``row`` (scaled to Canvas's points where
+    ``scale`` says); a note per grade left as it was, and per number of Canvas's that the
+    course's grade replaces."""
     notes = []
     for name, index in columns.items():
         grade, had = student.grades[name], row[index].strip()
@@ -255,7 +259,8 @@ def _fill_row(row: list, student, columns: dict[str, int]) -> list[str]:
                 + (f"as Canvas has it ({clean(had)})" if had else "empty (no grade)")
             )
             continue
-        new = f"{grade.grade:g}"
+        written = round(grade.grade * scale.get(name, 1.0), 2)
+        new = f"{written:g}"
         try:
             old = float(had) if had else None
         except ValueError:  # EX (excused), or a letter, complete/incomplete, a percentage
@@ -264,18 +269,23 @@ def _fill_row(row: list, student, columns: dict[str, int]) -> list[str]:
                 f"{where}: Canvas has {clean(had)} ({what}): kept; the course's grade, {new}, not written"
             )
             continue
-        if old is not None and abs(old - grade.grade) > 1e-9:
+        if old is not None and abs(old - written) > 1e-9:
             notes.append(f"{where}: Canvas has {clean(had)}, the course {new}: replaced by {new}")
         row[index] = new
     return notes
 
 
-def _points(row: list, columns: dict[str, int], maxima: dict[str, float], problems: list) -> list[str]:
-    """Canvas's Points Possible row is kept as it is: a note where its points are not the
-    course's, a problem where Canvas marks the column read only (Canvas imports nothing there)."""
-    notes = []
+def _points(
+    row: list, columns: dict[str, int], maxima: dict[str, float], problems: list, notes: list
+) -> dict:
+    """Canvas's Points Possible row, kept as it is. Where Canvas has an assignment out of other
+    points than the course, its grades are scaled to Canvas's (the fraction of the points kept:
+    9.5 of the course's 12 is 7.92 of Canvas's 10, never 9.5 of 10), with a note; {assignment:
+    factor} for those. A problem where Canvas marks the column read only (it imports nothing
+    there) or has it out of no points."""
+    scale = {}
     for name, index in columns.items():
-        cell = row[index].strip()
+        cell = row[index].strip() if index < len(row) else ""
         if re.search(r"read\s+only", cell):
             problems.append(f"{name}: Canvas marks its column read only: Canvas imports none of its grades")
             continue
@@ -283,10 +293,17 @@ def _points(row: list, columns: dict[str, int], maxima: dict[str, float], proble
             points = float(cell)
         except ValueError:
             continue
-        if abs(points - maxima[name]) > 1e-9:
-            notes.append(
-                f"{name}: Canvas has it out of {points:g} points, the course out of "
-                f"{maxima[name]:g}: the grades written are the course's points; "
-                "Canvas's Points Possible row is left as it is"
+        if abs(points - maxima[name]) <= 1e-9 or maxima[name] <= 0:
+            continue
+        if points <= 0:
+            problems.append(
+                f"{name}: Canvas has it out of {points:g} points, the course out of {maxima[name]:g}: "
+                "set its points in Canvas; the course's points are written"
             )
-    return notes
+            continue
+        scale[name] = points / maxima[name]
+        notes.append(
+            f"{name}: Canvas has it out of {points:g} points, the course out of {maxima[name]:g}: "
+            f"grades scaled to Canvas's {points:g} (each student's fraction of the points kept)"
+        )
+    return scale
