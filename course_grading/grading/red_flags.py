@@ -5,7 +5,8 @@ or comparison functions, IPython input/AST transformers and event hooks, skip, r
 tags that the source's cell does not carry itself (its cells that run the learner's code carry
 ``raises-exception``, so that "Run All" keeps going), edited nbgrader metadata (points, grade,
 solution, locked, checksum), edited, deleted or added test cells, a changed kernel, access to
-the gradebook or nbgrader, process control (``os._exit``, signals, fork), network access, the
+the gradebook or nbgrader, process control (``os._exit``, signals, fork), network access,
+listing folders (other students' work, the instructor's: the sandbox shows them empty), the
 reference implementations, and obfuscated code.
 
 A flag is a reason for the instructor to look, not a penalty: nothing here changes a score.
@@ -59,6 +60,11 @@ PATTERNS = [
         r"|\bsys\s*\.\s*exit\b|\bfaulthandler\b|\bmultiprocessing\b|\bsubprocess\b|\bctypes\b",
     ),
     ("network access", r"\bsocket\b|\burllib\b|\brequests\b|\bhttp\.client\b|\burlopen\b"),
+    (
+        "looks through folders (other students' work, the instructor's)",
+        r"\bos\s*\.\s*(listdir|scandir|walk)\b|\bglob\s*\.\s*i?glob\b|\.(iterdir|rglob)\s*\("
+        r"|\.\./|\b(submitted|autograded|solutions|feedback)[/\\]",
+    ),
     (
         "reaches into the grading side (reference implementations, hidden checks)",
         r"\bcourse_grading\b|course_utils\s*\.\s*reference|from\s+course_utils\s+import\s+reference",
