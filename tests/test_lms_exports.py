@@ -557,3 +557,23 @@ def test_canvas_fill_scales_grades_to_canvas_s_points(course, tmp_path, capsys):
         f"course: note: {A}: Canvas has it out of 10 points, the course out of 4: grades scaled"
         in "\n".join(err)
     )
+
+
+def test_no_feedback_from_a_submission_whose_last_grading_failed(course, tmp_path):
+    """dee's last grading failed: autograded/ still holds the notebook graded before, and
+    feedback from it would be stale. ``course feedback`` names dee and writes none."""
+    import nbformat
+
+    from course_grading.reports import feedback
+
+    _failed_grading(course, tmp_path)
+    old = course / "autograded" / "dee" / A
+    old.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(), old / f"{A}.ipynb")
+    with pytest.raises(feedback.FeedbackIncomplete) as caught:
+        feedback.feedback(course, students=["dee"])
+    assert caught.value.problems == [
+        f"no feedback for dee/{A}: its last grading failed (the notebook is not valid JSON); "
+        "`course autograde` it again"
+    ]
+    assert not (course / "feedback" / "dee").exists()

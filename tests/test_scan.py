@@ -40,7 +40,10 @@ def _reasons(sub, src=None):
         ("import socket", "network"),
         ("import os\nprint(os.listdir('/home'))", "looks through folders"),
         ("from pathlib import Path\nprint(list(Path('.').parent.iterdir()))", "looks through folders"),
-        ("print(open('../../submitted/ben/03_attention/03_attention.ipynb').read())", "looks through folders"),
+        (
+            "print(open('../../submitted/ben/03_attention/03_attention.ipynb').read())",
+            "looks through folders",
+        ),
         ("import glob\nglob.glob('/srv/*')", "looks through folders"),
         ("from course_grading.reference.embeddings import one_hot", "reference"),
         ("exec('x=1')", "dynamic"),

@@ -20,6 +20,7 @@ from course_grading.course.course import Course
 from course_grading.course.course_dir import find_submissions
 from course_grading.course.nbgrader_setup import LOG, course_directory, gradebook, run_converter
 from course_grading.errors import GradingError
+from course_grading.grading import ledger
 from course_grading.preprocessors import FEEDBACK_LAST, FEEDBACK_PREPROCESSORS, PendingGrades
 from course_grading.reports.results import pending_points
 
@@ -49,6 +50,13 @@ def feedback(course, assignments=None, students=None, db_url=None) -> list[Path]
         pass  # a gradebook that cannot be opened stops here, with one line
     problems: list[str] = []
     for student, assignment in pairs:
+        failed = ledger.failure(course.root, student, assignment)
+        if failed:  # autograded/ still holds the submission before: its feedback would be stale
+            problems.append(
+                f"no feedback for {student}/{assignment}: its last grading failed "
+                f"({failed.splitlines()[0][:200]}); `course autograde` it again"
+            )
+            continue
         coursedir = course_directory(course, db_url=db_url, student_id=student, assignment_id=assignment)
         with tempfile.TemporaryDirectory(prefix="course-feedback-") as stage:
             try:
