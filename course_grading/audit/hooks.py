@@ -247,12 +247,12 @@ def _hook_for(fd: int) -> None:
                 # relative: to the working folder, or to any folder it holds open (``dir_fd``,
                 # which the event leaves out)
                 try:
-                    folders = [None] if path.startswith("/") else [None, *listdir("/proc/self/fd")]
+                    held = [] if path.startswith("/") else [is_int(fd) for fd in listdir("/proc/self/fd")]
                 except OSError:
-                    folders = [None]
-                for folder in folders:
+                    held = []
+                for folder in (None, *held):
                     try:
-                        if stat_of(args[0], dir_fd=folder and is_int(folder)).st_dev == proc:
+                        if stat_of(args[0], dir_fd=folder).st_dev == proc:
                             what = "open-for-writing:" + path
                             break
                     except OSError:

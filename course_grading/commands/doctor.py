@@ -185,10 +185,10 @@ def _third_party(exc: BaseException) -> str | None:
     owners = metadata.packages_distributions()
     tops = [(exc.name or "").split(".")[0]] if isinstance(exc, ImportError) else []
     innermost = next((p for p in reversed(_places(exc)) if p.is_absolute()), None)
-    for base in map(Path, sys.path if innermost else ()):
-        if base.name in ("site-packages", "dist-packages") and base in innermost.parents:
-            tops.append(innermost.relative_to(base).parts[0].removesuffix(".py"))
-            break
+    packages = [Path(p) for p in sys.path if Path(p).name in ("site-packages", "dist-packages")]
+    base = next((b for b in packages if innermost and b in innermost.parents), None)
+    if base is not None:
+        tops.append(innermost.relative_to(base).parts[0].removesuffix(".py"))
     for top in tops:
         found = [d for d in owners.get(top, []) if d.lower() != DISTRIBUTION.lower()]
         if found:

@@ -20,10 +20,11 @@ class PendingGrades(GetGrades):
     """GetGrades, with a comment on every answer whose grade waits for grading by hand."""
 
     def _get_score(self, cell, resources) -> None:
-        super()._get_score(cell, resources)
+        """GetGrades's own (the score and points from the gradebook), and the comment."""
         grade = self.gradebook.find_grade(
             cell.metadata["nbgrader"]["grade_id"], self.notebook_id, self.assignment_id, self.student_id
         )
+        cell.metadata.nbgrader["score"], cell.metadata.nbgrader["points"] = grade.score, grade.max_score
         if grade.needs_manual_grade:
             said = NOT_YET.format(points=grade.max_score or 0)
             earlier = cell.metadata.nbgrader.get("comment")

@@ -181,7 +181,7 @@ def collect(
     """({assignment: max score}, one StudentGrades per gradebook student), in the gradebook's
     order of assignments (as nbgrader lists them) and by student id."""
     coursedir = course_directory(course, db_url=db_url)
-    root = Course.of(course).root
+    failed = ledger.failures(Course.of(course).root)  # {(student, assignment): why}
     with gradebook(coursedir) as gb:
         chosen = [a for a in gb.assignments if not assignments or a.name in assignments]
         maxima = {a.name: float(a.max_score) for a in chosen}
@@ -202,17 +202,16 @@ def collect(
             )
             for name in names:
                 grade = Grade(name, maxima[name], due=dues[name])
-                row.grades[name] = _fill(grade, gb, root, student.id, orders[name])
+                row.grades[name] = _fill(grade, gb, failed.get((student.id, name)), student.id, orders[name])
             found.append(row)
     return maxima, found
 
 
-def _fill(grade: Grade, gb, root, student: str, order: dict) -> Grade:
-    """``grade`` of ``student``, filled from the course's record of a grading run that failed
-    for the submission (``ledger.failure``: the gradebook then holds an earlier grade, or
+def _fill(grade: Grade, gb, failure: str | None, student: str, order: dict) -> Grade:
+    """``grade`` of ``student``: ``failure``, where the course recorded that the last grading
+    of the submission failed (``ledger.failures``: the gradebook then holds an earlier grade, or
     nothing), else from the gradebook (``order``: ``_cell_order`` of its assignment)."""
     assignment = grade.assignment
-    failure = ledger.failure(root, student, assignment)
     if failure is not None:
         grade.submitted, grade.failure = True, failure
         return grade
@@ -271,8 +270,8 @@ def _cell_order(course, assignment: str) -> dict[str, dict[str, int]]:
             nb = read_untrusted(path)
         except (OSError, ValueError):
             continue
-        ids = [cells.meta(cell).get("grade_id") for cell in nb.cells]
-        found[path.stem] = {g: i for i, g in enumerate(ids) if isinstance(g, str)}
+        grade_ids = [cells.grade_id(cell) for cell in nb.cells]
+        found[path.stem] = {g: i for i, g in enumerate(grade_ids) if isinstance(g, str)}
     return found
 
 

@@ -86,9 +86,12 @@ def awaits_manual(grade, manual: set[str]) -> bool:
     instructor: neither nbgrader (an answer it found unanswered scores 0) nor the instructor
     gave it a score, or nbgrader put it back into the manual grading queue (a resubmitted
     answer: the score given by hand to the earlier text is no grade of this one)."""
-    return grade.name in manual and (
-        bool(grade.needs_manual_grade) or (grade.auto_score is None and grade.manual_score is None)
-    )
+    return grade.name in manual and waits_for_hand(grade)
+
+
+def waits_for_hand(grade) -> bool:
+    """``awaits_manual`` of a grade known to be a written answer."""
+    return bool(grade.needs_manual_grade) or (grade.auto_score is None and grade.manual_score is None)
 
 
 def uncomputed(submission) -> bool:
@@ -144,7 +147,7 @@ def _exercise(grade, manual: bool, failure: str | None, comment: str | None = No
     """One gradebook grade as an ExerciseResult: a written answer waits (pending, no score),
     was left unanswered (0, "not answered"), or has the instructor's score and comment (its
     first line, where the answer lost points)."""
-    if awaits_manual(grade, {grade.name} if manual else set()):
+    if manual and waits_for_hand(grade):
         return ExerciseResult(
             grade.name, 0.0, float(grade.max_score), NEEDS_MANUAL, manual=True, pending=True
         )
